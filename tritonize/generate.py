@@ -1,0 +1,142 @@
+"""`tritonize generate`: model folder -> verified ONNX -> Triton model repository.
+
+Options come from defaults, then a YAML file (--config), then explicit flags;
+the effective set is written into the repository as tritonize.yaml.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+from pathlib import Path
+
+import yaml
+
+from .console import err, step
+from .errors import TritonizeError
+from .spec import DEVICES, PRECISIONS, TASKS, GenerateOptions
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("generate", help="export a Hugging Face encoder and write a Triton model repository")
+    d = GenerateOptions()
+    # Every default is None here so that YAML values are only overridden by flags the user typed.
+    p.add_argument("--model", "-m", help="a transformers or sentence-transformers folder (or a hub id)")
+    p.add_argument("--config", "-c", type=Path, help="YAML file with any of these options (flags win)")
+    p.add_argument("--task", choices=TASKS, help="detected from the folder when omitted")
+    p.add_argument("--name", help="ensemble name (default: the folder name)")
+    p.add_argument("--max-length", type=int, help="tokens per text (default: what the model declares)")
+    p.add_argument("--pooling", choices=("mean", "cls"), help="embedding pooling (default: what the folder declares, else mean)")
+    p.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None, help="L2-normalise embeddings")
+    p.add_argument("--output", "-o", help=f"repository directory (default: {d.output})")
+    p.add_argument("--device", choices=DEVICES, help=f"instance kind of the model step in the container (default: {d.device})")
+    p.add_argument("--precision", choices=PRECISIONS, help=f"(default: {d.precision})")
+    p.add_argument("--optimize", action=argparse.BooleanOptionalAction, default=None, help="onnxruntime transformer fusions")
+    p.add_argument("--tensorrt", action=argparse.BooleanOptionalAction, default=None, help="TensorRT accelerator in the container (needs --device gpu)")
+    p.add_argument("--max-batch-size", type=int, help=f"(default: {d.max_batch_size})")
+    p.add_argument("--max-queue-delay-us", type=int, help=f"dynamic batching delay (default: {d.max_queue_delay_us})")
+    p.add_argument("--tokenizer-instances", type=int, help=f"(default: {d.tokenizer_instances})")
+    p.add_argument("--model-instances", type=int, help=f"(default: {d.model_instances})")
+    p.add_argument("--buckets", type=_int_list, help="padding lengths, e.g. 16,32,64,128 (default: powers of two up to the max length)")
+    p.add_argument("--opset", type=int, help=f"ONNX opset, 17 or later (default: {d.opset})")
+    p.add_argument("--trust-remote-code", action="store_true", default=None, help="allow code shipped in the model folder to run")
+    p.add_argument("--force", action="store_true", default=None, help="replace an output directory not written by tritonize")
+    p.add_argument("--skip-verify", action="store_true", default=None, help="do not compare the ONNX graph with PyTorch")
+    p.add_argument("--atol", type=float, help=f"max-abs tolerance for fp32 graphs (default: {d.atol})")
+    p.add_argument("--min-cosine-fp16", type=float, help=f"cosine tolerance for fp16 graphs (default: {d.min_cosine_fp16})")
+    p.set_defaults(func=run)
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def resolve_options(args: argparse.Namespace) -> GenerateOptions:
+    """defaults <- YAML file <- flags typed on the command line."""
+    values: dict = {}
+    if args.config:
+        if not args.config.is_file():
+            raise TritonizeError(f"config file {args.config} does not exist")
+        try:
+            loaded = yaml.safe_load(args.config.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise TritonizeError(f"{args.config} is not valid YAML: {exc}") from exc
+        if not isinstance(loaded, dict):
+            raise TritonizeError(f"{args.config} must hold a mapping of option: value")
+        unknown = sorted(set(k.replace("-", "_") for k in loaded) - set(GenerateOptions.field_names()))
+        if unknown:
+            raise TritonizeError(f"unknown option(s) in {args.config}: {', '.join(unknown)}")
+        values.update({k.replace("-", "_"): v for k, v in loaded.items()})
+    for key in GenerateOptions.field_names():
+        value = getattr(args, key, None)
+        if value is not None:
+            values[key] = value
+    options = GenerateOptions(**values)
+    if not options.model:
+        raise TritonizeError("no model given", hint="pass --model PATH, or set model: in the --config file")
+    for key, allowed in (("task", TASKS), ("device", DEVICES), ("precision", PRECISIONS)):
+        value = getattr(options, key)
+        if value is not None and value not in allowed:
+            raise TritonizeError(f"{key} must be one of {', '.join(allowed)} (got {value!r})")
+    return options
+
+
+def run(args: argparse.Namespace) -> int:
+    generate(resolve_options(args))
+    return 0
+
+
+def generate(options: GenerateOptions) -> Path:
+    """The whole pipeline; returns the repository path."""
+    from . import export, repository, source, verify
+
+    with step("Reading the model folder"):
+        spec = source.read_model(options)
+    name = options.name or source.default_name(options.model)
+    pad_id = verify.pad_token_id(spec.tokenizer_file)
+    repo = repository.plan(options, spec, name, pad_id)
+    output = Path(options.output)
+    repository.check_output(output, options.force)  # fail before minutes of export, not after
+    err.print(
+        f"[bold]{name}[/]: {spec.architecture}, task {spec.task}"
+        + (f", {spec.pooling} pooling" + (", normalised" if spec.normalize else "") if spec.task == "embedding" else f", {len(spec.labels)} labels")
+        + f", max length {spec.max_length}, buckets {list(repo.buckets)}"
+    )
+    staging = repository.staging_dir(output)
+    try:
+        head = export.load_torch_model(spec)
+        artifacts = export.export(
+            spec,
+            staging / "work",
+            opset=options.opset,
+            optimize=options.optimize,
+            fp16=options.precision == "fp16",
+            use_gpu=options.device == "gpu",
+            head=head,
+        )
+        if options.skip_verify:
+            report = {"skipped": True, "passed": None}
+        else:
+            fp16_stages = {"fp16"} | ({"optimize"} if options.precision == "fp16" else set())
+            report = verify.verify(spec, head, artifacts.stages, fp16_stages, options.atol, options.min_cosine_fp16)
+            report["export_seconds"] = {k: round(v, 2) for k, v in artifacts.seconds.items()}
+            verify.check(report)
+        effective = options.to_dict()
+        effective.update(name=name, max_length=spec.max_length, task=spec.task, buckets=list(repo.buckets), force=False)
+        files = repository.render(repo, effective, report)
+        binaries = {f"{repo.model_name}/1/{f.name}": f for f in artifacts.files_for(artifacts.onnx)}
+        binaries[f"{repo.tokenizer_name}/1/tokenizer.json"] = Path(spec.tokenizer_file)
+        with step(f"Writing the repository to {output}"):
+            repository.write(files, binaries, output, staging, force=options.force)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    summary = "" if options.skip_verify else "  ".join(
+        f"{n}: max-abs {r['max_abs']:.2e}, cosine {r['min_cosine']:.6f}" for n, r in report["stages"].items()
+    )
+    err.print(f"[bold green]Repository ready[/] at {output}" + (f"  (vs {report['reference']}: {summary})" if summary else ""))
+    err.print(f"Serve it: python deploy.py local up --repository {output}")
+    return output

@@ -1,0 +1,166 @@
+"""One small interface for every way of running Triton: up, down, status, logs, wait-ready."""
+
+from __future__ import annotations
+
+import abc
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from ..errors import TritonizeError
+
+
+@dataclass
+class ServerOptions:
+    """Options common to every runtime. Security defaults: loopback, no model control."""
+
+    repository: Path = Path("triton_repo")
+    host: str = "127.0.0.1"
+    http_port: int = 8000
+    grpc_port: int = 8001
+    metrics_port: int = 8002
+    run_dir: Path = Path(".run")
+    timeout_s: float = 180.0
+    model_control: str = "none"  # none | explicit (explicit enables the load/unload API)
+    log_verbose: int = 0
+    extra_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    host: str
+    http_port: int
+    grpc_port: int
+    metrics_port: int
+
+    @property
+    def http(self) -> str:
+        return f"http://{self.host}:{self.http_port}"
+
+    @property
+    def grpc(self) -> str:
+        return f"{self.host}:{self.grpc_port}"
+
+    @property
+    def metrics(self) -> str:
+        return f"http://{self.host}:{self.metrics_port}/metrics"
+
+
+@dataclass
+class ModelState:
+    name: str
+    version: str
+    state: str  # READY / UNAVAILABLE / ...
+    reason: str = ""
+
+
+@dataclass
+class ServerStatus:
+    running: bool
+    ready: bool
+    endpoints: Endpoints | None = None
+    models: list[ModelState] = field(default_factory=list)
+    detail: str = ""
+
+
+class Runtime(abc.ABC):
+    """A place Triton runs: the local binary or a container."""
+
+    def __init__(self, options: ServerOptions):
+        self.options = options
+
+    @abc.abstractmethod
+    def up(self) -> Endpoints:
+        """Start the server and return once /v2/health/ready answers 200."""
+
+    @abc.abstractmethod
+    def down(self, timeout_s: float = 30.0) -> None:
+        """Stop gracefully (SIGTERM, in-flight requests drain)."""
+
+    @abc.abstractmethod
+    def status(self) -> ServerStatus: ...
+
+    @abc.abstractmethod
+    def logs(self, tail: int | None = None) -> str: ...
+
+
+def http_get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
+    """GET without raising on HTTP errors; (0, b"") when nothing answers."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - loopback/user URL
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+    except (urllib.error.URLError, OSError, TimeoutError):
+        return 0, b""
+
+
+def wait_ready(
+    endpoints: Endpoints,
+    timeout_s: float,
+    is_alive: Callable[[], bool],
+    on_tick: Callable[[float], None] | None = None,
+    poll_s: float = 0.25,
+) -> None:
+    """Poll /v2/health/ready until 200; fail fast if the process died."""
+    start = time.monotonic()
+    url = f"{endpoints.http}/v2/health/ready"
+    while True:
+        status, _ = http_get(url, timeout=1.0)
+        if status == 200:
+            return
+        elapsed = time.monotonic() - start
+        if not is_alive():
+            raise TritonizeError("Triton exited before it became ready")
+        if elapsed > timeout_s:
+            raise TritonizeError(
+                f"Triton was not ready after {timeout_s:.0f}s",
+                hint="raise --timeout, or read the log with `deploy.py ... logs`",
+            )
+        if on_tick:
+            on_tick(elapsed)
+        time.sleep(poll_s)
+
+
+def repository_models(endpoints: Endpoints) -> list[ModelState]:
+    """The repository index, as the running server reports it."""
+    req = urllib.request.Request(f"{endpoints.http}/v2/repository/index", data=b"{}", method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=3.0) as resp:  # noqa: S310
+            rows = json.loads(resp.read() or b"[]")
+    except (urllib.error.URLError, OSError, ValueError):
+        return []
+    return [
+        ModelState(r.get("name", ""), str(r.get("version", "")), r.get("state", ""), r.get("reason", ""))
+        for r in rows
+    ]
+
+
+def read_manifest(repository: Path) -> dict:
+    """The repository's tritonize.yaml (effective generate options), or {}."""
+    path = Path(repository) / "tritonize.yaml"
+    if not path.is_file():
+        return {}
+    return yaml.safe_load(path.read_text()) or {}
+
+
+def require_repository(repository: Path) -> dict:
+    """A clear error for the commonest mistake: deploying before generating."""
+    repository = Path(repository)
+    if not repository.is_dir() or not any(p.is_dir() for p in repository.iterdir()):
+        raise TritonizeError(
+            f"no model repository at {repository}",
+            hint="generate one first: python generate.py --model PATH",
+        )
+    return read_manifest(repository)
+
+
+def sample_curl(endpoints: Endpoints, model: str, text: str = "Triton serves raw strings.") -> str:
+    body = json.dumps({"inputs": [{"name": "TEXT", "shape": [1, 1], "datatype": "BYTES", "data": [text]}]})
+    return f"curl -s -X POST {endpoints.http}/v2/models/{model}/infer -d '{body}'"

@@ -1,0 +1,107 @@
+"""`tritonize deploy {local,docker} {up,down,status,logs}`.
+
+Each runtime module (`local`, `docker`) exposes `add_arguments(parser)` for its
+own flags and `from_args(options, args) -> Runtime`; this module holds what is
+common: flags, dispatch and the printed summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from pathlib import Path
+
+from ..console import err, out
+from .base import Endpoints, Runtime, ServerOptions, read_manifest, sample_curl
+
+RUNTIMES = {
+    "local": ("tritonize.runtime.local", "the tritonserver binary from the nvidia-pytriton wheel (no Docker)"),
+    "docker": ("tritonize.runtime.docker", "NVIDIA's Triton container, through the docker SDK"),
+}
+ACTIONS = ("up", "down", "status", "logs")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    deploy = sub.add_parser("deploy", help="serve a repository: local binary or container")
+    runtimes = deploy.add_subparsers(dest="runtime", metavar="RUNTIME", required=True)
+    for name, (module_name, help_text) in RUNTIMES.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue  # not in this build
+        p = runtimes.add_parser(name, help=help_text)
+        p.add_argument("action", choices=ACTIONS)
+        add_common_arguments(p)
+        module.add_arguments(p)
+        p.set_defaults(func=run, runtime_module=module_name)
+
+
+def add_common_arguments(p: argparse.ArgumentParser) -> None:
+    d = ServerOptions()
+    p.add_argument("--repository", "-r", type=Path, default=d.repository, help="model repository (default: %(default)s)")
+    p.add_argument("--host", default=d.host, help="address to bind and to reach (default: %(default)s, loopback)")
+    p.add_argument("--http-port", type=int, default=d.http_port)
+    p.add_argument("--grpc-port", type=int, default=d.grpc_port)
+    p.add_argument("--metrics-port", type=int, default=d.metrics_port)
+    p.add_argument("--run-dir", type=Path, default=d.run_dir, help="PID and log files (default: %(default)s)")
+    p.add_argument("--timeout", type=float, default=d.timeout_s, help="seconds to wait for readiness")
+    p.add_argument(
+        "--model-control",
+        choices=("none", "explicit"),
+        default=d.model_control,
+        help="'explicit' turns on the load/unload API (off by default)",
+    )
+    p.add_argument("--log-verbose", type=int, default=d.log_verbose)
+    p.add_argument("--tail", type=int, default=200, help="lines shown by `logs`")
+
+
+def options_from_args(args: argparse.Namespace) -> ServerOptions:
+    return ServerOptions(
+        repository=args.repository,
+        host=args.host,
+        http_port=args.http_port,
+        grpc_port=args.grpc_port,
+        metrics_port=args.metrics_port,
+        run_dir=args.run_dir,
+        timeout_s=args.timeout,
+        model_control=args.model_control,
+        log_verbose=args.log_verbose,
+    )
+
+
+def make_runtime(args: argparse.Namespace) -> Runtime:
+    module = importlib.import_module(args.runtime_module)
+    return module.from_args(options_from_args(args), args)
+
+
+def run(args: argparse.Namespace) -> int:
+    runtime = make_runtime(args)
+    if args.action == "up":
+        endpoints = runtime.up()
+        print_summary(endpoints, args.repository, runtime)
+    elif args.action == "down":
+        runtime.down()
+        err.print("[green]✓[/] stopped")
+    elif args.action == "status":
+        status = runtime.status()
+        out.print(f"running: {status.running}   ready: {status.ready}" + (f"   {status.detail}" if status.detail else ""))
+        for m in status.models:
+            out.print(f"  {m.name:<32} v{m.version or '-':<4} {m.state}" + (f"  ({m.reason})" if m.reason else ""))
+        return 0 if status.ready else 1
+    elif args.action == "logs":
+        out.print(runtime.logs(args.tail), end="", markup=False, highlight=False)
+    return 0
+
+
+def print_summary(endpoints: Endpoints, repository: Path, runtime: Runtime) -> None:
+    name = read_manifest(repository).get("name") or "<model>"
+    out.print(f"[bold green]Triton is ready[/]  ({type(runtime).__name__})")
+    out.print(f"  HTTP     {endpoints.http}")
+    out.print(f"  gRPC     {endpoints.grpc}")
+    out.print(f"  metrics  {endpoints.metrics}")
+    for m in runtime.status().models:
+        out.print(f"  model    {m.name} [{m.state}]")
+    out.print("Try it:")
+    out.print("  " + sample_curl(endpoints, name), markup=False, highlight=False, soft_wrap=True)

@@ -1,0 +1,601 @@
+"""`deploy.py docker up|down|status|logs`: NVIDIA's Triton container, through the docker SDK.
+
+The container is described as data first (`container_spec`), so what `up`
+launches can be read and tested without an engine. `DockerRuntime` only
+connects, builds or pulls the image, runs that spec and waits for readiness.
+
+The container serves the repository's `config.pbtxt` files (native
+onnxruntime / TensorRT backends): it never passes `--model-config-name`,
+which is how the local server selects its Python-backend `configs/local.pbtxt`.
+The `docker` SDK is imported lazily so that building the CLI stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import re
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..console import err
+from ..errors import TritonizeError
+from .base import (
+    Endpoints,
+    ModelState,
+    Runtime,
+    ServerOptions,
+    ServerStatus,
+    http_get,
+    repository_models,
+    require_repository,
+    wait_ready,
+)
+
+# The one Triton release setting. docker-compose.yml's `${TRITON_RELEASE:-...}`
+# default and the rendered docker/Dockerfile must agree (tests check both).
+# 25.08 is the first release with fixes for CVE-2025-23310/23311/23317/23319/
+# 23320/23334 (25.07) and CVE-2025-23316 (25.08); 25.10 is a later, widely used
+# release. The local server (pip wheel, 2.51 = 24.10) has none of these fixes.
+DEFAULT_TRITON_RELEASE = "25.10"
+MIN_TRITON_RELEASE = "25.08"
+BASE_REPOSITORY = "nvcr.io/nvidia/tritonserver"
+
+# tokenizers for the image's Python (3.12 in 25.x): abi3 manylinux wheels, no
+# sdist build. Same version as the generator, so tokenizer.json always parses.
+TOKENIZERS_VERSION = "0.23.3"
+TOKENIZERS_SHA256 = (
+    "376851d22bcf9d650a5c3090bb83e6cf9e895fbf0595369fa4cd43c1f69b5f87",  # manylinux_2_17_x86_64
+    "ec82e80e65a862275b97c3d90b7a523df8d9519ee48aeb4e9625b2cc909274e0",  # manylinux_2_17_aarch64
+)
+
+IMAGE_REPOSITORY = "tritonize-tritonserver"
+CONTAINER_NAME = "tritonize-triton"
+MODELS_DIR = "/models"
+CONTAINER_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}  # inside the container
+# Python-backend instances exchange tensors through /dev/shm; Docker's 64 MB
+# default is too small once several tokenizer instances grow their regions.
+DEFAULT_SHM_SIZE = "1g"
+# NVIDIA's recommended limits for its framework containers.
+ULIMITS = (("memlock", -1, -1), ("stack", 67108864, 67108864))
+SECURITY_OPT = ("no-new-privileges:true",)
+ENVIRONMENT = {"PYTHONDONTWRITEBYTECODE": "1"}  # the repository is mounted read-only
+EXIT_TIMEOUT_S = 30  # Triton drains in-flight requests this long after SIGTERM
+HEALTHCHECK = {
+    "test": ("curl", "-fsS", f"http://127.0.0.1:{CONTAINER_PORTS['http']}/v2/health/ready"),
+    "interval": "10s",
+    "timeout": "3s",
+    "start_period": "300s",  # first load may build TensorRT engines
+    "retries": 3,
+}
+LABEL_PREFIX = "ai.tritonize"
+TEMPLATE = Path(__file__).resolve().parents[2] / "templates" / "docker" / "Dockerfile.j2"
+
+_RELEASE_RE = re.compile(r"^(\d{2})\.(\d{2})$")
+
+
+def base_image(release: str = DEFAULT_TRITON_RELEASE) -> str:
+    return f"{BASE_REPOSITORY}:{release}-py3"
+
+
+def default_image(release: str = DEFAULT_TRITON_RELEASE) -> str:
+    return f"{IMAGE_REPOSITORY}:{release}-py3"
+
+
+def release_key(release: str) -> tuple[int, int]:
+    match = _RELEASE_RE.match(release)
+    if not match:
+        raise TritonizeError(f"not a Triton release: {release!r}", hint="use YY.MM, e.g. " + DEFAULT_TRITON_RELEASE)
+    return int(match.group(1)), int(match.group(2))
+
+
+def release_is_patched(release: str) -> bool:
+    """Whether a release has the fixes for the 2025 Python-backend and HTTP-server CVEs."""
+    return release_key(release) >= release_key(MIN_TRITON_RELEASE)
+
+
+# --------------------------------------------------------------------------- image
+
+
+def triton_command(options: ServerOptions) -> tuple[str, ...]:
+    """The tritonserver command line inside the container (ports are the container's own)."""
+    command = [
+        "tritonserver",
+        f"--model-repository={MODELS_DIR}",
+        f"--model-control-mode={options.model_control}",
+    ]
+    if options.model_control == "explicit":
+        command.append("--load-model=*")  # explicit mode loads nothing unless asked
+    command += [
+        "--strict-readiness=true",
+        f"--exit-timeout-secs={EXIT_TIMEOUT_S}",
+        f"--http-port={CONTAINER_PORTS['http']}",
+        f"--grpc-port={CONTAINER_PORTS['grpc']}",
+        f"--metrics-port={CONTAINER_PORTS['metrics']}",
+        f"--log-verbose={options.log_verbose}",
+    ]
+    return (*command, *options.extra_args)
+
+
+def render_dockerfile(release: str = DEFAULT_TRITON_RELEASE) -> str:
+    """docker/Dockerfile, from templates/docker/Dockerfile.j2."""
+    import jinja2
+
+    release_key(release)
+    if not TEMPLATE.is_file():
+        raise TritonizeError(f"missing template {TEMPLATE}", hint="run from a tritonize checkout")
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+    template = env.from_string(TEMPLATE.read_text())
+    return template.render(
+        release=release,
+        min_release=MIN_TRITON_RELEASE,
+        base_repository=BASE_REPOSITORY,
+        tokenizers_version=TOKENIZERS_VERSION,
+        tokenizers_sha256=TOKENIZERS_SHA256,
+        ports=[str(p) for p in CONTAINER_PORTS.values()],
+        healthcheck=HEALTHCHECK,
+        command_json=json.dumps(list(triton_command(ServerOptions()))),
+    )
+
+
+# --------------------------------------------------------------------------- spec
+
+
+@dataclass(frozen=True)
+class GpuRequest:
+    """Which GPUs the container gets: all (count -1), a count, or device ids."""
+
+    count: int = -1
+    device_ids: tuple[str, ...] = ()
+
+
+def parse_gpus(value: str) -> GpuRequest | None:
+    """`all`, `none`, a count (`2`) or device ids (`device=0,1`); None means CPU only."""
+    text = value.strip().lower()
+    if text in ("all", "-1"):
+        return GpuRequest()
+    if text in ("none", "0", ""):
+        return None
+    if text.startswith("device="):
+        ids = tuple(i.strip() for i in text.removeprefix("device=").split(",") if i.strip())
+        if ids:
+            return GpuRequest(count=0, device_ids=ids)
+    elif text.isdigit():
+        return GpuRequest(count=int(text))
+    raise ValueError(f"--gpus takes all, none, a count or device=ID[,ID]; got {value!r}")
+
+
+@dataclass
+class DockerOptions:
+    """Container-only options (`deploy docker` flags)."""
+
+    image: str | None = None  # default: tritonize-tritonserver:<release>-py3, built here
+    release: str = DEFAULT_TRITON_RELEASE
+    build: bool = False  # rebuild even if the image exists
+    pull: bool = False  # pull `image` from its registry instead of building
+    gpus: str = "all"
+    shm_size: str = DEFAULT_SHM_SIZE
+    container_name: str = CONTAINER_NAME
+
+    @property
+    def resolved_image(self) -> str:
+        return self.image or default_image(self.release)
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """Everything `docker run` needs, as plain data."""
+
+    image: str
+    command: tuple[str, ...]
+    name: str
+    repository: Path  # absolute host path, mounted read-only at MODELS_DIR
+    ports: dict[str, tuple[str, int]]  # "8000/tcp" -> (host address, host port)
+    gpus: GpuRequest | None
+    shm_size: str
+    labels: dict[str, str] = field(default_factory=dict)
+    environment: dict[str, str] = field(default_factory=dict)
+    ulimits: tuple[tuple[str, int, int], ...] = ULIMITS
+    security_opt: tuple[str, ...] = SECURITY_OPT
+    restart_policy: dict[str, Any] = field(default_factory=lambda: {"Name": "unless-stopped"})
+
+    def run_kwargs(self) -> dict[str, Any]:
+        """Exactly the keyword arguments for `client.containers.run(...)`."""
+        from docker.types import DeviceRequest, Mount, Ulimit
+
+        kwargs: dict[str, Any] = {
+            "image": self.image,
+            "command": list(self.command),
+            "name": self.name,
+            "detach": True,
+            "labels": dict(self.labels),
+            "environment": dict(self.environment),
+            # A bind Mount (unlike `volumes=`) fails if the source is missing
+            # instead of creating an empty, root-owned directory.
+            "mounts": [Mount(target=MODELS_DIR, source=str(self.repository), type="bind", read_only=True)],
+            "ports": dict(self.ports),
+            "shm_size": self.shm_size,
+            "ulimits": [Ulimit(name=n, soft=s, hard=h) for n, s, h in self.ulimits],
+            "security_opt": list(self.security_opt),
+            "restart_policy": dict(self.restart_policy),
+            "stop_signal": "SIGTERM",
+        }
+        if self.gpus is not None:
+            request = (
+                DeviceRequest(device_ids=list(self.gpus.device_ids), capabilities=[["gpu"]])
+                if self.gpus.device_ids
+                else DeviceRequest(count=self.gpus.count, capabilities=[["gpu"]])
+            )
+            kwargs["device_requests"] = [request]
+        return kwargs
+
+
+def bind_address(host: str) -> str:
+    """Docker publishes on an IP address; `localhost` means loopback."""
+    return "127.0.0.1" if host in ("localhost", "") else host
+
+
+def reach_address(host: str) -> str:
+    """Where this machine reaches a port published on `host`."""
+    return "127.0.0.1" if host in ("0.0.0.0", "::", "localhost", "") else host
+
+
+def container_spec(options: ServerOptions, docker_options: DockerOptions) -> ContainerSpec:
+    """The container for `options.repository`, built from options alone (no engine needed)."""
+    release_key(docker_options.release)
+    repository = Path(options.repository).expanduser().resolve()
+    host = bind_address(options.host)
+    return ContainerSpec(
+        image=docker_options.resolved_image,
+        command=triton_command(options),
+        name=docker_options.container_name,
+        repository=repository,
+        ports={
+            f"{CONTAINER_PORTS['http']}/tcp": (host, options.http_port),
+            f"{CONTAINER_PORTS['grpc']}/tcp": (host, options.grpc_port),
+            f"{CONTAINER_PORTS['metrics']}/tcp": (host, options.metrics_port),
+        },
+        gpus=parse_gpus(docker_options.gpus),
+        shm_size=docker_options.shm_size,
+        labels={
+            f"{LABEL_PREFIX}.managed": "true",
+            f"{LABEL_PREFIX}.repository": str(repository),
+            f"{LABEL_PREFIX}.release": docker_options.release,
+        },
+        environment=dict(ENVIRONMENT),
+    )
+
+
+# --------------------------------------------------------------------------- engine
+
+
+def _engine_address() -> str:
+    return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+
+
+def _short_reason(exc: BaseException) -> str:
+    text = str(exc)
+    for needle, reason in (
+        ("FileNotFoundError", "no socket there"),
+        ("No such file or directory", "no socket there"),
+        ("PermissionError", "permission denied"),
+        ("Permission denied", "permission denied"),
+        ("Connection refused", "connection refused"),
+        ("timed out", "timed out"),
+    ):
+        if needle in text:
+            return reason
+    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    return first[:120]
+
+
+def no_engine_error(exc: BaseException) -> TritonizeError:
+    reason = _short_reason(exc)
+    hint = "run Triton without Docker: python deploy.py local up"
+    if reason == "permission denied":
+        hint = "add your user to the 'docker' group, or " + hint
+    return TritonizeError(f"no Docker engine could be reached at {_engine_address()} ({reason})", hint=hint)
+
+
+def connect(timeout_s: int = 10, work_timeout_s: int = 600) -> Any:
+    """A docker client that has answered a ping; a clear error when there is no engine."""
+    import docker
+    import requests
+
+    try:
+        client = docker.from_env(timeout=timeout_s)
+        client.ping()
+    except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
+        raise no_engine_error(exc) from None
+    client.api.timeout = work_timeout_s  # builds and pulls stay quiet for long stretches
+    return client
+
+
+class _Progress:
+    """One live status line on a terminal; an occasional plain line otherwise (CI logs)."""
+
+    def __init__(self, title: str, every_s: float = 10.0):
+        self.title = title
+        self.every_s = every_s
+        self._status: Any = None
+        self._last_print = 0.0
+        self._start = 0.0
+
+    def __enter__(self) -> _Progress:
+        self._start = time.perf_counter()
+        if err.is_terminal:
+            self._status = err.status(f"{self.title}...")
+            self._status.__enter__()
+        else:
+            err.print(f"{self.title}...")
+        return self
+
+    def update(self, text: str) -> None:
+        if self._status is not None:
+            self._status.update(f"{self.title}: {text}")
+        elif time.perf_counter() - self._last_print >= self.every_s:
+            self._last_print = time.perf_counter()
+            err.print(f"  {text}", markup=False, highlight=False)
+
+    def __exit__(self, exc_type: Any, *_: Any) -> None:
+        if self._status is not None:
+            self._status.__exit__(None, None, None)
+        if exc_type is None:
+            err.print(f"[green]✓[/] {self.title} [dim]({time.perf_counter() - self._start:.1f}s)[/]")
+
+
+def _follow(stream: Iterable[dict[str, Any]], progress: _Progress, what: str) -> None:
+    """Show a build or pull stream as progress; raise on its first error."""
+    layers: dict[str, str] = {}
+    for chunk in stream:
+        if "error" in chunk:
+            detail = str(chunk.get("error", "")).strip().splitlines()[-1:] or [""]
+            raise TritonizeError(f"{what} failed: {detail[0]}", hint="check network access to nvcr.io and PyPI")
+        if "stream" in chunk:
+            line = str(chunk["stream"]).strip()
+            if line.startswith("Step ") or line.startswith("Successfully"):
+                progress.update(line[:100])
+        elif "status" in chunk:
+            if "id" in chunk:
+                layers[chunk["id"]] = str(chunk["status"])
+                done = sum(s in ("Pull complete", "Already exists") for s in layers.values())
+                progress.update(f"{done}/{len(layers)} layers")
+            else:
+                progress.update(str(chunk["status"])[:100])
+
+
+def _error_lines(log: str, limit: int = 15) -> list[str]:
+    """Triton's error lines (`E0101 12:00:00.000 ...`) and Python exceptions from a log."""
+    picked = [line for line in log.splitlines() if re.match(r"^E\d{4} ", line) or re.search(r"\w+Error: ", line)]
+    return picked[-limit:]
+
+
+class DockerRuntime(Runtime):
+    """Triton in NVIDIA's container, started and stopped through the docker SDK."""
+
+    def __init__(self, options: ServerOptions, docker_options: DockerOptions | None = None):
+        super().__init__(options)
+        self.docker_options = docker_options or DockerOptions()
+
+    # -- helpers
+    def spec(self) -> ContainerSpec:
+        return container_spec(self.options, self.docker_options)
+
+    def _container(self, client: Any) -> Any | None:
+        from docker.errors import NotFound
+
+        try:
+            return client.containers.get(self.docker_options.container_name)
+        except NotFound:
+            return None
+
+    def _ensure_image(self, client: Any, image: str) -> None:
+        from docker.errors import ImageNotFound
+        from docker.utils import parse_repository_tag
+
+        opts = self.docker_options
+        if opts.pull:
+            repository, tag = parse_repository_tag(image)
+            with _Progress(f"pulling {image}") as progress:
+                _follow(client.api.pull(repository, tag=tag or "latest", stream=True, decode=True), progress, "pull")
+            return
+        if not opts.build:
+            try:
+                client.images.get(image)
+                return
+            except ImageNotFound:
+                pass
+        with _Progress(f"building {image} from {base_image(opts.release)}") as progress:
+            dockerfile = render_dockerfile(opts.release).encode()
+            stream = client.api.build(
+                fileobj=io.BytesIO(dockerfile),
+                tag=image,
+                buildargs={"TRITON_RELEASE": opts.release},
+                rm=True,
+                forcerm=True,
+                decode=True,
+                timeout=None,
+            )
+            _follow(stream, progress, "image build")
+
+    def _last_event(self, container: Any) -> str:
+        try:
+            tail = container.logs(tail=40).decode("utf-8", "replace").splitlines()
+        except Exception:  # noqa: BLE001 - progress text only
+            return ""
+        for line in reversed(tail):
+            if "loading:" in line or "successfully loaded" in line or "failed to load" in line:
+                return line.split("] ", 1)[-1][:80]
+        return ""
+
+    # -- Runtime
+    def up(self) -> Endpoints:
+        from docker.errors import APIError
+
+        require_repository(self.options.repository)
+        spec = self.spec()
+        if not release_is_patched(self.docker_options.release):
+            err.print(
+                f"[yellow]warning:[/] Triton {self.docker_options.release} predates {MIN_TRITON_RELEASE} and lacks "
+                "the fixes for the 2025 Python-backend and HTTP-server CVEs"
+            )
+        client = connect()
+        self._ensure_image(client, spec.image)
+
+        stale = self._container(client)
+        if stale is not None:
+            err.print(f"replacing container {spec.name} ({stale.status})")
+            stale.remove(force=True)
+        try:
+            container = client.containers.run(**spec.run_kwargs())
+        except APIError as exc:
+            raise self._run_error(exc) from None
+
+        endpoints = Endpoints(
+            reach_address(bind_address(self.options.host)),
+            self.options.http_port,
+            self.options.grpc_port,
+            self.options.metrics_port,
+        )
+
+        def is_alive() -> bool:
+            container.reload()
+            return container.status in ("created", "running")
+
+        last = {"t": 0.0, "event": ""}
+        with _Progress(f"waiting for Triton in {spec.name} to load the models") as progress:
+
+            def on_tick(elapsed: float) -> None:
+                if elapsed - last["t"] >= 2.0:
+                    last["t"] = elapsed
+                    last["event"] = self._last_event(container) or last["event"]
+                progress.update(f"{elapsed:.0f}s {last['event']}".rstrip())
+
+            try:
+                wait_ready(endpoints, self.options.timeout_s, is_alive, on_tick)
+            except TritonizeError as exc:
+                log = container.logs(tail=300).decode("utf-8", "replace")
+                for line in _error_lines(log):
+                    err.print(f"  {line}", markup=False, highlight=False)
+                container.stop(timeout=10)  # no restart loop; kept for `logs`
+                raise TritonizeError(
+                    f"{exc.message} (container {spec.name})",
+                    hint="full log: python deploy.py docker logs; remove it: python deploy.py docker down",
+                ) from None
+        return endpoints
+
+    def _run_error(self, exc: Any) -> TritonizeError:
+        text = str(getattr(exc, "explanation", None) or exc)
+        if "could not select device driver" in text or "nvidia" in text.lower():
+            return TritonizeError(
+                f"the engine cannot give the container a GPU ({text.strip()[:160]})",
+                hint="install the NVIDIA Container Toolkit, or serve on CPU: --gpus none "
+                "with a repository generated with --device cpu",
+            )
+        if "port is already allocated" in text or "address already in use" in text:
+            return TritonizeError(
+                f"a port is already in use ({text.strip()[:160]})",
+                hint="stop what holds it, or choose --http-port/--grpc-port/--metrics-port",
+            )
+        return TritonizeError(f"the container could not start: {text.strip()[:200]}")
+
+    def down(self, timeout_s: float = 30.0) -> None:
+        client = connect()
+        container = self._container(client)
+        if container is None:
+            err.print(f"no container named {self.docker_options.container_name}")
+            return
+        # SIGTERM, then Triton drains in-flight requests for up to EXIT_TIMEOUT_S.
+        container.stop(timeout=int(max(timeout_s, EXIT_TIMEOUT_S)) + 10)
+        container.remove()
+
+    def status(self) -> ServerStatus:
+        client = connect()
+        container = self._container(client)
+        name = self.docker_options.container_name
+        if container is None:
+            return ServerStatus(running=False, ready=False, detail=f"no container named {name}")
+        state = container.attrs.get("State", {})
+        health = (state.get("Health") or {}).get("Status", "")
+        detail = f"container {name}: {container.status}" + (f", {health}" if health else "")
+        if container.status != "running":
+            return ServerStatus(running=False, ready=False, detail=detail)
+        endpoints = self._published_endpoints(container)
+        ready = http_get(f"{endpoints.http}/v2/health/ready", timeout=2.0)[0] == 200
+        models: list[ModelState] = repository_models(endpoints)
+        return ServerStatus(running=True, ready=ready, endpoints=endpoints, models=models, detail=detail)
+
+    def _published_endpoints(self, container: Any) -> Endpoints:
+        """The endpoints as the engine published them, whatever flags `status` got."""
+        published = (container.attrs.get("NetworkSettings") or {}).get("Ports") or {}
+
+        def host_port(port: int, fallback: int) -> tuple[str, int]:
+            bindings = published.get(f"{port}/tcp") or []
+            if not bindings:
+                return reach_address(bind_address(self.options.host)), fallback
+            return reach_address(bindings[0].get("HostIp", "")), int(bindings[0]["HostPort"])
+
+        host, http_port = host_port(CONTAINER_PORTS["http"], self.options.http_port)
+        _, grpc_port = host_port(CONTAINER_PORTS["grpc"], self.options.grpc_port)
+        _, metrics_port = host_port(CONTAINER_PORTS["metrics"], self.options.metrics_port)
+        return Endpoints(host, http_port, grpc_port, metrics_port)
+
+    def logs(self, tail: int | None = None) -> str:
+        client = connect()
+        container = self._container(client)
+        if container is None:
+            raise TritonizeError(
+                f"no container named {self.docker_options.container_name}",
+                hint="start one: python deploy.py docker up",
+            )
+        return container.logs(tail=tail if tail else "all").decode("utf-8", "replace")
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def _gpus_arg(value: str) -> str:
+    try:
+        parse_gpus(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    d = DockerOptions()
+    g = parser.add_argument_group("container")
+    g.add_argument("--release", default=d.release, help=f"Triton release to build on (default: %(default)s; "
+                   f"{MIN_TRITON_RELEASE}+ has the 2025 CVE fixes)")
+    g.add_argument("--image", default=None, help=f"serving image (default: {IMAGE_REPOSITORY}:<release>-py3, built here)")
+    how = g.add_mutually_exclusive_group()
+    how.add_argument("--build", action="store_true", help="rebuild the image even if it exists")
+    how.add_argument("--pull", action="store_true", help="pull --image from its registry instead of building")
+    g.add_argument("--gpus", type=_gpus_arg, default=d.gpus,
+                   help="all, none (CPU; generate with --device cpu), a count, or device=0,1 (default: %(default)s)")
+    g.add_argument("--shm-size", default=d.shm_size, help="/dev/shm for Python-backend instances (default: %(default)s)")
+    g.add_argument("--container-name", default=d.container_name, help="(default: %(default)s)")
+
+
+def from_args(options: ServerOptions, args: argparse.Namespace) -> DockerRuntime:
+    docker_options = DockerOptions(
+        image=getattr(args, "image", None),
+        release=getattr(args, "release", DEFAULT_TRITON_RELEASE),
+        build=bool(getattr(args, "build", False)),
+        pull=bool(getattr(args, "pull", False)),
+        gpus=getattr(args, "gpus", "all"),
+        shm_size=getattr(args, "shm_size", DEFAULT_SHM_SIZE),
+        container_name=getattr(args, "container_name", CONTAINER_NAME),
+    )
+    return DockerRuntime(options, docker_options)
+
+
+if __name__ == "__main__":  # `python -m tritonize.runtime.docker > docker/Dockerfile`
+    import sys
+
+    sys.stdout.write(render_dockerfile())
