@@ -13,6 +13,7 @@ from pathlib import Path
 
 import yaml
 
+from . import repository
 from .console import err, step
 from .errors import TritonizeError
 from .spec import DEVICES, PRECISIONS, TASKS, GenerateOptions
@@ -67,10 +68,12 @@ def resolve_options(args: argparse.Namespace) -> GenerateOptions:
             raise TritonizeError(f"{args.config} is not valid YAML: {exc}") from exc
         if not isinstance(loaded, dict):
             raise TritonizeError(f"{args.config} must hold a mapping of option: value")
-        unknown = sorted(set(k.replace("-", "_") for k in loaded) - set(GenerateOptions.field_names()))
+        known = set(GenerateOptions.field_names()) | {repository.RESOLVED_KEY}
+        unknown = sorted(set(k.replace("-", "_") for k in loaded) - known)
         if unknown:
             raise TritonizeError(f"unknown option(s) in {args.config}: {', '.join(unknown)}")
         values.update({k.replace("-", "_"): v for k, v in loaded.items()})
+        values.pop(repository.RESOLVED_KEY, None)  # informational, written by generate
     for key in GenerateOptions.field_names():
         value = getattr(args, key, None)
         if value is not None:
@@ -92,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
 
 def generate(options: GenerateOptions) -> Path:
     """The whole pipeline; returns the repository path."""
-    from . import export, repository, source, verify
+    from . import export, source, verify
 
     with step("Reading the model folder"):
         spec = source.read_model(options)
@@ -125,9 +128,7 @@ def generate(options: GenerateOptions) -> Path:
             report = verify.verify(spec, head, artifacts.stages, fp16_stages, options.atol, options.min_cosine_fp16)
             report["export_seconds"] = {k: round(v, 2) for k, v in artifacts.seconds.items()}
             verify.check(report)
-        effective = options.to_dict()
-        effective.update(name=name, max_length=spec.max_length, task=spec.task, buckets=list(repo.buckets), force=False)
-        files = repository.render(repo, effective, report)
+        files = repository.render(repo, repository.manifest(options, repo), report)
         binaries = {f"{repo.model_name}/1/{f.name}": f for f in artifacts.files_for(artifacts.onnx)}
         binaries[f"{repo.tokenizer_name}/1/tokenizer.json"] = Path(spec.tokenizer_file)
         with step(f"Writing the repository to {output}"):

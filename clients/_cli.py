@@ -1,0 +1,116 @@
+"""What the client scripts share: flags, reading texts, printing results.
+
+The scripts run from a checkout without installation, so the repository root
+is put on sys.path before `tritonize` is imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+from tritonize.client import EMBEDDING, PROBABILITIES, Label, RequestResult, chunks, parse_classes  # noqa: E402
+
+DEFAULT_URLS = {"grpc": "127.0.0.1:8001", "http": "127.0.0.1:8000"}
+
+
+def parser(protocol: str, description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("texts", nargs="*", help="texts to send (default: --file, or stdin one per line)")
+    p.add_argument("--file", "-f", type=Path, help="read texts from a file, one per line")
+    p.add_argument("--url", default=os.environ.get(f"TRITON_{protocol.upper()}_URL", DEFAULT_URLS[protocol]))
+    p.add_argument("--model", "-m", help="ensemble name (default: `name` in --repository's tritonize.yaml)")
+    p.add_argument("--repository", type=Path, default=Path("triton_repo"), help="where to read the default model name")
+    p.add_argument("--concurrency", "-c", type=int, default=1, help="requests in flight at once")
+    p.add_argument("--batch-size", "-b", type=int, default=8, help="texts per request")
+    p.add_argument("--top-k", "-k", type=int, default=1, help="labels shown per text (classifiers)")
+    p.add_argument("--json", action="store_true", help="print one JSON document instead of a summary")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds per request")
+    return p
+
+
+def model_name(args: argparse.Namespace) -> str:
+    """--model, else TRITON_MODEL, else the repository manifest's name."""
+    if args.model:
+        return args.model
+    if os.environ.get("TRITON_MODEL"):
+        return os.environ["TRITON_MODEL"]
+    from tritonize.runtime.base import read_manifest
+
+    name = read_manifest(args.repository).get("name")
+    if not name:
+        sys.exit(f"error: no --model given and no {args.repository / 'tritonize.yaml'} to read it from")
+    return name
+
+
+def read_texts(args: argparse.Namespace) -> list[str]:
+    if args.texts:
+        texts = list(args.texts)
+    elif args.file:
+        texts = args.file.read_text(encoding="utf-8").splitlines()
+    elif not sys.stdin.isatty():
+        texts = sys.stdin.read().splitlines()
+    else:
+        sys.exit("error: no texts (pass them as arguments, with --file, or on stdin)")
+    texts = [t for t in texts if t.strip()] if not args.texts else texts
+    if not texts:
+        sys.exit("error: no texts")
+    return texts
+
+
+def requests(args: argparse.Namespace, texts: Sequence[str]) -> list[list[str]]:
+    return chunks(list(texts), args.batch_size)
+
+
+def is_classifier(outputs: Sequence[str]) -> bool:
+    return PROBABILITIES in outputs and EMBEDDING not in outputs
+
+
+def report(results: Sequence[RequestResult], classifier: bool, args: argparse.Namespace) -> int:
+    """Print every text's embedding or labels; exit status 1 if any request failed."""
+    rows, failed = [], 0
+    for res in results:
+        if res.error is not None:
+            failed += 1
+            print(f"error: {res.error}", file=sys.stderr)
+            continue
+        assert res.outputs is not None
+        if classifier:
+            for text, labels in zip(res.texts, parse_classes(res.outputs[PROBABILITIES])):
+                rows.append({"text": text, "labels": [_label(lb) for lb in labels]})
+        else:
+            for text, vec in zip(res.texts, res.outputs[EMBEDDING]):
+                rows.append({"text": text, "embedding": np.asarray(vec, dtype=np.float32).tolist()})
+    if args.json:
+        print(json.dumps({"model": args.model, "results": rows}))
+    else:
+        for i, row in enumerate(rows):
+            print(f"[{i}] {_summary(row)}  {_short(row['text'])}")
+    return 1 if failed else 0
+
+
+def _label(label: Label) -> dict:
+    return {"label": label.label, "score": label.score, "index": label.index}
+
+
+def _summary(row: dict) -> str:
+    if "labels" in row:
+        return "  ".join(f"{lb['label']} {lb['score']:.3f}" for lb in row["labels"])
+    vec = np.asarray(row["embedding"])
+    head = ", ".join(f"{v:+.4f}" for v in vec[:4])
+    return f"dim {vec.size}  norm {np.linalg.norm(vec):.3f}  [{head}, ...]"
+
+
+def _short(text: str, width: int = 48) -> str:
+    text = " ".join(text.split())
+    return repr(text if len(text) <= width else text[: width - 3] + "...")

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Send raw strings with curl, using the plain JSON body of Triton's HTTP/REST
+# (KServe v2) protocol: no binary tensor extension, no client library.
+#
+#   clients/curl.sh "first text" "second text"
+#   echo "a text" | clients/curl.sh
+#   TOP_K=2 clients/curl.sh "great movie"          # classifiers: top-k labels
+#
+# Environment: TRITON_HTTP_URL (default http://127.0.0.1:8000),
+# TRITON_MODEL (default: `name` in ${TRITON_REPO:-triton_repo}/tritonize.yaml), TOP_K.
+set -euo pipefail
+
+URL="${TRITON_HTTP_URL:-http://127.0.0.1:8000}"
+case "$URL" in http://* | https://*) ;; *) URL="http://$URL" ;; esac
+MODEL="${TRITON_MODEL:-}"
+if [[ -z "$MODEL" ]]; then
+  manifest="${TRITON_REPO:-triton_repo}/tritonize.yaml"
+  [[ -f "$manifest" ]] && MODEL="$(sed -n 's/^name:[[:space:]]*//p' "$manifest" | head -n1 | tr -d "\"'")"
+fi
+if [[ -z "$MODEL" ]]; then
+  echo "error: set TRITON_MODEL (no ${TRITON_REPO:-triton_repo}/tritonize.yaml to read the name from)" >&2
+  exit 2
+fi
+
+# JSON string escaping in plain bash: backslash, quote, then every control character.
+json_string() {
+  local s="$1" code hex ch
+  s="${s//\\/\\\\}"
+  s="${s//\"/\\\"}"
+  s="${s//$'\n'/\\n}"
+  s="${s//$'\r'/\\r}"
+  s="${s//$'\t'/\\t}"
+  for code in $(seq 1 31); do
+    printf -v hex '%02x' "$code"
+    printf -v ch "\\x${hex}"
+    [[ "$s" == *"$ch"* ]] && s="${s//"$ch"/$(printf '\\u%04x' "$code")}"
+  done
+  printf '"%s"' "$s"
+}
+
+texts=("$@")
+if [[ ${#texts[@]} -eq 0 ]]; then
+  mapfile -t texts
+fi
+if [[ ${#texts[@]} -eq 0 ]]; then
+  echo "error: no texts (pass them as arguments or on stdin)" >&2
+  exit 2
+fi
+
+data=""
+for t in "${texts[@]}"; do
+  data+="${data:+,}$(json_string "$t")"
+done
+outputs=""
+if [[ -n "${TOP_K:-}" ]]; then
+  outputs=",\"outputs\":[{\"name\":\"probabilities\",\"parameters\":{\"classification\":${TOP_K}}}]"
+fi
+body="{\"inputs\":[{\"name\":\"TEXT\",\"shape\":[${#texts[@]},1],\"datatype\":\"BYTES\",\"data\":[${data}]}]${outputs}}"
+
+# --fail-with-body: a non-2xx answer exits non-zero and still prints Triton's {"error": ...}.
+status=0
+curl -sS --fail-with-body -X POST "${URL%/}/v2/models/${MODEL}/infer" \
+  -H 'Content-Type: application/json' --data-binary @- <<<"$body" || status=$?
+echo
+exit "$status"

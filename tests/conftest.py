@@ -1,0 +1,72 @@
+"""Shared fixtures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+# --- Local Triton server: tiny generated repositories and free ports ----------
+# Used by tests/test_local_runtime.py and tests/test_e2e_local.py.
+
+
+@dataclass(frozen=True)
+class TinyRepo:
+    """A generated repository and the model folder it came from."""
+
+    source: Path  # the Hugging Face / sentence-transformers folder
+    repository: Path
+    name: str  # the ensemble clients call
+
+
+def _generate_tiny(base: Path, kind: str) -> TinyRepo:
+    from tiny_models import build_classifier, build_embedding_model
+    from tritonize.generate import generate
+    from tritonize.spec import GenerateOptions
+
+    name = f"tiny{kind}"
+    build = build_embedding_model if kind == "emb" else build_classifier
+    source = build(base / f"{name}-src")
+    repository = generate(GenerateOptions(model=str(source), name=name, output=str(base / f"{name}-repo")))
+    return TinyRepo(source=Path(source), repository=Path(repository), name=name)
+
+
+@pytest.fixture(scope="session")
+def tiny_embedding_repo(tmp_path_factory) -> TinyRepo:
+    return _generate_tiny(tmp_path_factory.mktemp("tiny-emb"), "emb")
+
+
+@pytest.fixture(scope="session")
+def tiny_classifier_repo(tmp_path_factory) -> TinyRepo:
+    return _generate_tiny(tmp_path_factory.mktemp("tiny-cls"), "cls")
+
+
+@pytest.fixture(scope="session")
+def local_triton() -> None:
+    """Skip when this environment cannot run the wheel's tritonserver."""
+    pytest.importorskip("pytriton", reason="the local runtime needs nvidia-pytriton")
+    from tritonize.errors import TritonizeError
+    from tritonize.runtime.local import check_install, find_install
+
+    try:
+        check_install(find_install())
+    except TritonizeError as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def local_options():
+    """Make ServerOptions on three free loopback ports (never Triton's defaults: other servers may hold them)."""
+    from tritonize.runtime.base import ServerOptions
+    from tritonize.runtime.local import free_ports
+
+    def make(repository: Path, run_dir: Path, **overrides) -> ServerOptions:
+        http, grpc, metrics = free_ports(3)
+        values = dict(
+            repository=repository, http_port=http, grpc_port=grpc, metrics_port=metrics, run_dir=run_dir, timeout_s=120.0
+        )
+        values.update(overrides)
+        return ServerOptions(**values)
+
+    return make

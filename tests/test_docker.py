@@ -1,0 +1,582 @@
+"""The container path, tested without a Docker engine (none runs here).
+
+What is checked, and how:
+- docker-compose.yml against the official Compose Specification schema
+  (tests/data/compose-spec.json) with jsonschema, raw and after `${VAR:-default}`
+  interpolation; deliberately broken copies must fail the same validator;
+- the container spec that `deploy.py docker up` launches, as data, and through
+  the docker SDK's own conversion of `containers.run` kwargs to the engine's
+  create-container request;
+- the rendered serving Dockerfile, and that the committed copy has not drifted;
+- the error path when no engine can be reached: a real connection attempt to a
+  socket that does not exist, and the CLI's one-line error.
+Nothing here fakes an engine; running the container needs one (docs/container.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+if importlib.util.find_spec("tritonize") is None:  # not pip-installed: run from the checkout
+    sys.path.insert(0, str(ROOT))
+
+from tritonize.errors import TritonizeError  # noqa: E402
+from tritonize.runtime import docker as dk  # noqa: E402
+from tritonize.runtime.base import ServerOptions  # noqa: E402
+
+COMPOSE = ROOT / "docker-compose.yml"
+SCHEMA = ROOT / "tests" / "data" / "compose-spec.json"
+DOCKERFILE = ROOT / "docker" / "Dockerfile"
+
+
+# --------------------------------------------------------------------------- helpers
+
+_VAR = re.compile(
+    r"\$(?:(?P<escaped>\$)|\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?+])(?P<arg>[^}]*))?\}"
+    r"|(?P<bare>[A-Za-z_][A-Za-z0-9_]*))"
+)
+
+
+def interpolate(value: Any, env: dict[str, str]) -> Any:
+    """Compose's variable interpolation (`$VAR`, `${VAR}`, `${VAR:-d}`, `${VAR-d}`, `${VAR:?e}`, `$$`)."""
+    if isinstance(value, dict):
+        return {k: interpolate(v, env) for k, v in value.items()}
+    if isinstance(value, list):
+        return [interpolate(v, env) for v in value]
+    if not isinstance(value, str):
+        return value
+
+    def sub(m: re.Match[str]) -> str:
+        if m.group("escaped"):
+            return "$"
+        name = m.group("name") or m.group("bare")
+        op, arg, val = m.group("op"), m.group("arg") or "", env.get(name)
+        if op == ":-":
+            return val if val else arg
+        if op == "-":
+            return val if val is not None else arg
+        if op in (":?", "?"):
+            if (op == ":?" and not val) or val is None:
+                raise ValueError(f"required variable {name}: {arg}")
+            return val
+        if op == ":+":
+            return arg if val else ""
+        if op == "+":
+            return arg if val is not None else ""
+        return val or ""
+
+    return _VAR.sub(sub, value)
+
+
+def load_compose() -> dict[str, Any]:
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+def validator() -> jsonschema.Draft202012Validator:
+    schema = json.loads(SCHEMA.read_text())
+    return jsonschema.Draft202012Validator(schema)
+
+
+def schema_errors(doc: Any) -> list[str]:
+    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator().iter_errors(doc)]
+
+
+def default_compose() -> dict[str, Any]:
+    """The compose model as `docker compose` sees it with no variables set."""
+    return interpolate(load_compose(), env={})
+
+
+@pytest.fixture()
+def repo(tmp_path: Path) -> Path:
+    """A minimal generated-looking repository (require_repository wants a model dir)."""
+    model = tmp_path / "triton_repo" / "minilm"
+    model.mkdir(parents=True)
+    (model / "config.pbtxt").write_text('platform: "ensemble"\n')
+    return tmp_path / "triton_repo"
+
+
+@pytest.fixture()
+def no_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Point the docker SDK at a socket path that does not exist."""
+    address = f"unix://{tmp_path}/no-such-dir/docker.sock"
+    monkeypatch.setenv("DOCKER_HOST", address)
+    for var in ("DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH", "DOCKER_CONTEXT"):
+        monkeypatch.delenv(var, raising=False)
+    return address
+
+
+# --------------------------------------------------------------------------- compose: schema
+
+
+def test_vendored_schema_is_the_documented_copy() -> None:
+    digest = hashlib.sha256(SCHEMA.read_bytes()).hexdigest()
+    assert digest in (ROOT / "tests" / "data" / "README.md").read_text()
+    schema = json.loads(SCHEMA.read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    assert schema["title"] == "Compose Specification"
+
+
+def test_compose_file_is_valid_as_written() -> None:
+    assert schema_errors(load_compose()) == []
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {},
+        {"TRITON_REPO": "/srv/models/minilm", "TRITON_BIND": "0.0.0.0", "TRITON_RELEASE": "25.12"},
+        {"TRITON_HTTP_PORT": "9000", "TRITON_SHM_SIZE": "2gb", "TRITON_LOG_VERBOSE": "1"},
+    ],
+)
+def test_compose_file_is_valid_after_interpolation(env: dict[str, str]) -> None:
+    doc = interpolate(load_compose(), env)
+    assert "$" not in json.dumps(doc), "every variable has a default"
+    assert schema_errors(doc) == []
+
+
+def _set(doc: dict[str, Any], path: str, value: Any) -> None:
+    *parents, last = path.split(".")
+    node = doc
+    for key in parents:
+        node = node[int(key)] if isinstance(node, list) else node[key]
+    if value is _DELETE:
+        del node[last]
+    elif isinstance(node, list):
+        node[int(last)] = value
+    else:
+        node[last] = value
+
+
+_DELETE = object()
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        ("services.triton.shm-size", "1g"),  # misspelt key
+        ("services.triton.ports", "8000:8000"),  # not a list
+        ("services.triton.restart", ["always"]),  # not a string
+        ("services.triton.healthcheck.start-period", "300s"),  # unknown healthcheck key
+        ("services.triton.deploy.resources.reservations.devices.0.capabilities", _DELETE),  # required
+        ("services.triton.volumes.0.read_only", ["yes"]),  # wrong type
+        ("services.triton.ulimits.memlock", {"soft": -1}),  # hard is required
+        ("servics", {}),  # unknown top-level key
+    ],
+)
+def test_broken_compose_fails_the_schema(path: str, value: Any) -> None:
+    broken = copy.deepcopy(default_compose())
+    _set(broken, path, value)
+    assert schema_errors(broken), f"{path} = {value!r} should not validate"
+
+
+# --------------------------------------------------------------------------- compose: meaning
+
+
+def test_compose_serves_the_repository_with_gpus_on_loopback() -> None:
+    triton = default_compose()["services"]["triton"]
+    assert triton["ports"] == ["127.0.0.1:8000:8000", "127.0.0.1:8001:8001", "127.0.0.1:8002:8002"]
+    assert triton["deploy"]["resources"]["reservations"]["devices"] == [
+        {"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}
+    ]
+    (volume,) = triton["volumes"]
+    assert volume == {
+        "type": "bind",
+        "source": "./triton_repo",
+        "target": "/models",
+        "read_only": True,
+        "bind": {"create_host_path": False},
+    }
+    assert triton["shm_size"] == dk.DEFAULT_SHM_SIZE
+    assert triton["restart"] == "unless-stopped"
+    assert triton["pull_policy"] == "build"
+    assert triton["build"]["context"] == "./docker"
+    assert (COMPOSE.parent / triton["build"]["context"] / "Dockerfile").is_file()
+
+
+def test_compose_healthcheck_probes_readiness() -> None:
+    check = default_compose()["services"]["triton"]["healthcheck"]
+    assert check["test"][0] == "CMD"
+    assert check["test"][1:] == list(dk.HEALTHCHECK["test"])
+    assert check["test"][-1].endswith("/v2/health/ready")
+    for key in ("interval", "timeout", "start_period", "retries"):
+        assert str(check[key]) == str(dk.HEALTHCHECK[key])
+
+
+def test_compose_command_is_the_container_command() -> None:
+    command = default_compose()["services"]["triton"]["command"]
+    assert command == list(dk.triton_command(ServerOptions()))
+    assert "--model-control-mode=none" in command
+    assert "--model-repository=/models" in command
+    assert not any(arg.startswith("--model-config-name") for arg in command)
+
+
+def test_compose_settings_match_the_sdk_launcher() -> None:
+    triton = default_compose()["services"]["triton"]
+    assert triton["ulimits"] == {name: soft for name, soft, _ in dk.ULIMITS}
+    assert triton["security_opt"] == list(dk.SECURITY_OPT)
+    assert triton["environment"] == dk.ENVIRONMENT
+    assert triton["image"] == dk.default_image()
+
+
+def test_compose_cpu_variant_is_the_same_server_without_the_reservation() -> None:
+    services = default_compose()["services"]
+    gpu, cpu = services["triton"], services["triton-cpu"]
+    assert "deploy" not in cpu
+    assert cpu["profiles"] == ["cpu"]  # not started by a plain `docker compose up`
+    assert "profiles" not in gpu
+    rest = {k: v for k, v in gpu.items() if k != "deploy"}
+    assert {k: v for k, v in cpu.items() if k != "profiles"} == rest
+
+
+def test_compose_release_is_the_one_setting() -> None:
+    raw = load_compose()["x-triton"]
+    defaults = {
+        re.fullmatch(r"\$\{TRITON_RELEASE:-([0-9.]+)\}", raw["build"]["args"]["TRITON_RELEASE"]).group(1),
+        re.search(r"\$\{TRITON_RELEASE:-([0-9.]+)\}", raw["image"]).group(1),
+    }
+    assert defaults == {dk.DEFAULT_TRITON_RELEASE}
+    assert dk.release_is_patched(dk.DEFAULT_TRITON_RELEASE)
+    # The issue's floor: the first release with all of the 2025 fixes.
+    assert dk.release_key(dk.MIN_TRITON_RELEASE) >= (25, 8)
+
+
+def test_compose_points_at_another_repository_and_address() -> None:
+    env = {"TRITON_REPO": "/srv/models/minilm", "TRITON_BIND": "0.0.0.0", "TRITON_HTTP_PORT": "9000"}
+    triton = interpolate(load_compose(), env)["services"]["triton"]
+    assert triton["volumes"][0]["source"] == "/srv/models/minilm"
+    assert triton["ports"][0] == "0.0.0.0:9000:8000"
+
+
+@pytest.mark.parametrize(
+    ("release", "patched"), [("24.10", False), ("25.07", False), ("25.08", True), ("25.10", True), ("26.01", True)]
+)
+def test_release_floor(release: str, patched: bool) -> None:
+    assert dk.release_is_patched(release) is patched
+
+
+def test_release_must_look_like_a_release() -> None:
+    with pytest.raises(TritonizeError):
+        dk.release_key("latest")
+
+
+# --------------------------------------------------------------------------- Dockerfile
+
+
+def _instructions(text: str) -> list[str]:
+    """Dockerfile instructions with continuation lines joined, comments dropped."""
+    joined = re.sub(r"\\\n", " ", text)
+    return [line.strip() for line in joined.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+def test_committed_dockerfile_is_the_rendering() -> None:
+    assert DOCKERFILE.read_text() == dk.render_dockerfile(), (
+        "docker/Dockerfile drifted from templates/docker/Dockerfile.j2: "
+        "python -m tritonize.runtime.docker > docker/Dockerfile"
+    )
+
+
+def test_dockerfile_builds_on_the_default_release() -> None:
+    lines = _instructions(dk.render_dockerfile())
+    arg = next(line for line in lines if line.startswith("ARG TRITON_RELEASE="))
+    release = arg.split("=", 1)[1]
+    assert release == dk.DEFAULT_TRITON_RELEASE
+    froms = [line for line in lines if line.startswith("FROM ")]
+    assert len(froms) == 1
+    assert froms[0].replace("${TRITON_RELEASE}", release) == f"FROM nvcr.io/nvidia/tritonserver:{release}-py3"
+
+
+def test_dockerfile_adds_only_pinned_tokenizers() -> None:
+    text = dk.render_dockerfile()
+    lines = _instructions(text)
+    runs = [line for line in lines if line.startswith("RUN ")]
+    assert len(runs) == 1
+    (run,) = runs
+    requirements = re.findall(r"'([^']*)' > /tmp/requirements.txt", run)
+    assert len(requirements) == 1
+    req = requirements[0].split()
+    assert req[0] == f"tokenizers=={dk.TOKENIZERS_VERSION}"
+    assert sorted(req[1:]) == sorted(f"--hash=sha256:{h}" for h in dk.TOKENIZERS_SHA256)
+    for flag in ("--no-deps", "--require-hashes", "--only-binary=:all:", "--no-cache-dir"):
+        assert flag in run
+    assert run.count("pip install") == 1
+    # `up` rebuilds an image whose label shows another pin.
+    assert f'{dk.LABEL_PREFIX}.tokenizers="{dk.TOKENIZERS_VERSION}"' in text
+    body = "\n".join(lines).lower()
+    for heavy in ("torch", "transformers", "onnxruntime", "apt-get", "tensorflow"):
+        assert heavy not in body
+
+
+def test_dockerfile_runs_unprivileged_with_health_and_command() -> None:
+    lines = _instructions(dk.render_dockerfile())
+    users = [line for line in lines if line.startswith("USER ")]
+    assert users[-1] == "USER 1000:1000"
+    health = next(line for line in lines if line.startswith("HEALTHCHECK "))
+    assert " ".join(dk.HEALTHCHECK["test"]) in health
+    cmd = next(line for line in lines if line.startswith("CMD ["))
+    assert json.loads(cmd[len("CMD ") :]) == list(dk.triton_command(ServerOptions()))
+
+
+def test_dockerfile_release_is_a_parameter() -> None:
+    assert "ARG TRITON_RELEASE=25.12" in dk.render_dockerfile("25.12")
+    with pytest.raises(TritonizeError):
+        dk.render_dockerfile("25.12; rm -rf /")
+
+
+def test_tokenizers_pin_reads_what_the_generator_writes() -> None:
+    """tokenizer.json is written locally; the image's tokenizers must not be older."""
+    import tokenizers
+
+    def key(version: str) -> tuple[int, ...]:
+        return tuple(int(p) for p in re.findall(r"\d+", version)[:2])
+
+    assert key(dk.TOKENIZERS_VERSION) >= key(tokenizers.__version__)
+    assert all(re.fullmatch(r"[0-9a-f]{64}", h) for h in dk.TOKENIZERS_SHA256)
+
+
+# --------------------------------------------------------------------------- container spec
+
+
+def test_default_spec(repo: Path) -> None:
+    kwargs = dk.container_spec(ServerOptions(repository=repo), dk.DockerOptions()).run_kwargs()
+    assert kwargs["image"] == f"tritonize-tritonserver:{dk.DEFAULT_TRITON_RELEASE}-py3"
+    assert kwargs["detach"] is True
+    assert kwargs["name"] == "tritonize-triton"
+    (mount,) = kwargs["mounts"]
+    assert dict(mount) == {"Target": "/models", "Source": str(repo.resolve()), "Type": "bind", "ReadOnly": True}
+    assert Path(mount["Source"]).is_absolute()
+    assert "volumes" not in kwargs
+    assert kwargs["ports"] == {
+        "8000/tcp": ("127.0.0.1", 8000),
+        "8001/tcp": ("127.0.0.1", 8001),
+        "8002/tcp": ("127.0.0.1", 8002),
+    }
+    (request,) = kwargs["device_requests"]
+    assert request["Count"] == -1 and request["Capabilities"] == [["gpu"]]
+    assert kwargs["shm_size"] == "1g"
+    assert kwargs["restart_policy"] == {"Name": "unless-stopped"}
+    assert kwargs["labels"]["ai.tritonize.repository"] == str(repo.resolve())
+    command = kwargs["command"]
+    assert command[0] == "tritonserver"
+    assert "--model-repository=/models" in command
+    assert "--model-control-mode=none" in command
+    assert not any(arg.startswith("--model-config-name") for arg in command)
+
+
+def test_relative_repository_becomes_absolute(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(repo.parent)
+    spec = dk.container_spec(ServerOptions(repository=Path("triton_repo")), dk.DockerOptions())
+    assert spec.repository == repo.resolve()
+
+
+@pytest.mark.parametrize(
+    ("gpus", "expected"),
+    [
+        ("all", {"Count": -1, "DeviceIDs": []}),
+        ("2", {"Count": 2, "DeviceIDs": []}),
+        ("device=0,1", {"Count": 0, "DeviceIDs": ["0", "1"]}),
+        ("none", None),
+        ("0", None),
+    ],
+)
+def test_gpu_requests(repo: Path, gpus: str, expected: dict[str, Any] | None) -> None:
+    kwargs = dk.container_spec(ServerOptions(repository=repo), dk.DockerOptions(gpus=gpus)).run_kwargs()
+    if expected is None:
+        assert "device_requests" not in kwargs
+    else:
+        (request,) = kwargs["device_requests"]
+        assert {k: request[k] for k in expected} == expected
+        assert request["Capabilities"] == [["gpu"]]
+
+
+@pytest.mark.parametrize("bad", ["some", "-3", "device=", "1.5"])
+def test_bad_gpu_values_are_refused(bad: str) -> None:
+    with pytest.raises(ValueError):
+        dk.parse_gpus(bad)
+
+
+def test_ports_follow_the_host_option(repo: Path) -> None:
+    options = ServerOptions(repository=repo, host="0.0.0.0", http_port=9000, grpc_port=9001, metrics_port=9002)
+    spec = dk.container_spec(options, dk.DockerOptions())
+    assert spec.ports == {"8000/tcp": ("0.0.0.0", 9000), "8001/tcp": ("0.0.0.0", 9001), "8002/tcp": ("0.0.0.0", 9002)}
+    local = dk.container_spec(ServerOptions(repository=repo, host="localhost"), dk.DockerOptions())
+    assert {host for host, _ in local.ports.values()} == {"127.0.0.1"}
+    assert dk.reach_address("0.0.0.0") == "127.0.0.1"
+
+
+def test_explicit_model_control_still_loads_the_repository(repo: Path) -> None:
+    spec = dk.container_spec(ServerOptions(repository=repo, model_control="explicit"), dk.DockerOptions())
+    assert "--model-control-mode=explicit" in spec.command
+    assert "--load-model=*" in spec.command
+
+
+def test_the_sdk_accepts_the_run_kwargs(repo: Path) -> None:
+    """docker's own `containers.run` -> create-container conversion, as `run` does it (no engine call)."""
+    from docker.models.containers import _create_container_args
+
+    for gpus in ("all", "none"):
+        kwargs = dk.container_spec(ServerOptions(repository=repo), dk.DockerOptions(gpus=gpus)).run_kwargs()
+        kwargs.pop("detach")  # consumed by run() itself
+        created = _create_container_args({**kwargs, "version": "1.43"})
+        host = created["host_config"]
+        assert host["ShmSize"] == 1 << 30
+        assert host["Mounts"][0]["ReadOnly"] is True
+        assert host["PortBindings"]["8000/tcp"] == [{"HostIp": "127.0.0.1", "HostPort": "8000"}]
+        assert host["RestartPolicy"] == {"Name": "unless-stopped"}
+        assert ("DeviceRequests" in host) is (gpus == "all")
+        assert created["command"] == kwargs["command"]
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    from tritonize.runtime.cli import add_common_arguments
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("action")
+    add_common_arguments(parser)
+    dk.add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_cli_flags_reach_the_spec(repo: Path) -> None:
+    from tritonize.runtime.cli import options_from_args
+
+    args = _parse(
+        ["up", "-r", str(repo), "--gpus", "none", "--release", "25.12", "--shm-size", "2g", "--container-name", "t2"]
+    )
+    runtime = dk.from_args(options_from_args(args), args)
+    assert isinstance(runtime, dk.DockerRuntime)
+    spec = runtime.spec()
+    assert spec.gpus is None
+    assert spec.image == "tritonize-tritonserver:25.12-py3"
+    assert spec.shm_size == "2g"
+    assert spec.name == "t2"
+
+
+def test_cli_refuses_build_and_pull_together() -> None:
+    with pytest.raises(SystemExit):
+        _parse(["up", "--build", "--pull"])
+    with pytest.raises(SystemExit):
+        _parse(["up", "--gpus", "lots"])
+
+
+# --------------------------------------------------------------------------- no engine
+
+
+def test_up_without_an_engine_points_to_local(repo: Path, no_engine: str) -> None:
+    runtime = dk.DockerRuntime(ServerOptions(repository=repo), dk.DockerOptions())
+    with pytest.raises(TritonizeError) as info:
+        runtime.up()
+    assert info.value.message.startswith("no Docker engine could be reached")
+    assert no_engine in info.value.message
+    assert "deploy.py local up" in (info.value.hint or "")
+
+
+@pytest.mark.parametrize("action", ["status", "logs", "down"])
+def test_other_actions_without_an_engine(repo: Path, no_engine: str, action: str) -> None:
+    runtime = dk.DockerRuntime(ServerOptions(repository=repo), dk.DockerOptions())
+    with pytest.raises(TritonizeError, match="no Docker engine"):
+        getattr(runtime, action)()
+
+
+def test_pull_needs_an_explicit_image(repo: Path, no_engine: str) -> None:
+    runtime = dk.DockerRuntime(ServerOptions(repository=repo), dk.DockerOptions(pull=True))
+    with pytest.raises(TritonizeError, match="--pull needs --image"):
+        runtime.up()
+
+
+def test_up_checks_the_repository_first(tmp_path: Path, no_engine: str) -> None:
+    runtime = dk.DockerRuntime(ServerOptions(repository=tmp_path / "missing"), dk.DockerOptions())
+    with pytest.raises(TritonizeError, match="no model repository"):
+        runtime.up()
+
+
+def _cli_env(no_engine: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DOCKER_")}
+    env["DOCKER_HOST"] = no_engine
+    env.pop("TRITONIZE_DEBUG", None)
+    return env
+
+
+# `deploy` registers both runtimes; until tritonize.runtime.local exists in the
+# tree, an empty stand-in fills its slot. The docker path itself is the real one.
+_DEPLOY_DOCKER_STATUS = """
+import importlib.util, runpy, sys, types
+if importlib.util.find_spec("tritonize.runtime.local") is None:
+    stub = types.ModuleType("tritonize.runtime.local")
+    stub.add_arguments = lambda parser: None
+    sys.modules["tritonize.runtime.local"] = stub
+sys.argv = ["deploy.py", "docker", "status"]
+runpy.run_path("deploy.py", run_name="__main__")
+"""
+
+
+def test_cli_status_without_an_engine_is_one_clear_error(no_engine: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", _DEPLOY_DOCKER_STATUS],
+        cwd=ROOT,
+        env=_cli_env(no_engine),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert lines[0].startswith("error: no Docker engine could be reached")
+    assert lines[1] == "hint: run Triton without Docker: python deploy.py local up"
+    assert len(lines) == 2
+
+
+def test_importing_the_runtime_does_not_import_the_sdk() -> None:
+    code = "import sys, tritonize.runtime.docker; print('docker' in sys.modules, 'jinja2' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.stdout.split() == ["False", "False"], result.stderr
+
+
+# --------------------------------------------------------------------------- output parsing (plain data)
+
+
+def test_build_stream_errors_become_one_line() -> None:
+    stream = [{"stream": "Step 1/9 : ARG TRITON_RELEASE=25.10\n"}, {"error": "pull access denied\nfor nvcr.io"}]
+    with dk._Progress("building") as progress, pytest.raises(TritonizeError, match="image build failed: for nvcr.io"):
+        dk._follow(stream, progress, "image build")
+
+
+def test_error_lines_pick_triton_and_python_errors() -> None:
+    log = "\n".join(
+        [
+            "I0101 00:00:00.000 1 server.cc:1] loading: minilm_model:1",
+            "E0101 00:00:01.000 1 model_lifecycle.cc:2] failed to load 'minilm_tokenizer'",
+            "ModuleNotFoundError: No module named 'tokenizers'",
+            "I0101 00:00:02.000 1 server.cc:3] shutting down",
+        ]
+    )
+    assert dk._error_lines(log) == log.splitlines()[1:3]
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("Error while fetching server API version: ('Connection aborted.', FileNotFoundError(2, 'x'))", "no socket there"),
+        ("Error while fetching server API version: ('Connection aborted.', PermissionError(13, 'x'))", "permission denied"),
+        ("HTTPConnectionPool: Max retries exceeded (Connection refused)", "connection refused"),
+    ],
+)
+def test_no_engine_reasons_are_short(text: str, reason: str) -> None:
+    error = dk.no_engine_error(RuntimeError(text))
+    assert error.message.endswith(f"({reason})")
+    assert "deploy.py local up" in (error.hint or "")

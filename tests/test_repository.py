@@ -1,0 +1,257 @@
+"""Rendering and schema validation: both runtimes, both tasks, and atomic writes.
+
+Every config is parsed into Triton's own ModelConfig protobuf; the checks
+below read fields of that message, not strings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from tritonclient.grpc import model_config_pb2 as mc
+
+from tritonize import repository
+from tritonize.errors import TritonizeError
+from tritonize.spec import GenerateOptions, ModelSpec
+
+EMBEDDING = ModelSpec(
+    source="/models/x",
+    task="embedding",
+    max_length=256,
+    input_names=("input_ids", "attention_mask"),
+    hidden_size=384,
+    architecture="BertModel",
+    model_type="bert",
+    pooling="mean",
+    normalize=True,
+)
+CLASSIFIER = dataclasses.replace(
+    EMBEDDING, task="classification", architecture="BertForSequenceClassification", pooling=None, normalize=False,
+    labels=("neg", "pos"),
+)
+
+
+def _render(model: ModelSpec, **options):
+    opts = GenerateOptions(model="/models/x", **options)
+    repo = repository.plan(opts, model, "demo", pad_token_id=0)
+    files = repository.render(repo, repository.manifest(opts, repo), {"passed": True})
+    return repo, {f.path: f for f in files}, repository.validate(files)
+
+
+@pytest.mark.parametrize("model", [EMBEDDING, CLASSIFIER], ids=["embedding", "classification"])
+@pytest.mark.parametrize("device", ["cpu", "gpu"])
+def test_every_config_parses_into_model_config(model: ModelSpec, device: str) -> None:
+    repo, files, configs = _render(model, device=device)
+    assert set(configs) == {
+        "demo/config.pbtxt",
+        "demo_tokenizer/config.pbtxt",
+        "demo_model/config.pbtxt",
+        "demo_model/configs/local.pbtxt",
+    }
+    ensemble, tokenizer = configs["demo/config.pbtxt"], configs["demo_tokenizer/config.pbtxt"]
+    container, local = configs["demo_model/config.pbtxt"], configs["demo_model/configs/local.pbtxt"]
+
+    assert ensemble.platform == "ensemble"
+    assert tokenizer.backend == "python"
+    assert container.platform == "onnxruntime_onnx" and container.default_model_filename == "model.onnx"
+    assert local.backend == "python"
+    # Every step that can batch does.
+    for config in (tokenizer, container, local):
+        assert config.max_batch_size > 0
+        assert config.HasField("dynamic_batching")
+        assert len(config.instance_group) == 1 and config.instance_group[0].count >= 1
+    assert ensemble.max_batch_size > 0
+    expected_kind = mc.ModelInstanceGroup.KIND_GPU if device == "gpu" else mc.ModelInstanceGroup.KIND_CPU
+    assert container.instance_group[0].kind == expected_kind
+    assert local.instance_group[0].kind == mc.ModelInstanceGroup.KIND_CPU  # the local server has no GPU path
+    assert tokenizer.instance_group[0].kind == mc.ModelInstanceGroup.KIND_CPU
+    # Ragged batching only where the model regroups rows itself (the Python backend).
+    assert all(i.allow_ragged_batch for i in local.input)
+    assert not any(i.allow_ragged_batch for i in container.input)
+
+    assert [i.name for i in ensemble.input] == ["TEXT"]
+    assert ensemble.input[0].data_type == mc.TYPE_STRING and list(ensemble.input[0].dims) == [1]
+    expected_outputs = ["embedding"] if model.task == "embedding" else ["logits", "probabilities"]
+    assert [o.name for o in ensemble.output] == expected_outputs
+    assert all(o.data_type == mc.TYPE_FP32 for o in ensemble.output)
+    assert list(ensemble.output[0].dims) == [model.output_dim]
+
+
+@pytest.mark.parametrize("model", [EMBEDDING, CLASSIFIER], ids=["embedding", "classification"])
+def test_ensemble_wiring_matches_the_steps(model: ModelSpec) -> None:
+    _, _, configs = _render(model)
+    steps = {c.name: c for c in configs.values() if c.platform != "ensemble"}
+    ensemble = configs["demo/config.pbtxt"]
+    produced = {"TEXT"}
+    for step in ensemble.ensemble_scheduling.step:
+        target = steps[step.model_name]
+        assert set(step.input_map) == {i.name for i in target.input}
+        assert set(step.input_map.values()) <= produced  # every input is produced earlier
+        assert set(step.output_map) <= {o.name for o in target.output}
+        produced |= set(step.output_map.values())
+    assert {o.name for o in ensemble.output} <= produced
+    # The local config serves exactly the tensors the container's config does.
+    container, local = configs["demo_model/config.pbtxt"], configs["demo_model/configs/local.pbtxt"]
+    assert [(i.name, i.data_type, list(i.dims)) for i in container.input] == [
+        (i.name, i.data_type, list(i.dims)) for i in local.input
+    ]
+    assert [(o.name, o.data_type, list(o.dims)) for o in container.output] == [
+        (o.name, o.data_type, list(o.dims)) for o in local.output
+    ]
+
+
+def test_classification_labels_are_written_where_configs_name_them() -> None:
+    _, files, configs = _render(CLASSIFIER)
+    for path in ("demo/config.pbtxt", "demo_model/config.pbtxt"):
+        assert {o.label_filename for o in configs[path].output} == {"labels.txt"}
+        labels = files[path.replace("config.pbtxt", "labels.txt")].text.splitlines()
+        assert labels == ["neg", "pos"]
+
+
+def test_options_reach_the_configs() -> None:
+    repo, _, configs = _render(
+        EMBEDDING, max_batch_size=16, max_queue_delay_us=250, tokenizer_instances=2, model_instances=3, buckets=[8, 64]
+    )
+    tok, local = configs["demo_tokenizer/config.pbtxt"], configs["demo_model/configs/local.pbtxt"]
+    assert tok.max_batch_size == 16 and tok.dynamic_batching.max_queue_delay_microseconds == 250
+    assert tok.instance_group[0].count == 2 and local.instance_group[0].count == 3
+    assert tok.parameters["buckets"].string_value == "8,64,256"  # the max length always closes the ladder
+    assert tok.parameters["max_length"].string_value == "256"
+    assert repo.buckets == (8, 64, 256)
+
+
+def test_default_buckets_follow_the_max_length() -> None:
+    repo, _, _ = _render(dataclasses.replace(EMBEDDING, max_length=100))
+    assert repo.buckets == (16, 32, 64, 100)
+
+
+def test_tensorrt_block_only_on_gpu() -> None:
+    _, _, configs = _render(EMBEDDING, device="gpu", tensorrt=True, precision="fp16")
+    accel = configs["demo_model/config.pbtxt"].optimization.execution_accelerators.gpu_execution_accelerator
+    assert [a.name for a in accel] == ["tensorrt"]
+    assert accel[0].parameters["precision_mode"] == "FP16"
+    _, _, plain = _render(EMBEDDING, device="gpu")
+    assert not plain["demo_model/config.pbtxt"].HasField("optimization")
+    with pytest.raises(TritonizeError, match="--tensorrt needs --device gpu"):
+        _render(EMBEDDING, tensorrt=True)
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"max_batch_size": 0}, "--max-batch-size"),
+        ({"model_instances": 0}, "--model-instances"),
+        ({"max_queue_delay_us": -1}, "--max-queue-delay-us"),
+    ],
+)
+def test_bad_numbers_are_refused(options: dict, message: str) -> None:
+    with pytest.raises(TritonizeError, match=message):
+        _render(EMBEDDING, **options)
+
+
+def test_schema_rejects_unknown_fields_and_bad_values() -> None:
+    with pytest.raises(TritonizeError, match="not a valid Triton ModelConfig"):
+        repository.parse_config('name: "x"\nmax_batch_sise: 4\n')
+    with pytest.raises(TritonizeError, match="not a valid Triton ModelConfig"):
+        repository.parse_config('name: "x"\ninstance_group [ { kind: KIND_TPU } ]\n')
+
+
+def test_manifest_round_trips_to_options() -> None:
+    repo, files, _ = _render(EMBEDDING, max_queue_delay_us=123)
+    data = yaml.safe_load(files["tritonize.yaml"].text)
+    assert data["name"] == "demo" and data["max_queue_delay_us"] == 123 and data["buckets"] == list(repo.buckets)
+    assert data[repository.RESOLVED_KEY]["hidden_size"] == 384
+    options = {k: v for k, v in data.items() if k != repository.RESOLVED_KEY}
+    assert GenerateOptions(**options).max_queue_delay_us == 123
+
+
+# --- writing -------------------------------------------------------------------------------------------
+
+
+def _files_and_binary(tmp_path: Path):
+    _, files, _ = _render(EMBEDDING)
+    onnx = tmp_path / "graph.onnx"
+    onnx.write_bytes(b"not really onnx")
+    return list(files.values()), {"demo_model/1/model.onnx": onnx}
+
+
+def test_write_creates_a_complete_repository(tmp_path: Path) -> None:
+    files, binaries = _files_and_binary(tmp_path)
+    out = tmp_path / "repo"
+    repository.write(files, binaries, out, repository.staging_dir(out))
+    for rel in ("demo/config.pbtxt", "demo/1", "demo_tokenizer/1/model.py", "demo_model/1/model.onnx",
+                "demo_model/configs/local.pbtxt", "tritonize.yaml", "verification.json"):
+        assert (out / rel).exists(), rel
+    assert json.loads((out / "verification.json").read_text()) == {"passed": True}
+
+
+def test_foreign_directory_is_refused_and_kept(tmp_path: Path) -> None:
+    files, binaries = _files_and_binary(tmp_path)
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "precious.txt").write_text("keep me")
+    with pytest.raises(TritonizeError, match="not written by tritonize"):
+        repository.write(files, binaries, out, repository.staging_dir(out))
+    assert (out / "precious.txt").read_text() == "keep me"
+    repository.write(files, binaries, out, repository.staging_dir(out), force=True)
+    assert not (out / "precious.txt").exists() and (out / "tritonize.yaml").exists()
+
+
+def test_regeneration_replaces_and_keeps_dotfiles(tmp_path: Path) -> None:
+    files, binaries = _files_and_binary(tmp_path)
+    out = tmp_path / "repo"
+    out.mkdir()
+    (out / ".gitkeep").write_text("")
+    repository.write(files, binaries, out, repository.staging_dir(out))
+    (out / "demo" / "stale.txt").write_text("old")
+    repository.write(files, binaries, out, repository.staging_dir(out))
+    assert (out / ".gitkeep").exists()
+    assert not (out / "demo" / "stale.txt").exists()
+
+
+def test_invalid_config_leaves_the_old_repository_untouched(tmp_path: Path) -> None:
+    files, binaries = _files_and_binary(tmp_path)
+    out = tmp_path / "repo"
+    repository.write(files, binaries, out, repository.staging_dir(out))
+    before = (out / "demo" / "config.pbtxt").read_text()
+    broken = [
+        dataclasses.replace(f, text=f.text.replace("max_batch_size", "max_batch_sise")) if f.path == "demo/config.pbtxt" else f
+        for f in files
+    ]
+    staging = repository.staging_dir(out)
+    with pytest.raises(TritonizeError, match="demo/config.pbtxt is not a valid Triton ModelConfig"):
+        repository.write(broken, binaries, out, staging)
+    assert (out / "demo" / "config.pbtxt").read_text() == before
+
+
+def test_template_error_is_a_generation_error(tmp_path: Path, monkeypatch) -> None:
+    templates = tmp_path / "templates"
+    import shutil
+
+    from tritonize import paths
+
+    shutil.copytree(paths.TEMPLATES_DIR, templates)
+    (templates / "ensemble" / "config.pbtxt.j2").write_text('name: "{{ repo.no_such_field }}"\n')
+    monkeypatch.setattr(repository, "TEMPLATES_DIR", templates)
+    with pytest.raises(TritonizeError, match="ensemble/config.pbtxt.j2 failed to render"):
+        _render(EMBEDDING)
+
+
+def test_reconfigure_rewrites_only_configs(tmp_path: Path) -> None:
+    files, binaries = _files_and_binary(tmp_path)
+    out = tmp_path / "repo"
+    repository.write(files, binaries, out, repository.staging_dir(out))
+    onnx_before = (out / "demo_model/1/model.onnx").read_bytes()
+    repository.reconfigure(out, {"max_queue_delay_us": 42, "model_instances": 2, "max_batch_size": 8})
+    local = repository.parse_config((out / "demo_model/configs/local.pbtxt").read_text())
+    assert local.dynamic_batching.max_queue_delay_microseconds == 42
+    assert local.instance_group[0].count == 2 and local.max_batch_size == 8
+    assert repository.parse_config((out / "demo/config.pbtxt").read_text()).max_batch_size == 8
+    assert yaml.safe_load((out / "tritonize.yaml").read_text())["max_queue_delay_us"] == 42
+    assert (out / "demo_model/1/model.onnx").read_bytes() == onnx_before
+    with pytest.raises(TritonizeError, match="unknown option"):
+        repository.reconfigure(out, {"max_queue_delay": 1})

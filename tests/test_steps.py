@@ -1,0 +1,120 @@
+"""The generated Python models, imported as real modules and driven with real tokenizers/onnxruntime.
+
+The tokenizer's model.py and the local model's model.py are what the server
+runs; here they are imported from a generated repository (outside Triton, the
+`pb_utils` import falls back to None) and their logic is checked directly.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tiny_models import build_embedding_model
+from tritonize import steps
+from tritonize.export import load_torch_model
+from tritonize.generate import generate
+from tritonize.source import read_model
+from tritonize.spec import GenerateOptions
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory) -> Path:
+    base = tmp_path_factory.mktemp("steps")
+    model = build_embedding_model(base / "tiny", max_length=64)
+    return generate(GenerateOptions(model=str(model), name="tiny", output=str(base / "repo"), buckets=[8, 16, 32]))
+
+
+@pytest.fixture(scope="module")
+def encoder(repo: Path):
+    return steps.text_encoder(repo)
+
+
+def test_model_py_imports_outside_triton(repo: Path) -> None:
+    module = steps.load_module(repo / "tiny_tokenizer" / "1" / "model.py", "tok_under_test")
+    assert module.pb_utils is None
+    assert hasattr(module, "TritonPythonModel") and hasattr(module, "TextEncoder")
+
+
+def test_buckets_pad_each_request_to_the_smallest_fitting_length(encoder) -> None:
+    assert encoder.buckets == [8, 16, 32, 64]
+    ids, mask = encoder.encode(["hello"])
+    assert ids.shape == (1, 8) and ids.dtype == np.int64
+    assert mask[0].tolist() == [1, 1, 1, 0, 0, 0, 0, 0]  # [CLS] hello [SEP] + padding
+    ids, mask = encoder.encode(["hello", "the quick brown fox jumps over the lazy dog and the man"])
+    assert ids.shape == (2, 16)
+    assert mask.sum(1).tolist() == [3, 14]
+
+
+def test_encode_many_pads_per_request_in_one_call(encoder) -> None:
+    results = encoder.encode_many([["hello"], ["hello world " * 10], ["a b"]])
+    assert [ids.shape[1] for ids, _ in results] == [8, 32, 8]
+    alone = encoder.encode(["hello world " * 10])
+    assert np.array_equal(results[1][0], alone[0])
+
+
+def test_long_text_is_truncated_not_cut_at_the_baked_in_length(encoder) -> None:
+    # tokenizer.json carries truncation at 16 and fixed padding to 16; the model's max length (64) must win.
+    ids, mask = encoder.encode(["word " * 10_000])
+    assert ids.shape == (1, 64) and int(mask.sum()) == 64
+    ids, mask = encoder.encode(["the quick brown fox jumps over the lazy dog " * 2])
+    assert int(mask.sum()) == 20  # 18 words + [CLS] + [SEP], beyond the baked-in 16
+
+
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        (np.array([b"\xff\xfe bad"], dtype=object), "TEXT\\[0\\] is not valid UTF-8"),
+        (np.array([b"ok", b""], dtype=object), "TEXT\\[1\\] is empty"),
+        (np.array([b"   "], dtype=object), "TEXT\\[0\\] is empty"),
+        (np.array([], dtype=object), "no elements"),
+    ],
+)
+def test_bad_text_raises_a_clear_error(encoder, raw, message: str) -> None:
+    module = type(encoder).__module__
+    import sys
+
+    with pytest.raises(sys.modules[module].InvalidText, match=message):
+        encoder.decode(raw)
+
+
+def test_decode_accepts_utf8_bytes_and_shape_n_by_1(encoder) -> None:
+    raw = np.array([["héllo".encode()], ["日本語".encode()]], dtype=object)
+    assert encoder.decode(raw) == ["héllo", "日本語"]
+
+
+def test_onnx_runner_regrouping_matches_pytorch(repo: Path, encoder) -> None:
+    """Requests padded to different buckets, regrouped by length, give PyTorch's embeddings in order."""
+    runner = steps.onnx_runner(repo, intra_op_threads=1, max_rows=2)
+    texts = ["hello", "the quick brown fox " * 6, "a man is eating food", "dog", "world " * 40]
+    batches = [encoder.encode([t]) for t in texts[:3]] + [encoder.encode(texts[3:])]
+    outputs = runner.run_grouped(batches)
+    assert [o[0].shape for o in outputs] == [(1, 32), (1, 32), (1, 32), (2, 32)]
+    got = np.concatenate([o[0] for o in outputs])
+
+    spec = read_model(GenerateOptions(model=str(Path(repo) / ".." / "tiny")))
+    head = load_torch_model(spec)
+    expected = []
+    with torch.no_grad():
+        for t in texts:
+            ids, mask = encoder.encode([t])
+            expected.append(head(torch.from_numpy(ids), torch.from_numpy(mask)).numpy())
+    assert np.abs(got - np.concatenate(expected)).max() <= 1e-5
+
+
+def test_grouping_wastes_less_padding_than_the_longest_row(repo: Path, encoder) -> None:
+    runner = steps.onnx_runner(repo, intra_op_threads=1)
+    shapes = []
+    original = runner.run
+
+    def spy(ids, mask):
+        shapes.append(ids.shape)
+        return original(ids, mask)
+
+    runner.run = spy
+    runner.run_grouped([encoder.encode(["hello"]), encoder.encode(["dog " * 50]), encoder.encode(["fox"])])
+    # Two short rows run together at their own length; the long one alone.
+    assert sorted(shapes) == [(1, 52), (2, 3)]

@@ -1,0 +1,372 @@
+"""A small client for a tritonize repository: raw strings in, embeddings or labels out.
+
+The served ensemble takes one BYTES input, `TEXT`, shaped [N, 1], and returns
+`embedding` (sentence models) or `logits` + `probabilities` (classifiers).
+Texts may be `str` (sent as UTF-8) or `bytes` (sent untouched, so invalid
+UTF-8 reaches the server and its error can be checked). Server-side failures
+raise `ServerError`, which keeps Triton's own message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Literal, Union
+
+import numpy as np
+
+from .errors import TritonizeError
+
+Protocol = Literal["grpc", "http"]
+Text = Union[str, bytes]
+
+INPUT_NAME = "TEXT"
+EMBEDDING = "embedding"
+PROBABILITIES = "probabilities"
+DEFAULT_URLS = {"grpc": "127.0.0.1:8001", "http": "127.0.0.1:8000"}
+
+
+class ServerError(TritonizeError):
+    """Triton rejected or failed a request; `status` is its code (e.g. StatusCode.INVALID_ARGUMENT, 400)."""
+
+    def __init__(self, message: str, status: str | None = None):
+        super().__init__(message)
+        self.status = status
+
+    @classmethod
+    def wrap(cls, exc: Exception) -> ServerError:
+        message = exc.message() if hasattr(exc, "message") and callable(exc.message) else str(exc)
+        status = exc.status() if hasattr(exc, "status") and callable(exc.status) else None
+        return cls(message or str(exc), str(status) if status is not None else None)
+
+
+@dataclass(frozen=True)
+class Label:
+    """One class of a top-k answer, from Triton's classification extension."""
+
+    label: str
+    score: float
+    index: int
+
+
+@dataclass
+class RequestResult:
+    """One request of a concurrent run: its outputs or its error, and its latency."""
+
+    texts: Sequence[Text]
+    outputs: dict[str, np.ndarray] | None
+    error: ServerError | None
+    latency_s: float
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def text_array(texts: Iterable[Text]) -> np.ndarray:
+    """The [N, 1] object array Triton expects for a BYTES input."""
+    items = [t.encode("utf-8") if isinstance(t, str) else bytes(t) for t in texts]
+    if not items:
+        raise ValueError("no texts to send")
+    arr = np.empty((len(items), 1), dtype=object)
+    arr[:, 0] = items
+    return arr
+
+
+def parse_classes(arr: np.ndarray) -> list[list[Label]]:
+    """Decode classification strings "score:index[:label]" into Labels, one list per text."""
+    rows = arr.reshape(arr.shape[0], -1) if arr.ndim > 1 else arr.reshape(-1, 1)
+    parsed: list[list[Label]] = []
+    for row in rows:
+        labels = []
+        for cell in row:
+            text = cell.decode("utf-8") if isinstance(cell, bytes) else str(cell)
+            score, index, *rest = text.split(":", 2)
+            labels.append(Label(rest[0] if rest else index, float(score), int(index)))
+        parsed.append(labels)
+    return parsed
+
+
+def split_url(url: str, protocol: Protocol) -> tuple[str, bool]:
+    """tritonclient wants host:port; accept http(s):// and grpc:// prefixes too."""
+    ssl = url.startswith("https://")
+    for prefix in ("http://", "https://", "grpc://"):
+        if url.startswith(prefix):
+            url = url[len(prefix) :]
+    return url.rstrip("/"), ssl
+
+
+def chunks(texts: Sequence[Text], batch_size: int) -> list[list[Text]]:
+    """Split texts into requests of at most batch_size texts."""
+    size = max(1, batch_size)
+    return [list(texts[i : i + size]) for i in range(0, len(texts), size)]
+
+
+class TextClient:
+    """Blocking client over tritonclient's gRPC or HTTP API.
+
+    `infer_many` runs requests on a thread pool: gRPC shares one thread-safe
+    client, HTTP gets one client per thread (tritonclient.http is not thread safe).
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        model: str = "",
+        protocol: Protocol = "grpc",
+        timeout_s: float = 60.0,
+        input_name: str = INPUT_NAME,
+    ):
+        if protocol not in DEFAULT_URLS:
+            raise ValueError(f"protocol must be 'grpc' or 'http', not {protocol!r}")
+        if not model:
+            raise TritonizeError("no model name", hint="pass --model NAME (the ensemble's name)")
+        self.url, self._ssl = split_url(url or DEFAULT_URLS[protocol], protocol)
+        self.model = model
+        self.protocol: Protocol = protocol
+        self.timeout_s = timeout_s
+        self.input_name = input_name
+        self._local = threading.local()
+        self._clients: list = []
+        self._lock = threading.Lock()
+        if protocol == "grpc":
+            import tritonclient.grpc as module
+        else:
+            import tritonclient.http as module
+        self._module = module
+
+    # -- connection -------------------------------------------------------
+    def _client(self):
+        client = getattr(self._local, "client", None)
+        if client is None and self.protocol == "grpc" and self._clients:
+            return self._clients[0]
+        if client is None:
+            if self.protocol == "grpc":
+                client = self._module.InferenceServerClient(self.url, ssl=self._ssl)
+            else:
+                client = self._module.InferenceServerClient(
+                    self.url, ssl=self._ssl, connection_timeout=self.timeout_s, network_timeout=self.timeout_s
+                )
+            self._local.client = client
+            with self._lock:
+                self._clients.append(client)
+        return client
+
+    def close(self) -> None:
+        with self._lock:
+            clients, self._clients = self._clients, []
+        for client in clients:
+            try:
+                client.close()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
+        self._local = threading.local()
+
+    def __enter__(self) -> TextClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def is_ready(self) -> bool:
+        """True when the server and this model are ready."""
+        try:
+            client = self._client()
+            return bool(client.is_server_ready() and client.is_model_ready(self.model))
+        except Exception:  # noqa: BLE001 - unreachable counts as not ready
+            return False
+
+    def output_names(self) -> list[str]:
+        """The model's outputs, from its metadata: `embedding`, or `logits` + `probabilities`."""
+        try:
+            meta = self._client().get_model_metadata(self.model)
+        except self._module.InferenceServerException as exc:
+            raise ServerError.wrap(exc) from None
+        if self.protocol == "grpc":
+            return [o.name for o in meta.outputs]
+        return [o["name"] for o in meta.get("outputs", [])]
+
+    # -- inference --------------------------------------------------------
+    def infer(self, texts: Iterable[Text], outputs: Sequence[str] | None = None, top_k: int = 0) -> dict[str, np.ndarray]:
+        """One request; every output the model returns (or those named), as numpy arrays.
+
+        With top_k > 0 the named outputs (default: probabilities) come back as
+        classification strings "score:index:label", top_k per text.
+        """
+        data = text_array(texts)
+        m = self._module
+        inp = m.InferInput(self.input_name, list(data.shape), "BYTES")
+        inp.set_data_from_numpy(data)
+        if top_k and not outputs:
+            outputs = [PROBABILITIES]
+        requested = [m.InferRequestedOutput(name, class_count=top_k) for name in outputs] if outputs else None
+        client = self._client()
+        try:
+            if self.protocol == "grpc":
+                result = client.infer(self.model, [inp], outputs=requested, client_timeout=self.timeout_s)
+                names = [o.name for o in result.get_response().outputs]
+            else:
+                result = client.infer(self.model, [inp], outputs=requested)
+                names = [o["name"] for o in result.get_response().get("outputs", [])]
+        except Exception as exc:
+            if isinstance(exc, m.InferenceServerException):
+                raise ServerError.wrap(exc) from None
+            raise
+        return {name: result.as_numpy(name) for name in names}
+
+    def embed(self, texts: Iterable[Text]) -> np.ndarray:
+        """Sentence embeddings, [N, dim] float32."""
+        return self.infer(texts, outputs=[EMBEDDING])[EMBEDDING]
+
+    def classify(self, texts: Iterable[Text], top_k: int = 1) -> list[list[Label]]:
+        """The top_k labels per text, best first, computed by Triton."""
+        return parse_classes(self.infer(texts, top_k=max(1, top_k))[PROBABILITIES])
+
+    def infer_many(
+        self,
+        requests: Iterable[Sequence[Text]],
+        concurrency: int = 1,
+        outputs: Sequence[str] | None = None,
+        top_k: int = 0,
+    ) -> list[RequestResult]:
+        """Send many requests, `concurrency` at a time; results in request order, errors captured."""
+
+        def one(texts: Sequence[Text]) -> RequestResult:
+            start = time.perf_counter()
+            try:
+                res = self.infer(texts, outputs=outputs, top_k=top_k)
+                return RequestResult(texts, res, None, time.perf_counter() - start)
+            except ServerError as exc:
+                return RequestResult(texts, None, exc, time.perf_counter() - start)
+
+        requests = list(requests)
+        if concurrency <= 1:
+            return [one(r) for r in requests]
+        if self.protocol == "grpc":
+            self._client()  # one shared channel, created before the threads start
+        with ThreadPoolExecutor(max_workers=concurrency) as pool:
+            return list(pool.map(one, requests))
+
+
+class AsyncTextClient:
+    """asyncio client over tritonclient.grpc.aio, for throughput."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        model: str = "",
+        timeout_s: float = 60.0,
+        input_name: str = INPUT_NAME,
+    ):
+        if not model:
+            raise TritonizeError("no model name", hint="pass --model NAME (the ensemble's name)")
+        self.url, self._ssl = split_url(url or DEFAULT_URLS["grpc"], "grpc")
+        self.model = model
+        self.timeout_s = timeout_s
+        self.input_name = input_name
+        self._client = None
+
+    def _get(self):
+        # Created lazily, inside the running loop that will use it.
+        if self._client is None:
+            import tritonclient.grpc.aio as aio
+
+            self._client = aio.InferenceServerClient(self.url, ssl=self._ssl)
+        return self._client
+
+    async def close(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.close()
+
+    async def __aenter__(self) -> AsyncTextClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def is_ready(self) -> bool:
+        try:
+            client = self._get()
+            return bool(await client.is_server_ready() and await client.is_model_ready(self.model))
+        except Exception:  # noqa: BLE001
+            return False
+
+    async def output_names(self) -> list[str]:
+        from tritonclient.utils import InferenceServerException
+
+        try:
+            meta = await self._get().get_model_metadata(self.model)
+        except InferenceServerException as exc:
+            raise ServerError.wrap(exc) from None
+        return [o.name for o in meta.outputs]
+
+    async def infer(
+        self, texts: Iterable[Text], outputs: Sequence[str] | None = None, top_k: int = 0
+    ) -> dict[str, np.ndarray]:
+        """One request, as TextClient.infer."""
+        import tritonclient.grpc as grpcclient
+        from tritonclient.utils import InferenceServerException
+
+        data = text_array(texts)
+        inp = grpcclient.InferInput(self.input_name, list(data.shape), "BYTES")
+        inp.set_data_from_numpy(data)
+        if top_k and not outputs:
+            outputs = [PROBABILITIES]
+        requested = [grpcclient.InferRequestedOutput(n, class_count=top_k) for n in outputs] if outputs else None
+        try:
+            result = await self._get().infer(
+                self.model, [inp], outputs=requested, client_timeout=self.timeout_s
+            )
+        except InferenceServerException as exc:
+            raise ServerError.wrap(exc) from None
+        return {o.name: result.as_numpy(o.name) for o in result.get_response().outputs}
+
+    async def embed(self, texts: Iterable[Text]) -> np.ndarray:
+        return (await self.infer(texts, outputs=[EMBEDDING]))[EMBEDDING]
+
+    async def classify(self, texts: Iterable[Text], top_k: int = 1) -> list[list[Label]]:
+        return parse_classes((await self.infer(texts, top_k=max(1, top_k)))[PROBABILITIES])
+
+    async def infer_many(
+        self,
+        requests: Iterable[Sequence[Text]],
+        concurrency: int = 8,
+        outputs: Sequence[str] | None = None,
+        top_k: int = 0,
+    ) -> list[RequestResult]:
+        """Send many requests with at most `concurrency` in flight; results in request order."""
+        gate = asyncio.Semaphore(max(1, concurrency))
+
+        async def one(texts: Sequence[Text]) -> RequestResult:
+            async with gate:
+                start = time.perf_counter()
+                try:
+                    res = await self.infer(texts, outputs=outputs, top_k=top_k)
+                    return RequestResult(texts, res, None, time.perf_counter() - start)
+                except ServerError as exc:
+                    return RequestResult(texts, None, exc, time.perf_counter() - start)
+
+        return list(await asyncio.gather(*(one(list(r)) for r in requests)))
+
+
+def run_concurrent(
+    url: str | None,
+    model: str,
+    requests: Iterable[Sequence[Text]],
+    concurrency: int = 8,
+    outputs: Sequence[str] | None = None,
+    top_k: int = 0,
+    timeout_s: float = 60.0,
+) -> list[RequestResult]:
+    """Blocking wrapper: run `requests` through an AsyncTextClient at `concurrency`."""
+
+    async def main() -> list[RequestResult]:
+        async with AsyncTextClient(url, model, timeout_s=timeout_s) as client:
+            return await client.infer_many(requests, concurrency, outputs=outputs, top_k=top_k)
+
+    return asyncio.run(main())

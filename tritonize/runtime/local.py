@@ -1,0 +1,581 @@
+"""`deploy.py local up|down|status|logs`: the tritonserver binary from the nvidia-pytriton wheel.
+
+No Docker and no GPU: the wheel ships Triton 2.51 with its Python backend but
+no onnxruntime backend, so the server runs with `--model-config-name=local`,
+which selects each model's `configs/local.pbtxt` (onnxruntime inside a
+Python-backend model). The server runs in its own process group, so `down`
+stops it together with its Python-backend stub processes.
+
+Each server gets an instance directory `<run_dir>/local-<http_port>/` holding
+its PID file, its state (endpoints, repository), its log and its backend
+directory, so several servers can run side by side on different ports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ..console import err
+from ..errors import TritonizeError
+from .base import (
+    Endpoints,
+    Runtime,
+    ServerOptions,
+    ServerStatus,
+    http_get,
+    repository_models,
+    require_repository,
+    wait_ready,
+)
+
+DEFAULT_HTTP_PORT = ServerOptions().http_port
+PID_FILE = "tritonserver.pid"
+STATE_FILE = "server.json"
+LOG_FILE = "tritonserver.log"
+STUB_NAME = "triton_python_backend_stub"
+LOCAL_CONFIG_NAME = "local"
+SHOWN_LOG_LINES = 40
+MAX_LINE = 300  # error lines embed whole tracebacks; the model table shows them readably
+DEFAULT_STOP_TIMEOUT_S = 30.0  # Triton's own --exit-timeout-secs default
+# Printed by Triton on any machine without a GPU; never the cause of a failure.
+NOISE = ("CUDA driver", "NVML", "DCGM", "CudaDriverHelper", "GPU metrics", "Pinned memory", "CUDA memory pool")
+ERROR_MARKERS = ("error", "failed", "unavailable", "traceback", "exception", "already in use", "not found")
+ADDRESS_IN_USE = ("already in use", "address in use")
+
+
+# -- where the server comes from ------------------------------------------
+
+
+@dataclass(frozen=True)
+class TritonInstall:
+    """The server binary, its libraries and the Python backend, as the wheel lays them out."""
+
+    server: Path
+    libs: Path
+    python_backend: Path
+    stub: Path
+    python_bin: Path  # first on PATH: how the stub finds this environment's packages
+
+
+def find_install(tritonserver: Path | None = None) -> TritonInstall:
+    """Locate the wheel's server and the stub for the running interpreter."""
+    try:
+        import pytriton
+    except ModuleNotFoundError:
+        raise TritonizeError(
+            "the local runtime needs the nvidia-pytriton wheel (it ships the tritonserver binary)",
+            hint="pip install 'nvidia-pytriton>=0.7'  (or: pip install -e '.[local]')",
+        ) from None
+    root = Path(pytriton.__file__).resolve().parent / "tritonserver"
+    site = root.parents[1]
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    install = TritonInstall(
+        server=Path(tritonserver) if tritonserver else root / "bin" / "tritonserver",
+        libs=site / "nvidia_pytriton.libs",
+        python_backend=root / "backends" / "python",
+        stub=root / "python_backend_stubs" / version / STUB_NAME,
+        python_bin=Path(sys.prefix) / "bin",
+    )
+    if not install.server.is_file():
+        raise TritonizeError(f"no tritonserver binary at {install.server}", hint="reinstall nvidia-pytriton")
+    if not install.stub.is_file():
+        raise TritonizeError(
+            f"nvidia-pytriton has no Python-backend stub for Python {version}",
+            hint="use Python 3.8-3.13 for this environment",
+        )
+    return install
+
+
+def missing_libraries(binary: Path, libs: Path) -> list[str]:
+    """Shared libraries `binary` cannot find (the stub links the system libpython)."""
+    ldd = shutil.which("ldd")
+    if ldd is None:
+        import ctypes.util
+
+        name = f"python{sys.version_info.major}.{sys.version_info.minor}"
+        return [] if ctypes.util.find_library(name) else [f"lib{name}.so.1.0"]
+    env = {**os.environ, "LD_LIBRARY_PATH": _join_path(str(libs), os.environ.get("LD_LIBRARY_PATH"))}
+    result = subprocess.run([ldd, str(binary)], capture_output=True, text=True, env=env, check=False)
+    return [line.split("=>")[0].strip() for line in result.stdout.splitlines() if "not found" in line]
+
+
+def check_install(install: TritonInstall) -> None:
+    missing = missing_libraries(install.stub, install.libs)
+    if missing:
+        version = f"{sys.version_info.major}.{sys.version_info.minor}"
+        raise TritonizeError(
+            f"the Python-backend stub cannot load {', '.join(missing)}",
+            hint=f"install the system Python library: apt-get install libpython{version}",
+        )
+
+
+def _join_path(first: str, rest: str | None) -> str:
+    return f"{first}{os.pathsep}{rest}" if rest else first
+
+
+# -- ports ----------------------------------------------------------------
+
+
+def _family(host: str) -> int:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+def free_ports(n: int = 3, host: str = "127.0.0.1") -> list[int]:
+    """n distinct ports that nothing listens on right now (for tests and benchmarks)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(_family(host), socket.SOCK_STREAM)
+            s.bind((host, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """True when something listens on host:port (TIME_WAIT leftovers do not count)."""
+    bind_host = "" if host in ("0.0.0.0", "::") else host
+    with socket.socket(_family(host), socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((bind_host, port))
+        except OSError:
+            return True
+    return False
+
+
+def check_ports(options: ServerOptions) -> None:
+    ports = {"HTTP": options.http_port, "gRPC": options.grpc_port, "metrics": options.metrics_port}
+    if len(set(ports.values())) != len(ports):
+        raise TritonizeError(f"the HTTP, gRPC and metrics ports must differ: {ports}")
+    busy = [f"{name} port {port}" for name, port in ports.items() if port_in_use(options.host, port)]
+    if busy:
+        flags = " / ".join(f"--{n.lower()}-port" for n, p in ports.items() if f"{n} port {p}" in busy)
+        raise TritonizeError(
+            f"{' and '.join(busy)} on {options.host} already in use",
+            hint=f"stop what listens there, or choose free ports with {flags}",
+        )
+
+
+# -- processes ------------------------------------------------------------
+
+
+def _start_ticks(pid: int) -> int | None:
+    """The process start time from /proc, to tell a live server from a reused PID."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return False
+
+
+def group_processes(pgid: int) -> list[int]:
+    """Live (non-zombie) processes in a process group: the server and its backend stubs."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            pids.append(int(entry.name))
+    return sorted(pids)
+
+
+def _reap(pid: int) -> None:
+    """Collect the exit status if the server is our own child (no zombie left)."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+# -- the server's record on disk ------------------------------------------
+
+
+@dataclass
+class Instance:
+    """What `up` leaves in the instance directory for later down/status/logs calls."""
+
+    pid: int
+    start_ticks: int | None
+    repository: str
+    host: str
+    reach_host: str
+    http_port: int
+    grpc_port: int
+    metrics_port: int
+    command: list[str]
+    started_at: float
+
+    @property
+    def endpoints(self) -> Endpoints:
+        return Endpoints(self.reach_host, self.http_port, self.grpc_port, self.metrics_port)
+
+    def alive(self) -> bool:
+        _reap(self.pid)
+        ticks = _start_ticks(self.pid)
+        return ticks is not None and ticks == self.start_ticks and not _is_zombie(self.pid)
+
+
+def reach_host(host: str) -> str:
+    """The address clients use: loopback when the server binds every interface."""
+    return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+
+
+def instance_dir(run_dir: Path, http_port: int) -> Path:
+    return Path(run_dir) / f"local-{http_port}"
+
+
+def read_instance(directory: Path) -> Instance | None:
+    try:
+        data = json.loads((directory / STATE_FILE).read_text())
+        return Instance(**data)
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+# -- log reading ----------------------------------------------------------
+
+
+def relevant_log_lines(text: str, limit: int = SHOWN_LOG_LINES) -> list[str]:
+    """The lines that explain a failure: error lines and the model status table's failing rows."""
+    lines = text.splitlines()
+    keep: list[str] = []
+    in_table_row = False
+    for line in lines:
+        if any(noise in line for noise in NOISE):
+            continue
+        lowered = line.lower()
+        if line.startswith("|"):
+            # Model table rows wrap long tracebacks across lines; keep the whole failing row.
+            if "UNAVAILABLE" in line:
+                in_table_row = True
+            elif line.split("|")[1].strip():
+                in_table_row = False
+            if in_table_row:
+                keep.append(line.rstrip())
+            continue
+        in_table_row = False
+        if line[:1] == "E" and line[1:5].isdigit() or any(m in lowered for m in ERROR_MARKERS):
+            line = line.rstrip()
+            keep.append(line if len(line) <= MAX_LINE else line[:MAX_LINE] + " ...")
+    if len(keep) > limit:
+        keep = keep[:limit] + [f"... ({len(keep) - limit} more lines in the log)"]
+    return keep
+
+
+def tail_lines(path: Path, n: int | None) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    if n is None:
+        return text
+    lines = text.splitlines(keepends=True)
+    return "".join(lines[-n:]) if n > 0 else ""
+
+
+# -- the runtime ----------------------------------------------------------
+
+
+class LocalRuntime(Runtime):
+    """The wheel's tritonserver as a child process group; also a context manager.
+
+    `with LocalRuntime(ServerOptions(...)) as endpoints:` starts the server,
+    and stops it, stubs included, on the way out.
+    """
+
+    def __init__(
+        self,
+        options: ServerOptions,
+        tritonserver: Path | None = None,
+        quiet: bool = False,
+        stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S,
+    ):
+        super().__init__(options)
+        self.tritonserver = tritonserver
+        self.stop_timeout_s = stop_timeout_s
+        self.quiet = quiet
+        self.directory = instance_dir(options.run_dir, options.http_port).resolve()
+        self._proc: subprocess.Popen | None = None
+
+    # paths
+    @property
+    def pid_file(self) -> Path:
+        return self.directory / PID_FILE
+
+    @property
+    def log_file(self) -> Path:
+        return self.directory / LOG_FILE
+
+    def __enter__(self) -> Endpoints:
+        return self.up()
+
+    def __exit__(self, *exc: object) -> None:
+        self.down()
+
+    def _say(self, message: str) -> None:
+        if not self.quiet:
+            err.print(message)
+
+    # which server this command is about
+    def _instance(self) -> tuple[Path, Instance] | None:
+        """The live server for these options; with the default port, the only live one in run_dir."""
+        inst = read_instance(self.directory)
+        if inst and inst.alive():
+            return self.directory, inst
+        if self.options.http_port != DEFAULT_HTTP_PORT:
+            return None
+        live = []
+        for d in sorted(Path(self.options.run_dir).glob("local-*")):
+            other = read_instance(d)
+            if other and other.alive():
+                live.append((d.resolve(), other))
+        return live[0] if len(live) == 1 else None
+
+    def command(self, install: TritonInstall, backend_dir: Path) -> list[str]:
+        o = self.options
+        cmd = [
+            str(install.server),
+            f"--model-repository={Path(o.repository).resolve()}",
+            f"--backend-directory={backend_dir}",
+            f"--model-config-name={LOCAL_CONFIG_NAME}",
+            f"--http-address={o.host}",
+            f"--grpc-address={o.host}",
+            f"--metrics-address={o.host}",
+            f"--http-port={o.http_port}",
+            f"--grpc-port={o.grpc_port}",
+            f"--metrics-port={o.metrics_port}",
+            f"--model-control-mode={o.model_control}",
+        ]
+        if o.model_control == "explicit":
+            cmd.append("--load-model=*")  # serve the whole repository, as in mode "none"
+        if o.log_verbose:
+            cmd.append(f"--log-verbose={o.log_verbose}")
+        return cmd + list(o.extra_args)
+
+    def _prepare_backend(self, install: TritonInstall) -> Path:
+        """A backend directory with the Python backend and the stub for this interpreter."""
+        backends = self.directory / "backends"
+        target = backends / "python"
+        shutil.rmtree(backends, ignore_errors=True)
+        target.mkdir(parents=True)
+        for item in install.python_backend.iterdir():
+            if item.is_file():
+                shutil.copy2(item, target / item.name)
+        shutil.copy2(install.stub, target / STUB_NAME)
+        return backends
+
+    def _env(self, install: TritonInstall) -> dict[str, str]:
+        env = dict(os.environ)
+        env["LD_LIBRARY_PATH"] = _join_path(str(install.libs), env.get("LD_LIBRARY_PATH"))
+        env["PATH"] = _join_path(str(install.python_bin), env.get("PATH"))
+        env.setdefault("PYTHONDONTWRITEBYTECODE", "1")
+        return env
+
+    def up(self) -> Endpoints:
+        o = self.options
+        require_repository(o.repository)
+        running = read_instance(self.directory)
+        if running and running.alive():
+            raise TritonizeError(
+                f"a local Triton server is already running (pid {running.pid}, HTTP {running.endpoints.http})",
+                hint="stop it with `deploy.py local down`, or pick other ports",
+            )
+        check_ports(o)
+        install = find_install(self.tritonserver)
+        check_install(install)
+
+        self.directory.mkdir(parents=True, exist_ok=True)
+        backend_dir = self._prepare_backend(install)
+        if self.log_file.exists():
+            self.log_file.replace(self.log_file.with_suffix(".log.1"))
+        cmd = self.command(install, backend_dir)
+        with open(self.log_file, "wb") as log:
+            # Own session: one signal to the group stops the server and its stubs.
+            # cwd is the instance directory, so nothing in the user's cwd shadows a package.
+            self._proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self._env(install),
+                cwd=self.directory,
+                start_new_session=True,
+            )
+        inst = Instance(
+            pid=self._proc.pid,
+            start_ticks=_start_ticks(self._proc.pid),
+            repository=str(Path(o.repository).resolve()),
+            host=o.host,
+            reach_host=reach_host(o.host),
+            http_port=o.http_port,
+            grpc_port=o.grpc_port,
+            metrics_port=o.metrics_port,
+            command=cmd,
+            started_at=time.time(),
+        )
+        (self.directory / STATE_FILE).write_text(json.dumps(asdict(inst), indent=2))
+        self.pid_file.write_text(f"{inst.pid}\n")
+        try:
+            self._wait(inst)
+        except BaseException:
+            self._stop(inst, timeout_s=10.0)
+            self._forget(self.directory)
+            raise
+        return inst.endpoints
+
+    def _wait(self, inst: Instance) -> None:
+        proc = self._proc
+        assert proc is not None
+        title = f"Starting Triton on {self.options.host} (HTTP {inst.http_port}, gRPC {inst.grpc_port})"
+        start = time.monotonic()
+        status = err.status(f"{title}...") if err.is_terminal and not self.quiet else contextlib.nullcontext()
+        last_report = [0.0]
+
+        def on_tick(elapsed: float) -> None:
+            if err.is_terminal and not self.quiet:
+                status.update(f"{title}... {elapsed:.0f}s  [dim]{self._last_log_line()}[/]")
+            elif elapsed - last_report[0] >= 5.0:
+                last_report[0] = elapsed
+                self._say(f"  waiting for /v2/health/ready... {elapsed:.0f}s")
+
+        if not (err.is_terminal and not self.quiet):
+            self._say(f"{title}...")
+        try:
+            with status:
+                wait_ready(inst.endpoints, self.options.timeout_s, lambda: proc.poll() is None, on_tick)
+        except TritonizeError as exc:
+            raise self._failure(exc, proc.poll()) from None
+        self._say(f"[green]✓[/] {title} [dim]({time.monotonic() - start:.1f}s)[/]")
+
+    def _last_log_line(self) -> str:
+        for line in reversed(tail_lines(self.log_file, 5).splitlines()):
+            text = line.split("] ", 1)[-1].strip()
+            if text and not any(n in text for n in NOISE):
+                return text[:70].replace("[", "\\[")
+        return ""
+
+    def _failure(self, exc: TritonizeError, code: int | None) -> TritonizeError:
+        """The server's own error lines, added to the message."""
+        log = tail_lines(self.log_file, None)
+        lines = relevant_log_lines(log)
+        if code is None:
+            head = exc.message
+        else:
+            head = f"Triton exited with code {code} before it became ready"
+        if any(m in log.lower() for m in ADDRESS_IN_USE):
+            head += " (a port is already in use)"
+        detail = "\n".join(f"  | {line}" for line in lines) if lines else "  (no error lines in the log)"
+        return TritonizeError(
+            f"{head}; from {self.log_file}:\n{detail}",
+            hint=exc.hint or f"the whole log: {self.log_file}",
+        )
+
+    def down(self, timeout_s: float | None = None) -> None:
+        found = self._instance()
+        if found is None:
+            self._say(f"no local Triton server is running (run dir {self.options.run_dir})")
+            return
+        directory, inst = found
+        self._stop(inst, self.stop_timeout_s if timeout_s is None else timeout_s)
+        self._forget(directory)
+
+    @staticmethod
+    def _forget(directory: Path) -> None:
+        """Drop the PID and state files; the log stays for `logs`."""
+        for name in (PID_FILE, STATE_FILE):
+            (directory / name).unlink(missing_ok=True)
+
+    def _stop(self, inst: Instance, timeout_s: float) -> None:
+        """SIGTERM to the group (Triton drains in-flight requests), SIGKILL after timeout_s."""
+        start = time.monotonic()
+        pgid = inst.pid  # the server leads its own session and process group
+        self._signal(pgid, signal.SIGTERM)
+        if not self._wait_gone(inst, pgid, timeout_s):
+            self._say(f"[yellow]Triton did not stop within {timeout_s:.0f}s; killing it[/]")
+            self._signal(pgid, signal.SIGKILL)
+            self._wait_gone(inst, pgid, 10.0)
+        self._say(f"[green]✓[/] Triton stopped (pid {inst.pid}) [dim]({time.monotonic() - start:.1f}s)[/]")
+        self._proc = None
+
+    def _signal(self, pgid: int, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)
+
+    def _wait_gone(self, inst: Instance, pgid: int, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._proc is not None:
+                self._proc.poll()
+            if not inst.alive() and not group_processes(pgid):
+                return True
+            time.sleep(0.1)
+        return False
+
+    def status(self) -> ServerStatus:
+        found = self._instance()
+        if found is None:
+            return ServerStatus(False, False, detail=f"not running (nothing in {self.options.run_dir})")
+        directory, inst = found
+        endpoints = inst.endpoints
+        code, _ = http_get(f"{endpoints.http}/v2/health/ready")
+        return ServerStatus(
+            running=True,
+            ready=code == 200,
+            endpoints=endpoints,
+            models=repository_models(endpoints),
+            detail=f"pid {inst.pid}, HTTP {endpoints.http}, gRPC {endpoints.grpc}, log {directory / LOG_FILE}",
+        )
+
+    def logs(self, tail: int | None = None) -> str:
+        found = self._instance()
+        directory = found[0] if found else self.directory
+        path = directory / LOG_FILE
+        if not path.exists():
+            raise TritonizeError(f"no log at {path}", hint="start a server with `deploy.py local up`")
+        return tail_lines(path, tail)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--tritonserver",
+        type=Path,
+        default=None,
+        help="tritonserver binary to run (default: the one in the nvidia-pytriton wheel)",
+    )
+    parser.add_argument(
+        "--stop-timeout",
+        type=float,
+        default=DEFAULT_STOP_TIMEOUT_S,
+        help="`down`: seconds to let in-flight requests drain before SIGKILL (default: %(default)s)",
+    )
+
+
+def from_args(options: ServerOptions, args: argparse.Namespace) -> Runtime:
+    return LocalRuntime(
+        options,
+        tritonserver=getattr(args, "tritonserver", None),
+        stop_timeout_s=getattr(args, "stop_timeout", DEFAULT_STOP_TIMEOUT_S),
+    )
