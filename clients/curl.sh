@@ -6,13 +6,13 @@
 #   echo "a text" | clients/curl.sh
 #   TOP_K=2 clients/curl.sh "great movie"          # classifiers: top-k labels
 #
-# Environment: TRITON_HTTP_URL (default http://127.0.0.1:8000),
-# TRITON_MODEL (default: `name` in ${TRITON_REPO:-triton_repo}/tritonize.yaml), TOP_K.
+# Environment: TRITON_HTTP_URL or TRITON_URL (default http://127.0.0.1:8000),
+# TRITON_MODEL or MODEL (default: `name` in ${TRITON_REPO:-triton_repo}/tritonize.yaml), TOP_K.
 set -euo pipefail
 
-URL="${TRITON_HTTP_URL:-http://127.0.0.1:8000}"
+URL="${TRITON_HTTP_URL:-${TRITON_URL:-http://127.0.0.1:8000}}"
 case "$URL" in http://* | https://*) ;; *) URL="http://$URL" ;; esac
-MODEL="${TRITON_MODEL:-}"
+MODEL="${TRITON_MODEL:-${MODEL:-}}"
 if [[ -z "$MODEL" ]]; then
   manifest="${TRITON_REPO:-triton_repo}/tritonize.yaml"
   [[ -f "$manifest" ]] && MODEL="$(sed -n 's/^name:[[:space:]]*//p' "$manifest" | head -n1 | tr -d "\"'")"

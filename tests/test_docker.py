@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import copy
 import hashlib
-import importlib.util
 import json
 import os
 import re
@@ -32,9 +31,6 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-if importlib.util.find_spec("tritonize") is None:  # not pip-installed: run from the checkout
-    sys.path.insert(0, str(ROOT))
-
 from tritonize.errors import TritonizeError  # noqa: E402
 from tritonize.runtime import docker as dk  # noqa: E402
 from tritonize.runtime.base import ServerOptions  # noqa: E402
@@ -511,22 +507,9 @@ def _cli_env(no_engine: str) -> dict[str, str]:
     return env
 
 
-# `deploy` registers both runtimes; until tritonize.runtime.local exists in the
-# tree, an empty stand-in fills its slot. The docker path itself is the real one.
-_DEPLOY_DOCKER_STATUS = """
-import importlib.util, runpy, sys, types
-if importlib.util.find_spec("tritonize.runtime.local") is None:
-    stub = types.ModuleType("tritonize.runtime.local")
-    stub.add_arguments = lambda parser: None
-    sys.modules["tritonize.runtime.local"] = stub
-sys.argv = ["deploy.py", "docker", "status"]
-runpy.run_path("deploy.py", run_name="__main__")
-"""
-
-
 def test_cli_status_without_an_engine_is_one_clear_error(no_engine: str) -> None:
     result = subprocess.run(
-        [sys.executable, "-c", _DEPLOY_DOCKER_STATUS],
+        [sys.executable, "deploy.py", "docker", "status"],
         cwd=ROOT,
         env=_cli_env(no_engine),
         capture_output=True,

@@ -133,7 +133,7 @@ def test_failed_model_load_shows_the_servers_error(tiny_embedding_repo, local_op
     repo = tmp_path / "broken"
     shutil.copytree(tiny_embedding_repo.repository, repo)
     model_py = repo / f"{tiny_embedding_repo.name}_model" / "1" / "model.py"
-    model_py.write_text("import module_that_does_not_exist_xyz\n" + model_py.read_text())
+    model_py.write_text(model_py.read_text() + "\nimport module_that_does_not_exist_xyz\n")
     runtime = LocalRuntime(local_options(repo, tmp_path / "run"), quiet=True)
     with pytest.raises(TritonizeError) as info:
         runtime.up()

@@ -80,8 +80,8 @@ class Runtime(abc.ABC):
         """Start the server and return once /v2/health/ready answers 200."""
 
     @abc.abstractmethod
-    def down(self, timeout_s: float = 30.0) -> None:
-        """Stop gracefully (SIGTERM, in-flight requests drain)."""
+    def down(self, timeout_s: float = 30.0) -> bool:
+        """Stop gracefully (SIGTERM, in-flight requests drain); False when nothing was running."""
 
     @abc.abstractmethod
     def status(self) -> ServerStatus: ...

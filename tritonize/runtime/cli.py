@@ -82,8 +82,8 @@ def run(args: argparse.Namespace) -> int:
         endpoints = runtime.up()
         print_summary(endpoints, args.repository, runtime)
     elif args.action == "down":
-        runtime.down()
-        err.print("[green]✓[/] stopped")
+        if runtime.down():
+            err.print("[green]✓[/] stopped")
     elif args.action == "status":
         status = runtime.status()
         out.print(f"running: {status.running}   ready: {status.ready}" + (f"   {status.detail}" if status.detail else ""))
@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
             out.print(f"  {m.name:<32} v{m.version or '-':<4} {m.state}" + (f"  ({m.reason})" if m.reason else ""))
         return 0 if status.ready else 1
     elif args.action == "logs":
-        out.print(runtime.logs(args.tail), end="", markup=False, highlight=False)
+        out.print(runtime.logs(args.tail), end="", markup=False, highlight=False, soft_wrap=True)
     return 0
 
 

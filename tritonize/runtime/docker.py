@@ -520,15 +520,16 @@ class DockerRuntime(Runtime):
             )
         return TritonizeError(f"the container could not start: {text.strip()[:200]}")
 
-    def down(self, timeout_s: float = 30.0) -> None:
+    def down(self, timeout_s: float = 30.0) -> bool:
         client = connect()
         container = self._container(client)
         if container is None:
             err.print(f"no container named {self.docker_options.container_name}")
-            return
+            return False
         # SIGTERM, then Triton drains in-flight requests for up to EXIT_TIMEOUT_S.
         container.stop(timeout=int(max(timeout_s, EXIT_TIMEOUT_S)) + 10)
         container.remove()
+        return True
 
     def status(self) -> ServerStatus:
         client = connect()

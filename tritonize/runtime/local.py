@@ -26,6 +26,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from rich.markup import escape
+
 from ..console import err
 from ..errors import TritonizeError
 from .base import (
@@ -333,7 +335,11 @@ class LocalRuntime(Runtime):
         return self.up()
 
     def __exit__(self, *exc: object) -> None:
-        self.down()
+        # Only the server this object started: never another one found in run_dir.
+        inst = read_instance(self.directory)
+        if inst and (inst.alive() or group_processes(inst.pid)):  # a crashed server's stubs too
+            self._stop(inst, self.stop_timeout_s)
+        self._forget(self.directory)
 
     def _say(self, message: str) -> None:
         if not self.quiet:
@@ -352,7 +358,13 @@ class LocalRuntime(Runtime):
             other = read_instance(d)
             if other and other.alive():
                 live.append((d.resolve(), other))
-        return live[0] if len(live) == 1 else None
+        if len(live) > 1:
+            ports = ", ".join(str(inst.http_port) for _, inst in live)
+            raise TritonizeError(
+                f"{len(live)} local Triton servers run from {self.options.run_dir} (HTTP ports {ports})",
+                hint="say which one with --http-port",
+            )
+        return live[0] if live else None
 
     def command(self, install: TritonInstall, backend_dir: Path) -> list[str]:
         o = self.options
@@ -449,14 +461,15 @@ class LocalRuntime(Runtime):
     def _wait(self, inst: Instance) -> None:
         proc = self._proc
         assert proc is not None
-        title = f"Starting Triton on {self.options.host} (HTTP {inst.http_port}, gRPC {inst.grpc_port})"
+        title = f"Starting Triton on {self.options.host}:{inst.http_port}"
         start = time.monotonic()
         status = err.status(f"{title}...") if err.is_terminal and not self.quiet else contextlib.nullcontext()
         last_report = [0.0]
 
         def on_tick(elapsed: float) -> None:
             if err.is_terminal and not self.quiet:
-                status.update(f"{title}... {elapsed:.0f}s  [dim]{self._last_log_line()}[/]")
+                room = max(0, err.width - len(title) - 14)
+                status.update(f"{title}... {elapsed:.0f}s  [dim]{self._last_log_line(room)}[/]")
             elif elapsed - last_report[0] >= 5.0:
                 last_report[0] = elapsed
                 self._say(f"  waiting for /v2/health/ready... {elapsed:.0f}s")
@@ -470,11 +483,12 @@ class LocalRuntime(Runtime):
             raise self._failure(exc, proc.poll()) from None
         self._say(f"[green]✓[/] {title} [dim]({time.monotonic() - start:.1f}s)[/]")
 
-    def _last_log_line(self) -> str:
+    def _last_log_line(self, width: int) -> str:
+        """What the server is doing now, from its log, for the progress line."""
         for line in reversed(tail_lines(self.log_file, 5).splitlines()):
-            text = line.split("] ", 1)[-1].strip()
+            text = line.split("] ", 1)[-1].strip().strip('"')
             if text and not any(n in text for n in NOISE):
-                return text[:70].replace("[", "\\[")
+                return escape(text[:width])
         return ""
 
     def _failure(self, exc: TritonizeError, code: int | None) -> TritonizeError:
@@ -493,14 +507,15 @@ class LocalRuntime(Runtime):
             hint=exc.hint or f"the whole log: {self.log_file}",
         )
 
-    def down(self, timeout_s: float | None = None) -> None:
+    def down(self, timeout_s: float | None = None) -> bool:
         found = self._instance()
         if found is None:
             self._say(f"no local Triton server is running (run dir {self.options.run_dir})")
-            return
+            return False
         directory, inst = found
         self._stop(inst, self.stop_timeout_s if timeout_s is None else timeout_s)
         self._forget(directory)
+        return True
 
     @staticmethod
     def _forget(directory: Path) -> None:
