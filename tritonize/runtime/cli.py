@@ -11,7 +11,7 @@ import argparse
 import importlib
 from pathlib import Path
 
-from ..console import err, out
+from ..console import out
 from .base import Endpoints, Runtime, ServerOptions, read_manifest, sample_curl
 
 RUNTIMES = {
@@ -82,8 +82,7 @@ def run(args: argparse.Namespace) -> int:
         endpoints = runtime.up()
         print_summary(endpoints, args.repository, runtime)
     elif args.action == "down":
-        if runtime.down():
-            err.print("[green]✓[/] stopped")
+        runtime.down()  # each runtime says what it stopped
     elif args.action == "status":
         status = runtime.status()
         out.print(f"running: {status.running}   ready: {status.ready}" + (f"   {status.detail}" if status.detail else ""))

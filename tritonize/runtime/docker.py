@@ -529,6 +529,7 @@ class DockerRuntime(Runtime):
         # SIGTERM, then Triton drains in-flight requests for up to EXIT_TIMEOUT_S.
         container.stop(timeout=int(max(timeout_s, EXIT_TIMEOUT_S)) + 10)
         container.remove()
+        err.print(f"[green]✓[/] container {self.docker_options.container_name} stopped and removed")
         return True
 
     def status(self) -> ServerStatus:
