@@ -114,3 +114,20 @@ def _summary(row: dict) -> str:
 def _short(text: str, width: int = 48) -> str:
     text = " ".join(text.split())
     return repr(text if len(text) <= width else text[: width - 3] + "...")
+
+
+def run_sync(protocol: str, description: str) -> int:
+    """The whole of grpc_client.py and http_client.py: they differ only in protocol."""
+    from tritonize.client import ServerError, TextClient
+
+    args = parser(protocol, description).parse_args()
+    args.model = model_name(args)
+    texts = read_texts(args)
+    try:
+        with TextClient(args.url, args.model, protocol=protocol, timeout_s=args.timeout) as client:
+            classifier = is_classifier(client.output_names())
+            results = client.infer_many(requests(args, texts), args.concurrency, top_k=args.top_k if classifier else 0)
+    except ServerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return report(results, classifier, args)
