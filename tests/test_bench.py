@@ -1,0 +1,183 @@
+"""`tritonize bench` and `tritonize tune` on the tiny embedding model: structure and counts, not speed.
+
+The end-to-end tests start real servers (Triton, the Starlette baselines)
+with request-bounded runs, so every count is exact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from tritonize import steps
+from tritonize.bench import baseline_server, corpus, floor
+from tritonize.cli import main
+from tritonize.repository import load_manifest, parse_config, reconfigure
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+# -- workloads -----------------------------------------------------------------
+
+
+def test_shipped_corpus_is_varied() -> None:
+    texts = corpus.read_corpus()
+    words = [len(t.split()) for t in texts]
+    assert len(texts) >= 300
+    assert min(words) <= 3 and max(words) >= 150  # a few to a few hundred tokens
+    assert sum(any(ord(c) > 127 for c in t) for t in texts) >= 20  # some non-ASCII
+    assert len(set(texts)) > 0.9 * len(texts)
+
+
+def test_fixed_length_texts_have_exact_token_counts(tiny_embedding_repo) -> None:
+    enc = steps.text_encoder(tiny_embedding_repo.repository)
+    count = corpus.token_counter(enc)
+    w = corpus.build_workloads(["short", "long", "mixed"], count, enc.max_length, corpus.read_corpus(), 16, 48, n_texts=50)
+    for name, target in (("short", 16), ("long", 48)):
+        assert len(w[name].texts) == 50 and len(set(w[name].texts)) == 50
+        assert {count(t) for t in w[name].texts} == {target}
+    assert w["mixed"].summary()["tokens"]["max"] <= enc.max_length  # truncated as the server truncates
+
+
+# -- the baseline server, in process -------------------------------------------
+
+
+def test_naive_batching_takes_every_queued_request() -> None:
+    """The doc's batching loop, fixed: the first request of a batch is kept."""
+    seen: list[list[str]] = []
+
+    def predict(texts):
+        seen.append(list(texts))
+        return [{"n": len(t)} for t in texts]
+
+    async def scenario() -> list:
+        q: asyncio.Queue = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+        futures = [loop.create_future() for _ in range(5)]
+        for i, f in enumerate(futures):
+            q.put_nowait((f"text {i}", f))
+        task = asyncio.create_task(baseline_server.server_loop(q, predict, True, baseline_server.Counters()))
+        results = await asyncio.wait_for(asyncio.gather(*futures), 5)
+        task.cancel()
+        return results
+
+    results = asyncio.run(scenario())
+    assert seen == [[f"text {i}" for i in range(5)]]
+    assert [r["n"] for r in results] == [6] * 5
+
+
+def test_a_dead_model_loop_fails_every_request_at_once() -> None:
+    from starlette.testclient import TestClient
+
+    def predict(texts):
+        if "boom" in texts:
+            raise RuntimeError("model exploded")
+        return [{"embedding": [1.0]} for _ in texts]
+
+    with TestClient(baseline_server.create_app(predict, batch=False)) as client:
+        assert client.post("/", content="hello".encode()).json() == {"embedding": [1.0]}
+        start = time.monotonic()
+        first = client.post("/", content=b"boom")
+        later = client.post("/", content="héllo".encode())
+        assert time.monotonic() - start < 2.0  # visible at once, not a hang
+        assert first.status_code == 503 and "model exploded" in first.json()["error"]
+        assert later.status_code == 503 and "model loop died" in later.json()["error"]
+        assert client.get("/health").status_code == 503
+
+
+# -- the in-process floor ------------------------------------------------------
+
+
+def test_floor_reports_latency_and_both_orders(tiny_embedding_repo) -> None:
+    f = floor.Floor(tiny_embedding_repo.repository)
+    texts = corpus.read_corpus()[:64]
+    result = floor.measure(f, texts, requests=20, duration_s=None, fixed_length=False, batches=(1, 8))
+    assert result["batch1_latency_ms"]["requests"] == 20
+    assert result["batch1_latency_ms"]["p50"] > 0
+    for order in ("arrival", "sorted"):
+        assert result[order]["rps"] > 0 and set(result[order]["by_batch"]) == {"1", "8"}
+    # Sorting by length can only reduce padding.
+    assert result["sorted"]["padding_waste_by_batch"]["8"] <= result["arrival"]["padding_waste_by_batch"]["8"]
+    assert result["arrival"]["padding_waste_by_batch"]["1"] == 0
+
+
+# -- end to end ----------------------------------------------------------------
+
+SYSTEMS = {"triton-grpc", "triton-http", "doc", "doc-batched"}
+
+
+@pytest.mark.e2e
+@pytest.mark.usefixtures("local_triton")
+def test_bench_runs_every_system_with_exact_counts(tiny_embedding_repo, tmp_path, capsys) -> None:
+    out = tmp_path / "results"
+    rc = main([
+        "bench", "--repository", str(tiny_embedding_repo.repository), "--start-local",
+        "--requests", "40", "--warmup", "5", "--concurrency", "1,4", "--workloads", "short,mixed",
+        "--short-tokens", "16", "--protocols", "grpc,http", "--baselines", "doc,doc-batched,floor",
+        "--output", str(out),
+    ])
+    assert rc == 0
+    doc = json.loads((out / "bench.json").read_text())
+    assert set(doc["workloads"]) == {"short", "mixed"}
+    runs = doc["runs"]
+    assert {(r["system"], r["workload"], r["concurrency"]) for r in runs} == {
+        (s, w, c) for s in SYSTEMS for w in ("short", "mixed") for c in (1, 4)
+    }
+    for r in runs:
+        assert r["completed"] == 40 and r["errors"] == 0, r
+        lat = r["latency_ms"]
+        assert 0 < lat["p50"] <= lat["p95"] <= lat["p99"] <= lat["max"]
+        assert r["throughput_rps"] > 0
+        if r["system"].startswith("triton"):
+            # Triton's own counters saw exactly the measured requests (warm-up excluded).
+            assert r["steps"]["ensemble"]["requests"] == 40
+            assert r["steps"]["model"]["inferences"] == 40
+            assert r["steps"]["model"]["avg_batch"] >= 1
+            assert r["breakdown"]["server_ms"] > 0
+            assert r["padding_waste"]["waste"] >= 0
+        else:
+            assert r["server"]["requests"] == 40
+    for w in ("short", "mixed"):
+        f = doc["floor"][w]
+        assert f["batch1_latency_ms"]["requests"] == 40
+        assert f["arrival"]["rps"] > 0 and f["sorted"]["rps"] > 0
+    assert any(t["name"] == "p50 vs floor" for t in doc["targets"])
+    assert (out / "bench.png").read_bytes()[:8] == PNG_MAGIC
+    printed = capsys.readouterr().out
+    assert "Triton gRPC" in printed and "HF doc server" in printed and "floor" in printed
+
+
+@pytest.mark.e2e
+@pytest.mark.usefixtures("local_triton")
+def test_tune_writes_the_better_configuration_back(tiny_embedding_repo, tmp_path) -> None:
+    repo = tmp_path / "repo"
+    shutil.copytree(tiny_embedding_repo.repository, repo)
+    # A 20 ms queue delay costs every request ~40 ms at low load: a clear loser.
+    reconfigure(repo, {"max_queue_delay_us": 20000})
+    rc = main([
+        "tune", "--repository", str(repo), "--grid", "max_queue_delay_us=0", "--requests", "20", "--warmup", "5",
+        "--concurrency", "1,2", "--output", str(tmp_path / "out"),
+    ])
+    assert rc == 0
+    result = json.loads((tmp_path / "out" / "tune.json").read_text())
+    assert [p["changes"] for p in result["points"]] == [{"max_queue_delay_us": 20000}, {"max_queue_delay_us": 0}]
+    assert all(len(p["runs"]) == 2 and all(r["completed"] == 20 for r in p["runs"]) for p in result["points"])
+    assert result["chosen"] == {"max_queue_delay_us": 0}
+    name = load_manifest(repo)["name"]
+    for config in (
+        repo / name / "config.pbtxt",
+        repo / f"{name}_tokenizer" / "config.pbtxt",
+        repo / f"{name}_model" / "config.pbtxt",
+        repo / f"{name}_model" / "configs" / "local.pbtxt",
+    ):
+        parsed = parse_config(config.read_text(), str(config))
+        if parsed.platform != "ensemble":
+            assert parsed.dynamic_batching.max_queue_delay_microseconds == 0, config
+    assert load_manifest(repo)["max_queue_delay_us"] == 0
+    # The shadow copies are gone; only real files remain in the repository.
+    assert not any(p.is_symlink() for p in Path(repo).rglob("*"))

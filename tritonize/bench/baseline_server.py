@@ -1,0 +1,194 @@
+"""The baseline users compare Triton with: Hugging Face's "Using pipelines for a webserver".
+
+A faithful, working version of that design: Starlette and uvicorn, the
+PyTorch model loaded once, one asyncio queue feeding a single model loop that
+runs in the event loop. `--batch` adds the doc's naive batching: after the
+first request, keep taking requests while another arrives within 1 ms, then
+run them as one batch padded to its longest text.
+
+Three departures from the doc, each to make it work: Starlette 1.x has no
+`on_event`, so startup is a `lifespan`; the doc's batching snippet drops the
+first request of each batch, this one keeps it; and if the model loop dies,
+every waiting and later request fails at once with HTTP 503 (the doc's design
+leaves them all hanging, silently).
+
+    python -m tritonize.bench.baseline_server --model FOLDER --port 8080 [--batch]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+BATCH_WAIT_S = 0.001  # the doc's 1 ms
+MAX_BATCH = 64  # the repository's default max_batch_size; the doc sets no limit
+
+Predict = Callable[[list[str]], list]
+
+
+@dataclass
+class Counters:
+    """Work done by the model loop; the benchmark reads deltas from GET /stats."""
+
+    requests: int = 0
+    batches: int = 0
+    real_tokens: int = 0
+    computed_tokens: int = 0  # padded to each batch's longest text
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+class ModelLoopDied(RuntimeError):
+    pass
+
+
+class Pipeline:
+    """tokenizer + PyTorch model, the part of a `transformers.pipeline` the server needs.
+
+    The model is wrapped in the repository's own head (pooling and
+    normalisation, or softmax), so it answers what Triton answers; it is
+    loaded as a pipeline loads it, with transformers' default attention
+    (the export forces the slower eager attention, which would handicap
+    the baseline).
+    """
+
+    def __init__(self, model_folder: str, threads: int = 0):
+        import torch
+        from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer
+
+        from ..export import ClassificationHead, EmbeddingHead
+        from ..source import read_model
+        from ..spec import GenerateOptions
+
+        if threads:
+            torch.set_num_threads(threads)
+        self.torch = torch
+        self.spec = spec = read_model(GenerateOptions(model=model_folder))
+        auto = AutoModel if spec.task == "embedding" else AutoModelForSequenceClassification
+        model = auto.from_pretrained(spec.source, trust_remote_code=spec.trust_remote_code).eval()
+        head = EmbeddingHead(model, spec.pooling or "mean", spec.normalize) if spec.task == "embedding" else ClassificationHead(model)
+        self.model = head.eval()
+        self.tokenizer = AutoTokenizer.from_pretrained(spec.source)
+        self.counters = Counters()
+
+    def __call__(self, texts: list[str]) -> list:
+        batch = self.tokenizer(
+            texts, padding=True, truncation=True, max_length=self.spec.max_length, return_tensors="pt"
+        )
+        mask = batch["attention_mask"]
+        self.counters.real_tokens += int(mask.sum())
+        self.counters.computed_tokens += int(mask.numel())
+        with self.torch.inference_mode():
+            out = self.model(batch["input_ids"], mask)
+        if self.spec.task == "embedding":
+            return [{"embedding": row} for row in out.tolist()]
+        logits, probs = out
+        return [{"logits": lg, "probabilities": pr} for lg, pr in zip(logits.tolist(), probs.tolist())]
+
+
+async def server_loop(q: asyncio.Queue, predict: Predict, batch: bool, counters: Counters) -> None:
+    """The doc's loop: one request (or one naive batch) at a time, in the event loop."""
+    while True:
+        (string, fut) = await q.get()
+        strings, futures = [string], [fut]
+        if batch:
+            while len(strings) < MAX_BATCH:
+                try:
+                    (string, fut) = await asyncio.wait_for(q.get(), timeout=BATCH_WAIT_S)
+                except asyncio.TimeoutError:
+                    break
+                strings.append(string)
+                futures.append(fut)
+        outs = predict(strings)  # blocks the event loop, as in the doc
+        counters.requests += len(strings)
+        counters.batches += 1
+        for f, out in zip(futures, outs):
+            if not f.done():
+                f.set_result(out)
+
+
+def create_app(predict: Predict, batch: bool = False, counters: Counters | None = None) -> Starlette:
+    """The Starlette app; `predict` maps a list of texts to one JSON-able answer per text."""
+    counters = counters if counters is not None else getattr(predict, "counters", None) or Counters()
+
+    async def homepage(request: Request) -> JSONResponse:
+        state = request.app.state
+        if state.dead is not None:
+            return JSONResponse({"error": f"model loop died: {state.dead}"}, status_code=503)
+        payload = await request.body()
+        try:
+            string = payload.decode("utf-8")
+        except UnicodeDecodeError:
+            return JSONResponse({"error": "body is not valid UTF-8"}, status_code=400)
+        fut = asyncio.get_running_loop().create_future()
+        state.pending.add(fut)
+        try:
+            await state.model_queue.put((string, fut))
+            output = await fut
+        except ModelLoopDied as exc:
+            return JSONResponse({"error": str(exc)}, status_code=503)
+        finally:
+            state.pending.discard(fut)
+        return JSONResponse(output)
+
+    async def health(request: Request) -> JSONResponse:
+        dead = request.app.state.dead
+        return JSONResponse({"ready": dead is None, "error": dead}, status_code=200 if dead is None else 503)
+
+    async def stats(request: Request) -> JSONResponse:
+        return JSONResponse({**counters.to_dict(), "batching": batch})
+
+    def on_loop_done(app: Starlette, task: asyncio.Task) -> None:
+        """Fail every waiting request, and every later one, the moment the loop stops."""
+        reason = "cancelled" if task.cancelled() else repr(task.exception() or "exited")
+        app.state.dead = reason
+        for fut in list(app.state.pending):
+            if not fut.done():
+                fut.set_exception(ModelLoopDied(f"model loop died: {reason}"))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        app.state.model_queue = asyncio.Queue()
+        app.state.pending = set()
+        app.state.dead = None
+        task = asyncio.create_task(server_loop(app.state.model_queue, predict, batch, counters))
+        task.add_done_callback(lambda t: on_loop_done(app, t))
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+
+    routes = [
+        Route("/", homepage, methods=["POST"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/stats", stats, methods=["GET"]),
+    ]
+    return Starlette(routes=routes, lifespan=lifespan)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="the model folder the repository was generated from")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--batch", action="store_true", help="the doc's naive batching (1 ms window)")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's own choice)")
+    args = parser.parse_args(argv)
+
+    import uvicorn
+
+    predict = Pipeline(args.model, args.threads)
+    uvicorn.run(create_app(predict, args.batch), host=args.host, port=args.port, log_level="warning", access_log=False)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+"""Run the Starlette baseline as a child process on a free loopback port, and stop it after."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from ..errors import TritonizeError
+from ..runtime.base import http_get
+from ..runtime.local import free_ports
+
+BASELINES = {
+    "doc": ("HF doc server", False),
+    "doc-batched": ("HF doc server, batching", True),
+}
+START_TIMEOUT_S = 180.0
+
+
+class BaselineProcess:
+    """`with BaselineProcess(folder, batch) as url:` serves the model at url until the block ends."""
+
+    def __init__(self, model_folder: str, batch: bool, log_file: Path, threads: int = 0, host: str = "127.0.0.1"):
+        self.model_folder, self.batch, self.threads, self.host = model_folder, batch, threads, host
+        self.log_file = Path(log_file)
+        self.proc: subprocess.Popen | None = None
+        self.url = ""
+
+    def __enter__(self) -> str:
+        port = free_ports(1, self.host)[0]
+        self.url = f"http://{self.host}:{port}"
+        cmd = [sys.executable, "-m", "tritonize.bench.baseline_server", "--model", self.model_folder,
+               "--host", self.host, "--port", str(port)]
+        if self.batch:
+            cmd.append("--batch")
+        if self.threads:
+            cmd += ["--threads", str(self.threads)]
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        # The child imports this package from wherever this process did.
+        root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        with open(self.log_file, "wb") as log:
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env)
+        try:
+            self._wait()
+        except BaseException:
+            self.stop()
+            raise
+        return self.url
+
+    def _wait(self) -> None:
+        start = time.monotonic()
+        while time.monotonic() - start < START_TIMEOUT_S:
+            if self.proc is not None and self.proc.poll() is not None:
+                tail = self.log_file.read_text(errors="replace")[-1500:]
+                raise TritonizeError(f"the baseline server exited with code {self.proc.returncode}:\n{tail}")
+            if http_get(f"{self.url}/health", timeout=1.0)[0] == 200:
+                return
+            time.sleep(0.25)
+        raise TritonizeError(f"the baseline server was not ready after {START_TIMEOUT_S:.0f}s", hint=f"read {self.log_file}")
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+        self.proc = None
+
+
+def counters(url: str) -> dict:
+    """The baseline's work counters (requests, batches, real and padded tokens)."""
+    with urllib.request.urlopen(f"{url}/stats", timeout=5.0) as resp:  # noqa: S310 - loopback
+        return json.loads(resp.read())
+
+
+def counters_delta(before: dict, after: dict) -> dict:
+    keys = ("requests", "batches", "real_tokens", "computed_tokens")
+    d = {k: int(after.get(k, 0)) - int(before.get(k, 0)) for k in keys}
+    d["avg_batch"] = round(d["requests"] / d["batches"], 2) if d["batches"] else 0.0
+    d["padding_waste"] = round((d["computed_tokens"] - d["real_tokens"]) / d["real_tokens"], 4) if d["real_tokens"] else 0.0
+    return d

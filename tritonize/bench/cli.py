@@ -1,0 +1,115 @@
+"""`tritonize bench`: Triton against the Hugging Face doc server and the in-process floor, in one run.
+
+    tritonize bench --repository triton_repo --start-local
+    tritonize bench --repository triton_repo --url 127.0.0.1:8000 --grpc-url 127.0.0.1:8001 --requests 500
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..console import err, out
+from ..errors import TritonizeError
+from . import corpus
+from .runner import Bench, BenchOptions
+
+BASELINE_CHOICES = ("doc", "doc-batched", "floor")
+PROTOCOLS = ("grpc", "http")
+JSON_NAME, CHART_NAME = "bench.json", "bench.png"
+
+
+def int_list(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected integers of 1 or more, got {text!r}")
+    return values
+
+
+def choice_list(choices: tuple[str, ...], allow_none: bool = False):
+    def parse(text: str) -> list[str]:
+        values = [x.strip() for x in text.split(",") if x.strip()]
+        if allow_none and values == ["none"]:
+            return []
+        bad = [v for v in values if v not in choices]
+        if bad or not values:
+            raise argparse.ArgumentTypeError(f"choose from {','.join(choices)} (got {text!r})")
+        return values
+
+    return parse
+
+
+def add_target_arguments(p: argparse.ArgumentParser, duration_s: float, workloads: list[str]) -> None:
+    """Which repository, which texts and how long to measure: shared by bench and tune."""
+    d = BenchOptions(repository=Path("."))
+    p.add_argument("--repository", "-r", type=Path, default=Path("triton_repo"),
+                   help="the generated repository: names, tokenizer and the floor's graph (default: %(default)s)")
+    p.add_argument("--model", default="", help="the ensemble's name (default: from tritonize.yaml)")
+    bound = p.add_mutually_exclusive_group()
+    bound.add_argument("--duration", type=float, default=None, help=f"seconds per measurement (default: {duration_s:g})")
+    bound.add_argument("--requests", type=int, default=None, help="requests per measurement, instead of a duration")
+    p.add_argument("--warmup", type=int, default=None, help="unrecorded requests before each measurement (default: 2 x concurrency, at least 10)")
+    p.add_argument("--workloads", type=choice_list(corpus.WORKLOADS), default=list(workloads),
+                   help=f"short (16 tokens), long (128 tokens), mixed (the shipped corpus) (default: {','.join(workloads)})")
+    p.add_argument("--corpus", type=Path, default=None, help="mixed workload file, one text per line (default: the shipped corpus)")
+    p.add_argument("--short-tokens", type=int, default=d.short_tokens)
+    p.add_argument("--long-tokens", type=int, default=d.long_tokens)
+    p.add_argument("--timeout", type=float, default=d.timeout_s, help="seconds before one request counts as an error")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="measure Triton against a FastAPI-style server and the in-process floor")
+    d = BenchOptions(repository=Path("."))
+    add_target_arguments(p, d.duration_s, d.workloads)
+    p.add_argument("--url", default="127.0.0.1:8000", help="Triton's HTTP endpoint (also read for statistics)")
+    p.add_argument("--grpc-url", default="127.0.0.1:8001", help="Triton's gRPC endpoint")
+    p.add_argument("--start-local", action="store_true", help="start a local Triton on free ports for this run, and stop it after")
+    p.add_argument("--concurrency", type=int_list, default=[1, 4, 16], help="comma-separated (default: 1,4,16)")
+    p.add_argument("--protocols", type=choice_list(PROTOCOLS), default=list(PROTOCOLS), help="grpc,http (default: both)")
+    p.add_argument("--baselines", type=choice_list(BASELINE_CHOICES, allow_none=True), default=list(BASELINE_CHOICES),
+                   help="doc,doc-batched,floor or none (default: all)")
+    p.add_argument("--source-model", default=None, help="model folder the baselines load (default: tritonize.yaml's model)")
+    p.add_argument("--output", "-o", type=Path, default=Path("bench_results"), help="folder for bench.json and bench.png")
+    p.set_defaults(func=run)
+
+
+def options_from_args(args: argparse.Namespace) -> BenchOptions:
+    if args.requests is not None and args.requests < 1:
+        raise TritonizeError("--requests must be at least 1")
+    if args.duration is not None and args.duration <= 0:
+        raise TritonizeError("--duration must be positive")
+    return BenchOptions(
+        repository=args.repository,
+        model=args.model,
+        http_url=args.url,
+        grpc_url=args.grpc_url,
+        start_local=args.start_local,
+        concurrency=args.concurrency,
+        workloads=args.workloads,
+        protocols=args.protocols,
+        baselines=args.baselines,
+        duration_s=None if args.requests else (args.duration or BenchOptions.duration_s),
+        requests=args.requests,
+        warmup=args.warmup,
+        output=args.output,
+        source_model=args.source_model,
+        corpus_file=args.corpus,
+        short_tokens=args.short_tokens,
+        long_tokens=args.long_tokens,
+        timeout_s=args.timeout,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from . import report
+
+    options = options_from_args(args)
+    document = Bench(options).run()
+    json_path = report.write_json(document, Path(options.output) / JSON_NAME)
+    chart_path = report.write_chart(document, Path(options.output) / CHART_NAME)
+    report.print_tables(document, out)
+    err.print(f"[green]✓[/] wrote {json_path} and {chart_path}")
+    return 0

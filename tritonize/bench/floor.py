@@ -1,0 +1,218 @@
+"""The in-process floor: the served tokenizer and ONNX graph, called directly, no server.
+
+Batch-1 latency is what one request costs with nothing in between (one
+session, onnxruntime threads on every core, as the server configures it).
+
+Best-batch throughput uses every core in the better of two layouts: one
+session with a thread per core, or one single-threaded session per core fed
+by its own thread. It is measured twice: batches in arrival order, each
+padded to its longest text, and batches of texts sorted by length. The
+sorted figure needs the whole workload in advance, so no server can reach
+it: it is the machine's limit for this model and workload.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .. import steps
+
+DEFAULT_BATCHES = (1, 4, 8, 16, 32, 64)
+MIN_POINT_S = 1.5  # shortest measurement of one (batch size, layout) point
+
+
+@dataclass
+class Throughput:
+    """Texts per second for each batch size, in one order."""
+
+    order: str  # arrival | sorted
+    by_batch: dict[int, float] = field(default_factory=dict)
+    waste_by_batch: dict[int, float] = field(default_factory=dict)
+    layout_by_batch: dict[int, str] = field(default_factory=dict)  # sessions x threads, e.g. "2x1"
+    best_by_layout: dict[str, float] = field(default_factory=dict)  # best texts/s of each layout
+
+    @property
+    def best_batch(self) -> int:
+        return max(self.by_batch, key=self.by_batch.get)
+
+    def to_dict(self) -> dict:
+        best = self.best_batch
+        return {
+            "order": self.order,
+            "best_batch": best,
+            "rps": round(self.by_batch[best], 2),
+            "layout": self.layout_by_batch[best],
+            "padding_waste": self.waste_by_batch[best],
+            "by_batch": {str(b): round(v, 2) for b, v in self.by_batch.items()},
+            "layout_by_batch": {str(b): v for b, v in self.layout_by_batch.items()},
+            "best_by_layout": {k: round(v, 2) for k, v in self.best_by_layout.items()},
+            "padding_waste_by_batch": {str(b): w for b, w in self.waste_by_batch.items()},
+        }
+
+
+@dataclass
+class _Tally:
+    texts: int = 0
+    real: int = 0
+    computed: int = 0
+    elapsed: float = 0.0
+
+
+class Floor:
+    """The repository's own TextEncoder and OnnxRunner, loaded once."""
+
+    def __init__(self, repository: Path, threads: int = 0):
+        self.repository = Path(repository)
+        self.threads = threads or (os.cpu_count() or 1)
+        self.encoder = steps.text_encoder(repository)
+        self.runner = steps.onnx_runner(repository, intra_op_threads=self.threads)
+        self._single: list = []  # single-threaded sessions, made on first use
+
+    def layouts(self) -> list[tuple[int, int]]:
+        """(sessions, threads per session) that use every core."""
+        return [(1, self.threads)] + ([(self.threads, 1)] if self.threads > 1 else [])
+
+    def _runners(self, sessions: int, threads: int) -> list:
+        if sessions == 1:
+            return [self.runner]
+        while len(self._single) < sessions:
+            runner = steps.onnx_runner(self.repository, intra_op_threads=1)
+            self._batch(runner, ["warm up"])
+            self._single.append(runner)
+        return self._single[:sessions]
+
+    def tokens(self, text: str) -> int:
+        return len(self.encoder.tokenizer.encode(text).ids)
+
+    def one(self, text: str) -> list[np.ndarray]:
+        """What the server computes for one request: bucketed encode, then the regrouping runner."""
+        return self.runner.run_grouped([self.encoder.encode([text])])[0]
+
+    def batch1_latency(self, texts: list[str], requests: int | None, duration_s: float | None, warmup: int = 10) -> list[float]:
+        for i in range(warmup):
+            self.one(texts[i % len(texts)])
+        lat: list[float] = []
+        deadline = time.perf_counter() + duration_s if duration_s else None
+        i = 0
+        while (requests is None or i < requests) and (deadline is None or time.perf_counter() < deadline):
+            start = time.perf_counter()
+            self.one(texts[i % len(texts)])
+            lat.append((time.perf_counter() - start) * 1e3)
+            i += 1
+        return lat
+
+    def _batch(self, runner, chunk: list[str]) -> tuple[int, int]:
+        """One batch padded to its longest text; (computed tokens, real tokens)."""
+        ids, mask = self.encoder.encode(chunk)
+        lengths = mask.sum(axis=1)
+        width = int(lengths.max())
+        runner.run(ids[:, :width], mask[:, :width])
+        return ids.shape[0] * width, int(lengths.sum())
+
+    def _rate(self, chunks: list[list[str]], runners: list, budget_s: float | None, max_texts: int | None) -> _Tally:
+        """Feed shuffled chunks to every runner from its own thread until the bound; what got done."""
+        visit = np.random.default_rng(0).permutation(len(chunks))
+        lock, tally, state = threading.Lock(), _Tally(), {"next": 0, "stop": False}
+        start = time.perf_counter()
+
+        def work(runner) -> None:
+            while True:
+                with lock:
+                    k = state["next"]
+                    if state["stop"] or k >= len(visit) or (max_texts is not None and tally.texts >= max_texts):
+                        return
+                    state["next"] = k + 1
+                chunk = chunks[visit[k]]
+                computed, real = self._batch(runner, chunk)
+                with lock:
+                    tally.texts, tally.real, tally.computed = tally.texts + len(chunk), tally.real + real, tally.computed + computed
+                    if budget_s is not None and time.perf_counter() - start >= budget_s:
+                        state["stop"] = True
+
+        workers = [threading.Thread(target=work, args=(r,)) for r in runners]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        tally.elapsed = time.perf_counter() - start
+        return tally
+
+    def throughput(
+        self,
+        texts: list[str],
+        order: str,
+        batches: tuple[int, ...] = DEFAULT_BATCHES,
+        budget_s: float | None = None,
+        max_texts: int | None = None,
+    ) -> Throughput:
+        """Texts per second per batch size (best layout), tokenization included.
+
+        Each point runs until `budget_s` or `max_texts` (or every text once).
+        Batches (consecutive texts in the given order) are visited in a fixed
+        shuffled order, and the rate is real tokens per second over the
+        workload's mean tokens per text, so a partial pass of a mixed-length
+        workload counts long and short texts at their true weight.
+        """
+        counts = [self.tokens(t) for t in texts]
+        if order == "sorted":
+            texts = [t for _, t in sorted(zip(counts, texts), key=lambda p: p[0])]
+        mean_tokens = sum(counts) / len(counts)
+        result = Throughput(order)
+        for b in batches:
+            chunks = [texts[i : i + b] for i in range(0, len(texts), b)]
+            for sessions, threads in self.layouts():
+                tally = self._rate(chunks, self._runners(sessions, threads), budget_s, max_texts)
+                rps = tally.real / tally.elapsed / mean_tokens
+                layout = f"{sessions}x{threads}"
+                result.best_by_layout[layout] = max(rps, result.best_by_layout.get(layout, 0.0))
+                if rps > result.by_batch.get(b, 0.0):
+                    result.by_batch[b] = rps
+                    result.layout_by_batch[b] = layout
+                    result.waste_by_batch[b] = round((tally.computed - tally.real) / tally.real, 4)
+        return result
+
+
+def latency_summary(lat: list[float]) -> dict:
+    a = np.asarray(lat)
+    return {
+        "requests": int(a.size),
+        "p50": round(float(np.percentile(a, 50)), 3),
+        "p95": round(float(np.percentile(a, 95)), 3),
+        "p99": round(float(np.percentile(a, 99)), 3),
+        "max": round(float(a.max()), 3),
+        "mean": round(float(a.mean()), 3),
+    }
+
+
+def measure(
+    floor: Floor,
+    texts: list[str],
+    requests: int | None,
+    duration_s: float | None,
+    fixed_length: bool,
+    batches: tuple[int, ...] = DEFAULT_BATCHES,
+) -> dict:
+    """Batch-1 latency and best-batch throughput for one workload, within the run's bound.
+
+    With a duration, each (batch size, layout) point gets an equal share of
+    it, at least MIN_POINT_S; with a request count, each point processes that
+    many texts.
+    """
+    lat = floor.batch1_latency(texts, requests, duration_s)
+    points = len(batches) * len(floor.layouts())
+    budget = max(MIN_POINT_S, duration_s / points) if duration_s else None
+    arrival = floor.throughput(texts, "arrival", batches, budget, requests)
+    # Texts of one length gain nothing from sorting.
+    ordered = arrival if fixed_length else floor.throughput(texts, "sorted", batches, budget, requests)
+    return {
+        "threads": floor.threads,
+        "batch1_latency_ms": latency_summary(lat),
+        "arrival": arrival.to_dict(),
+        "sorted": {**ordered.to_dict(), "order": "sorted"},
+    }

@@ -1,0 +1,157 @@
+"""A run's figures three ways: rich tables in the terminal, a JSON file, a PNG chart."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+SYSTEM_ORDER = ("triton-grpc", "triton-http", "doc", "doc-batched")
+COLORS = {"triton-grpc": "#76b900", "triton-http": "#2a7ab0", "doc": "#c0392b", "doc-batched": "#e67e22", "floor": "#555555"}
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def _waste(run: dict) -> str:
+    w = (run.get("padding_waste") or {}).get("waste")
+    return "-" if w is None else f"{100 * w:.0f}%"
+
+
+def _sorted_runs(runs: list[dict]) -> list[dict]:
+    rank = {s: i for i, s in enumerate(SYSTEM_ORDER)}
+    return sorted(runs, key=lambda r: (rank.get(r["system"], 99), r["concurrency"]))
+
+
+def workload_table(document: dict, workload: str) -> Table:
+    info = document["workloads"][workload]
+    tokens = info["tokens"]
+    table = Table(
+        title=f"{workload}: {info['description']} (tokens p50 {tokens['p50']:g}, max {tokens['max']})",
+        title_justify="left",
+    )
+    for col in ("system", "conc", "p50 ms", "p95 ms", "p99 ms", "max ms", "req/s", "errors", "stalls", "batch", "queued ms tok/model", "compute ms tok/model", "padding"):
+        table.add_column(col, justify="left" if col == "system" else "right", no_wrap=col == "system")
+    for r in _sorted_runs([r for r in document["runs"] if r["workload"] == workload]):
+        lat = r["latency_ms"]
+        steps = r.get("steps")
+        if steps:
+            batch = f"{steps['model']['avg_batch']:.1f}"
+            queue = f"{steps['tokenizer']['queue_ms']:.2f}/{steps['model']['queue_ms']:.2f}"
+            compute = f"{steps['tokenizer']['compute_ms']:.2f}/{steps['model']['compute_ms']:.2f}"
+        else:
+            server = r.get("server") or {}
+            batch = f"{server['avg_batch']:.1f}" if server.get("avg_batch") else "-"
+            queue = compute = "-"
+        errors = f"[red]{r['errors']}[/]" if r["errors"] else "0"
+        stalls = f"[red]{r['stalls']}[/]" if r.get("stalls") else "0"
+        table.add_row(r["label"], str(r["concurrency"]), _ms(lat["p50"]), _ms(lat["p95"]), _ms(lat["p99"]), _ms(lat["max"]),
+                      f"{r['throughput_rps']:.1f}", errors, stalls, batch, queue, compute, _waste(r))
+    f = document.get("floor", {}).get(workload)
+    if f:
+        lat = f["batch1_latency_ms"]
+        table.add_row("floor, batch 1", "1", _ms(lat["p50"]), _ms(lat["p95"]), _ms(lat["p99"]), _ms(lat["max"]),
+                      f"{1000 / lat['mean']:.1f}" if lat["mean"] else "-", "0", "-", "1", "-", "-", "0%", style="dim")
+        for order in ("arrival", "sorted"):
+            t = f[order]
+            table.add_row(f"floor, best batch ({order}, {t['layout']})", "-", "-", "-", "-", "-", f"{t['rps']:.1f}", "0", "-",
+                          str(t["best_batch"]), "-", "-", f"{100 * t['padding_waste']:.0f}%", style="dim")
+    return table
+
+
+def breakdown_table(document: dict) -> Table | None:
+    rows = [r for r in document["runs"] if r.get("breakdown") and r["concurrency"] == 1]
+    if not rows:
+        return None
+    table = Table(title="Where Triton's time goes at concurrency 1 (mean ms per request)", title_justify="left")
+    for col in ("system", "workload", "client", "in server", "steps queued", "steps computing", "ensemble hops", "outside server"):
+        table.add_column(col, justify="left" if col in ("system", "workload") else "right")
+    for r in _sorted_runs(rows):
+        b = r["breakdown"]
+        table.add_row(r["label"], r["workload"], _ms(b["client_mean_ms"]), _ms(b["server_ms"]), _ms(b["steps_queue_ms"]),
+                      _ms(b["steps_compute_ms"]), _ms(b["ensemble_hops_ms"]), _ms(b["outside_server_ms"]))
+    return table
+
+
+def targets_table(document: dict) -> Table | None:
+    targets = document.get("targets") or []
+    if not targets:
+        return None
+    table = Table(title="Targets (Triton gRPC)", title_justify="left")
+    for col in ("target", "workload", "conc", "measured", "limit", "rule", ""):
+        table.add_column(col, justify="right" if col in ("conc", "measured", "limit") else "left")
+    for t in targets:
+        mark = "[green]pass[/]" if t["passed"] else "[red]fail[/]"
+        table.add_row(t["name"], t["workload"], str(t["concurrency"]), f"{t['value']:.2f}", f"{t['limit']:.2f}", t["rule"], mark)
+    return table
+
+
+TABLE_WIDTH = 150  # wide enough for every column, also when the output is a file
+
+
+def print_tables(document: dict, console: Console) -> None:
+    if console.width < TABLE_WIDTH:
+        console = Console(file=console.file, width=TABLE_WIDTH, highlight=False, force_terminal=console.is_terminal)
+    for workload in document["workloads"]:
+        console.print(workload_table(document, workload))
+    for table in (breakdown_table(document), targets_table(document)):
+        if table is not None:
+            console.print(table)
+    console.print(f"[dim]{document['meta']['note']}[/]")
+
+
+def write_json(document: dict, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return path
+
+
+def write_chart(document: dict, path: Path) -> Path:
+    """p50 and p99 latency (top) and throughput (bottom) against concurrency, one column per workload."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    workloads = list(document["workloads"])
+    fig, axes = plt.subplots(2, len(workloads), figsize=(5.2 * len(workloads), 8), squeeze=False)
+    for col, w in enumerate(workloads):
+        lat_ax, thr_ax = axes[0][col], axes[1][col]
+        runs = [r for r in document["runs"] if r["workload"] == w]
+        for system in [s for s in SYSTEM_ORDER if any(r["system"] == s for r in runs)]:
+            rs = sorted((r for r in runs if r["system"] == system), key=lambda r: r["concurrency"])
+            xs = [r["concurrency"] for r in rs]
+            color, label = COLORS.get(system), rs[0]["label"]
+            lat_ax.plot(xs, [r["latency_ms"]["p50"] for r in rs], "o-", color=color, label=f"{label} p50")
+            lat_ax.plot(xs, [r["latency_ms"]["p99"] for r in rs], "x:", color=color, alpha=0.7, label=f"{label} p99")
+            thr_ax.plot(xs, [r["throughput_rps"] for r in rs], "o-", color=color, label=label)
+        f = document.get("floor", {}).get(w)
+        if f:
+            lat_ax.plot([1], [f["batch1_latency_ms"]["p50"]], "s", color=COLORS["floor"], label="floor batch-1 p50")
+            thr_ax.axhline(f["arrival"]["rps"], color=COLORS["floor"], linestyle="--", label="floor best batch (arrival)")
+            if w == "mixed":
+                thr_ax.axhline(f["sorted"]["rps"], color=COLORS["floor"], linestyle=":", label="floor best batch (sorted)")
+        ticks = sorted({r["concurrency"] for r in runs}) or [1]
+        for ax, ylabel in ((lat_ax, "latency (ms)"), (thr_ax, "throughput (req/s)")):
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(ticks, [str(t) for t in ticks])
+            ax.minorticks_off()
+            ax.set_xlabel("concurrency")
+            ax.set_ylabel(ylabel)
+            ax.grid(True, alpha=0.3)
+        lat_ax.set_yscale("log")
+        lat_ax.set_title(f"{w}: {document['workloads'][w]['description']}", fontsize=9)
+        thr_ax.set_ylim(bottom=0)
+        lat_ax.legend(fontsize=6)
+        thr_ax.legend(fontsize=6)
+    meta = document["meta"]
+    fig.suptitle(f"{meta['model']}: Triton vs the Hugging Face doc server vs the in-process floor "
+                 f"({meta['machine']['cpus']} CPUs, load generator on the same machine)", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,139 @@
+"""Triton's own statistics for a measured run: deltas of /v2/models/stats per model.
+
+For each step (tokenizer, model) and the ensemble: requests, executions, the
+average time spent queued and computing per request, and the average batch
+formed (inference_count / execution_count). Also the padding waste of the
+model step, counted by replaying the served regrouping code on batches of
+the observed size.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+PHASES = ("queue", "compute_input", "compute_infer", "compute_output")
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """One model's work during a run; times are averages per request, in ms."""
+
+    name: str
+    requests: int
+    executions: int
+    inferences: int
+    success_ms: float  # time in this model, queue included (the ensemble: end to end in the server)
+    queue_ms: float
+    compute_ms: float  # input + infer + output
+    infer_ms: float
+
+    @property
+    def avg_batch(self) -> float:
+        return self.inferences / self.executions if self.executions else 0.0
+
+    def to_dict(self) -> dict:
+        d = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+        d["avg_batch"] = round(self.avg_batch, 2)
+        return d
+
+
+def fetch(http_url: str, timeout_s: float = 5.0) -> dict[str, dict]:
+    """Raw statistics of every model, keyed by name."""
+    base = http_url if http_url.startswith(("http://", "https://")) else f"http://{http_url}"
+    with urllib.request.urlopen(f"{base.rstrip('/')}/v2/models/stats", timeout=timeout_s) as resp:  # noqa: S310
+        data = json.loads(resp.read())
+    return {m["name"]: m for m in data.get("model_stats", [])}
+
+
+def _get(stats: dict, phase: str) -> tuple[int, int]:
+    entry = stats.get("inference_stats", {}).get(phase, {})
+    return int(entry.get("count", 0)), int(entry.get("ns", 0))
+
+
+def delta(before: dict, after: dict, name: str) -> StepStats:
+    """What `name` did between two snapshots."""
+    b, a = before.get(name, {}), after.get(name, {})
+
+    def d(phase: str) -> tuple[int, int]:
+        (cb, nb), (ca, na) = _get(b, phase), _get(a, phase)
+        return ca - cb, na - nb
+
+    def avg_ms(phase: str) -> float:
+        count, ns = d(phase)
+        return ns / count / 1e6 if count else 0.0
+
+    requests, _ = d("success")
+    return StepStats(
+        name=name,
+        requests=requests,
+        executions=int(a.get("execution_count", 0)) - int(b.get("execution_count", 0)),
+        inferences=int(a.get("inference_count", 0)) - int(b.get("inference_count", 0)),
+        success_ms=avg_ms("success"),
+        queue_ms=avg_ms("queue"),
+        compute_ms=avg_ms("compute_input") + avg_ms("compute_infer") + avg_ms("compute_output"),
+        infer_ms=avg_ms("compute_infer"),
+    )
+
+
+class Snapshots:
+    """Take a snapshot before and after a run; deltas for the ensemble and its steps."""
+
+    def __init__(self, http_url: str, names: list[str]):
+        self.http_url, self.names = http_url, names
+        self.before: dict[str, dict] = {}
+
+    def start(self) -> None:
+        self.before = fetch(self.http_url)
+
+    def finish(self) -> dict[str, StepStats]:
+        after = fetch(self.http_url)
+        return {n: delta(self.before, after, n) for n in self.names}
+
+
+def overhead_breakdown(client_ms: float, ensemble: StepStats, steps: list[StepStats]) -> dict[str, float]:
+    """Where a request's mean latency goes: steps' queue and compute, ensemble hops, client and network."""
+    queue = sum(s.queue_ms for s in steps)
+    compute = sum(s.compute_ms for s in steps)
+    in_steps = sum(s.success_ms for s in steps)
+    return {
+        "client_mean_ms": round(client_ms, 3),
+        "server_ms": round(ensemble.success_ms, 3),
+        "steps_queue_ms": round(queue, 3),
+        "steps_compute_ms": round(compute, 3),
+        # Ensemble scheduling between the steps, outside any step's own timing.
+        "ensemble_hops_ms": round(max(0.0, ensemble.success_ms - in_steps), 3),
+        # Protocol, (de)serialisation, Triton's frontend threads and the client itself.
+        "outside_server_ms": round(max(0.0, client_ms - ensemble.success_ms), 3),
+    }
+
+
+def padding_waste(token_counts: list[int], batch: float, runner) -> dict[str, float]:
+    """Padded tokens over real tokens when rows arrive in order, `batch` at a time, and the served
+    OnnxRunner.run_grouped regroups them; counted without running the model."""
+    size = max(1, int(round(batch)))
+    shapes: list[tuple[int, int]] = []
+
+    def fake_run(ids, mask):
+        shapes.append(ids.shape)
+        return [np.zeros((ids.shape[0], 1), dtype=np.float32) for _ in runner.output_names]
+
+    original = runner.run
+    runner.run = fake_run
+    try:
+        for i in range(0, len(token_counts), size):
+            rows = token_counts[i : i + size]
+            batches = []
+            for n in rows:
+                ids = np.zeros((1, n), dtype=np.int64)
+                mask = np.ones((1, n), dtype=np.int64)
+                batches.append((ids, mask))
+            runner.run_grouped(batches)
+    finally:
+        runner.run = original
+    computed = sum(r * w for r, w in shapes)
+    real = sum(token_counts)
+    return {"batch": size, "computed_tokens": computed, "real_tokens": real, "waste": round((computed - real) / real, 4)}

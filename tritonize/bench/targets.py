@@ -1,0 +1,65 @@
+"""The project's performance targets, checked against one run's figures.
+
+Each target compares Triton over gRPC with the in-process floor or the
+batched baseline measured in the same run, so the verdicts hold for any
+model and machine. A target is skipped when its inputs were not measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+LATENCY_SLACK_MS = {"short": 2.0, "long": 3.0}  # p50 over the floor's batch-1 p50, at concurrency 1
+TAIL_RATIO = 2.0  # p99 over p50, at concurrency 1, fixed-length texts
+FLOOR_SHARE = {"short": 0.9, "long": 0.9, "mixed": 0.75}  # of the floor's best batch (mixed: length-sorted)
+BASELINE_RATIO = {"short": 1.5, "long": 1.2, "mixed": 1.5}  # over the doc server with batching
+LOADED = 16  # the concurrency of the throughput targets
+TRITON = "triton-grpc"
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    workload: str
+    concurrency: int
+    value: float
+    limit: float
+    passed: bool
+    rule: str
+
+
+def _find(runs: list[dict], system: str, workload: str, concurrency: int) -> dict | None:
+    for r in runs:
+        if r["system"] == system and r["workload"] == workload and r["concurrency"] == concurrency:
+            return r
+    return None
+
+
+def evaluate(document: dict) -> list[dict]:
+    runs, floor = document.get("runs", []), document.get("floor", {})
+    found: list[Target] = []
+    for w in ("short", "long", "mixed"):
+        one = _find(runs, TRITON, w, 1)
+        f = floor.get(w)
+        if one and f and w in LATENCY_SLACK_MS:
+            p50, limit = one["latency_ms"]["p50"], f["batch1_latency_ms"]["p50"] + LATENCY_SLACK_MS[w]
+            found.append(Target("p50 vs floor", w, 1, p50, round(limit, 3), p50 <= limit,
+                                f"p50 <= floor batch-1 p50 + {LATENCY_SLACK_MS[w]:g} ms"))
+        if one and w in LATENCY_SLACK_MS:
+            p50, p99 = one["latency_ms"]["p50"], one["latency_ms"]["p99"]
+            found.append(Target("p99 tail", w, 1, p99, round(TAIL_RATIO * p50, 3), p99 <= TAIL_RATIO * p50,
+                                f"p99 <= {TAIL_RATIO:g} x p50"))
+        loaded = _find(runs, TRITON, w, LOADED)
+        if loaded and f:
+            order = "sorted" if w == "mixed" else "arrival"
+            limit = FLOOR_SHARE[w] * f[order]["rps"]
+            rps = loaded["throughput_rps"]
+            found.append(Target("throughput vs floor", w, LOADED, rps, round(limit, 2), rps >= limit,
+                                f">= {FLOOR_SHARE[w]:g} x floor best batch ({order})"))
+        batched = _find(runs, "doc-batched", w, LOADED)
+        if loaded and batched:
+            limit = BASELINE_RATIO[w] * batched["throughput_rps"]
+            rps = loaded["throughput_rps"]
+            found.append(Target("throughput vs doc + batching", w, LOADED, rps, round(limit, 2), rps >= limit,
+                                f">= {BASELINE_RATIO[w]:g} x doc server with batching"))
+    return [asdict(t) for t in found]

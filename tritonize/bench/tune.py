@@ -1,0 +1,279 @@
+"""`tritonize tune`: try a small grid of batching settings on the local server, keep the best.
+
+Each point is written (with `repository.reconfigure`) into a shadow copy of
+the repository whose model files are links to the real ones, served by a
+local Triton on free ports, and measured over gRPC. The best point by
+throughput relative to the start (geometric mean over workloads and
+concurrencies), among those whose p99 stays within the budget at every
+measured concurrency, is written back into the real repository. The starting configuration is always measured first; a point
+must beat it by 3% (the noise of a short run) to replace it.
+
+    tritonize tune --repository triton_repo --p99-budget-ms 250
+    tritonize tune --repository triton_repo --grid max_queue_delay_us=0,2000 model_instances=1,2 buckets=16:64:256
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from ..console import err, out
+from ..errors import TritonizeError
+from ..runtime.base import ServerOptions, read_manifest
+from ..spec import repo_paths
+from . import corpus, load, stats
+from .cli import add_target_arguments, int_list
+
+GRID_KEYS = ("max_queue_delay_us", "tokenizer_instances", "model_instances", "max_batch_size", "buckets")
+DEFAULT_GRID = {"max_queue_delay_us": [0, 500, 2000], "model_instances": [1, 2]}
+DEFAULT_CONCURRENCY = [1, 16]
+DEFAULT_WORKLOADS = ["mixed"]
+DEFAULT_DURATION_S = 5.0
+DEFAULT_BUDGET_SLACK = 1.25  # with no budget given: the starting p99, plus a quarter
+KEPT_FILES = (".pbtxt", "tritonize.yaml")  # what reconfigure rewrites; everything else is linked
+
+
+@dataclass
+class Point:
+    """One configuration and what it measured."""
+
+    changes: dict
+    runs: list[dict] = field(default_factory=list)
+    error: str = ""
+
+    def label(self) -> str:
+        return " ".join(f"{k}={_fmt(v)}" for k, v in self.changes.items())
+
+    def worst_p99(self) -> float:
+        return max((r["latency_ms"]["p99"] for r in self.runs), default=float("inf"))
+
+    def rps(self) -> dict[tuple[str, int], float]:
+        return {(r["workload"], r["concurrency"]): r["throughput_rps"] for r in self.runs}
+
+    def ok(self) -> bool:
+        return not self.error and self.runs and all(r["errors"] == 0 for r in self.runs)
+
+
+def _fmt(value) -> str:
+    return ":".join(str(v) for v in value) if isinstance(value, list) else str(value)
+
+
+def parse_grid(items: list[str] | None) -> dict[str, list]:
+    """KEY=V1,V2 items; buckets values are colon-separated lengths (16:32:64)."""
+    if not items:
+        return dict(DEFAULT_GRID)
+    grid: dict[str, list] = {}
+    for item in items:
+        key, sep, values = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or key not in GRID_KEYS or not values.strip():
+            raise TritonizeError(f"bad --grid item {item!r}", hint=f"use KEY=V1,V2 with KEY one of {', '.join(GRID_KEYS)}")
+        try:
+            if key == "buckets":
+                grid[key] = [[int(b) for b in v.split(":") if b] for v in values.split(",") if v]
+            else:
+                grid[key] = [int(v) for v in values.split(",") if v.strip()]
+        except ValueError:
+            raise TritonizeError(f"bad --grid values in {item!r}", hint="integers; buckets as 16:32:64") from None
+    return grid
+
+
+def grid_points(grid: dict[str, list], current: dict) -> list[dict]:
+    """The starting configuration first, then every other combination."""
+    keys = list(grid)
+    start = {k: current.get(k) for k in keys}
+    points = [start]
+    for combo in itertools.product(*(grid[k] for k in keys)):
+        changes = dict(zip(keys, combo))
+        if changes != start:
+            points.append(changes)
+    return points
+
+
+def shadow_repository(repo: Path, target: Path) -> Path:
+    """A copy of `repo` whose configs are real files and everything else links back."""
+    repo = Path(repo).resolve()
+    for path in repo.rglob("*"):
+        rel = path.relative_to(repo)
+        if any(part.startswith(".") or part == "__pycache__" for part in rel.parts):
+            continue
+        dest = target / rel
+        if path.is_dir():
+            dest.mkdir(parents=True, exist_ok=True)
+        elif path.name.endswith(KEPT_FILES):
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, dest)
+        else:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(path, dest)
+    return target
+
+
+class Tuner:
+    def __init__(self, args: argparse.Namespace):
+        from .. import steps
+
+        self.repo = Path(args.repository)
+        manifest = read_manifest(self.repo)
+        if not manifest:
+            raise TritonizeError(f"{self.repo} has no tritonize.yaml", hint="generate the repository with tritonize first")
+        self.manifest = manifest
+        self.name = args.model or manifest["name"]
+        self.grid = parse_grid(args.grid)
+        self.points = [Point(c) for c in grid_points(self.grid, manifest)]
+        self.concurrency = sorted(args.concurrency)
+        duration = None if args.requests else (args.duration or DEFAULT_DURATION_S)
+        self.bound = lambda c: load.Bound(requests=args.requests, duration_s=duration,
+                                          warmup=args.warmup if args.warmup is not None else max(10, 2 * c))
+        enc = steps.text_encoder(self.repo)
+        self.workloads = corpus.build_workloads(
+            args.workloads, corpus.token_counter(enc), enc.max_length, corpus.read_corpus(args.corpus),
+            args.short_tokens, args.long_tokens,
+        )
+        self.timeout_s = args.timeout
+        self.budget = args.p99_budget_ms
+        self.output = Path(args.output)
+
+    def measure(self, point: Point, workdir: Path) -> None:
+        from ..repository import reconfigure
+        from ..runtime.local import LocalRuntime, free_ports
+
+        shadow = shadow_repository(self.repo, workdir / "repo")
+        reconfigure(shadow, point.changes)
+        http, grpc, metrics = free_ports(3)
+        options = ServerOptions(repository=shadow, http_port=http, grpc_port=grpc, metrics_port=metrics,
+                                run_dir=workdir / "run")
+        paths = repo_paths(shadow, self.name)
+        names = [self.name, paths["tokenizer"].name, paths["model"].name]
+        with LocalRuntime(options, quiet=True) as endpoints:
+            snaps = stats.Snapshots(endpoints.http, names)
+            for wname, w in self.workloads.items():
+                for c in self.concurrency:
+                    result = load.measure(lambda: load.TritonGrpc(endpoints.grpc, self.name, self.timeout_s),
+                                          w.texts, c, self.bound(c), snaps.start)
+                    model = snaps.finish()[names[2]]
+                    point.runs.append({"workload": wname, **result.summary(), "avg_batch": round(model.avg_batch, 2)})
+
+    def run(self) -> dict:
+        err.print(f"Tuning {self.repo}: {len(self.points)} configurations, workloads {', '.join(self.workloads)}, "
+                  f"concurrency {','.join(map(str, self.concurrency))}")
+        for i, point in enumerate(self.points):
+            with tempfile.TemporaryDirectory(prefix="tritonize-tune-") as tmp:
+                try:
+                    self.measure(point, Path(tmp))
+                except TritonizeError as exc:
+                    point.error = exc.message.splitlines()[0]
+                    if i == 0:
+                        raise
+            err.print(f"  [{i + 1}/{len(self.points)}] {point.label()}: " + (f"[red]{point.error}[/]" if point.error else
+                      ", ".join(f"{r['workload']} c={r['concurrency']} {r['throughput_rps']:.1f} req/s p99 {r['latency_ms']['p99']:.1f} ms"
+                                for r in point.runs)))
+        before = self.points[0]
+        budget = self.budget if self.budget is not None else round(before.worst_p99() * DEFAULT_BUDGET_SLACK, 1)
+        best = self.choose(budget)
+        return {"budget_p99_ms": budget, "budget_given": self.budget is not None, "grid": self.grid,
+                "concurrency": self.concurrency, "workloads": list(self.workloads),
+                "points": [{"changes": p.changes, "runs": p.runs, "error": p.error} for p in self.points],
+                "before": before.changes, "chosen": best.changes, "changed": best is not before}
+
+    def score(self, point: Point) -> float:
+        """Geometric mean of throughput over every (workload, concurrency), relative to the start.
+
+        At concurrency 1 throughput is the inverse of latency, so the score
+        rewards a faster single request as much as a larger batch under load.
+        """
+        base, mine = self.points[0].rps(), point.rps()
+        ratios = [mine[k] / base[k] for k in base if base[k] > 0 and mine.get(k, 0) > 0]
+        if not ratios or len(ratios) < len(base):
+            return 0.0
+        return math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+
+    def choose(self, budget: float) -> Point:
+        feasible = [p for p in self.points if p.ok() and p.worst_p99() <= budget]
+        if not feasible:
+            err.print(f"[yellow]no configuration kept p99 within {budget:g} ms; keeping the current one[/]")
+            return self.points[0]
+        best = max(feasible, key=lambda p: (round(self.score(p), 3), -p.worst_p99()))
+        # A change must beat measurement noise to be worth writing.
+        return best if self.score(best) >= 1.03 or best is self.points[0] else self.points[0]
+
+
+def print_summary(tuner: Tuner, result: dict, console: Console) -> None:
+    budget = result["budget_p99_ms"]
+    table = Table(title=f"tune: p99 budget {budget:g} ms ({'given' if result['budget_given'] else 'starting p99 + 25%'}); "
+                        "score = geometric mean of throughput relative to the start", title_justify="left")
+    table.add_column("configuration", no_wrap=True)
+    for w in tuner.workloads:
+        for c in tuner.concurrency:
+            table.add_column(f"{w} c={c}\nreq/s | p99 ms | batch", justify="right")
+    table.add_column("score", justify="right")
+    table.add_column("")
+    for i, p in enumerate(tuner.points):
+        cells = []
+        for w in tuner.workloads:
+            for c in tuner.concurrency:
+                r = next((r for r in p.runs if r["workload"] == w and r["concurrency"] == c), None)
+                cells.append(f"{r['throughput_rps']:.1f} | {r['latency_ms']['p99']:.1f} | {r['avg_batch']:.1f}" if r else "-")
+        mark = []
+        if i == 0:
+            mark.append("before")
+        if p.changes == result["chosen"]:
+            mark.append("[green]chosen[/]")
+        if p.error:
+            mark.append(f"[red]{p.error[:40]}[/]")
+        elif p.worst_p99() > budget:
+            mark.append("[yellow]over budget[/]")
+        table.add_row(p.label(), *cells, f"{tuner.score(p):.2f}" if p.runs else "-", " ".join(mark))
+    console.print(table)
+    chosen = next(p for p in tuner.points if p.changes == result["chosen"])
+    before = tuner.points[0]
+    for (w, c), rps in before.rps().items():
+        b = next(r for r in before.runs if r["workload"] == w and r["concurrency"] == c)
+        a = next((r for r in chosen.runs if r["workload"] == w and r["concurrency"] == c), b)
+        console.print(f"  {w} c={c}: {rps:.1f} -> {a['throughput_rps']:.1f} req/s, "
+                      f"p50 {b['latency_ms']['p50']:.1f} -> {a['latency_ms']['p50']:.1f} ms, "
+                      f"p99 {b['latency_ms']['p99']:.1f} -> {a['latency_ms']['p99']:.1f} ms")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("tune", help="try batching settings on the local server and keep the best")
+    add_target_arguments(p, DEFAULT_DURATION_S, DEFAULT_WORKLOADS)
+    p.add_argument("--p99-budget-ms", type=float, default=None,
+                   help="p99 latency allowed at every measured concurrency (default: the starting p99 + 25%%)")
+    p.add_argument("--grid", nargs="+", default=None, metavar="KEY=V1,V2",
+                   help=f"values to try, keys: {', '.join(GRID_KEYS)} (default: max_queue_delay_us=0,500,2000 model_instances=1,2)")
+    p.add_argument("--concurrency", type=int_list, default=list(DEFAULT_CONCURRENCY), help="comma-separated (default: 1,16)")
+    p.add_argument("--output", "-o", type=Path, default=Path("bench_results"), help="folder for tune.json")
+    p.add_argument("--dry-run", action="store_true", help="measure and report, but leave the repository as it is")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..repository import reconfigure
+
+    if args.duration is None and args.requests is None:
+        args.duration = DEFAULT_DURATION_S
+    tuner = Tuner(args)
+    result = tuner.run()
+    print_summary(tuner, result, out if out.width >= 120 else Console(file=out.file, width=160, highlight=False))
+    if result["changed"] and not args.dry_run:
+        reconfigure(tuner.repo, result["chosen"])
+        err.print(f"[green]✓[/] wrote {Point(result['chosen']).label()} into {tuner.repo} "
+                  f"(was {Point(result['before']).label()}); restart the server to use it")
+    elif result["changed"]:
+        err.print(f"dry run: would write {Point(result['chosen']).label()} into {tuner.repo}")
+    else:
+        err.print(f"the current configuration ({Point(result['before']).label()}) stays")
+    args.output.mkdir(parents=True, exist_ok=True)
+    (args.output / "tune.json").write_text(json.dumps(result, indent=2) + "\n")
+    return 0
