@@ -86,9 +86,11 @@ def test_decode_accepts_utf8_bytes_and_shape_n_by_1(encoder) -> None:
     assert encoder.decode(raw) == ["héllo", "日本語"]
 
 
-def test_onnx_runner_regrouping_matches_pytorch(repo: Path, encoder) -> None:
-    """Requests padded to different buckets, regrouped by length, give PyTorch's embeddings in order."""
-    runner = steps.onnx_runner(repo, intra_op_threads=1, max_rows=2)
+@pytest.mark.parametrize("threads", [1, 2], ids=["one-session", "data-parallel"])
+def test_onnx_runner_regrouping_matches_pytorch(repo: Path, encoder, threads: int) -> None:
+    """Requests padded to different buckets, regrouped by length (and sharded), give PyTorch's embeddings in order."""
+    runner = steps.onnx_runner(repo, intra_op_threads=threads, max_rows=2)
+    assert len(runner.shards) == (2 if threads == 2 else 0)
     texts = ["hello", "the quick brown fox " * 6, "a man is eating food", "dog", "world " * 40]
     batches = [encoder.encode([t]) for t in texts[:3]] + [encoder.encode(texts[3:])]
     outputs = runner.run_grouped(batches)
@@ -110,11 +112,30 @@ def test_grouping_wastes_less_padding_than_the_longest_row(repo: Path, encoder) 
     shapes = []
     original = runner.run
 
-    def spy(ids, mask):
+    def spy(ids, mask, session=None):
         shapes.append(ids.shape)
-        return original(ids, mask)
+        return original(ids, mask, session)
 
     runner.run = spy
     runner.run_grouped([encoder.encode(["hello"]), encoder.encode(["dog " * 50]), encoder.encode(["fox"])])
     # Two short rows run together at their own length; the long one alone.
     assert sorted(shapes) == [(1, 52), (2, 3)]
+
+
+def test_data_parallel_shards_get_similar_lengths(repo: Path, encoder) -> None:
+    runner = steps.onnx_runner(repo, intra_op_threads=2)
+    seen = []
+    original = runner.run
+
+    def spy(ids, mask, session=None):
+        seen.append((session is runner.shards[0], session is runner.shards[1], mask.sum(1).tolist()))
+        return original(ids, mask, session)
+
+    runner.run = spy
+    texts = ["dog " * n for n in (1, 2, 3, 4, 30, 31)]
+    runner.run_grouped([encoder.encode([t]) for t in texts])
+    first = sorted(x for a, _, lens in seen if a for x in lens)
+    second = sorted(x for _, b, lens in seen if b for x in lens)
+    assert first == [3, 5, 32] and second == [4, 6, 33]  # sorted rows dealt round-robin
+    runner.run_grouped([encoder.encode(["dog"])])
+    assert seen[-1][:2] == (False, False)  # a lone row runs on the multi-threaded session

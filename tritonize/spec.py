@@ -88,7 +88,9 @@ class GenerateOptions:
     optimize: bool = False
     tensorrt: bool = False
     max_batch_size: int = 64
-    max_queue_delay_us: int = 1000
+    # 0: no wait at low load (each step would add the full delay); batches still form under load
+    # because requests queue while an instance is busy. `tritonize tune` measures the alternatives.
+    max_queue_delay_us: int = 0
     tokenizer_instances: int = 1
     model_instances: int = 1
     buckets: list[int] | None = None

@@ -117,7 +117,7 @@ def padding_waste(token_counts: list[int], batch: float, runner) -> dict[str, fl
     size = max(1, int(round(batch)))
     shapes: list[tuple[int, int]] = []
 
-    def fake_run(ids, mask):
+    def fake_run(ids, mask, session=None):
         shapes.append(ids.shape)
         return [np.zeros((ids.shape[0], 1), dtype=np.float32) for _ in runner.output_names]
 
