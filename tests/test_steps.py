@@ -89,7 +89,7 @@ def test_decode_accepts_utf8_bytes_and_shape_n_by_1(encoder) -> None:
 @pytest.mark.parametrize("threads", [1, 2], ids=["one-session", "data-parallel"])
 def test_onnx_runner_regrouping_matches_pytorch(repo: Path, encoder, threads: int) -> None:
     """Requests padded to different buckets, regrouped by length (and sharded), give PyTorch's embeddings in order."""
-    runner = steps.onnx_runner(repo, intra_op_threads=threads, max_rows=2)
+    runner = steps.onnx_runner(repo, intra_op_threads=threads, max_rows=2, shards=0 if threads == 1 else 2)
     assert len(runner.shards) == (2 if threads == 2 else 0)
     texts = ["hello", "the quick brown fox " * 6, "a man is eating food", "dog", "world " * 40]
     batches = [encoder.encode([t]) for t in texts[:3]] + [encoder.encode(texts[3:])]
@@ -123,7 +123,7 @@ def test_grouping_wastes_less_padding_than_the_longest_row(repo: Path, encoder) 
 
 
 def test_data_parallel_shards_get_similar_lengths(repo: Path, encoder) -> None:
-    runner = steps.onnx_runner(repo, intra_op_threads=2)
+    runner = steps.onnx_runner(repo, intra_op_threads=2, shards=2)
     seen = []
     original = runner.run
 
@@ -139,3 +139,20 @@ def test_data_parallel_shards_get_similar_lengths(repo: Path, encoder) -> None:
     assert first == [3, 5, 32] and second == [4, 6, 33]  # sorted rows dealt round-robin
     runner.run_grouped([encoder.encode(["dog"])])
     assert seen[-1][:2] == (False, False)  # a lone row runs on the multi-threaded session
+
+
+def test_one_shard_per_instance_keeps_lone_rows_on_the_wide_session(repo: Path, encoder) -> None:
+    """With two instances on two cores each instance gets one single-threaded shard for batches."""
+    runner = steps.onnx_runner(repo, intra_op_threads=2, shards=1)
+    assert runner.pool is None and len(runner.shards) == 1
+    sessions = []
+    original = runner.run
+
+    def spy(ids, mask, session=None):
+        sessions.append(session)
+        return original(ids, mask, session)
+
+    runner.run = spy
+    runner.run_grouped([encoder.encode(["dog"]), encoder.encode(["fox"])])
+    runner.run_grouped([encoder.encode(["dog"])])
+    assert sessions == [runner.shards[0], runner.session]

@@ -48,7 +48,7 @@ def text_encoder(repo_dir: Path):
     )
 
 
-def onnx_runner(repo_dir: Path, intra_op_threads: int = 0, max_rows: int = 64, data_parallel: bool | None = None):
+def onnx_runner(repo_dir: Path, intra_op_threads: int = 0, max_rows: int = 64, shards: int = 0):
     """The served model step (OnnxRunner over the repository's ONNX file)."""
     name = load_manifest(repo_dir)["name"]
     folder = repo_paths(repo_dir, name)["model"]
@@ -61,5 +61,5 @@ def onnx_runner(repo_dir: Path, intra_op_threads: int = 0, max_rows: int = 64, d
         int(p["pad_id"]),
         allow_spinning=p.get("allow_spinning", "0") == "1",
         max_rows=max_rows,
-        data_parallel=p.get("data_parallel", "1") == "1" if data_parallel is None else data_parallel,
+        shards=shards,
     )
