@@ -111,8 +111,9 @@ def _declared_max_length(root: Path, transformer_dir: Path, config: dict) -> int
     limit = _max_position_limit(config)
     for folder in dict.fromkeys((root, transformer_dir)):
         st = folder / "sentence_bert_config.json"
-        if st.is_file() and _read_json(st).get("max_seq_length"):
-            return min(int(_read_json(st)["max_seq_length"]), limit)
+        declared = _read_json(st).get("max_seq_length") if st.is_file() else None
+        if declared:
+            return min(int(declared), limit)
     tok_cfg = transformer_dir / "tokenizer_config.json"
     if tok_cfg.is_file():
         declared = _read_json(tok_cfg).get("model_max_length")

@@ -39,7 +39,10 @@ def pad_token_id(tokenizer_file: str, fallback: int = 0) -> int:
     """The id the tokenizer pads with (its own padding setting, else a [PAD]/<pad> token)."""
     from tokenizers import Tokenizer
 
-    tok = Tokenizer.from_file(tokenizer_file)
+    return _pad_id(Tokenizer.from_file(tokenizer_file), fallback)
+
+
+def _pad_id(tok, fallback: int = 0) -> int:
     if tok.padding and tok.padding.get("pad_id") is not None:
         return int(tok.padding["pad_id"])
     for token in ("[PAD]", "<pad>", "<PAD>"):
@@ -54,11 +57,12 @@ def tokenize(spec: ModelSpec, texts: list[str]) -> tuple[np.ndarray, np.ndarray]
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(spec.tokenizer_file)
+    pad_id = _pad_id(tok)  # read before the padding setting is dropped below
     tok.no_padding()
     tok.enable_truncation(spec.max_length)
     encodings = tok.encode_batch(texts)
     width = max(len(e.ids) for e in encodings)
-    ids = np.full((len(texts), width), pad_token_id(spec.tokenizer_file), dtype=np.int64)
+    ids = np.full((len(texts), width), pad_id, dtype=np.int64)
     mask = np.zeros((len(texts), width), dtype=np.int64)
     for r, e in enumerate(encodings):
         ids[r, : len(e.ids)] = e.ids
