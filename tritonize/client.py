@@ -106,6 +106,21 @@ def chunks(texts: Sequence[Text], batch_size: int) -> list[list[Text]]:
     return [list(texts[i : i + size]) for i in range(0, len(texts), size)]
 
 
+def build_request(module, input_name: str, texts: Iterable[Text], outputs: Sequence[str] | None, top_k: int):
+    """The TEXT input and the requested outputs, for tritonclient.grpc or .http alike.
+
+    With top_k > 0 and no outputs named, probabilities come back as
+    classification strings "score:index:label".
+    """
+    data = text_array(texts)
+    inp = module.InferInput(input_name, list(data.shape), "BYTES")
+    inp.set_data_from_numpy(data)
+    if top_k and not outputs:
+        outputs = [PROBABILITIES]
+    requested = [module.InferRequestedOutput(name, class_count=top_k) for name in outputs] if outputs else None
+    return inp, requested
+
+
 class TextClient:
     """Blocking client over tritonclient's gRPC or HTTP API.
 
@@ -197,13 +212,8 @@ class TextClient:
         With top_k > 0 the named outputs (default: probabilities) come back as
         classification strings "score:index:label", top_k per text.
         """
-        data = text_array(texts)
         m = self._module
-        inp = m.InferInput(self.input_name, list(data.shape), "BYTES")
-        inp.set_data_from_numpy(data)
-        if top_k and not outputs:
-            outputs = [PROBABILITIES]
-        requested = [m.InferRequestedOutput(name, class_count=top_k) for name in outputs] if outputs else None
+        inp, requested = build_request(m, self.input_name, texts, outputs, top_k)
         client = self._client()
         try:
             if self.protocol == "grpc":
@@ -312,12 +322,7 @@ class AsyncTextClient:
         import tritonclient.grpc as grpcclient
         from tritonclient.utils import InferenceServerException
 
-        data = text_array(texts)
-        inp = grpcclient.InferInput(self.input_name, list(data.shape), "BYTES")
-        inp.set_data_from_numpy(data)
-        if top_k and not outputs:
-            outputs = [PROBABILITIES]
-        requested = [grpcclient.InferRequestedOutput(n, class_count=top_k) for n in outputs] if outputs else None
+        inp, requested = build_request(grpcclient, self.input_name, texts, outputs, top_k)
         try:
             result = await self._get().infer(
                 self.model, [inp], outputs=requested, client_timeout=self.timeout_s

@@ -197,7 +197,7 @@ def write(
     for rel, source in binaries.items():
         target = root / rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        if Path(source).parent == staging or staging in Path(source).parents:
+        if staging in Path(source).parents:  # made by this run: move, do not copy
             os.replace(source, target)
         else:
             shutil.copy2(source, target)

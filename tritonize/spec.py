@@ -7,7 +7,7 @@ Every decision (names, dtypes, bucket lengths, batching) is made here or in
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -210,5 +210,4 @@ __all__ = [
     "default_buckets",
     "normalise_buckets",
     "repo_paths",
-    "field",
 ]

@@ -134,3 +134,10 @@ def build_workloads(
         texts = exact_length_texts(words, target, n_texts, count)
         result[name] = Workload(name, texts, [target] * len(texts), f"{len(texts)} texts of exactly {target} tokens")
     return result
+
+
+def workloads_for(
+    encoder, names: list[str], corpus_file: Path | None, short_tokens: int, long_tokens: int
+) -> dict[str, Workload]:
+    """The named workloads, counted with the served tokenizer (what bench and tune both measure)."""
+    return build_workloads(names, token_counter(encoder), encoder.max_length, read_corpus(corpus_file), short_tokens, long_tokens)

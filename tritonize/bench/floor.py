@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import steps
+from . import corpus
 
 DEFAULT_BATCHES = (1, 4, 8, 16, 32, 64)
 MIN_POINT_S = 1.5  # shortest measurement of one (batch size, layout) point
@@ -71,6 +72,7 @@ class Floor:
         self.repository = Path(repository)
         self.threads = threads or (os.cpu_count() or 1)
         self.encoder = steps.text_encoder(repository)
+        self.count = corpus.token_counter(self.encoder)
         self.runner = steps.onnx_runner(repository, intra_op_threads=self.threads)
         self._single: list = []  # single-threaded sessions, made on first use
 
@@ -86,9 +88,6 @@ class Floor:
             self._batch(runner, ["warm up"])
             self._single.append(runner)
         return self._single[:sessions]
-
-    def tokens(self, text: str) -> int:
-        return len(self.encoder.tokenizer.encode(text).ids)
 
     def one(self, text: str) -> list[np.ndarray]:
         """What the server computes for one request: bucketed encode, then the regrouping runner."""
@@ -159,7 +158,7 @@ class Floor:
         workload's mean tokens per text, so a partial pass of a mixed-length
         workload counts long and short texts at their true weight.
         """
-        counts = [self.tokens(t) for t in texts]
+        counts = [self.count(t) for t in texts]
         if order == "sorted":
             texts = [t for _, t in sorted(zip(counts, texts), key=lambda p: p[0])]
         mean_tokens = sum(counts) / len(counts)

@@ -91,10 +91,8 @@ class Bench:
         self.name = options.model or manifest["name"]
         self.manifest = manifest
         self.floor = floor.Floor(repo)
-        texts = corpus.read_corpus(options.corpus_file)
-        enc = self.floor.encoder
-        self.workloads = corpus.build_workloads(
-            options.workloads, corpus.token_counter(enc), enc.max_length, texts, options.short_tokens, options.long_tokens
+        self.workloads = corpus.workloads_for(
+            self.floor.encoder, options.workloads, options.corpus_file, options.short_tokens, options.long_tokens
         )
         paths = repo_paths(repo, self.name)
         self.step_names = [self.name, paths["tokenizer"].name, paths["model"].name]

@@ -135,10 +135,8 @@ class Tuner:
         duration = None if args.requests else (args.duration or DEFAULT_DURATION_S)
         self.bound = lambda c: load.Bound(requests=args.requests, duration_s=duration,
                                           warmup=args.warmup if args.warmup is not None else max(10, 2 * c))
-        enc = steps.text_encoder(self.repo)
-        self.workloads = corpus.build_workloads(
-            args.workloads, corpus.token_counter(enc), enc.max_length, corpus.read_corpus(args.corpus),
-            args.short_tokens, args.long_tokens,
+        self.workloads = corpus.workloads_for(
+            steps.text_encoder(self.repo), args.workloads, args.corpus, args.short_tokens, args.long_tokens
         )
         self.timeout_s = args.timeout
         self.budget = args.p99_budget_ms
