@@ -106,6 +106,40 @@ def test_floor_reports_latency_and_both_orders(tiny_embedding_repo) -> None:
     assert result["arrival"]["padding_waste_by_batch"]["1"] == 0
 
 
+def test_cpu_meter_charges_each_process_of_the_group(tmp_path) -> None:
+    """A busy leader and a busy child in one process group, read from /proc like a local server."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tritonize.bench.cpu import SERVER, CpuMeter
+
+    busy = "import time\nend = time.time() + 3\nwhile time.time() < end: pass\n"
+    child = tmp_path / "child.py"
+    child.write_text(busy)
+    leader = subprocess.Popen(
+        [sys.executable, "-c", f"import subprocess, sys; subprocess.Popen([sys.executable, {str(child)!r}]); {busy!r} and exec({busy!r})"],
+        start_new_session=True,
+    )
+    try:
+        time.sleep(0.5)
+        meter = CpuMeter(leader.pid, cores=2)
+        meter.start()
+        time.sleep(1.0)
+        result = meter.finish(completed=100, client_cpu_s=0.05, wall_s=1.0)
+    finally:
+        os.killpg(leader.pid, signal.SIGKILL)  # the child too
+        leader.wait()
+    per = result["ms_per_request"]
+    python = Path(sys.executable).name
+    assert per[SERVER] > 3.0  # about 10 ms per request: one busy core over 100 requests
+    assert per[python] > 3.0  # the child, labelled by its executable
+    assert per["client"] == 0.5
+    assert result["total_ms_per_request"] == pytest.approx(sum(per.values()), abs=0.01)
+    assert 0 <= result["idle_pct"] < 50
+
+
 # -- end to end ----------------------------------------------------------------
 
 SYSTEMS = {"triton-grpc", "triton-http", "doc", "doc-batched"}
@@ -140,6 +174,10 @@ def test_bench_runs_every_system_with_exact_counts(tiny_embedding_repo, tmp_path
             assert r["steps"]["model"]["avg_batch"] >= 1
             assert r["breakdown"]["server_ms"] > 0
             assert r["padding_waste"]["waste"] >= 0
+            # CPU per request, by process: the server and one stub per step, named by model.
+            per = r["cpu"]["ms_per_request"]
+            assert {"tritonserver", "client", r["steps"]["tokenizer"]["name"], r["steps"]["model"]["name"]} <= set(per)
+            assert per[r["steps"]["model"]["name"]] > 0 and 0 <= r["cpu"]["idle_pct"] <= 100
         else:
             assert r["server"]["requests"] == 40
     for w in ("short", "mixed"):
@@ -150,6 +188,7 @@ def test_bench_runs_every_system_with_exact_counts(tiny_embedding_repo, tmp_path
     assert (out / "bench.png").read_bytes()[:8] == PNG_MAGIC
     printed = capsys.readouterr().out
     assert "Triton gRPC" in printed and "HF doc server" in printed and "floor" in printed
+    assert "CPU per request" in printed
 
 
 @pytest.mark.e2e

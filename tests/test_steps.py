@@ -122,23 +122,30 @@ def test_grouping_wastes_less_padding_than_the_longest_row(repo: Path, encoder) 
     assert sorted(shapes) == [(1, 52), (2, 3)]
 
 
-def test_data_parallel_shards_get_similar_lengths(repo: Path, encoder) -> None:
+def test_data_parallel_shards_take_the_costliest_work_first(repo: Path, encoder) -> None:
     runner = steps.onnx_runner(repo, intra_op_threads=2, shards=2)
-    seen = []
+    texts = ["dog " * n for n in (1, 2, 3, 4, 30, 31)]
+    batches = [encoder.encode([t]) for t in texts]
+    lengths = np.array([int(m.sum()) for _, m in batches])
+    pieces = runner._pieces(lengths, np.argsort(lengths, kind="stable"))
+    # Two groups (one bucket each), each cut in two; the long rows go first, so neither shard idles at the end.
+    assert [sorted(lengths[p].tolist()) for p in pieces] == [[33], [32], [5, 6], [3, 4]]
+
+    sessions = []
     original = runner.run
 
     def spy(ids, mask, session=None):
-        seen.append((session is runner.shards[0], session is runner.shards[1], mask.sum(1).tolist()))
+        sessions.append(session)
         return original(ids, mask, session)
 
     runner.run = spy
-    texts = ["dog " * n for n in (1, 2, 3, 4, 30, 31)]
-    runner.run_grouped([encoder.encode([t]) for t in texts])
-    first = sorted(x for a, _, lens in seen if a for x in lens)
-    second = sorted(x for _, b, lens in seen if b for x in lens)
-    assert first == [3, 5, 32] and second == [4, 6, 33]  # sorted rows dealt round-robin
+    sharded = runner.run_grouped(batches)
+    assert len(sessions) == 4 and all(s in runner.shards for s in sessions)
+    single = steps.onnx_runner(repo, intra_op_threads=1)
+    for got, want in zip(sharded, single.run_grouped(batches)):
+        assert np.abs(got[0] - want[0]).max() <= 1e-5  # same rows back, in request order
     runner.run_grouped([encoder.encode(["dog"])])
-    assert seen[-1][:2] == (False, False)  # a lone row runs on the multi-threaded session
+    assert sessions[-1] is runner.session  # a lone row runs on the multi-threaded session
 
 
 def test_one_shard_per_instance_keeps_lone_rows_on_the_wide_session(repo: Path, encoder) -> None:

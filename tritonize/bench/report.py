@@ -76,6 +76,27 @@ def breakdown_table(document: dict) -> Table | None:
     return table
 
 
+def cpu_table(document: dict) -> Table | None:
+    """CPU per request by process, beside what the floor's best batch costs: the gap, itemised."""
+    rows = [r for r in document["runs"] if r.get("cpu", {}).get("ms_per_request")]
+    if not rows:
+        return None
+    steps = rows[0].get("steps") or {}
+    names = [steps.get(k, {}).get("name") for k in ("tokenizer", "model")]
+    table = Table(title="CPU per request (ms, every process of the local server, and the load generator)", title_justify="left")
+    for col in ("system", "workload", "conc", "tritonserver", "tokenizer stub", "model stub", "client", "total", "floor", "idle"):
+        table.add_column(col, justify="left" if col in ("system", "workload") else "right")
+    for r in _sorted_runs(rows):
+        c = r["cpu"]
+        per = c["ms_per_request"]
+        best = (document.get("floor", {}).get(r["workload"]) or {}).get("arrival")
+        # The floor keeps every core busy at its best batch: cores / rate is its CPU per request.
+        floor_ms = f"{1e3 * c['cores'] / best['rps']:.2f}" if best and best.get("rps") else "-"
+        table.add_row(r["label"], r["workload"], str(r["concurrency"]), _ms(per.get("tritonserver")), _ms(per.get(names[0])),
+                      _ms(per.get(names[1])), _ms(per.get("client")), _ms(c["total_ms_per_request"]), floor_ms, f"{c['idle_pct']:.0f}%")
+    return table
+
+
 def targets_table(document: dict) -> Table | None:
     targets = document.get("targets") or []
     if not targets:
@@ -97,7 +118,7 @@ def print_tables(document: dict, console: Console) -> None:
         console = Console(file=console.file, width=TABLE_WIDTH, highlight=False, force_terminal=console.is_terminal)
     for workload in document["workloads"]:
         console.print(workload_table(document, workload))
-    for table in (breakdown_table(document), targets_table(document)):
+    for table in (breakdown_table(document), cpu_table(document), targets_table(document)):
         if table is not None:
             console.print(table)
     console.print(f"[dim]{document['meta']['note']}[/]")

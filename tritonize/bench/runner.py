@@ -19,7 +19,7 @@ from ..console import err
 from ..errors import TritonizeError
 from ..runtime.base import Endpoints, ServerOptions, read_manifest
 from ..spec import repo_paths
-from . import baselines, corpus, floor, load, stats
+from . import baselines, corpus, cpu, floor, load, stats
 from .targets import evaluate
 
 TRITON_LABELS = {"grpc": "Triton gRPC", "http": "Triton HTTP"}
@@ -59,10 +59,10 @@ class BenchOptions:
 
 
 @contextlib.contextmanager
-def triton_endpoints(options: BenchOptions) -> Iterator[tuple[str, str]]:
-    """(http_url, grpc_url) of the server to measure; starts a local one on free ports if asked."""
+def triton_endpoints(options: BenchOptions) -> Iterator[tuple[str, str, int | None]]:
+    """(http_url, grpc_url, server PID or None) of the server to measure; starts a local one on free ports if asked."""
     if not options.start_local:
-        yield options.http_url, options.grpc_url
+        yield options.http_url, options.grpc_url, None
         return
     from ..runtime.local import LocalRuntime, free_ports
 
@@ -74,9 +74,10 @@ def triton_endpoints(options: BenchOptions) -> Iterator[tuple[str, str]]:
         metrics_port=metrics,
         run_dir=Path(options.output) / ".run",
     )
-    with LocalRuntime(server, quiet=options.quiet) as endpoints:
+    runtime = LocalRuntime(server, quiet=options.quiet)
+    with runtime as endpoints:
         endpoints: Endpoints
-        yield endpoints.http, endpoints.grpc
+        yield endpoints.http, endpoints.grpc, runtime.server_pid
 
 
 class Bench:
@@ -114,7 +115,8 @@ class Bench:
         return run
 
     def measure_triton(self) -> None:
-        with triton_endpoints(self.o) as (http_url, grpc_url):
+        with triton_endpoints(self.o) as (http_url, grpc_url, server_pid):
+            meter = cpu.CpuMeter(server_pid) if server_pid else None
             try:
                 stats.fetch(http_url)
                 snaps: stats.Snapshots | None = stats.Snapshots(http_url, self.step_names)
@@ -129,12 +131,15 @@ class Bench:
                     make = lambda: load.TritonHttp(http_url, self.name, self.o.timeout_s)  # noqa: E731
                 for wname, w in self.workloads.items():
                     for c in self.o.concurrency:
-                        result = load.measure(make, w.texts, c, self.o.bound(c), snaps.start if snaps else None)
+                        starts = [f for f in (snaps.start if snaps else None, meter.start if meter else None) if f]
+                        result = load.measure(make, w.texts, c, self.o.bound(c), lambda: [f() for f in starts])
                         extra = self._triton_extra(snaps, result, w) if snaps else {}
+                        if meter:
+                            extra["cpu"] = meter.finish(result.completed, result.client_cpu_s, result.wall_s)
                         self._record(f"triton-{protocol}", label, wname, result, extra)
 
     def _triton_extra(self, snaps: stats.Snapshots, result: load.LoadResult, w: corpus.Workload) -> dict:
-        deltas = snaps.finish()
+        deltas = snaps.finish(expected=result.completed)
         ensemble, tok, model = (deltas[n] for n in self.step_names)
         client_mean = result.summary()["latency_ms"]["mean"]
         return {

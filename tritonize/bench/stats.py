@@ -10,6 +10,7 @@ the observed size.
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
 from dataclasses import asdict, dataclass
 
@@ -89,9 +90,16 @@ class Snapshots:
     def start(self) -> None:
         self.before = fetch(self.http_url)
 
-    def finish(self) -> dict[str, StepStats]:
-        after = fetch(self.http_url)
-        return {n: delta(self.before, after, n) for n in self.names}
+    def finish(self, expected: int | None = None, settle_s: float = 1.0) -> dict[str, StepStats]:
+        """Deltas since `start`. Triton counts a request just after its response leaves, so wait
+        (at most `settle_s`) until the ensemble has counted the `expected` successful requests."""
+        deadline = time.monotonic() + settle_s
+        while True:
+            after = fetch(self.http_url)
+            deltas = {n: delta(self.before, after, n) for n in self.names}
+            if expected is None or deltas[self.names[0]].requests >= expected or time.monotonic() >= deadline:
+                return deltas
+            time.sleep(0.01)
 
 
 def overhead_breakdown(client_ms: float, ensemble: StepStats, steps: list[StepStats]) -> dict[str, float]:

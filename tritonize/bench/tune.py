@@ -159,7 +159,7 @@ class Tuner:
                 for c in self.concurrency:
                     result = load.measure(lambda: load.TritonGrpc(endpoints.grpc, self.name, self.timeout_s),
                                           w.texts, c, self.bound(c), snaps.start)
-                    model = snaps.finish()[names[2]]
+                    model = snaps.finish(expected=result.completed)[names[2]]
                     point.runs.append({"workload": wname, **result.summary(), "avg_batch": round(model.avg_batch, 2)})
 
     def run(self) -> dict:

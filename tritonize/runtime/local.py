@@ -322,6 +322,11 @@ class LocalRuntime(Runtime):
         self.directory = instance_dir(options.run_dir, options.http_port).resolve()
         self._proc: subprocess.Popen | None = None
 
+    @property
+    def server_pid(self) -> int | None:
+        """The running server's PID (it leads its own process group, stubs included)."""
+        return self._proc.pid if self._proc else None
+
     # paths
     @property
     def pid_file(self) -> Path:
