@@ -196,14 +196,16 @@ def measure(
     duration_s: float | None,
     fixed_length: bool,
     batches: tuple[int, ...] = DEFAULT_BATCHES,
+    batch1: list[float] | None = None,
 ) -> dict:
     """Batch-1 latency and best-batch throughput for one workload, within the run's bound.
 
     With a duration, each (batch size, layout) point gets an equal share of
     it, at least MIN_POINT_S; with a request count, each point processes that
-    many texts.
+    many texts. `batch1`: latencies already measured (the bench takes them
+    beside Triton's own concurrency-1 run).
     """
-    lat = floor.batch1_latency(texts, requests, duration_s)
+    lat = batch1 if batch1 else floor.batch1_latency(texts, requests, duration_s)
     points = len(batches) * len(floor.layouts())
     budget = max(MIN_POINT_S, duration_s / points) if duration_s else None
     arrival = floor.throughput(texts, "arrival", batches, budget, requests)

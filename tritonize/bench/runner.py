@@ -2,7 +2,10 @@
 
 Systems are measured one after another, never at the same time, so each has
 the whole machine (shared only with the load generator). A server started
-here is stopped before the next system starts.
+here is stopped before the next system starts. The floor's batch-1 latency
+is taken in two halves around Triton's concurrency-1 run of the same
+workload (the server idle meanwhile), so a drifting machine cannot decide
+a millisecond-sized comparison.
 """
 
 from __future__ import annotations
@@ -98,6 +101,8 @@ class Bench:
         paths = repo_paths(repo, self.name)
         self.step_names = [self.name, paths["tokenizer"].name, paths["model"].name]
         self.runs: list[dict] = []
+        # The floor's batch-1 latencies, taken right around Triton's concurrency-1 run of each workload.
+        self.batch1: dict[str, list[float]] = {}
 
     def say(self, message: str) -> None:
         if not self.o.quiet:
@@ -131,12 +136,29 @@ class Bench:
                     make = lambda: load.TritonHttp(http_url, self.name, self.o.timeout_s)  # noqa: E731
                 for wname, w in self.workloads.items():
                     for c in self.o.concurrency:
+                        pair = c == 1 and protocol == self.o.protocols[0] and "floor" in self.o.baselines
+                        if pair:
+                            self._floor_batch1(wname, w)
                         starts = [f for f in (snaps.start if snaps else None, meter.start if meter else None) if f]
                         result = load.measure(make, w.texts, c, self.o.bound(c), lambda: [f() for f in starts])
+                        if pair:
+                            self._floor_batch1(wname, w)
                         extra = self._triton_extra(snaps, result, w) if snaps else {}
                         if meter:
                             extra["cpu"] = meter.finish(result.completed, result.client_cpu_s, result.wall_s)
                         self._record(f"triton-{protocol}", label, wname, result, extra)
+
+    def _floor_batch1(self, wname: str, w: corpus.Workload) -> None:
+        """Half the floor's batch-1 measurement: one half just before Triton's concurrency-1 run, one just after.
+
+        Latency differences of a millisecond are the targets here, and a shared
+        machine drifts by that much within minutes: measured side by side, both
+        systems see the same machine.
+        """
+        requests = self.o.requests // 2 if self.o.requests else None
+        duration = self.o.duration_s / 2 if not self.o.requests and self.o.duration_s else None
+        lat = self.floor.batch1_latency(w.texts, max(1, requests) if requests is not None else None, duration)
+        self.batch1.setdefault(wname, []).extend(lat)
 
     def _triton_extra(self, snaps: stats.Snapshots, result: load.LoadResult, w: corpus.Workload) -> dict:
         deltas = snaps.finish(expected=result.completed)
@@ -179,7 +201,8 @@ class Bench:
         result = {}
         for wname, w in self.workloads.items():
             fixed = wname != "mixed"
-            result[wname] = floor.measure(self.floor, w.texts, self.o.requests, self.o.duration_s if not self.o.requests else None, fixed)
+            result[wname] = floor.measure(self.floor, w.texts, self.o.requests, self.o.duration_s if not self.o.requests else None,
+                                          fixed, batch1=self.batch1.get(wname))
             f = result[wname]
             self.say(
                 f"  {'floor':<24} {wname:<5} batch-1 p50 {f['batch1_latency_ms']['p50']:.1f} ms, best batch"
