@@ -163,3 +163,12 @@ def test_one_shard_per_instance_keeps_lone_rows_on_the_wide_session(repo: Path, 
     runner.run_grouped([encoder.encode(["dog"]), encoder.encode(["fox"])])
     runner.run_grouped([encoder.encode(["dog"])])
     assert sessions == [runner.shards[0], runner.session]
+
+
+def test_threads_spin_only_within_a_run(repo: Path) -> None:
+    """The generated config spins intra-op threads during a run and stops them when it ends."""
+    runner = steps.onnx_runner(repo, intra_op_threads=2, shards=2)
+    for session in [runner.session, *runner.shards]:
+        options = session.get_session_options()
+        assert options.get_session_config_entry("session.intra_op.allow_spinning") == "1"
+        assert options.get_session_config_entry("session.force_spinning_stop") == "1"

@@ -103,7 +103,7 @@ def render(repo: RepoSpec, options: dict, report: dict, intra_op_threads: int = 
                 "step": repo.model_step,
                 "ragged": True,
                 "intra_op_threads": intra_op_threads,
-                "allow_spinning": 0,
+                "allow_spinning": 1,  # within a run only (see model.py)
             },
         ),
         (f"{m}/1/model.py", "model/model.py.j2", {}),

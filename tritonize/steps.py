@@ -59,7 +59,7 @@ def onnx_runner(repo_dir: Path, intra_op_threads: int = 0, max_rows: int = 64, s
         intra_op_threads or int(p.get("intra_op_threads", "0")) or (os.cpu_count() or 1),
         [int(b) for b in p["buckets"].split(",")],
         int(p["pad_id"]),
-        allow_spinning=p.get("allow_spinning", "0") == "1",
+        allow_spinning=p.get("allow_spinning", "1") == "1",
         max_rows=max_rows,
         shards=shards,
     )
