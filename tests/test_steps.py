@@ -107,19 +107,25 @@ def test_onnx_runner_regrouping_matches_pytorch(repo: Path, encoder, threads: in
     assert np.abs(got - np.concatenate(expected)).max() <= 1e-5
 
 
-def test_grouping_wastes_less_padding_than_the_longest_row(repo: Path, encoder) -> None:
-    runner = steps.onnx_runner(repo, intra_op_threads=1)
-    shapes = []
+def spy_runs(runner) -> list[tuple[tuple[int, ...], object]]:
+    """Record (ids shape, session) of every onnxruntime call the runner makes."""
+    calls: list[tuple[tuple[int, ...], object]] = []
     original = runner.run
 
     def spy(ids, mask, session=None):
-        shapes.append(ids.shape)
+        calls.append((ids.shape, session))
         return original(ids, mask, session)
 
     runner.run = spy
+    return calls
+
+
+def test_grouping_wastes_less_padding_than_the_longest_row(repo: Path, encoder) -> None:
+    runner = steps.onnx_runner(repo, intra_op_threads=1)
+    calls = spy_runs(runner)
     runner.run_grouped([encoder.encode(["hello"]), encoder.encode(["dog " * 50]), encoder.encode(["fox"])])
     # Two short rows run together at their own length; the long one alone.
-    assert sorted(shapes) == [(1, 52), (2, 3)]
+    assert sorted(shape for shape, _ in calls) == [(1, 52), (2, 3)]
 
 
 def test_data_parallel_shards_take_the_costliest_work_first(repo: Path, encoder) -> None:
@@ -131,38 +137,24 @@ def test_data_parallel_shards_take_the_costliest_work_first(repo: Path, encoder)
     # Two groups (one bucket each), each cut in two; the long rows go first, so neither shard idles at the end.
     assert [sorted(lengths[p].tolist()) for p in pieces] == [[33], [32], [5, 6], [3, 4]]
 
-    sessions = []
-    original = runner.run
-
-    def spy(ids, mask, session=None):
-        sessions.append(session)
-        return original(ids, mask, session)
-
-    runner.run = spy
+    calls = spy_runs(runner)
     sharded = runner.run_grouped(batches)
-    assert len(sessions) == 4 and all(s in runner.shards for s in sessions)
+    assert len(calls) == 4 and all(s in runner.shards for _, s in calls)
     single = steps.onnx_runner(repo, intra_op_threads=1)
     for got, want in zip(sharded, single.run_grouped(batches)):
         assert np.abs(got[0] - want[0]).max() <= 1e-5  # same rows back, in request order
     runner.run_grouped([encoder.encode(["dog"])])
-    assert sessions[-1] is runner.session  # a lone row runs on the multi-threaded session
+    assert calls[-1][1] is runner.session  # a lone row runs on the multi-threaded session
 
 
 def test_one_shard_per_instance_keeps_lone_rows_on_the_wide_session(repo: Path, encoder) -> None:
     """With two instances on two cores each instance gets one single-threaded shard for batches."""
     runner = steps.onnx_runner(repo, intra_op_threads=2, shards=1)
     assert runner.pool is None and len(runner.shards) == 1
-    sessions = []
-    original = runner.run
-
-    def spy(ids, mask, session=None):
-        sessions.append(session)
-        return original(ids, mask, session)
-
-    runner.run = spy
+    calls = spy_runs(runner)
     runner.run_grouped([encoder.encode(["dog"]), encoder.encode(["fox"])])
     runner.run_grouped([encoder.encode(["dog"])])
-    assert sessions == [runner.shards[0], runner.session]
+    assert [s for _, s in calls] == [runner.shards[0], runner.session]
 
 
 def test_threads_spin_only_within_a_run(repo: Path) -> None:

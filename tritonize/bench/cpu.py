@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..runtime.local import group_processes
+
 SERVER = "tritonserver"
 
 
@@ -42,21 +44,13 @@ def _on_cpu_s(pid: int) -> float:
 
 
 def group_cpu_s(server_pid: int) -> dict[str, float]:
-    """CPU seconds so far of every process in the server's group, summed per label."""
+    """CPU seconds so far of every process in the server's group (it leads its own), summed per label."""
     totals: dict[str, float] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) != server_pid:  # process group id: the server leads its own group
-            continue
-        label = _label(int(entry.name), server_pid)
+    for pid in group_processes(server_pid):
+        label = _label(pid, server_pid)
         if label:
             try:
-                totals[label] = totals.get(label, 0.0) + _on_cpu_s(int(entry.name))
+                totals[label] = totals.get(label, 0.0) + _on_cpu_s(pid)
             except OSError:  # exited meanwhile
                 continue
     return totals
