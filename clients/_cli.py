@@ -17,9 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import numpy as np  # noqa: E402
-
-from tritonize.client import EMBEDDING, PROBABILITIES, Label, RequestResult, chunks, parse_classes  # noqa: E402
+from tritonize.client import RequestResult, chunks  # noqa: E402
+from tritonize.tasks.base import Task  # noqa: E402
 
 DEFAULT_URLS = {"grpc": "127.0.0.1:8001", "http": "127.0.0.1:8000"}
 
@@ -45,9 +44,10 @@ def model_name(args: argparse.Namespace) -> str:
         return args.model
     if os.environ.get("TRITON_MODEL"):
         return os.environ["TRITON_MODEL"]
-    from tritonize.runtime.base import read_manifest
+    from tritonize.runtime.base import served_manifest
 
-    name = read_manifest(args.repository).get("name")
+    manifest = served_manifest(args.repository)
+    name = manifest.name if manifest else ""
     if not name:
         sys.exit(f"error: no --model given and no {args.repository / 'tritonize.yaml'} to read it from")
     return name
@@ -72,12 +72,8 @@ def requests(args: argparse.Namespace, texts: Sequence[str]) -> list[list[str]]:
     return chunks(list(texts), args.batch_size)
 
 
-def is_classifier(outputs: Sequence[str]) -> bool:
-    return PROBABILITIES in outputs and EMBEDDING not in outputs
-
-
-def report(results: Sequence[RequestResult], classifier: bool, args: argparse.Namespace) -> int:
-    """Print every text's embedding or labels; exit status 1 if any request failed."""
+def report(results: Sequence[RequestResult], task: Task, args: argparse.Namespace) -> int:
+    """Print every text's answer, decoded by the model's task; exit status 1 if any request failed."""
     rows, failed = [], 0
     for res in results:
         if res.error is not None:
@@ -85,30 +81,14 @@ def report(results: Sequence[RequestResult], classifier: bool, args: argparse.Na
             print(f"error: {res.error}", file=sys.stderr)
             continue
         assert res.outputs is not None
-        if classifier:
-            for text, labels in zip(res.texts, parse_classes(res.outputs[PROBABILITIES])):
-                rows.append({"text": text, "labels": [_label(lb) for lb in labels]})
-        else:
-            for text, vec in zip(res.texts, res.outputs[EMBEDDING]):
-                rows.append({"text": text, "embedding": np.asarray(vec, dtype=np.float32).tolist()})
+        for text, row in zip(res.texts, task.rows(res.outputs)):
+            rows.append({"text": text, **row})
     if args.json:
         print(json.dumps({"model": args.model, "results": rows}))
     else:
         for i, row in enumerate(rows):
-            print(f"[{i}] {_summary(row)}  {_short(row['text'])}")
+            print(f"[{i}] {task.summary_line(row)}  {_short(row['text'])}")
     return 1 if failed else 0
-
-
-def _label(label: Label) -> dict:
-    return {"label": label.label, "score": label.score, "index": label.index}
-
-
-def _summary(row: dict) -> str:
-    if "labels" in row:
-        return "  ".join(f"{lb['label']} {lb['score']:.3f}" for lb in row["labels"])
-    vec = np.asarray(row["embedding"])
-    head = ", ".join(f"{v:+.4f}" for v in vec[:4])
-    return f"dim {vec.size}  norm {np.linalg.norm(vec):.3f}  [{head}, ...]"
 
 
 def _short(text: str, width: int = 48) -> str:
@@ -125,9 +105,10 @@ def run_sync(protocol: str, description: str) -> int:
     texts = read_texts(args)
     try:
         with TextClient(args.url, args.model, protocol=protocol, timeout_s=args.timeout) as client:
-            classifier = is_classifier(client.output_names())
-            results = client.infer_many(requests(args, texts), args.concurrency, top_k=args.top_k if classifier else 0)
+            task = client.task()
+            outputs, top_k = task.client_request(args.top_k)
+            results = client.infer_many(requests(args, texts), args.concurrency, outputs=outputs, top_k=top_k)
     except ServerError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    return report(results, classifier, args)
+    return report(results, task, args)

@@ -11,16 +11,16 @@ import time
 import _cli
 
 from tritonize.client import AsyncTextClient, RequestResult, ServerError
+from tritonize.tasks.base import Task
 
 
-async def run(args, batches) -> tuple[bool, list[RequestResult], float]:
+async def run(args, batches) -> tuple[Task, list[RequestResult], float]:
     async with AsyncTextClient(args.url, args.model, timeout_s=args.timeout) as client:
-        classifier = _cli.is_classifier(await client.output_names())
+        task = await client.task()
+        outputs, top_k = task.client_request(args.top_k)
         start = time.perf_counter()
-        results = await client.infer_many(
-            batches * args.repeat, args.concurrency, top_k=args.top_k if classifier else 0
-        )
-        return classifier, results, time.perf_counter() - start
+        results = await client.infer_many(batches * args.repeat, args.concurrency, outputs=outputs, top_k=top_k)
+        return task, results, time.perf_counter() - start
 
 
 def main() -> int:
@@ -31,11 +31,11 @@ def main() -> int:
     args.model = _cli.model_name(args)
     batches = _cli.requests(args, _cli.read_texts(args))
     try:
-        classifier, results, elapsed = asyncio.run(run(args, batches))
+        task, results, elapsed = asyncio.run(run(args, batches))
     except ServerError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    status = _cli.report(results[: len(batches)], classifier, args)
+    status = _cli.report(results[: len(batches)], task, args)
     ok = [r for r in results if r.ok]
     latencies = sorted(r.latency_s for r in ok) or [0.0]
     texts = sum(len(r.texts) for r in ok)

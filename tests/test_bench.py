@@ -17,7 +17,9 @@ import pytest
 from tritonize import steps
 from tritonize.bench import baseline_server, corpus, floor
 from tritonize.cli import main
-from tritonize.repository import load_manifest, parse_config, reconfigure
+from tritonize.manifest import read_manifest
+from tritonize.repository import parse_config, reconfigure
+from tritonize.spec import Overrides
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -197,7 +199,7 @@ def test_tune_writes_the_better_configuration_back(tiny_embedding_repo, tmp_path
     repo = tmp_path / "repo"
     shutil.copytree(tiny_embedding_repo.repository, repo)
     # A 20 ms queue delay costs every request ~40 ms at low load: a clear loser.
-    reconfigure(repo, {"max_queue_delay_us": 20000})
+    reconfigure(repo, Overrides(max_queue_delay_us=20000))
     rc = main([
         "tune", "--repository", str(repo), "--grid", "max_queue_delay_us=0", "--requests", "20", "--warmup", "5",
         "--concurrency", "1,2", "--output", str(tmp_path / "out"),
@@ -207,7 +209,7 @@ def test_tune_writes_the_better_configuration_back(tiny_embedding_repo, tmp_path
     assert [p["changes"] for p in result["points"]] == [{"max_queue_delay_us": 20000}, {"max_queue_delay_us": 0}]
     assert all(len(p["runs"]) == 2 and all(r["completed"] == 20 for r in p["runs"]) for p in result["points"])
     assert result["chosen"] == {"max_queue_delay_us": 0}
-    name = load_manifest(repo)["name"]
+    name = read_manifest(repo).name
     for config in (
         repo / name / "config.pbtxt",
         repo / f"{name}_tokenizer" / "config.pbtxt",
@@ -217,6 +219,6 @@ def test_tune_writes_the_better_configuration_back(tiny_embedding_repo, tmp_path
         parsed = parse_config(config.read_text(), str(config))
         if parsed.platform != "ensemble":
             assert parsed.dynamic_batching.max_queue_delay_microseconds == 0, config
-    assert load_manifest(repo)["max_queue_delay_us"] == 0
+    assert read_manifest(repo).options.max_queue_delay_us == 0
     # The shadow copies are gone; only real files remain in the repository.
     assert not any(p.is_symlink() for p in Path(repo).rglob("*"))

@@ -30,10 +30,12 @@ import jsonschema
 import pytest
 import yaml
 
+from tritonize.errors import TritonizeError
+from tritonize.runtime import docker as dk
+from tritonize.runtime import process
+from tritonize.runtime.base import ServerOptions
+
 ROOT = Path(__file__).resolve().parents[1]
-from tritonize.errors import TritonizeError  # noqa: E402
-from tritonize.runtime import docker as dk  # noqa: E402
-from tritonize.runtime.base import ServerOptions  # noqa: E402
 
 COMPOSE = ROOT / "docker-compose.yml"
 SCHEMA = ROOT / "tests" / "data" / "compose-spec.json"
@@ -548,7 +550,7 @@ def test_error_lines_pick_triton_and_python_errors() -> None:
             "I0101 00:00:02.000 1 server.cc:3] shutting down",
         ]
     )
-    assert dk._error_lines(log) == log.splitlines()[1:3]
+    assert process.error_lines(log) == log.splitlines()[1:3]
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,8 @@ import pytest
 
 from tritonize.client import AsyncTextClient, ServerError, TextClient, run_concurrent
 from tritonize.runtime.base import Endpoints, http_get
-from tritonize.runtime.local import LocalRuntime, group_processes
+from tritonize.runtime.local import LocalRuntime
+from tritonize.runtime.process import group_processes
 
 ROOT = Path(__file__).resolve().parents[1]
 ATOL = 1e-4
@@ -85,7 +86,7 @@ class Served:
 def serve(repo, local_options, run_dir: Path) -> Served:
     runtime = LocalRuntime(local_options(repo.repository, run_dir), quiet=True)
     endpoints = runtime.up()
-    return Served(runtime, endpoints, repo.name, repo.source, int(runtime.pid_file.read_text()))
+    return Served(runtime, endpoints, repo.name, repo.source, runtime.server_pid)
 
 
 @pytest.fixture(scope="module")
@@ -342,8 +343,10 @@ def test_client_script_prints_labels_and_errors(cls, cls_reference) -> None:
 # -- stop ----------------------------------------------------------------------
 
 
-def test_down_leaves_no_process(servers) -> None:
-    for served in servers.values():
+def test_down_leaves_no_process(tiny_embedding_repo, tiny_classifier_repo, local_options, tmp_path) -> None:
+    """Servers of its own, so no other test depends on running before or after it."""
+    for repo in (tiny_embedding_repo, tiny_classifier_repo):
+        served = serve(repo, local_options, tmp_path / "run")
         assert group_processes(served.pid)  # server and stubs are running ...
         served.runtime.down()
         assert group_processes(served.pid) == []  # ... and gone, stubs included
@@ -369,7 +372,7 @@ def test_minilm_served_matches_sentence_transformers(local_options, tmp_path) ->
     expected = st_embed(folder, texts)
     runtime = LocalRuntime(local_options(repo, tmp_path / "run"), quiet=True)
     with runtime as endpoints:
-        pid = int(runtime.pid_file.read_text())
+        pid = runtime.server_pid
         with TextClient(endpoints.grpc, "minilm") as grpc_client, TextClient(endpoints.http, "minilm", "http") as http:
             assert_close(grpc_client.embed(texts), expected)
             assert_close(np.concatenate([http.embed([t]) for t in texts]), expected)

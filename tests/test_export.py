@@ -48,39 +48,38 @@ def test_embedding_graph_has_dynamic_axes_and_pooling_inside(emb_spec, tmp_path:
 
 
 def test_embedding_verifies_against_sentence_transformers(emb_spec, tmp_path: Path) -> None:
-    head = export.load_torch_model(emb_spec)
-    artifacts = export.export(emb_spec, tmp_path, head=head)
-    report = verify.verify(emb_spec, head, artifacts.stages, set(), atol=1e-4, min_cosine=0.999)
-    assert report["reference"] == "sentence-transformers"
-    assert report["passed"] is True
-    assert report["stages"]["export"]["max_abs"] <= 1e-4
-    assert report["truncated"] >= 1  # the long sentences reach the max length
+    graph = export.load_torch_model(emb_spec)
+    artifacts = export.export(emb_spec, tmp_path, graph=graph)
+    report = verify.verify(emb_spec, graph, artifacts.stages, set(), atol=1e-4, min_cosine=0.999)
+    assert report.reference == "sentence-transformers"
+    assert report.passed is True
+    assert report.stages["export"].max_abs <= 1e-4
+    assert report.truncated >= 1  # the long sentences reach the max length
     verify.check(report)
 
 
 def test_classifier_outputs_logits_and_probabilities(cls_spec, tmp_path: Path) -> None:
-    head = export.load_torch_model(cls_spec)
-    artifacts = export.export(cls_spec, tmp_path, head=head)
+    graph = export.load_torch_model(cls_spec)
+    artifacts = export.export(cls_spec, tmp_path, graph=graph)
     session = ort.InferenceSession(str(artifacts.onnx), providers=["CPUExecutionProvider"])
     assert [o.name for o in session.get_outputs()] == ["logits", "probabilities"]
-    ids, mask = verify.tokenize(cls_spec, ["hello world", "the dog"])
-    logits, probs = session.run(None, {"input_ids": ids, "attention_mask": mask})
+    logits, probs = session.run(None, verify.tokenize(cls_spec, ["hello world", "the dog"]))
     assert logits.shape == probs.shape == (2, 3)
     assert np.allclose(probs.sum(1), 1.0, atol=1e-6)
-    report = verify.verify(cls_spec, head, artifacts.stages, set(), atol=1e-4, min_cosine=0.999)
-    assert report["reference"] == "pytorch" and report["stages"]["export"]["argmax_agreement"] == 1.0
+    report = verify.verify(cls_spec, graph, artifacts.stages, set(), atol=1e-4, min_cosine=0.999)
+    assert report.reference == "pytorch" and report.stages["export"].argmax_agreement == 1.0
 
 
 @pytest.mark.parametrize("optimize, fp16, stage", [(True, False, "optimize"), (False, True, "fp16"), (True, True, "optimize")])
 def test_optimized_and_fp16_graphs_are_verified(emb_spec, tmp_path: Path, optimize: bool, fp16: bool, stage: str) -> None:
-    head = export.load_torch_model(emb_spec)
-    artifacts = export.export(emb_spec, tmp_path, optimize=optimize, fp16=fp16, head=head)
+    graph = export.load_torch_model(emb_spec)
+    artifacts = export.export(emb_spec, tmp_path, optimize=optimize, fp16=fp16, graph=graph)
     assert set(artifacts.stages) == {"export", stage} and artifacts.onnx == artifacts.stages[stage]
     fp16_stages = {stage} if fp16 else set()
-    report = verify.verify(emb_spec, head, artifacts.stages, fp16_stages, atol=1e-4, min_cosine=0.999)
-    result = report["stages"][stage]
-    assert result["metric"] == ("min_cosine" if fp16 else "max_abs")
-    assert result["passed"], result
+    report = verify.verify(emb_spec, graph, artifacts.stages, fp16_stages, atol=1e-4, min_cosine=0.999)
+    result = report.stages[stage]
+    assert result.metric == ("min_cosine" if fp16 else "max_abs")
+    assert result.passed, result
     if fp16:
         types = {i.data_type for i in onnx.load(str(artifacts.onnx)).graph.initializer}
         assert onnx.TensorProto.FLOAT16 in types
@@ -97,8 +96,8 @@ def test_external_data_for_large_models(emb_spec, tmp_path: Path) -> None:
 
 
 def test_a_wrong_graph_fails_verification_with_numbers(emb_spec, tmp_path: Path) -> None:
-    head = export.load_torch_model(emb_spec)
-    artifacts = export.export(emb_spec, tmp_path, head=head)
+    graph = export.load_torch_model(emb_spec)
+    artifacts = export.export(emb_spec, tmp_path, graph=graph)
     model = onnx.load(str(artifacts.onnx))
     biggest = max(model.graph.initializer, key=lambda t: np.prod(t.dims))
     weights = onnx.numpy_helper.to_array(biggest).copy()
@@ -106,7 +105,7 @@ def test_a_wrong_graph_fails_verification_with_numbers(emb_spec, tmp_path: Path)
     biggest.CopyFrom(onnx.numpy_helper.from_array(weights, biggest.name))
     broken = tmp_path / "broken.onnx"
     onnx.save(model, str(broken))
-    report = verify.verify(emb_spec, head, {"export": broken}, set(), atol=1e-4, min_cosine=0.999)
-    assert report["passed"] is False
+    report = verify.verify(emb_spec, graph, {"export": broken}, set(), atol=1e-4, min_cosine=0.999)
+    assert report.passed is False
     with pytest.raises(TritonizeError, match=r"verification against sentence-transformers failed \(export: max_abs"):
         verify.check(report)

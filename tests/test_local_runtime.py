@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from tritonize.errors import TritonizeError
-from tritonize.runtime import local
+from tritonize.runtime import local, process
 from tritonize.runtime.base import http_get
-from tritonize.runtime.local import LocalRuntime, group_processes, relevant_log_lines
+from tritonize.runtime.local import LocalRuntime
+from tritonize.runtime.process import group_processes, relevant_log_lines
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.usefixtures("local_triton")
 
 
 def stub_processes(pgid: int) -> list[int]:
@@ -47,11 +47,13 @@ def deploy(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
 
 
 def test_free_ports_are_distinct_and_bindable() -> None:
-    ports = local.free_ports(3)
+    ports = process.free_ports(3)
     assert len(set(ports)) == 3
-    assert not any(local.port_in_use("127.0.0.1", p) for p in ports)
+    assert not any(process.port_in_use("127.0.0.1", p) for p in ports)
 
 
+@pytest.mark.e2e
+@pytest.mark.usefixtures("local_triton")
 def test_busy_port_is_refused_before_starting(tiny_embedding_repo, local_options, tmp_path) -> None:
     options = local_options(tiny_embedding_repo.repository, tmp_path / "run")
     with socket.socket() as blocker:
@@ -62,13 +64,15 @@ def test_busy_port_is_refused_before_starting(tiny_embedding_repo, local_options
     assert f"gRPC port {options.grpc_port}" in info.value.message
     assert "already in use" in info.value.message
     assert "--grpc-port" in info.value.hint
-    assert not (tmp_path / "run" / f"local-{options.http_port}" / local.PID_FILE).exists()
+    assert not (tmp_path / "run" / f"local-{options.http_port}" / local.STATE_FILE).exists()
 
 
+@pytest.mark.e2e
+@pytest.mark.usefixtures("local_triton")
 def test_tritons_own_address_in_use_error_is_shown(tiny_embedding_repo, local_options, tmp_path, monkeypatch) -> None:
     """Another process may take a port between the check and Triton's bind: Triton's message must surface."""
     options = local_options(tiny_embedding_repo.repository, tmp_path / "run")
-    monkeypatch.setattr(local, "port_in_use", lambda host, port: False)
+    monkeypatch.setattr(process, "port_in_use", lambda host, port: False)
     runtime = LocalRuntime(options, quiet=True)
     with socket.socket() as blocker:
         blocker.bind(("127.0.0.1", options.grpc_port))
@@ -82,6 +86,8 @@ def test_tritons_own_address_in_use_error_is_shown(tiny_embedding_repo, local_op
     assert "failed to start GRPC service" in runtime.logs()
 
 
+@pytest.mark.e2e
+@pytest.mark.usefixtures("local_triton")
 def test_up_status_logs_down_leaves_no_process(tiny_embedding_repo, local_options, tmp_path, capsys) -> None:
     options = local_options(tiny_embedding_repo.repository, tmp_path / "run")
     runtime = LocalRuntime(options)
@@ -89,7 +95,7 @@ def test_up_status_logs_down_leaves_no_process(tiny_embedding_repo, local_option
     endpoints = runtime.up()
     ready_s = time.monotonic() - start
     try:
-        pid = int(runtime.pid_file.read_text())
+        pid = runtime.server_pid
         assert http_get(f"{endpoints.http}/v2/health/ready")[0] == 200
         assert endpoints.http == f"http://127.0.0.1:{options.http_port}"
         assert len(stub_processes(pid)) == 2  # tokenizer and model: one stub each
@@ -110,7 +116,7 @@ def test_up_status_logs_down_leaves_no_process(tiny_embedding_repo, local_option
         stop_s = time.monotonic() - start
     print(f"start-to-ready {ready_s:.1f}s, stop {stop_s:.1f}s")
     assert group_processes(pid) == []
-    assert not runtime.pid_file.exists()
+    assert not (runtime.directory / local.STATE_FILE).exists()
     assert not runtime.status().running
     assert runtime.logs()  # the log outlives the server
 
@@ -119,16 +125,20 @@ def test_up_status_logs_down_leaves_no_process(tiny_embedding_repo, local_option
     assert "no local Triton server is running" in capsys.readouterr().err
 
 
+@pytest.mark.e2e
+@pytest.mark.usefixtures("local_triton")
 def test_context_manager_stops_the_server(tiny_classifier_repo, local_options, tmp_path) -> None:
     options = local_options(tiny_classifier_repo.repository, tmp_path / "run")
     runtime = LocalRuntime(options, quiet=True)
     with runtime as endpoints:
-        pid = int(runtime.pid_file.read_text())
+        pid = runtime.server_pid
         assert http_get(f"{endpoints.http}/v2/models/{tiny_classifier_repo.name}/ready")[0] == 200
     assert group_processes(pid) == []
-    assert local.port_in_use("127.0.0.1", options.http_port) is False
+    assert process.port_in_use("127.0.0.1", options.http_port) is False
 
 
+@pytest.mark.e2e
+@pytest.mark.usefixtures("local_triton")
 def test_failed_model_load_shows_the_servers_error(tiny_embedding_repo, local_options, tmp_path) -> None:
     repo = tmp_path / "broken"
     shutil.copytree(tiny_embedding_repo.repository, repo)
@@ -141,7 +151,7 @@ def test_failed_model_load_shows_the_servers_error(tiny_embedding_repo, local_op
     assert "exited with code" in message
     assert "No module named 'module_that_does_not_exist_xyz'" in message  # from the model status table
     assert "failed to load all models" in message
-    assert not runtime.pid_file.exists()
+    assert not (runtime.directory / local.STATE_FILE).exists()
     assert "UNAVAILABLE" in runtime.logs()
 
 
@@ -164,6 +174,8 @@ def test_relevant_log_lines_keep_failing_table_rows_only() -> None:
     assert "failed to load all models" in lines[-1]
 
 
+@pytest.mark.e2e
+@pytest.mark.usefixtures("local_triton")
 def test_deploy_local_cli(tiny_embedding_repo, local_options, tmp_path) -> None:
     """The commands as a user types them: up returns with the server running, down stops it."""
     o = local_options(tiny_embedding_repo.repository, tmp_path / "run")
@@ -172,8 +184,8 @@ def test_deploy_local_cli(tiny_embedding_repo, local_options, tmp_path) -> None:
         "--http-port", str(o.http_port), "--grpc-port", str(o.grpc_port), "--metrics-port", str(o.metrics_port),
     ]  # fmt: skip
     up = deploy("up", *flags)
-    pid_file = o.run_dir / f"local-{o.http_port}" / local.PID_FILE
-    pid = int(pid_file.read_text()) if pid_file.exists() else None
+    instance = local.read_instance(o.run_dir / f"local-{o.http_port}")
+    pid = instance.pid if instance else None
     try:
         assert up.returncode == 0, up.stderr
         assert "Triton is ready" in up.stdout

@@ -16,30 +16,35 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from tritonize import repository
 from tritonize.errors import TritonizeError
-from tritonize.spec import GenerateOptions, ModelSpec
+from tritonize.manifest import RESOLVED_KEY, Manifest
+from tritonize.spec import GenerateOptions, ModelSpec, Overrides
+from tritonize.tasks import classification, embedding
+from tritonize.verify import VerificationReport
 
 EMBEDDING = ModelSpec(
     source="/models/x",
-    task="embedding",
+    head=embedding.Head(pooling="mean", normalize=True, dim=384),
     max_length=256,
-    input_names=("input_ids", "attention_mask"),
-    hidden_size=384,
     architecture="BertModel",
     model_type="bert",
-    pooling="mean",
-    normalize=True,
+    tokenizer_file="/models/x/tokenizer.json",
 )
 CLASSIFIER = dataclasses.replace(
-    EMBEDDING, task="classification", architecture="BertForSequenceClassification", pooling=None, normalize=False,
-    labels=("neg", "pos"),
+    EMBEDDING, head=classification.Head(labels=("neg", "pos")), architecture="BertForSequenceClassification"
 )
+PASSED = VerificationReport(reference="pytorch", task="embedding", passed=True)
 
 
 def _render(model: ModelSpec, **options):
     opts = GenerateOptions(model="/models/x", **options)
     repo = repository.plan(opts, model, "demo", pad_token_id=0)
-    files = repository.render(repo, repository.manifest(opts, repo), {"passed": True})
+    files = repository.render(repo, repository.manifest(opts, repo), PASSED)
     return repo, {f.path: f for f in files}, repository.validate(files)
+
+
+def _output_dim(model: ModelSpec) -> int:
+    head = model.head
+    return head.dim if isinstance(head, embedding.Head) else len(head.labels)
 
 
 @pytest.mark.parametrize("model", [EMBEDDING, CLASSIFIER], ids=["embedding", "classification"])
@@ -78,7 +83,7 @@ def test_every_config_parses_into_model_config(model: ModelSpec, device: str) ->
     expected_outputs = ["embedding"] if model.task == "embedding" else ["logits", "probabilities"]
     assert [o.name for o in ensemble.output] == expected_outputs
     assert all(o.data_type == mc.TYPE_FP32 for o in ensemble.output)
-    assert list(ensemble.output[0].dims) == [model.output_dim]
+    assert list(ensemble.output[0].dims) == [_output_dim(model)]
 
 
 @pytest.mark.parametrize("model", [EMBEDDING, CLASSIFIER], ids=["embedding", "classification"])
@@ -160,23 +165,44 @@ def test_schema_rejects_unknown_fields_and_bad_values() -> None:
         repository.parse_config('name: "x"\ninstance_group [ { kind: KIND_TPU } ]\n')
 
 
-def test_manifest_round_trips_to_options() -> None:
-    repo, files, _ = _render(EMBEDDING, max_queue_delay_us=123)
+@pytest.mark.parametrize("model", [EMBEDDING, CLASSIFIER], ids=["embedding", "classification"])
+def test_manifest_round_trips_to_options_and_model(model: ModelSpec) -> None:
+    repo, files, _ = _render(model, max_queue_delay_us=123)
     data = yaml.safe_load(files["tritonize.yaml"].text)
     assert data["name"] == "demo" and data["max_queue_delay_us"] == 123 and data["buckets"] == list(repo.buckets)
-    assert data[repository.RESOLVED_KEY]["hidden_size"] == 384
-    options = {k: v for k, v in data.items() if k != repository.RESOLVED_KEY}
+    assert data[RESOLVED_KEY]["head"]["task"] == model.task
+    options = {k: v for k, v in data.items() if k != RESOLVED_KEY}
     assert GenerateOptions(**options).max_queue_delay_us == 123
+    back = Manifest.from_dict(data)
+    assert back.model == model and back.name == "demo" and back.options.max_queue_delay_us == 123
+
+
+def test_manifest_of_another_layout_is_refused_with_one_line() -> None:
+    with pytest.raises(TritonizeError, match="regenerate the repository"):
+        Manifest.from_dict({"name": "demo", RESOLVED_KEY: {"task": "embedding", "pooling": "mean"}})
+
+
+def test_templates_hold_layout_only() -> None:
+    from tritonize import paths
+
+    names = [p.name for p in paths.TEMPLATES_DIR.rglob("*") if p.is_file()]
+    assert names and not [n for n in names if ".py" in n]  # no Python is generated from Jinja
+
+
+def test_readme_curl_declares_json() -> None:
+    _, files, _ = _render(EMBEDDING)
+    readme = files["README.md"].text
+    assert "Content-Type: application/json" in readme and '"name": "TEXT"' in readme
 
 
 # --- writing -------------------------------------------------------------------------------------------
 
 
 def _files_and_binary(tmp_path: Path):
-    _, files, _ = _render(EMBEDDING)
+    repo, files, _ = _render(EMBEDDING)
     onnx = tmp_path / "graph.onnx"
     onnx.write_bytes(b"not really onnx")
-    return list(files.values()), {"demo_model/1/model.onnx": onnx}
+    return list(files.values()), {"demo_model/1/model.onnx": onnx, **repository.served_files(repo)}
 
 
 def test_write_creates_a_complete_repository(tmp_path: Path) -> None:
@@ -186,7 +212,7 @@ def test_write_creates_a_complete_repository(tmp_path: Path) -> None:
     for rel in ("demo/config.pbtxt", "demo/1", "demo_tokenizer/1/model.py", "demo_model/1/model.onnx",
                 "demo_model/configs/local.pbtxt", "tritonize.yaml", "verification.json"):
         assert (out / rel).exists(), rel
-    assert json.loads((out / "verification.json").read_text()) == {"passed": True}
+    assert VerificationReport.from_dict(json.loads((out / "verification.json").read_text())) == PASSED
 
 
 def test_foreign_directory_is_refused_and_kept(tmp_path: Path) -> None:
@@ -228,6 +254,27 @@ def test_invalid_config_leaves_the_old_repository_untouched(tmp_path: Path) -> N
     assert (out / "demo" / "config.pbtxt").read_text() == before
 
 
+def test_failed_swap_puts_the_previous_repository_back(tmp_path: Path, monkeypatch) -> None:
+    """The final rename fails: the repository that was there is still there, dotfiles included."""
+    files, binaries = _files_and_binary(tmp_path)
+    out = tmp_path / "repo"
+    repository.write(files, binaries, out, repository.staging_dir(out))
+    (out / ".gitkeep").write_text("")
+    before = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    real_replace = repository.os.replace
+
+    def failing(src, dst):
+        if Path(src).name == "repository" and Path(dst) == out:
+            raise OSError("disk full")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(repository.os, "replace", failing)
+    with pytest.raises(OSError, match="disk full"):
+        repository.write(files, binaries, out, repository.staging_dir(out))
+    monkeypatch.undo()
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == before
+
+
 def test_template_error_is_a_generation_error(tmp_path: Path, monkeypatch) -> None:
     templates = tmp_path / "templates"
     import shutil
@@ -246,7 +293,7 @@ def test_reconfigure_rewrites_only_configs(tmp_path: Path) -> None:
     out = tmp_path / "repo"
     repository.write(files, binaries, out, repository.staging_dir(out))
     onnx_before = (out / "demo_model/1/model.onnx").read_bytes()
-    repository.reconfigure(out, {"max_queue_delay_us": 42, "model_instances": 2, "max_batch_size": 8})
+    repository.reconfigure(out, Overrides(max_queue_delay_us=42, model_instances=2, max_batch_size=8))
     local = repository.parse_config((out / "demo_model/configs/local.pbtxt").read_text())
     assert local.dynamic_batching.max_queue_delay_microseconds == 42
     assert local.instance_group[0].count == 2 and local.max_batch_size == 8
@@ -254,4 +301,4 @@ def test_reconfigure_rewrites_only_configs(tmp_path: Path) -> None:
     assert yaml.safe_load((out / "tritonize.yaml").read_text())["max_queue_delay_us"] == 42
     assert (out / "demo_model/1/model.onnx").read_bytes() == onnx_before
     with pytest.raises(TritonizeError, match="unknown option"):
-        repository.reconfigure(out, {"max_queue_delay": 1})
+        repository.reconfigure(out, Overrides.of({"max_queue_delay": 1}))

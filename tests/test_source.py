@@ -10,7 +10,9 @@ import pytest
 from tiny_models import build_classifier, build_embedding_model
 from tritonize.errors import TritonizeError
 from tritonize.source import default_name, read_model
+from tritonize import tasks
 from tritonize.spec import GenerateOptions
+from tritonize.tasks import classification, embedding
 
 
 @pytest.fixture(scope="module")
@@ -33,9 +35,8 @@ def _copy(src: Path, dst: Path) -> Path:
 def test_sentence_transformers_folder_is_embedding_with_declared_pooling(emb: Path) -> None:
     spec = read_model(GenerateOptions(model=str(emb)))
     assert spec.task == "embedding"
-    assert spec.pooling == "mean" and spec.normalize is True
+    assert spec.head == embedding.Head(pooling="mean", normalize=True, dim=32)
     assert spec.max_length == 48  # sentence-transformers' max_seq_length wins
-    assert spec.hidden_size == 32 and spec.output_dim == 32
     assert spec.sentence_transformers_dir == str(emb)
     assert Path(spec.tokenizer_file).name == "tokenizer.json"
 
@@ -43,8 +44,8 @@ def test_sentence_transformers_folder_is_embedding_with_declared_pooling(emb: Pa
 def test_sequence_classification_architecture_is_classification(cls: Path) -> None:
     spec = read_model(GenerateOptions(model=str(cls)))
     assert spec.task == "classification"
-    assert spec.labels == ("negative", "neutral", "positive")
-    assert spec.output_names == ("logits", "probabilities")
+    assert spec.head == classification.Head(labels=("negative", "neutral", "positive"))
+    assert tasks.of(spec.head).output_names == ("logits", "probabilities")
     assert spec.max_length == 64  # the tokenizer's model_max_length
 
 
@@ -56,12 +57,29 @@ def test_cls_pooling_and_no_normalize_are_read(emb: Path, tmp_path: Path) -> Non
     modules = json.loads((folder / "modules.json").read_text())[:2]
     (folder / "modules.json").write_text(json.dumps(modules))
     spec = read_model(GenerateOptions(model=str(folder)))
-    assert spec.pooling == "cls" and spec.normalize is False
+    assert (spec.head.pooling, spec.head.normalize) == ("cls", False)
 
 
 def test_flags_override_declared_values(emb: Path) -> None:
     spec = read_model(GenerateOptions(model=str(emb), max_length=20, pooling="cls", normalize=False))
-    assert (spec.max_length, spec.pooling, spec.normalize) == (20, "cls", False)
+    assert (spec.max_length, spec.head.pooling, spec.head.normalize) == (20, "cls", False)
+
+
+@pytest.mark.parametrize("flags", [{"pooling": "cls"}, {"normalize": True}], ids=["pooling", "normalize"])
+def test_embedding_flags_on_a_classifier_are_refused(cls: Path, flags: dict) -> None:
+    """A classifier has no pooling: saying otherwise is an error, not silently ignored."""
+    with pytest.raises(TritonizeError, match="apply to embedding models, not to a classifier"):
+        read_model(GenerateOptions(model=str(cls), **flags))
+
+
+def test_every_task_is_one_module_that_the_rest_asks() -> None:
+    """No module outside tritonize/tasks/ compares against a task's name."""
+    import re
+
+    root = Path(tasks.__file__).resolve().parents[1]
+    pattern = re.compile(r"""task\s*[!=]=\s*["'](""" + "|".join(tasks.NAMES) + r""")["']""")
+    offenders = [str(p.relative_to(root)) for p in root.rglob("*.py") if "tasks" not in p.parts and pattern.search(p.read_text())]
+    assert offenders == []
 
 
 def test_plain_encoder_needs_a_task(emb: Path, tmp_path: Path) -> None:
@@ -71,7 +89,7 @@ def test_plain_encoder_needs_a_task(emb: Path, tmp_path: Path) -> None:
         read_model(GenerateOptions(model=str(folder)))
     assert "--task" in info.value.hint
     spec = read_model(GenerateOptions(model=str(folder), task="embedding"))
-    assert spec.pooling == "mean" and spec.normalize is False
+    assert (spec.head.pooling, spec.head.normalize) == ("mean", False)
     # Without sentence-transformers' max_seq_length, the tokenizer's limit applies.
     assert spec.max_length == 48
 

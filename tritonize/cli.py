@@ -1,24 +1,23 @@
 """The one CLI. Each command lives in its own module that exposes `register(subparsers)`.
 
 `generate.py` and `deploy.py` at the repository root call into `main`.
+Heavy libraries (torch, transformers, the docker SDK) are imported inside
+the commands that need them, so building the parser stays fast.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 
+from . import generate
+from .bench import cli as bench_cli
+from .bench import tune
 from .errors import TritonizeError
+from .runtime import cli as runtime_cli
 
-# command name -> module exposing register(subparsers); imported lazily by each module's run.
-COMMANDS = {
-    "generate": "tritonize.generate",
-    "deploy": "tritonize.runtime.cli",
-    "bench": "tritonize.bench.cli",
-    "tune": "tritonize.bench.tune",
-}
+COMMANDS = (generate, runtime_cli, bench_cli, tune)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,14 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Hugging Face transformer -> Triton model repository that serves raw strings.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module_name in COMMANDS.values():
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-            continue  # command not available in this build
-            raise
+    for module in COMMANDS:
         module.register(sub)
     return parser
 

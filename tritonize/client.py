@@ -1,10 +1,12 @@
-"""A small client for a tritonize repository: raw strings in, embeddings or labels out.
+"""A small client for a tritonize repository: raw strings in, task outputs out.
 
-The served ensemble takes one BYTES input, `TEXT`, shaped [N, 1], and returns
-`embedding` (sentence models) or `logits` + `probabilities` (classifiers).
-Texts may be `str` (sent as UTF-8) or `bytes` (sent untouched, so invalid
-UTF-8 reaches the server and its error can be checked). Server-side failures
-raise `ServerError`, which keeps Triton's own message.
+The served ensemble takes BYTES inputs shaped [N, 1] (`TEXT`) and returns
+what its task declares (`embedding`; `logits` + `probabilities`); task-shaped
+calls (`embed`, `classify`) take their names from the task modules, and
+`task()` asks the server's metadata which task a model serves. Texts may be
+`str` (sent as UTF-8) or `bytes` (sent untouched, so invalid UTF-8 reaches
+the server and its error can be checked). Server-side failures raise
+`ServerError`, which keeps Triton's own message.
 """
 
 from __future__ import annotations
@@ -19,14 +21,17 @@ from typing import Literal, Union
 
 import numpy as np
 
+from . import tasks
 from .errors import TritonizeError
+from .spec import TEXT_INPUT
+from .tasks.base import Task
+from .tasks.classification import PROBABILITIES, Label, parse_classes
+from .tasks.embedding import OUTPUT as EMBEDDING
 
 Protocol = Literal["grpc", "http"]
 Text = Union[str, bytes]
 
-INPUT_NAME = "TEXT"
-EMBEDDING = "embedding"
-PROBABILITIES = "probabilities"
+INPUT_NAME = TEXT_INPUT
 DEFAULT_URLS = {"grpc": "127.0.0.1:8001", "http": "127.0.0.1:8000"}
 
 
@@ -42,15 +47,6 @@ class ServerError(TritonizeError):
         message = exc.message() if hasattr(exc, "message") and callable(exc.message) else str(exc)
         status = exc.status() if hasattr(exc, "status") and callable(exc.status) else None
         return cls(message or str(exc), str(status) if status is not None else None)
-
-
-@dataclass(frozen=True)
-class Label:
-    """One class of a top-k answer, from Triton's classification extension."""
-
-    label: str
-    score: float
-    index: int
 
 
 @dataclass
@@ -77,20 +73,6 @@ def text_array(texts: Iterable[Text]) -> np.ndarray:
     return arr
 
 
-def parse_classes(arr: np.ndarray) -> list[list[Label]]:
-    """Decode classification strings "score:index[:label]" into Labels, one list per text."""
-    rows = arr.reshape(arr.shape[0], -1) if arr.ndim > 1 else arr.reshape(-1, 1)
-    parsed: list[list[Label]] = []
-    for row in rows:
-        labels = []
-        for cell in row:
-            text = cell.decode("utf-8") if isinstance(cell, bytes) else str(cell)
-            score, index, *rest = text.split(":", 2)
-            labels.append(Label(rest[0] if rest else index, float(score), int(index)))
-        parsed.append(labels)
-    return parsed
-
-
 def split_url(url: str, protocol: Protocol) -> tuple[str, bool]:
     """tritonclient wants host:port; accept http(s):// and grpc:// prefixes too."""
     ssl = url.startswith("https://")
@@ -107,16 +89,16 @@ def chunks(texts: Sequence[Text], batch_size: int) -> list[list[Text]]:
 
 
 def build_request(module, input_name: str, texts: Iterable[Text], outputs: Sequence[str] | None, top_k: int):
-    """The TEXT input and the requested outputs, for tritonclient.grpc or .http alike.
+    """The text input and the requested outputs, for tritonclient.grpc or .http alike.
 
-    With top_k > 0 and no outputs named, probabilities come back as
-    classification strings "score:index:label".
+    With top_k > 0 the named outputs come back as Triton classification
+    strings "score:index:label", top_k per text.
     """
+    if top_k and not outputs:
+        raise ValueError("top_k needs the outputs to classify (e.g. outputs=['probabilities'])")
     data = text_array(texts)
     inp = module.InferInput(input_name, list(data.shape), "BYTES")
     inp.set_data_from_numpy(data)
-    if top_k and not outputs:
-        outputs = [PROBABILITIES]
     requested = [module.InferRequestedOutput(name, class_count=top_k) for name in outputs] if outputs else None
     return inp, requested
 
@@ -195,6 +177,10 @@ class TextClient:
         except Exception:  # noqa: BLE001 - unreachable counts as not ready
             return False
 
+    def task(self) -> Task:
+        """The task this model serves, recognised by its outputs."""
+        return tasks.for_outputs(self.output_names())
+
     def output_names(self) -> list[str]:
         """The model's outputs, from its metadata: `embedding`, or `logits` + `probabilities`."""
         try:
@@ -209,8 +195,8 @@ class TextClient:
     def infer(self, texts: Iterable[Text], outputs: Sequence[str] | None = None, top_k: int = 0) -> dict[str, np.ndarray]:
         """One request; every output the model returns (or those named), as numpy arrays.
 
-        With top_k > 0 the named outputs (default: probabilities) come back as
-        classification strings "score:index:label", top_k per text.
+        With top_k > 0 the named outputs come back as classification strings
+        "score:index:label", top_k per text.
         """
         m = self._module
         inp, requested = build_request(m, self.input_name, texts, outputs, top_k)
@@ -234,7 +220,7 @@ class TextClient:
 
     def classify(self, texts: Iterable[Text], top_k: int = 1) -> list[list[Label]]:
         """The top_k labels per text, best first, computed by Triton."""
-        return parse_classes(self.infer(texts, top_k=max(1, top_k))[PROBABILITIES])
+        return parse_classes(self.infer(texts, outputs=[PROBABILITIES], top_k=max(1, top_k))[PROBABILITIES])
 
     def infer_many(
         self,
@@ -306,6 +292,9 @@ class AsyncTextClient:
         except Exception:  # noqa: BLE001
             return False
 
+    async def task(self) -> Task:
+        return tasks.for_outputs(await self.output_names())
+
     async def output_names(self) -> list[str]:
         from tritonclient.utils import InferenceServerException
 
@@ -335,7 +324,7 @@ class AsyncTextClient:
         return (await self.infer(texts, outputs=[EMBEDDING]))[EMBEDDING]
 
     async def classify(self, texts: Iterable[Text], top_k: int = 1) -> list[list[Label]]:
-        return parse_classes((await self.infer(texts, top_k=max(1, top_k)))[PROBABILITIES])
+        return parse_classes((await self.infer(texts, outputs=[PROBABILITIES], top_k=max(1, top_k)))[PROBABILITIES])
 
     async def infer_many(
         self,
@@ -375,3 +364,18 @@ def run_concurrent(
             return await client.infer_many(requests, concurrency, outputs=outputs, top_k=top_k)
 
     return asyncio.run(main())
+
+
+__all__ = [
+    "EMBEDDING",
+    "PROBABILITIES",
+    "AsyncTextClient",
+    "Label",
+    "RequestResult",
+    "ServerError",
+    "TextClient",
+    "chunks",
+    "parse_classes",
+    "run_concurrent",
+    "text_array",
+]

@@ -7,16 +7,17 @@ the effective set is written into the repository as tritonize.yaml.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 from pathlib import Path
 
 import yaml
 
-from . import repository
+from . import repository, tasks
 from .console import err, step
 from .errors import TritonizeError
-from .spec import DEVICES, PRECISIONS, TASKS, GenerateOptions
+from .manifest import RESOLVED_KEY
+from .spec import DEVICES, PRECISIONS, TOKENIZER_FILE, VERSION, GenerateOptions
+from .tasks.embedding import POOLINGS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,10 +26,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     # Every default is None here so that YAML values are only overridden by flags the user typed.
     p.add_argument("--model", "-m", help="a transformers or sentence-transformers folder (or a hub id)")
     p.add_argument("--config", "-c", type=Path, help="YAML file with any of these options (flags win)")
-    p.add_argument("--task", choices=TASKS, help="detected from the folder when omitted")
+    p.add_argument("--task", choices=tasks.NAMES, help="detected from the folder when omitted")
     p.add_argument("--name", help="ensemble name (default: the folder name)")
     p.add_argument("--max-length", type=int, help="tokens per text (default: what the model declares)")
-    p.add_argument("--pooling", choices=("mean", "cls"), help="embedding pooling (default: what the folder declares, else mean)")
+    p.add_argument("--pooling", choices=POOLINGS, help="embedding pooling (default: what the folder declares, else mean)")
     p.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None, help="L2-normalise embeddings")
     p.add_argument("--output", "-o", help=f"repository directory (default: {d.output})")
     p.add_argument("--device", choices=DEVICES, help=f"instance kind of the model step in the container (default: {d.device})")
@@ -68,12 +69,12 @@ def resolve_options(args: argparse.Namespace) -> GenerateOptions:
             raise TritonizeError(f"{args.config} is not valid YAML: {exc}") from exc
         if not isinstance(loaded, dict):
             raise TritonizeError(f"{args.config} must hold a mapping of option: value")
-        known = set(GenerateOptions.field_names()) | {repository.RESOLVED_KEY}
+        known = set(GenerateOptions.field_names()) | {RESOLVED_KEY}
         unknown = sorted(set(k.replace("-", "_") for k in loaded) - known)
         if unknown:
             raise TritonizeError(f"unknown option(s) in {args.config}: {', '.join(unknown)}")
         values.update({k.replace("-", "_"): v for k, v in loaded.items()})
-        values.pop(repository.RESOLVED_KEY, None)  # informational, written by generate
+        values.pop(RESOLVED_KEY, None)  # informational, written by generate
     for key in GenerateOptions.field_names():
         value = getattr(args, key, None)
         if value is not None:
@@ -81,7 +82,7 @@ def resolve_options(args: argparse.Namespace) -> GenerateOptions:
     options = GenerateOptions(**values)
     if not options.model:
         raise TritonizeError("no model given", hint="pass --model PATH, or set model: in the --config file")
-    for key, allowed in (("task", TASKS), ("device", DEVICES), ("precision", PRECISIONS)):
+    for key, allowed in (("task", tasks.NAMES), ("device", DEVICES), ("precision", PRECISIONS)):
         value = getattr(options, key)
         if value is not None and value not in allowed:
             raise TritonizeError(f"{key} must be one of {', '.join(allowed)} (got {value!r})")
@@ -105,13 +106,12 @@ def generate(options: GenerateOptions) -> Path:
     output = Path(options.output)
     repository.check_output(output, options.force)  # fail before minutes of export, not after
     err.print(
-        f"[bold]{name}[/]: {spec.architecture}, task {spec.task}"
-        + (f", {spec.pooling} pooling" + (", normalised" if spec.normalize else "") if spec.task == "embedding" else f", {len(spec.labels)} labels")
-        + f", max length {spec.max_length}, buckets {list(repo.buckets)}"
+        f"[bold]{name}[/]: {spec.architecture}, task {spec.task}, {repo.description}"
+        f", max length {spec.max_length}, buckets {list(repo.buckets)}"
     )
     staging = repository.staging_dir(output)
     try:
-        head = export.load_torch_model(spec)
+        graph = export.load_torch_model(spec)
         artifacts = export.export(
             spec,
             staging / "work",
@@ -119,25 +119,24 @@ def generate(options: GenerateOptions) -> Path:
             optimize=options.optimize,
             fp16=options.precision == "fp16",
             use_gpu=options.device == "gpu",
-            head=head,
+            graph=graph,
         )
         if options.skip_verify:
-            report = {"skipped": True, "passed": None}
+            report = verify.VerificationReport.skipped_report()
         else:
             fp16_stages = {"fp16"} | ({"optimize"} if options.precision == "fp16" else set())
-            report = verify.verify(spec, head, artifacts.stages, fp16_stages, options.atol, options.min_cosine_fp16)
-            report["export_seconds"] = {k: round(v, 2) for k, v in artifacts.seconds.items()}
+            report = verify.verify(spec, graph, artifacts.stages, fp16_stages, options.atol, options.min_cosine_fp16)
+            report.export_seconds = {k: round(v, 2) for k, v in artifacts.seconds.items()}
             verify.check(report)
         files = repository.render(repo, repository.manifest(options, repo), report)
-        binaries = {f"{repo.model_name}/1/{f.name}": f for f in artifacts.files_for(artifacts.onnx)}
-        binaries[f"{repo.tokenizer_name}/1/tokenizer.json"] = Path(spec.tokenizer_file)
+        binaries = {f"{repo.model_name}/{VERSION}/{f.name}": f for f in artifacts.files_for(artifacts.onnx)}
+        binaries[f"{repo.tokenizer_name}/{VERSION}/{TOKENIZER_FILE}"] = Path(spec.tokenizer_file)
+        binaries.update(repository.served_files(repo))
         with step(f"Writing the repository to {output}"):
             repository.write(files, binaries, output, staging, force=options.force)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    summary = "" if options.skip_verify else "  ".join(
-        f"{n}: max-abs {r['max_abs']:.2e}, cosine {r['min_cosine']:.6f}" for n, r in report["stages"].items()
-    )
-    err.print(f"[bold green]Repository ready[/] at {output}" + (f"  (vs {report['reference']}: {summary})" if summary else ""))
+    summary = report.summary()
+    err.print(f"[bold green]Repository ready[/] at {output}" + (f"  (vs {report.reference}: {summary})" if summary else ""))
     err.print(f"Serve it: python deploy.py local up --repository {output}")
     return output

@@ -1,8 +1,9 @@
-"""RepoSpec + artifacts -> rendered templates -> schema validation -> written atomically.
+"""RepoSpec + artifacts -> rendered layout + copied served modules -> schema validation -> written atomically.
 
 Nothing reaches the output directory until every config has parsed into
 Triton's own `ModelConfig` protobuf; the new repository is assembled in a
-temporary directory beside the output and swapped in by rename.
+temporary directory beside the output and swapped in by rename, and the
+previous repository is put back if the swap fails.
 """
 
 from __future__ import annotations
@@ -17,17 +18,34 @@ from pathlib import Path
 
 import jinja2
 import yaml
-from google.protobuf import text_format
+from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 
+from . import serving, tasks
 from .errors import TritonizeError
+from .manifest import Manifest, read_manifest
 from .paths import TEMPLATES_DIR
-from .spec import LOCAL_CONFIG_NAME, GenerateOptions, ModelSpec, RepoSpec, StepSpec, normalise_buckets
-
-MANIFEST = "tritonize.yaml"
-VERIFICATION = "verification.json"
-# Key of tritonize.yaml that records what was read from the model folder (not an option).
-RESOLVED_KEY = "resolved_model"
+from .spec import (
+    CONFIG_FILE,
+    LABELS_FILE,
+    LOCAL_CONFIG_DIR,
+    LOCAL_CONFIG_NAME,
+    MANIFEST_FILE,
+    MODEL_FILE,
+    README_FILE,
+    SERVED_ENTRY,
+    VERIFICATION_FILE,
+    VERSION,
+    GenerateOptions,
+    ModelSpec,
+    Overrides,
+    RepoSpec,
+    StepSpec,
+    TensorRTSpec,
+    normalise_buckets,
+    step_names,
+)
+from .verify import VerificationReport
 
 
 @dataclass(frozen=True)
@@ -37,7 +55,7 @@ class RenderedFile:
 
 
 def plan(options: GenerateOptions, model: ModelSpec, name: str, pad_token_id: int) -> RepoSpec:
-    """Decide names, batching and placement of the three Triton models."""
+    """Decide names, tensors, batching, placement and runtime parameters of the three Triton models."""
     for label, value in (
         ("--max-batch-size", options.max_batch_size),
         ("--tokenizer-instances", options.tokenizer_instances),
@@ -51,25 +69,32 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str, pad_token_id: in
         raise TritonizeError("--tensorrt needs --device gpu", hint="TensorRT runs on NVIDIA GPUs only")
     if not name or not all(c.isalnum() or c in "_-." for c in name):
         raise TritonizeError(f"invalid model name {name!r}", hint="use letters, digits, '_', '-' or '.'")
+    task = tasks.of(model.head)
+    names = step_names(name)
 
-    def step(suffix: str, instances: int, kind: str) -> StepSpec:
+    def step(role: str, module: str, instances: int, kind: str) -> StepSpec:
         return StepSpec(
-            name=f"{name}{suffix}",
+            name=names[role],
+            module=module,
             max_batch_size=options.max_batch_size,
             max_queue_delay_us=options.max_queue_delay_us,
             instance_count=instances,
-            kind=kind,
+            kind=kind,  # type: ignore[arg-type]
         )
 
     return RepoSpec(
         name=name,
         model=model,
-        tokenizer_step=step("_tokenizer", options.tokenizer_instances, "KIND_CPU"),
-        model_step=step("_model", options.model_instances, "KIND_GPU" if options.device == "gpu" else "KIND_CPU"),
+        description=task.describe(model.head),
+        text_inputs=task.text_inputs,
+        outputs=task.outputs(model.head),
+        labels=task.labels(model.head),
+        tokenizer_step=step("tokenizer", "tokenizer", options.tokenizer_instances, "KIND_CPU"),
+        model_step=step("model", "onnx_model", options.model_instances, "KIND_GPU" if options.device == "gpu" else "KIND_CPU"),
         buckets=normalise_buckets(options.buckets, model.max_length),
         device=options.device,  # type: ignore[arg-type]
         precision=options.precision,  # type: ignore[arg-type]
-        tensorrt=options.tensorrt,
+        tensorrt=TensorRTSpec("FP16" if options.precision == "fp16" else "FP32") if options.tensorrt else None,
         max_batch_size=options.max_batch_size,
         pad_token_id=pad_token_id,
     )
@@ -86,36 +111,35 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def render(repo: RepoSpec, options: dict, report: dict, intra_op_threads: int = 0) -> list[RenderedFile]:
+def render(repo: RepoSpec, manifest: Manifest, report: VerificationReport) -> list[RenderedFile]:
     """Every text file of the repository, from templates/."""
     env = _environment()
-    common = {"repo": repo, "local_config_name": LOCAL_CONFIG_NAME}
-    t, m, e = f"{repo.tokenizer_name}", f"{repo.model_name}", f"{repo.name}"
-    plan_ = [
-        (f"{e}/config.pbtxt", "ensemble/config.pbtxt.j2", {}),
-        (f"{t}/config.pbtxt", "tokenizer/config.pbtxt.j2", {"step": repo.tokenizer_step}),
-        (f"{t}/1/model.py", "tokenizer/model.py.j2", {}),
-        (f"{m}/config.pbtxt", "model/onnxruntime.pbtxt.j2", {"step": repo.model_step, "ragged": False}),
+    common = {
+        "repo": repo,
+        "local_config_name": LOCAL_CONFIG_NAME,
+        "manifest_file": MANIFEST_FILE,
+        "model_file": MODEL_FILE,
+        "sample_body": tasks.of(repo.model.head).sample_body("hello"),
+    }
+    t, m, e = repo.tokenizer_name, repo.model_name, repo.name
+    layout = [
+        (f"{e}/{CONFIG_FILE}", "ensemble/config.pbtxt.j2", {}),
+        (f"{t}/{CONFIG_FILE}", "tokenizer/config.pbtxt.j2", {"step": repo.tokenizer_step}),
+        (f"{m}/{CONFIG_FILE}", "model/onnxruntime.pbtxt.j2", {"step": repo.model_step, "ragged": False}),
         (
-            f"{m}/configs/{LOCAL_CONFIG_NAME}.pbtxt",
+            f"{m}/{LOCAL_CONFIG_DIR}/{LOCAL_CONFIG_NAME}.pbtxt",
             "model/python.pbtxt.j2",
-            {
-                "step": repo.model_step,
-                "ragged": True,
-                "intra_op_threads": intra_op_threads,
-                "allow_spinning": 1,  # within a run only (see model.py)
-            },
+            {"step": repo.model_step, "ragged": repo.local.ragged},
         ),
-        (f"{m}/1/model.py", "model/model.py.j2", {}),
-        (MANIFEST, "repository/tritonize.yaml.j2", {"options": options, "manifest_path": MANIFEST}),
-        (VERIFICATION, "repository/verification.json.j2", {"report": report}),
-        ("README.md", "repository/README.md.j2", {}),
+        (MANIFEST_FILE, "repository/tritonize.yaml.j2", {"options": manifest.to_dict()}),
+        (VERIFICATION_FILE, "repository/verification.json.j2", {"report": report.to_dict()}),
+        (README_FILE, "repository/README.md.j2", {}),
     ]
-    if repo.model.task == "classification":
+    if repo.labels:
         # Triton's classification extension reads labels next to the config that names them.
-        plan_ += [(f"{d}/{repo.labels_file}", "repository/labels.txt.j2", {}) for d in (m, e)]
+        layout += [(f"{d}/{LABELS_FILE}", "repository/labels.txt.j2", {}) for d in (m, e)]
     files = []
-    for path, template, extra in plan_:
+    for path, template, extra in layout:
         try:
             text = env.get_template(template).render(**common, **extra)
         except jinja2.TemplateError as exc:
@@ -124,7 +148,16 @@ def render(repo: RepoSpec, options: dict, report: dict, intra_op_threads: int = 
     return files
 
 
-def parse_config(text: str, origin: str = "config.pbtxt") -> model_config_pb2.ModelConfig:
+def served_files(repo: RepoSpec) -> dict[str, Path]:
+    """Each Python step's module as model.py, and the served modules it imports, copied byte for byte."""
+    return {
+        f"{step.name}/{VERSION}/{target}": source
+        for step in (repo.tokenizer_step, repo.model_step)
+        for target, source in serving.step_files(step.module, SERVED_ENTRY).items()
+    }
+
+
+def parse_config(text: str, origin: str = CONFIG_FILE) -> model_config_pb2.ModelConfig:
     """Parse into Triton's own ModelConfig schema; any unknown field or bad value is an error."""
     config = model_config_pb2.ModelConfig()
     try:
@@ -132,6 +165,12 @@ def parse_config(text: str, origin: str = "config.pbtxt") -> model_config_pb2.Mo
     except text_format.ParseError as exc:
         raise TritonizeError(f"{origin} is not a valid Triton ModelConfig: {exc}") from exc
     return config
+
+
+def config_as_triton_passes_it(path: Path) -> dict:
+    """A config.pbtxt as the JSON dict Triton hands a Python model in args["model_config"]."""
+    config = parse_config(path.read_text(), str(path))
+    return json_format.MessageToDict(config, preserving_proto_field_name=True)
 
 
 def validate(files: list[RenderedFile]) -> dict[str, model_config_pb2.ModelConfig]:
@@ -155,14 +194,14 @@ def _owned(output: Path) -> bool:
     if not output.is_dir():
         return False
     entries = [p for p in output.iterdir() if not p.name.startswith(".")]
-    return not entries or (output / MANIFEST).is_file()
+    return not entries or (output / MANIFEST_FILE).is_file()
 
 
 def check_output(output: Path, force: bool) -> None:
     """Refuse to replace a directory tritonize did not write, unless forced."""
     if not force and not _owned(output):
         raise TritonizeError(
-            f"{output} exists and was not written by tritonize (no {MANIFEST})",
+            f"{output} exists and was not written by tritonize (no {MANIFEST_FILE})",
             hint="choose another --output, or pass --force to replace it",
         )
 
@@ -171,6 +210,12 @@ def staging_dir(output: Path) -> Path:
     """A temporary directory on the output's filesystem, so the final swap is a rename."""
     output.parent.mkdir(parents=True, exist_ok=True)
     return Path(tempfile.mkdtemp(prefix=f".{output.name}.tritonize-", dir=output.parent))
+
+
+def _move_dotfiles(source: Path, target: Path) -> None:
+    for hidden in source.iterdir():  # keep dotfiles such as .gitkeep
+        if hidden.name.startswith("."):
+            os.replace(hidden, target / hidden.name)
 
 
 def write(
@@ -183,7 +228,9 @@ def write(
     """Assemble the repository in `staging`, then swap it in place of `output`.
 
     `binaries` maps repository-relative paths to files to move in (ONNX graphs,
-    tokenizer.json). A failure at any point leaves `output` as it was.
+    tokenizer.json) or copy (served modules). A failure at any point leaves
+    `output` as it was: if the final rename fails, the previous repository
+    (moved aside inside `staging`) is put back before the error surfaces.
     """
     output = Path(output)
     check_output(output, force)
@@ -202,63 +249,49 @@ def write(
         else:
             shutil.copy2(source, target)
     # Version directories must exist even where there is no file (the ensemble).
-    for config_path in {f.path.split("/")[0] for f in files if f.path.endswith("config.pbtxt")}:
-        (root / config_path / "1").mkdir(exist_ok=True)
-    if output.exists():
-        for hidden in output.iterdir():  # keep dotfiles such as .gitkeep
-            if hidden.name.startswith("."):
-                os.replace(hidden, root / hidden.name)
-        retired = staging / "previous"
-        os.replace(output, retired)
-    os.replace(root, output)
+    for model_dir in {f.path.split("/")[0] for f in files if f.path.endswith(CONFIG_FILE)}:
+        (root / model_dir / VERSION).mkdir(exist_ok=True)
+    if not output.exists():
+        os.replace(root, output)
+        return output
+    _move_dotfiles(output, root)
+    retired = staging / "previous"
+    os.replace(output, retired)
+    try:
+        os.replace(root, output)
+    except BaseException:
+        os.replace(retired, output)
+        _move_dotfiles(root, output)
+        raise
     return output
 
 
-def manifest(options: GenerateOptions, repo: RepoSpec) -> dict:
+def manifest(options: GenerateOptions, repo: RepoSpec) -> Manifest:
     """The effective options (what `--config` accepts) plus what was decided from the model folder."""
-    effective = options.to_dict()
-    effective.update(
+    effective = dataclasses.replace(
+        options,
         name=repo.name,
         task=repo.model.task,
         max_length=repo.model.max_length,
         buckets=list(repo.buckets),
         force=False,
     )
-    resolved = dataclasses.asdict(repo.model)
-    resolved["pad_token_id"] = repo.pad_token_id
-    effective[RESOLVED_KEY] = resolved
-    return effective
+    return Manifest(effective, repo.model, repo.pad_token_id)
 
 
-def load_manifest(repo_dir: Path) -> dict:
-    path = Path(repo_dir) / MANIFEST
-    if not path.is_file():
-        raise TritonizeError(f"{repo_dir} has no {MANIFEST}", hint="generate the repository with tritonize first")
-    return yaml.safe_load(path.read_text()) or {}
-
-
-def reconfigure(repo_dir: Path, changes: dict) -> RepoSpec:
+def reconfigure(repo_dir: Path, overrides: Overrides) -> RepoSpec:
     """Re-render only the configs of an existing repository with changed options (no re-export).
 
     Used by `tritonize tune`: batching, instance counts and buckets change;
     the ONNX graph, tokenizer and verification report stay as they are.
     """
     repo_dir = Path(repo_dir)
-    data = load_manifest(repo_dir)
-    resolved = dict(data.pop(RESOLVED_KEY))
-    pad_id = int(resolved.pop("pad_token_id", 0))
-    for key in ("input_names", "labels"):
-        resolved[key] = tuple(resolved.get(key) or ())
-    model = ModelSpec(**resolved)
-    unknown = set(changes) - set(GenerateOptions.field_names())
-    if unknown:
-        raise TritonizeError(f"unknown option(s): {', '.join(sorted(unknown))}")
-    options = GenerateOptions(**{k: v for k, v in data.items() if k in GenerateOptions.field_names()})
-    options = dataclasses.replace(options, **changes)
-    repo = plan(options, model, options.name or data["name"], pad_id)
-    report_path = repo_dir / VERIFICATION
-    report = json.loads(report_path.read_text()) if report_path.is_file() else {}
-    files = [f for f in render(repo, manifest(options, repo), report) if f.path.endswith(".pbtxt") or f.path == MANIFEST]
+    current = read_manifest(repo_dir)
+    options = overrides.apply(current.options)
+    repo = plan(options, current.model, current.name, current.pad_token_id)
+    report_path = repo_dir / VERIFICATION_FILE
+    report = VerificationReport.from_dict(json.loads(report_path.read_text())) if report_path.is_file() else VerificationReport.skipped_report()
+    files = [f for f in render(repo, manifest(options, repo), report) if f.path.endswith(".pbtxt") or f.path == MANIFEST_FILE]
     validate(files)
     for f in files:
         target = repo_dir / f.path

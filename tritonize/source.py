@@ -1,16 +1,20 @@
-"""Read a model folder and decide its ModelSpec: task, pooling, max length, labels.
+"""Read a model folder and decide its ModelSpec: task and head, max length, tokenizer.
 
-Every refusal here is a one-line `TritonizeError` that says what to do.
+The folder is read once into a `ModelFolder`; the task (asked for, or
+detected) reads its own head from it. Every refusal here is a one-line
+`TritonizeError` that says what to do.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
+from . import tasks
 from .errors import TritonizeError
-from .spec import TASKS, GenerateOptions, ModelSpec
+from .spec import TOKENIZER_FILE, GenerateOptions, ModelSpec
 
 # Encoder families whose PyTorch graphs export to ONNX with (input_ids, attention_mask).
 SUPPORTED_MODEL_TYPES = {
@@ -29,7 +33,6 @@ SUPPORTED_MODEL_TYPES = {
 # Families whose position ids start after the padding index (max_position_embeddings - pad - 1 usable).
 OFFSET_POSITION_TYPES = {"roberta", "xlm-roberta", "camembert"}
 GENERIC_FOLDER_NAMES = {"model", "models", "weights", "checkpoint", "export"}
-ST_POOLING_MODES = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls"}
 
 
 def _read_json(path: Path) -> dict | list:
@@ -61,42 +64,56 @@ def resolve_model_dir(model: str) -> Path:
     raise TritonizeError(f"model folder {path} does not exist", hint="check the --model path")
 
 
-def _sentence_transformers_modules(root: Path) -> list[dict] | None:
-    path = root / "modules.json"
-    if not path.is_file():
-        return None
-    modules = _read_json(path)
-    if not isinstance(modules, list):
-        raise TritonizeError(f"{path} is not a sentence-transformers module list")
-    return modules
+@dataclass(frozen=True)
+class ModelFolder:
+    """A model folder read once: its sentence-transformers modules, if any, and the transformer's config."""
 
+    root: Path
+    modules: list[dict] | None  # modules.json of a sentence-transformers folder
+    transformer_dir: Path  # the folder with config.json and the weights
+    config: dict
 
-def _st_layout(root: Path, modules: list[dict]) -> tuple[Path, str, bool]:
-    """(transformer folder, pooling, normalize) from a sentence-transformers folder."""
-    transformer_dir, pooling, normalize = root, "mean", False
-    for module in modules:
-        kind = str(module.get("type", "")).rsplit(".", 1)[-1]
-        sub = root / module.get("path", "")
-        if kind == "Transformer":
-            transformer_dir = sub
-        elif kind == "Pooling":
-            cfg = _read_json(sub / "config.json") if (sub / "config.json").is_file() else {}
-            modes = [mode for key, mode in ST_POOLING_MODES.items() if cfg.get(key)]
-            others = [k for k, v in cfg.items() if k.startswith("pooling_mode") and v and k not in ST_POOLING_MODES]
-            if others or len(modes) != 1:
-                raise TritonizeError(
-                    f"unsupported sentence-transformers pooling {others or modes} in {sub}",
-                    hint="tritonize exports mean or CLS pooling",
-                )
-            pooling = modes[0]
-        elif kind == "Normalize":
-            normalize = True
-        else:
+    @property
+    def architecture(self) -> str:
+        return (self.config.get("architectures") or [""])[0]
+
+    @property
+    def model_type(self) -> str:
+        return str(self.config.get("model_type", ""))
+
+    @staticmethod
+    def json(path: Path) -> dict | list:
+        return _read_json(path)
+
+    @staticmethod
+    def module_kind(module: dict) -> str:
+        """"sentence_transformers.models.Pooling" -> "Pooling"."""
+        return str(module.get("type", "")).rsplit(".", 1)[-1]
+
+    def module_dir(self, module: dict) -> Path:
+        return self.root / module.get("path", "")
+
+    @classmethod
+    def read(cls, root: Path) -> ModelFolder:
+        modules = None
+        if (root / "modules.json").is_file():
+            modules = _read_json(root / "modules.json")
+            if not isinstance(modules, list):
+                raise TritonizeError(f"{root / 'modules.json'} is not a sentence-transformers module list")
+        transformer_dir = root
+        for module in modules or ():
+            if cls.module_kind(module) == "Transformer":
+                transformer_dir = root / module.get("path", "")
+        config_path = transformer_dir / "config.json"
+        if not config_path.is_file():
             raise TritonizeError(
-                f"unsupported sentence-transformers module {kind!r} in {root}",
-                hint="supported modules: Transformer, Pooling (mean/CLS), Normalize",
+                f"no config.json in {transformer_dir}: not a transformers model folder",
+                hint="pass a folder saved with save_pretrained() or a sentence-transformers folder",
             )
-    return transformer_dir, pooling, normalize
+        config = _read_json(config_path)
+        if not isinstance(config, dict):
+            raise TritonizeError(f"{config_path} is not a JSON object")
+        return cls(root, modules, transformer_dir, config)
 
 
 def _max_position_limit(config: dict) -> int:
@@ -124,7 +141,7 @@ def _declared_max_length(root: Path, transformer_dir: Path, config: dict) -> int
 
 def _tokenizer_file(transformer_dir: Path, trust_remote_code: bool) -> str:
     """tokenizer.json, or one converted once from a slow tokenizer by transformers."""
-    path = transformer_dir / "tokenizer.json"
+    path = transformer_dir / TOKENIZER_FILE
     if path.is_file():
         return str(path)
     try:
@@ -133,61 +150,37 @@ def _tokenizer_file(transformer_dir: Path, trust_remote_code: bool) -> str:
         tok = AutoTokenizer.from_pretrained(str(transformer_dir), use_fast=True, trust_remote_code=trust_remote_code)
     except Exception as exc:  # noqa: BLE001
         raise TritonizeError(
-            f"no tokenizer.json in {transformer_dir} and transformers could not load a tokenizer ({exc})",
+            f"no {TOKENIZER_FILE} in {transformer_dir} and transformers could not load a tokenizer ({exc})",
             hint="save a fast tokenizer there: AutoTokenizer.from_pretrained(...).save_pretrained(folder)",
         ) from exc
     if not getattr(tok, "is_fast", False):
         raise TritonizeError(
             f"the tokenizer in {transformer_dir} has no fast (tokenizers) version",
-            hint="the server tokenizes with the `tokenizers` library; convert the tokenizer to tokenizer.json",
+            hint=f"the server tokenizes with the `tokenizers` library; convert the tokenizer to {TOKENIZER_FILE}",
         )
     cache = Path(os.environ.get("TRITONIZE_CACHE", Path.home() / ".cache" / "tritonize")) / transformer_dir.name
     cache.mkdir(parents=True, exist_ok=True)
-    tok.backend_tokenizer.save(str(cache / "tokenizer.json"))
-    return str(cache / "tokenizer.json")
-
-
-def _detect_task(requested: str | None, modules: list[dict] | None, architecture: str) -> str:
-    if requested:
-        if requested not in TASKS:
-            raise TritonizeError(f"unknown task {requested!r}", hint=f"use one of: {', '.join(TASKS)}")
-        return requested
-    if modules is not None:
-        return "embedding"
-    if architecture.endswith("ForSequenceClassification"):
-        return "classification"
-    raise TritonizeError(
-        f"cannot tell the task of a {architecture or 'model without architectures'}",
-        hint="pass --task embedding or --task classification",
-    )
+    tok.backend_tokenizer.save(str(cache / TOKENIZER_FILE))
+    return str(cache / TOKENIZER_FILE)
 
 
 def read_model(options: GenerateOptions) -> ModelSpec:
     """Decide what the model is. No weights are loaded here."""
     root = resolve_model_dir(options.model)
-    modules = _sentence_transformers_modules(root)
-    transformer_dir, pooling, normalize = _st_layout(root, modules) if modules else (root, "mean", False)
-    config_path = transformer_dir / "config.json"
-    if not config_path.is_file():
-        raise TritonizeError(
-            f"no config.json in {transformer_dir}: not a transformers model folder",
-            hint="pass a folder saved with save_pretrained() or a sentence-transformers folder",
-        )
-    config = _read_json(config_path)
+    folder = ModelFolder.read(root)
+    transformer_dir, config = folder.transformer_dir, folder.config
     if config.get("auto_map") and not options.trust_remote_code:
         raise TritonizeError(
             f"{transformer_dir.name} needs code from the model folder to run (auto_map in config.json)",
             hint="read that code, then pass --trust-remote-code to allow it",
         )
-    model_type = str(config.get("model_type", ""))
-    architecture = (config.get("architectures") or [""])[0]
+    model_type, architecture = folder.model_type, folder.architecture
     if model_type not in SUPPORTED_MODEL_TYPES and not options.trust_remote_code:
         raise TritonizeError(
             f"unsupported architecture {architecture or model_type!r} (model_type {model_type!r})",
             hint=f"tritonize exports encoders: {', '.join(sorted(SUPPORTED_MODEL_TYPES))}",
         )
-    task = _detect_task(options.task, modules, architecture)
-
+    task = tasks.get(options.task) if options.task else tasks.detect(folder)
     limit = _max_position_limit(config)
     max_length = options.max_length or _declared_max_length(root, transformer_dir, config)
     if not 2 <= max_length <= limit:
@@ -195,34 +188,14 @@ def read_model(options: GenerateOptions) -> ModelSpec:
             f"--max-length {max_length} is outside what the model supports (2..{limit})",
             hint=f"use --max-length {limit} or less",
         )
-
-    labels: tuple[str, ...] = ()
-    if task == "classification":
-        id2label = config.get("id2label") or {}
-        if len(id2label) < 2:
-            raise TritonizeError(
-                "a classification model needs at least two labels (id2label in config.json)",
-                hint="set id2label/label2id in config.json, or use --task embedding",
-            )
-        labels = tuple(str(id2label[k]) for k in sorted(id2label, key=lambda k: int(k)))
-    hidden = int(config.get("hidden_size") or config.get("dim") or 0)
-    if task == "embedding" and not hidden:
-        raise TritonizeError(f"config.json in {transformer_dir} declares no hidden_size")
-
     return ModelSpec(
         source=str(transformer_dir),
-        task=task,  # type: ignore[arg-type]
+        head=task.read_head(folder, options),
         max_length=int(max_length),
-        # token_type_ids are all zeros for one text per row, which is the model's own default.
-        input_names=("input_ids", "attention_mask"),
-        hidden_size=hidden,
         architecture=architecture or model_type,
         model_type=model_type,
-        pooling=(options.pooling or pooling) if task == "embedding" else None,  # type: ignore[arg-type]
-        normalize=(normalize if options.normalize is None else options.normalize) if task == "embedding" else False,
-        labels=labels,
         tokenizer_file=_tokenizer_file(transformer_dir, options.trust_remote_code),
-        sentence_transformers_dir=str(root) if modules else None,
+        sentence_transformers_dir=str(root) if folder.modules else None,
         trust_remote_code=options.trust_remote_code,
     )
 

@@ -1,30 +1,49 @@
-"""Typed specs passed between stages: model -> artifacts -> repository -> server.
+"""Typed specs passed between stages, and the single home of every name.
 
-Every decision (names, dtypes, bucket lengths, batching) is made here or in
-`source.py`, once; templates only lay these objects out.
+Data flows one way: model folder -> ModelSpec (with its task's Head) ->
+RepoSpec -> repository -> server -> client. Every decision (names, dtypes,
+bucket lengths, batching, instance kinds, runtime parameters) is made here,
+in `source.py` or in a task module, once; templates only lay these objects
+out, and the served modules read what they need from the configs.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
-Task = Literal["embedding", "classification"]
-Pooling = Literal["mean", "cls"]
+from .serving.batching import ATTENTION_MASK, INPUT_IDS
+
 Device = Literal["cpu", "gpu"]
 Precision = Literal["fp32", "fp16"]
+InstanceKind = Literal["KIND_CPU", "KIND_GPU"]
 
-TASKS: tuple[str, ...] = ("embedding", "classification")
 DEVICES: tuple[str, ...] = ("cpu", "gpu")
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16")
 
-# Name of the custom model configuration that selects the Python-backend
-# (onnxruntime-in-Python) runtime for the local server: configs/local.pbtxt.
-LOCAL_CONFIG_NAME = "local"
-TEXT_INPUT = "TEXT"
+# -- names: tensors ------------------------------------------------------------
+TEXT_INPUT = "TEXT"  # the raw strings users send, BYTES [N, 1]
+TOKEN_INPUTS: tuple[str, ...] = (INPUT_IDS, ATTENTION_MASK)  # tokenizer step -> model step (batching.py names them)
+
+# -- names: files and folders of a repository --------------------------------
+CONFIG_FILE = "config.pbtxt"
+LOCAL_CONFIG_NAME = "local"  # configs/local.pbtxt: the local server's runtime of the model step
+LOCAL_CONFIG_DIR = "configs"
+VERSION = "1"
+MODEL_FILE = "model.onnx"
+TOKENIZER_FILE = "tokenizer.json"
+LABELS_FILE = "labels.txt"
+MANIFEST_FILE = "tritonize.yaml"
+VERIFICATION_FILE = "verification.json"
+README_FILE = "README.md"
+SERVED_ENTRY = "model.py"  # what the Python backend imports in a step's version folder
+TOKENIZER_SUFFIX = "_tokenizer"
+MODEL_SUFFIX = "_model"
+
 DEFAULT_BUCKET_LADDER = (16, 32, 64, 128, 256, 512)
+TENSORRT_CACHE = "/tmp/tritonize_trt_cache"
 
 
 @dataclass(frozen=True)
@@ -42,30 +61,33 @@ class TensorSpec:
 
 
 @dataclass(frozen=True)
+class Head:
+    """The task-specific half of a ModelSpec; each task module defines one.
+
+    A classifier's head has labels and no pooling, an embedder's has pooling
+    and no labels: combinations that make no sense cannot be written down.
+    """
+
+    task: ClassVar[str]
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """What the source model is: decided once by `source.read_model`."""
 
-    source: str  # local directory the model was read from
-    task: Task
+    source: str  # the transformers folder the weights are read from
+    head: Head
     max_length: int
-    input_names: tuple[str, ...]  # ONNX / Triton inputs, e.g. input_ids, attention_mask
-    hidden_size: int
     architecture: str
     model_type: str
-    pooling: Pooling | None = None  # embedding only
-    normalize: bool = False  # embedding only
-    labels: tuple[str, ...] = ()  # classification only, index order
-    tokenizer_file: str = "tokenizer.json"  # absolute path after read_model
+    tokenizer_file: str  # absolute path to a tokenizer.json
+    input_names: tuple[str, ...] = TOKEN_INPUTS  # ONNX / Triton inputs of the model step
     sentence_transformers_dir: str | None = None  # the folder with modules.json, when there is one
     trust_remote_code: bool = False
 
     @property
-    def output_names(self) -> tuple[str, ...]:
-        return ("embedding",) if self.task == "embedding" else ("logits", "probabilities")
-
-    @property
-    def output_dim(self) -> int:
-        return self.hidden_size if self.task == "embedding" else len(self.labels)
+    def task(self) -> str:
+        return self.head.task
 
 
 @dataclass
@@ -110,14 +132,79 @@ class GenerateOptions:
 
 
 @dataclass(frozen=True)
+class Overrides:
+    """What `reconfigure` (and so `tritonize tune`) may change without re-exporting: batching and placement."""
+
+    max_batch_size: int | None = None
+    max_queue_delay_us: int | None = None
+    tokenizer_instances: int | None = None
+    model_instances: int | None = None
+    buckets: list[int] | None = None
+
+    @classmethod
+    def of(cls, changes: dict) -> Overrides:
+        """From a plain mapping (a tune grid point); an unknown key is an error, not ignored."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            from .errors import TritonizeError
+
+            raise TritonizeError(f"unknown option(s): {', '.join(unknown)}", hint=f"reconfigure changes {', '.join(sorted(known))}")
+        return cls(**changes)
+
+    def apply(self, options: GenerateOptions) -> GenerateOptions:
+        changes = {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        return dataclasses.replace(options, **changes)
+
+
+@dataclass(frozen=True)
 class StepSpec:
     """One Triton model of the repository: batching and placement."""
 
     name: str
+    module: str  # the served module (tritonize/serving/<module>.py) its Python runtime runs as model.py
     max_batch_size: int
     max_queue_delay_us: int
     instance_count: int
-    kind: str  # KIND_CPU / KIND_GPU
+    kind: InstanceKind
+
+
+@dataclass(frozen=True)
+class TensorRTSpec:
+    """The TensorRT accelerator of the container's onnxruntime backend."""
+
+    precision_mode: Literal["FP32", "FP16"]
+    max_workspace_size_bytes: int = 1 << 30
+    engine_cache_path: str = TENSORRT_CACHE
+
+    @property
+    def parameters(self) -> dict[str, str]:
+        return {
+            "precision_mode": self.precision_mode,
+            "max_workspace_size_bytes": str(self.max_workspace_size_bytes),
+            "trt_engine_cache_enable": "1",
+            "trt_engine_cache_path": self.engine_cache_path,
+        }
+
+
+@dataclass(frozen=True)
+class LocalRuntimeSpec:
+    """How the local server's Python-backend model step runs the graph (see serving/onnx_model.py)."""
+
+    intra_op_threads: int = 0  # 0: every core, for a lone text
+    allow_spinning: bool = True  # within a run only (force_spinning_stop)
+    data_parallel: bool = True  # batches as one single-threaded shard per core
+    ragged: bool = True  # requests padded to different buckets may share a batch
+    kind: InstanceKind = "KIND_CPU"
+
+
+@dataclass(frozen=True)
+class EnsembleStep:
+    """One step of the ensemble: which model, and how its tensors connect."""
+
+    model_name: str
+    input_map: dict[str, str]  # the step's input -> the ensemble tensor
+    output_map: dict[str, str]  # the step's output -> the ensemble tensor
 
 
 @dataclass(frozen=True)
@@ -126,14 +213,17 @@ class RepoSpec:
 
     name: str  # the ensemble, which users call
     model: ModelSpec
+    description: str  # the head in a few words (the task says)
+    text_inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]  # what the graph, and so the ensemble, returns
+    labels: tuple[str, ...]  # written to LABELS_FILE when any output names it
     tokenizer_step: StepSpec
     model_step: StepSpec
     buckets: tuple[int, ...]
     device: Device = "cpu"
     precision: Precision = "fp32"
-    tensorrt: bool = False
-    onnx_file: str = "model.onnx"
-    labels_file: str = "labels.txt"
+    tensorrt: TensorRTSpec | None = None
+    local: LocalRuntimeSpec = field(default_factory=LocalRuntimeSpec)
     max_batch_size: int = 64
     pad_token_id: int = 0
 
@@ -150,19 +240,31 @@ class RepoSpec:
         return tuple(TensorSpec(n, "TYPE_INT64", (-1,)) for n in self.model.input_names)
 
     @property
-    def text_input(self) -> TensorSpec:
-        return TensorSpec(TEXT_INPUT, "TYPE_STRING", (1,))
+    def tokenizer_parameters(self) -> dict[str, str]:
+        return {
+            "tokenizer_file": TOKENIZER_FILE,
+            "max_length": str(self.model.max_length),
+            "buckets": ",".join(map(str, self.buckets)),
+            "pad_id": str(self.pad_token_id),
+        }
 
     @property
-    def outputs(self) -> tuple[TensorSpec, ...]:
-        # fp16 graphs keep fp32 inputs/outputs (keep_io_types), so clients never see fp16.
-        float_type = "TYPE_FP32"
-        dim = (self.model.output_dim,)
-        if self.model.task == "embedding":
-            return (TensorSpec("embedding", float_type, dim),)
+    def local_model_parameters(self) -> dict[str, str]:
+        return {
+            "onnx_file": MODEL_FILE,
+            "intra_op_threads": str(self.local.intra_op_threads),
+            "allow_spinning": str(int(self.local.allow_spinning)),
+            "data_parallel": str(int(self.local.data_parallel)),
+            "buckets": ",".join(map(str, self.buckets)),
+            "pad_id": str(self.pad_token_id),
+        }
+
+    @property
+    def ensemble_steps(self) -> tuple[EnsembleStep, ...]:
+        tokens = {t.name: t.name for t in self.token_inputs}
         return (
-            TensorSpec("logits", float_type, dim, label_filename=self.labels_file),
-            TensorSpec("probabilities", float_type, dim, label_filename=self.labels_file),
+            EnsembleStep(self.tokenizer_name, {t.name: t.name for t in self.text_inputs}, tokens),
+            EnsembleStep(self.model_name, tokens, {o.name: o.name for o in self.outputs}),
         )
 
 
@@ -185,29 +287,12 @@ def normalise_buckets(buckets: list[int] | tuple[int, ...] | None, max_length: i
     return tuple(kept)
 
 
+def step_names(name: str) -> dict[str, str]:
+    """The three Triton models of a repository named `name`."""
+    return {"ensemble": name, "tokenizer": f"{name}{TOKENIZER_SUFFIX}", "model": f"{name}{MODEL_SUFFIX}"}
+
+
 def repo_paths(output: str | Path, name: str) -> dict[str, Path]:
     """Where each model lives inside a repository (one place for the layout)."""
     root = Path(output)
-    return {
-        "root": root,
-        "ensemble": root / name,
-        "tokenizer": root / f"{name}_tokenizer",
-        "model": root / f"{name}_model",
-    }
-
-
-__all__ = [
-    "TASKS",
-    "DEVICES",
-    "PRECISIONS",
-    "LOCAL_CONFIG_NAME",
-    "TEXT_INPUT",
-    "TensorSpec",
-    "ModelSpec",
-    "GenerateOptions",
-    "StepSpec",
-    "RepoSpec",
-    "default_buckets",
-    "normalise_buckets",
-    "repo_paths",
-]
+    return {"root": root, **{step: root / model for step, model in step_names(name).items()}}

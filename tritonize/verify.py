@@ -1,18 +1,25 @@
-"""The exported graph against PyTorch (or sentence-transformers) on real sentences -> report.
+"""The exported graph against the model's own class or library, on real sentences -> a typed report.
 
 The sentences are fixed and varied: short, long, cut at the max length,
-non-ASCII. Tolerances: max-abs for fp32 graphs, cosine for fp16 graphs.
+non-ASCII. They are tokenized by the served tokenizer code itself. The task
+says what the reference is (sentence-transformers' encode, or the model's
+own transformers class) and whether the argmax must agree too.
+Tolerances: max-abs for fp32 graphs, cosine for fp16 graphs.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from . import tasks
 from .console import step
 from .errors import TritonizeError
+from .serving.batching import ATTENTION_MASK
+from .serving.tokenizer import TextEncoder
 from .spec import ModelSpec
 
 SENTENCES = [
@@ -35,14 +42,71 @@ SENTENCES = [
 ]
 
 
+@dataclass
+class StageResult:
+    """One graph (export, optimize or fp16) against the reference."""
+
+    max_abs: float
+    mean_abs: float
+    min_cosine: float
+    argmax_agreement: float
+    metric: str  # which check applied: max_abs (fp32) or min_cosine (fp16)
+    threshold: float
+    passed: bool
+    precision: str
+
+    @property
+    def value(self) -> float:
+        return float(getattr(self, self.metric))
+
+
+@dataclass
+class VerificationReport:
+    """What verification.json holds: the seam between generation and the repository."""
+
+    reference: str = ""
+    task: str = ""
+    output: str = ""
+    sentences: int = 0
+    token_lengths: dict = field(default_factory=dict)
+    truncated: int = 0
+    stages: dict[str, StageResult] = field(default_factory=dict)
+    passed: bool | None = None
+    seconds: float = 0.0
+    export_seconds: dict[str, float] | None = None
+    skipped: bool = False
+
+    @classmethod
+    def skipped_report(cls) -> VerificationReport:
+        return cls(skipped=True, passed=None)
+
+    def to_dict(self) -> dict:
+        if self.skipped:
+            return {"skipped": True, "passed": None}
+        data = asdict(self)
+        data.pop("skipped")
+        if data["export_seconds"] is None:
+            data.pop("export_seconds")
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> VerificationReport:
+        if data.get("skipped"):
+            return cls.skipped_report()
+        values = dict(data)
+        values["stages"] = {k: StageResult(**v) for k, v in values.get("stages", {}).items()}
+        return cls(**values)
+
+    def summary(self) -> str:
+        """One line per stage for the generate output ('' when skipped)."""
+        return "  ".join(f"{n}: max-abs {r.max_abs:.2e}, cosine {r.min_cosine:.6f}" for n, r in self.stages.items())
+
+
 def pad_token_id(tokenizer_file: str, fallback: int = 0) -> int:
     """The id the tokenizer pads with (its own padding setting, else a [PAD]/<pad> token)."""
     from tokenizers import Tokenizer
 
-    return _pad_id(Tokenizer.from_file(tokenizer_file), fallback)
-
-
-def _pad_id(tok, fallback: int = 0) -> int:
+    tok = Tokenizer.from_file(tokenizer_file)
     if tok.padding and tok.padding.get("pad_id") is not None:
         return int(tok.padding["pad_id"])
     for token in ("[PAD]", "<pad>", "<PAD>"):
@@ -52,51 +116,20 @@ def _pad_id(tok, fallback: int = 0) -> int:
     return fallback
 
 
-def tokenize(spec: ModelSpec, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Batch-encode with the model's max length, padded to the longest text."""
-    from tokenizers import Tokenizer
-
-    tok = Tokenizer.from_file(spec.tokenizer_file)
-    pad_id = _pad_id(tok)  # read before the padding setting is dropped below
-    tok.no_padding()
-    tok.enable_truncation(spec.max_length)
-    encodings = tok.encode_batch(texts)
-    width = max(len(e.ids) for e in encodings)
-    ids = np.full((len(texts), width), pad_id, dtype=np.int64)
-    mask = np.zeros((len(texts), width), dtype=np.int64)
-    for r, e in enumerate(encodings):
-        ids[r, : len(e.ids)] = e.ids
-        mask[r, : len(e.ids)] = 1
-    return ids, mask
+def tokenize(spec: ModelSpec, texts: list[str]) -> dict[str, np.ndarray]:
+    """The served tokenizer's encoding with the model's max length, padded to the longest text."""
+    encoder = TextEncoder(spec.tokenizer_file, spec.max_length, [spec.max_length], pad_token_id(spec.tokenizer_file), spec.input_names)
+    return encoder.encode(texts, width=0)
 
 
-def reference_outputs(spec: ModelSpec, head, texts: list[str], ids: np.ndarray, mask: np.ndarray) -> tuple[str, np.ndarray]:
-    """sentence-transformers' own encode for sentence-transformers folders, else the PyTorch head."""
-    if spec.task == "embedding" and spec.sentence_transformers_dir:
-        try:
-            from sentence_transformers import SentenceTransformer
-        except ImportError:
-            pass
-        else:
-            model = SentenceTransformer(spec.sentence_transformers_dir, device="cpu", trust_remote_code=spec.trust_remote_code)
-            model.max_seq_length = spec.max_length  # the same cut as the served tokenizer
-            return "sentence-transformers", model.encode(texts, batch_size=len(texts), convert_to_numpy=True)
-    import torch
-
-    with torch.no_grad():
-        out = head(torch.from_numpy(ids), torch.from_numpy(mask))
-    first = out[0] if isinstance(out, tuple) else out
-    return "pytorch", first.numpy()
-
-
-def run_onnx(path: Path, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+def run_onnx(path: Path, feeds: dict[str, np.ndarray]) -> np.ndarray:
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    return session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
+    return session.run(None, feeds)[0]
 
 
-def compare(reference: np.ndarray, candidate: np.ndarray) -> dict:
+def compare(reference: np.ndarray, candidate: np.ndarray) -> dict[str, float]:
     ref, cand = reference.astype(np.float64), candidate.astype(np.float64)
     cos = (ref * cand).sum(1) / (np.linalg.norm(ref, axis=1) * np.linalg.norm(cand, axis=1) + 1e-12)
     return {
@@ -107,45 +140,47 @@ def compare(reference: np.ndarray, candidate: np.ndarray) -> dict:
     }
 
 
-def verify(spec: ModelSpec, head, stages: dict[str, Path], fp16_stages: set[str], atol: float, min_cosine: float) -> dict:
-    """Compare each ONNX stage with the reference; the report says which check applied and whether it passed."""
+def verify(spec: ModelSpec, graph, stages: dict[str, Path], fp16_stages: set[str], atol: float, min_cosine: float) -> VerificationReport:
+    """Compare each ONNX stage with the task's reference; the report says which check applied and whether it passed."""
+    task = tasks.of(spec.head)
     start = time.perf_counter()
-    ids, mask = tokenize(spec, SENTENCES)
+    feeds = tokenize(spec, SENTENCES)
     with step(f"Verifying {len(stages)} graph(s) on {len(SENTENCES)} sentences"):
-        reference_name, reference = reference_outputs(spec, head, SENTENCES, ids, mask)
+        reference_name, reference = task.reference(spec, graph, SENTENCES, feeds)
         results = {}
         for name, path in stages.items():
-            metrics = compare(reference, run_onnx(path, ids, mask))
+            metrics = compare(reference, run_onnx(path, feeds))
             if name in fp16_stages:
                 check = {"metric": "min_cosine", "threshold": min_cosine, "passed": metrics["min_cosine"] >= min_cosine}
             else:
-                ok = metrics["max_abs"] <= atol and (spec.task != "classification" or metrics["argmax_agreement"] == 1.0)
+                ok = metrics["max_abs"] <= atol and (not task.same_argmax or metrics["argmax_agreement"] == 1.0)
                 check = {"metric": "max_abs", "threshold": atol, "passed": ok}
-            results[name] = {**metrics, **check, "precision": "fp16" if name in fp16_stages else "fp32"}
-    lengths = mask.sum(1)
-    return {
-        "reference": reference_name,
-        "task": spec.task,
-        "output": spec.output_names[0],
-        "sentences": len(SENTENCES),
-        "token_lengths": {"min": int(lengths.min()), "max": int(lengths.max()), "max_length": spec.max_length},
-        "truncated": int((lengths >= spec.max_length).sum()),
-        "stages": results,
-        "passed": all(r["passed"] for r in results.values()),
-        "seconds": round(time.perf_counter() - start, 3),
-    }
+            results[name] = StageResult(**metrics, **check, precision="fp16" if name in fp16_stages else "fp32")
+    lengths = feeds[ATTENTION_MASK].sum(1)
+    return VerificationReport(
+        reference=reference_name,
+        task=task.name,
+        output=task.output_names[0],
+        sentences=len(SENTENCES),
+        token_lengths={"min": int(lengths.min()), "max": int(lengths.max()), "max_length": spec.max_length},
+        truncated=int((lengths >= spec.max_length).sum()),
+        stages=results,
+        passed=all(r.passed for r in results.values()),
+        seconds=round(time.perf_counter() - start, 3),
+    )
 
 
-def check(report: dict) -> None:
+def check(report: VerificationReport) -> None:
     """Exit non-zero, with the numbers, when a tolerance is exceeded."""
-    failed = {name: r for name, r in report["stages"].items() if not r["passed"]}
+    failed = {name: r for name, r in report.stages.items() if not r.passed}
     if failed:
+        same_argmax = tasks.get(report.task).same_argmax
         detail = "; ".join(
-            f"{name}: {r['metric']} {r[r['metric']]:.3g} vs {r['threshold']:.3g}"
-            + (f", argmax agreement {r['argmax_agreement']:.2f}" if report["task"] == "classification" else "")
+            f"{name}: {r.metric} {r.value:.3g} vs {r.threshold:.3g}"
+            + (f", argmax agreement {r.argmax_agreement:.2f}" if same_argmax else "")
             for name, r in failed.items()
         )
         raise TritonizeError(
-            f"verification against {report['reference']} failed ({detail})",
+            f"verification against {report.reference} failed ({detail})",
             hint="loosen with --atol / --min-cosine-fp16 if this is expected, or drop --optimize/--precision fp16",
         )

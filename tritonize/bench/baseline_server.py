@@ -63,9 +63,9 @@ class Pipeline:
 
     def __init__(self, model_folder: str, threads: int = 0):
         import torch
-        from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer
+        from transformers import AutoTokenizer
 
-        from ..export import ClassificationHead, EmbeddingHead
+        from .. import tasks
         from ..source import read_model
         from ..spec import GenerateOptions
 
@@ -73,10 +73,8 @@ class Pipeline:
             torch.set_num_threads(threads)
         self.torch = torch
         self.spec = spec = read_model(GenerateOptions(model=model_folder))
-        auto = AutoModel if spec.task == "embedding" else AutoModelForSequenceClassification
-        model = auto.from_pretrained(spec.source, trust_remote_code=spec.trust_remote_code).eval()
-        head = EmbeddingHead(model, spec.pooling or "mean", spec.normalize) if spec.task == "embedding" else ClassificationHead(model)
-        self.model = head.eval()
+        self.task = tasks.of(spec.head)
+        self.model = self.task.load(spec, eager=False)
         self.tokenizer = AutoTokenizer.from_pretrained(spec.source)
         self.counters = Counters()
 
@@ -89,10 +87,9 @@ class Pipeline:
         self.counters.computed_tokens += int(mask.numel())
         with self.torch.inference_mode():
             out = self.model(batch["input_ids"], mask)
-        if self.spec.task == "embedding":
-            return [{"embedding": row} for row in out.tolist()]
-        logits, probs = out
-        return [{"logits": lg, "probabilities": pr} for lg, pr in zip(logits.tolist(), probs.tolist())]
+        outputs = out if isinstance(out, tuple) else (out,)
+        columns = [o.tolist() for o in outputs]
+        return [dict(zip(self.task.output_names, row)) for row in zip(*columns)]
 
 
 async def server_loop(q: asyncio.Queue, predict: Predict, batch: bool, counters: Counters) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..errors import TritonizeError
 from ..runtime.base import http_get
-from ..runtime.local import free_ports
+from ..runtime.process import free_ports
 
 BASELINES = {
     "doc": ("HF doc server", False),

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..runtime.local import group_processes
+from ..runtime.process import group_processes
 
 SERVER = "tritonserver"
 

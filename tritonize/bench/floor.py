@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import steps
+from ..serving.batching import ATTENTION_MASK
 from . import corpus
 
 DEFAULT_BATCHES = (1, 4, 8, 16, 32, 64)
@@ -84,7 +85,7 @@ class Floor:
         if sessions == 1:
             return [self.runner]
         while len(self._single) < sessions:
-            runner = steps.onnx_runner(self.repository, intra_op_threads=1)
+            runner = steps.onnx_runner(self.repository, intra_op_threads=1, shards=0)  # run() only: no shards
             self._batch(runner, ["warm up"])
             self._single.append(runner)
         return self._single[:sessions]
@@ -108,11 +109,10 @@ class Floor:
 
     def _batch(self, runner, chunk: list[str]) -> tuple[int, int]:
         """One batch padded to its longest text; (computed tokens, real tokens)."""
-        ids, mask = self.encoder.encode(chunk)
-        lengths = mask.sum(axis=1)
-        width = int(lengths.max())
-        runner.run(ids[:, :width], mask[:, :width])
-        return ids.shape[0] * width, int(lengths.sum())
+        feeds = self.encoder.encode(chunk, width=0)
+        lengths = feeds[ATTENTION_MASK].sum(axis=1)
+        runner.run(feeds)
+        return lengths.size * int(lengths.max()), int(lengths.sum())
 
     def _rate(self, chunks: list[list[str]], runners: list, budget_s: float | None, max_texts: int | None) -> _Tally:
         """Feed shuffled chunks to every runner from its own thread until the bound; what got done."""

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..spec import TEXT_INPUT
+
 ERROR_SAMPLES = 5
 DEFAULT_TIMEOUT_S = 30.0
 # A request this many times slower than the run's median (and at least STALL_MIN_MS) is a stall:
@@ -86,7 +88,7 @@ class TritonHttp(_Http):
         self.url = f"{base.rstrip('/')}/v2/models/{model}/infer"
 
     async def send(self, text: str) -> None:
-        body = {"inputs": [{"name": "TEXT", "shape": [1, 1], "datatype": "BYTES", "data": [text]}]}
+        body = {"inputs": [{"name": TEXT_INPUT, "shape": [1, 1], "datatype": "BYTES", "data": [text]}]}
         await self._post(self.url, json.dumps(body).encode())
 
 

@@ -11,6 +11,7 @@ a millisecond-sized comparison.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import os
 import platform
@@ -20,8 +21,10 @@ from pathlib import Path
 
 from ..console import err
 from ..errors import TritonizeError
-from ..runtime.base import Endpoints, ServerOptions, read_manifest
-from ..spec import repo_paths
+from ..manifest import read_manifest
+from ..runtime.base import Endpoints, ServerOptions
+from ..runtime.process import free_ports
+from ..spec import Overrides, repo_paths
 from . import baselines, corpus, cpu, floor, load, stats
 from .targets import evaluate
 
@@ -67,7 +70,7 @@ def triton_endpoints(options: BenchOptions) -> Iterator[tuple[str, str, int | No
     if not options.start_local:
         yield options.http_url, options.grpc_url, None
         return
-    from ..runtime.local import LocalRuntime, free_ports
+    from ..runtime.local import LocalRuntime
 
     http, grpc, metrics = free_ports(3)
     server = ServerOptions(
@@ -90,9 +93,7 @@ class Bench:
         self.o = options
         repo = Path(options.repository)
         manifest = read_manifest(repo)
-        if not manifest:
-            raise TritonizeError(f"{repo} has no tritonize.yaml", hint="pass --repository DIR of a generated repository")
-        self.name = options.model or manifest["name"]
+        self.name = options.model or manifest.name
         self.manifest = manifest
         self.floor = floor.Floor(repo)
         self.workloads = corpus.workloads_for(
@@ -172,7 +173,7 @@ class Bench:
         }
 
     def measure_baselines(self) -> None:
-        folder = self.o.source_model or self.manifest.get("model")
+        folder = self.o.source_model or self.manifest.options.model
         if not folder or not Path(folder).is_dir():
             raise TritonizeError(
                 f"the baselines need the model folder the repository was generated from ({folder!r} not found)",
@@ -235,9 +236,8 @@ class Bench:
         return {
             "model": self.name,
             "repository": str(Path(o.repository).resolve()),
-            "source_model": o.source_model or self.manifest.get("model"),
-            "config": {k: self.manifest.get(k) for k in
-                       ("max_batch_size", "max_queue_delay_us", "tokenizer_instances", "model_instances", "buckets")},
+            "source_model": o.source_model or self.manifest.options.model,
+            "config": {f.name: getattr(self.manifest.options, f.name) for f in dataclasses.fields(Overrides)},
             "started": started,
             "finished": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "bound": {"requests": o.requests} if o.requests else {"duration_s": o.duration_s},

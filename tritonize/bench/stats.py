@@ -16,9 +16,6 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-PHASES = ("queue", "compute_input", "compute_infer", "compute_output")
-
-
 @dataclass(frozen=True)
 class StepStats:
     """One model's work during a run; times are averages per request, in ms."""
@@ -121,27 +118,11 @@ def overhead_breakdown(client_ms: float, ensemble: StepStats, steps: list[StepSt
 
 def padding_waste(token_counts: list[int], batch: float, runner) -> dict[str, float]:
     """Padded tokens over real tokens when rows arrive in order, `batch` at a time, and the served
-    OnnxRunner.run_grouped regroups them; counted without running the model."""
+    OnnxRunner regroups them (its own plan, as the generated config sets it); the model is not run."""
     size = max(1, int(round(batch)))
-    shapes: list[tuple[int, int]] = []
-
-    def fake_run(ids, mask, session=None):
-        shapes.append(ids.shape)
-        return [np.zeros((ids.shape[0], 1), dtype=np.float32) for _ in runner.output_names]
-
-    original = runner.run
-    runner.run = fake_run
-    try:
-        for i in range(0, len(token_counts), size):
-            rows = token_counts[i : i + size]
-            batches = []
-            for n in rows:
-                ids = np.zeros((1, n), dtype=np.int64)
-                mask = np.ones((1, n), dtype=np.int64)
-                batches.append((ids, mask))
-            runner.run_grouped(batches)
-    finally:
-        runner.run = original
-    computed = sum(r * w for r, w in shapes)
+    computed = 0
+    for i in range(0, len(token_counts), size):
+        lengths = np.asarray(token_counts[i : i + size])
+        computed += sum(len(p) * int(lengths[p].max()) for p in runner.plan(lengths))
     real = sum(token_counts)
     return {"batch": size, "computed_tokens": computed, "real_tokens": real, "waste": round((computed - real) / real, 4)}

@@ -15,6 +15,7 @@ must beat it by 3% (the noise of a short run) to replace it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import math
 import json
@@ -29,18 +30,20 @@ from rich.table import Table
 
 from ..console import err, out
 from ..errors import TritonizeError
-from ..runtime.base import ServerOptions, read_manifest
-from ..spec import repo_paths
+from ..manifest import read_manifest
+from ..runtime.base import ServerOptions
+from ..runtime.process import free_ports
+from ..spec import MANIFEST_FILE, Overrides, repo_paths
 from . import corpus, load, stats
 from .cli import add_target_arguments, int_list
 
-GRID_KEYS = ("max_queue_delay_us", "tokenizer_instances", "model_instances", "max_batch_size", "buckets")
+GRID_KEYS = tuple(f.name for f in dataclasses.fields(Overrides))  # what reconfigure may change
 DEFAULT_GRID = {"max_queue_delay_us": [0, 500, 2000], "model_instances": [1, 2]}
 DEFAULT_CONCURRENCY = [1, 16]
 DEFAULT_WORKLOADS = ["mixed"]
 DEFAULT_DURATION_S = 5.0
 DEFAULT_BUDGET_SLACK = 1.25  # with no budget given: the starting p99, plus a quarter
-KEPT_FILES = (".pbtxt", "tritonize.yaml")  # what reconfigure rewrites; everything else is linked
+KEPT_FILES = (".pbtxt", MANIFEST_FILE)  # what reconfigure rewrites; everything else is linked
 
 
 @dataclass
@@ -125,12 +128,10 @@ class Tuner:
 
         self.repo = Path(args.repository)
         manifest = read_manifest(self.repo)
-        if not manifest:
-            raise TritonizeError(f"{self.repo} has no tritonize.yaml", hint="generate the repository with tritonize first")
         self.manifest = manifest
-        self.name = args.model or manifest["name"]
+        self.name = args.model or manifest.name
         self.grid = parse_grid(args.grid)
-        self.points = [Point(c) for c in grid_points(self.grid, manifest)]
+        self.points = [Point(c) for c in grid_points(self.grid, manifest.options.to_dict())]
         self.concurrency = sorted(args.concurrency)
         duration = None if args.requests else (args.duration or DEFAULT_DURATION_S)
         self.bound = lambda c: load.Bound(requests=args.requests, duration_s=duration,
@@ -144,10 +145,10 @@ class Tuner:
 
     def measure(self, point: Point, workdir: Path) -> None:
         from ..repository import reconfigure
-        from ..runtime.local import LocalRuntime, free_ports
+        from ..runtime.local import LocalRuntime
 
         shadow = shadow_repository(self.repo, workdir / "repo")
-        reconfigure(shadow, point.changes)
+        reconfigure(shadow, Overrides.of(point.changes))
         http, grpc, metrics = free_ports(3)
         options = ServerOptions(repository=shadow, http_port=http, grpc_port=grpc, metrics_port=metrics,
                                 run_dir=workdir / "run")
@@ -265,7 +266,7 @@ def run(args: argparse.Namespace) -> int:
     result = tuner.run()
     print_summary(tuner, result, out if out.width >= 120 else Console(file=out.file, width=160, highlight=False))
     if result["changed"] and not args.dry_run:
-        reconfigure(tuner.repo, result["chosen"])
+        reconfigure(tuner.repo, Overrides.of(result["chosen"]))
         err.print(f"[green]✓[/] wrote {Point(result['chosen']).label()} into {tuner.repo} "
                   f"(was {Point(result['before']).label()}); restart the server to use it")
     elif result["changed"]:

@@ -10,10 +10,12 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
-import yaml
-
+from .. import tasks
+from ..tasks.base import Task, sample_body
 from ..errors import TritonizeError
+from ..manifest import Manifest, find_manifest
 
 
 @dataclass
@@ -29,7 +31,6 @@ class ServerOptions:
     timeout_s: float = 180.0
     model_control: str = "none"  # none | explicit (explicit enables the load/unload API)
     log_verbose: int = 0
-    extra_args: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,11 @@ class ServerStatus:
 
 
 class Runtime(abc.ABC):
-    """A place Triton runs: the local binary or a container."""
+    """A place Triton runs: the local binary or a container. Every runtime has exactly these calls."""
+
+    # Which model configuration it serves: None is each model's config.pbtxt,
+    # a name N selects configs/N.pbtxt (Triton's --model-config-name).
+    config_name: ClassVar[str | None] = None
 
     def __init__(self, options: ServerOptions):
         self.options = options
@@ -80,14 +85,17 @@ class Runtime(abc.ABC):
         """Start the server and return once /v2/health/ready answers 200."""
 
     @abc.abstractmethod
-    def down(self, timeout_s: float = 30.0) -> bool:
-        """Stop gracefully (SIGTERM, in-flight requests drain); False when nothing was running."""
+    def down(self, timeout_s: float | None = None) -> bool:
+        """Stop gracefully (SIGTERM, in-flight requests drain; killed after timeout_s, default the
+        runtime's own); False when nothing was running."""
 
     @abc.abstractmethod
-    def status(self) -> ServerStatus: ...
+    def status(self) -> ServerStatus:
+        """Running, ready, endpoints and the models the server reports."""
 
     @abc.abstractmethod
-    def logs(self, tail: int | None = None) -> str: ...
+    def logs(self, tail: int | None = None) -> str:
+        """The server's log, the last `tail` lines (all with None)."""
 
 
 def http_get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
@@ -142,15 +150,7 @@ def repository_models(endpoints: Endpoints) -> list[ModelState]:
     ]
 
 
-def read_manifest(repository: Path) -> dict:
-    """The repository's tritonize.yaml (effective generate options), or {}."""
-    path = Path(repository) / "tritonize.yaml"
-    if not path.is_file():
-        return {}
-    return yaml.safe_load(path.read_text()) or {}
-
-
-def require_repository(repository: Path) -> dict:
+def require_repository(repository: Path) -> None:
     """A clear error for the commonest mistake: deploying before generating."""
     repository = Path(repository)
     if not repository.is_dir() or not any(p.is_dir() for p in repository.iterdir()):
@@ -158,9 +158,21 @@ def require_repository(repository: Path) -> dict:
             f"no model repository at {repository}",
             hint="generate one first: python generate.py --model PATH",
         )
-    return read_manifest(repository)
 
 
-def sample_curl(endpoints: Endpoints, model: str, text: str = "Triton serves raw strings.") -> str:
-    body = json.dumps({"inputs": [{"name": "TEXT", "shape": [1, 1], "datatype": "BYTES", "data": [text]}]})
-    return f"curl -s -X POST {endpoints.http}/v2/models/{model}/infer -d '{body}'"
+def served_manifest(repository: Path) -> Manifest | None:
+    """The manifest for summaries, where it can be read: Triton serves a repository without one."""
+    try:
+        return find_manifest(repository)
+    except TritonizeError:
+        return None
+
+
+def sample_curl(endpoints: Endpoints, manifest: Manifest | None) -> str:
+    """A curl that works for the repository's task (JSON body, declared as such)."""
+    model = manifest.name if manifest else "<model>"
+    body = tasks.of(manifest.model.head).sample_body() if manifest else sample_body(Task.text_inputs)
+    return (
+        f"curl -s -X POST {endpoints.http}/v2/models/{model}/infer "
+        f"-H 'Content-Type: application/json' -d '{body}'"
+    )

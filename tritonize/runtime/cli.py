@@ -8,15 +8,15 @@ common: flags, dispatch and the printed summary.
 from __future__ import annotations
 
 import argparse
-import importlib
 from pathlib import Path
 
 from ..console import out
-from .base import Endpoints, Runtime, ServerOptions, read_manifest, sample_curl
+from . import docker, local
+from .base import Endpoints, Runtime, ServerOptions, sample_curl, served_manifest
 
 RUNTIMES = {
-    "local": ("tritonize.runtime.local", "the tritonserver binary from the nvidia-pytriton wheel (no Docker)"),
-    "docker": ("tritonize.runtime.docker", "NVIDIA's Triton container, through the docker SDK"),
+    "local": (local, "the tritonserver binary from the nvidia-pytriton wheel (no Docker)"),
+    "docker": (docker, "NVIDIA's Triton container, through the docker SDK"),
 }
 ACTIONS = ("up", "down", "status", "logs")
 
@@ -24,18 +24,12 @@ ACTIONS = ("up", "down", "status", "logs")
 def register(sub: argparse._SubParsersAction) -> None:
     deploy = sub.add_parser("deploy", help="serve a repository: local binary or container")
     runtimes = deploy.add_subparsers(dest="runtime", metavar="RUNTIME", required=True)
-    for name, (module_name, help_text) in RUNTIMES.items():
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-            continue  # not in this build
+    for name, (module, help_text) in RUNTIMES.items():
         p = runtimes.add_parser(name, help=help_text)
         p.add_argument("action", choices=ACTIONS)
         add_common_arguments(p)
         module.add_arguments(p)
-        p.set_defaults(func=run, runtime_module=module_name)
+        p.set_defaults(func=run, runtime=name)
 
 
 def add_common_arguments(p: argparse.ArgumentParser) -> None:
@@ -72,7 +66,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
 
 
 def make_runtime(args: argparse.Namespace) -> Runtime:
-    module = importlib.import_module(args.runtime_module)
+    module, _ = RUNTIMES[args.runtime]
     return module.from_args(options_from_args(args), args)
 
 
@@ -95,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_summary(endpoints: Endpoints, repository: Path, runtime: Runtime) -> None:
-    name = read_manifest(repository).get("name") or "<model>"
+    manifest = served_manifest(repository)
     out.print(f"[bold green]Triton is ready[/]  ({type(runtime).__name__})")
     out.print(f"  HTTP     {endpoints.http}")
     out.print(f"  gRPC     {endpoints.grpc}")
@@ -103,4 +97,4 @@ def print_summary(endpoints: Endpoints, repository: Path, runtime: Runtime) -> N
     for m in runtime.status().models:
         out.print(f"  model    {m.name} [{m.state}]")
     out.print("Try it:")
-    out.print("  " + sample_curl(endpoints, name), markup=False, highlight=False, soft_wrap=True)
+    out.print("  " + sample_curl(endpoints, manifest), markup=False, highlight=False, soft_wrap=True)

@@ -25,6 +25,8 @@ from typing import Any
 
 from ..console import err
 from ..errors import TritonizeError
+from ..paths import TEMPLATES_DIR
+from . import process
 from .base import (
     Endpoints,
     ModelState,
@@ -75,7 +77,7 @@ HEALTHCHECK = {
     "retries": 3,
 }
 LABEL_PREFIX = "ai.tritonize"
-TEMPLATE = Path(__file__).resolve().parents[2] / "templates" / "docker" / "Dockerfile.j2"
+TEMPLATE = TEMPLATES_DIR / "docker" / "Dockerfile.j2"
 
 _RELEASE_RE = re.compile(r"^(\d{2})\.(\d{2})$")
 
@@ -120,7 +122,7 @@ def triton_command(options: ServerOptions) -> tuple[str, ...]:
         f"--metrics-port={CONTAINER_PORTS['metrics']}",
         f"--log-verbose={options.log_verbose}",
     ]
-    return (*command, *options.extra_args)
+    return tuple(command)
 
 
 def render_dockerfile(release: str = DEFAULT_TRITON_RELEASE) -> str:
@@ -129,7 +131,7 @@ def render_dockerfile(release: str = DEFAULT_TRITON_RELEASE) -> str:
 
     release_key(release)
     if not TEMPLATE.is_file():
-        raise TritonizeError(f"missing template {TEMPLATE}", hint="run from a tritonize checkout")
+        raise TritonizeError(f"missing template {TEMPLATE}", hint="reinstall tritonize")
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
     template = env.from_string(TEMPLATE.read_text())
     return template.render(
@@ -371,12 +373,6 @@ def _follow(stream: Iterable[dict[str, Any]], progress: _Progress, what: str) ->
                 progress.update(str(chunk["status"])[:100])
 
 
-def _error_lines(log: str, limit: int = 15) -> list[str]:
-    """Triton's error lines (`E0101 12:00:00.000 ...`) and Python exceptions from a log."""
-    picked = [line for line in log.splitlines() if re.match(r"^E\d{4} ", line) or re.search(r"\w+Error: ", line)]
-    return picked[-limit:]
-
-
 class DockerRuntime(Runtime):
     """Triton in NVIDIA's container, started and stopped through the docker SDK."""
 
@@ -493,7 +489,7 @@ class DockerRuntime(Runtime):
             except TritonizeError as exc:
                 try:
                     log = container.logs(tail=300).decode("utf-8", "replace")
-                    for line in _error_lines(log):
+                    for line in process.error_lines(log):
                         err.print(f"  {line}", markup=False, highlight=False)
                     container.stop(timeout=10)  # no restart loop; kept for `logs`
                 except APIError:
@@ -520,7 +516,8 @@ class DockerRuntime(Runtime):
             )
         return TritonizeError(f"the container could not start: {text.strip()[:200]}")
 
-    def down(self, timeout_s: float = 30.0) -> bool:
+    def down(self, timeout_s: float | None = None) -> bool:
+        timeout_s = EXIT_TIMEOUT_S if timeout_s is None else timeout_s
         client = connect()
         container = self._container(client)
         if container is None:

@@ -7,7 +7,7 @@ Python-backend model). The server runs in its own process group, so `down`
 stops it together with its Python-backend stub processes.
 
 Each server gets an instance directory `<run_dir>/local-<http_port>/` holding
-its PID file, its state (endpoints, repository), its log and its backend
+its state (pid, endpoints, repository), its log and its backend
 directory, so several servers can run side by side on different ports.
 """
 
@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,8 @@ from rich.markup import escape
 
 from ..console import err
 from ..errors import TritonizeError
+from ..spec import LOCAL_CONFIG_NAME
+from . import process
 from .base import (
     Endpoints,
     Runtime,
@@ -42,17 +43,10 @@ from .base import (
 )
 
 DEFAULT_HTTP_PORT = ServerOptions().http_port
-PID_FILE = "tritonserver.pid"
 STATE_FILE = "server.json"
 LOG_FILE = "tritonserver.log"
 STUB_NAME = "triton_python_backend_stub"
-LOCAL_CONFIG_NAME = "local"
-SHOWN_LOG_LINES = 40
-MAX_LINE = 300  # error lines embed whole tracebacks; the model table shows them readably
 DEFAULT_STOP_TIMEOUT_S = 30.0  # Triton's own --exit-timeout-secs default
-# Printed by Triton on any machine without a GPU; never the cause of a failure.
-NOISE = ("CUDA driver", "NVML", "DCGM", "CudaDriverHelper", "GPU metrics", "Pinned memory", "CUDA memory pool")
-ERROR_MARKERS = ("error", "failed", "unavailable", "traceback", "exception", "already in use", "not found")
 ADDRESS_IN_USE = ("already in use", "address in use")
 
 
@@ -107,7 +101,7 @@ def missing_libraries(binary: Path, libs: Path) -> list[str]:
 
         name = f"python{sys.version_info.major}.{sys.version_info.minor}"
         return [] if ctypes.util.find_library(name) else [f"lib{name}.so.1.0"]
-    env = {**os.environ, "LD_LIBRARY_PATH": _join_path(str(libs), os.environ.get("LD_LIBRARY_PATH"))}
+    env = {**os.environ, "LD_LIBRARY_PATH": process.join_path(str(libs), os.environ.get("LD_LIBRARY_PATH"))}
     result = subprocess.run([ldd, str(binary)], capture_output=True, text=True, env=env, check=False)
     return [line.split("=>")[0].strip() for line in result.stdout.splitlines() if "not found" in line]
 
@@ -122,94 +116,17 @@ def check_install(install: TritonInstall) -> None:
         )
 
 
-def _join_path(first: str, rest: str | None) -> str:
-    return f"{first}{os.pathsep}{rest}" if rest else first
-
-
-# -- ports ----------------------------------------------------------------
-
-
-def _family(host: str) -> int:
-    return socket.AF_INET6 if ":" in host else socket.AF_INET
-
-
-def free_ports(n: int = 3, host: str = "127.0.0.1") -> list[int]:
-    """n distinct ports that nothing listens on right now (for tests and benchmarks)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(_family(host), socket.SOCK_STREAM)
-            s.bind((host, 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def port_in_use(host: str, port: int) -> bool:
-    """True when something listens on host:port (TIME_WAIT leftovers do not count)."""
-    bind_host = "" if host in ("0.0.0.0", "::") else host
-    with socket.socket(_family(host), socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((bind_host, port))
-        except OSError:
-            return True
-    return False
-
-
 def check_ports(options: ServerOptions) -> None:
     ports = {"HTTP": options.http_port, "gRPC": options.grpc_port, "metrics": options.metrics_port}
     if len(set(ports.values())) != len(ports):
         raise TritonizeError(f"the HTTP, gRPC and metrics ports must differ: {ports}")
-    busy = [f"{name} port {port}" for name, port in ports.items() if port_in_use(options.host, port)]
+    busy = [f"{name} port {port}" for name, port in ports.items() if process.port_in_use(options.host, port)]
     if busy:
         flags = " / ".join(f"--{n.lower()}-port" for n, p in ports.items() if f"{n} port {p}" in busy)
         raise TritonizeError(
             f"{' and '.join(busy)} on {options.host} already in use",
             hint=f"stop what listens there, or choose free ports with {flags}",
         )
-
-
-# -- processes ------------------------------------------------------------
-
-
-def _start_ticks(pid: int) -> int | None:
-    """The process start time from /proc, to tell a live server from a reused PID."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return False
-
-
-def group_processes(pgid: int) -> list[int]:
-    """Live (non-zombie) processes in a process group: the server and its backend stubs."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            pids.append(int(entry.name))
-    return sorted(pids)
-
-
-def _reap(pid: int) -> None:
-    """Collect the exit status if the server is our own child (no zombie left)."""
-    with contextlib.suppress(ChildProcessError, OSError):
-        os.waitpid(pid, os.WNOHANG)
 
 
 # -- the server's record on disk ------------------------------------------
@@ -235,9 +152,9 @@ class Instance:
         return Endpoints(self.reach_host, self.http_port, self.grpc_port, self.metrics_port)
 
     def alive(self) -> bool:
-        _reap(self.pid)
-        ticks = _start_ticks(self.pid)
-        return ticks is not None and ticks == self.start_ticks and not _is_zombie(self.pid)
+        process.reap(self.pid)
+        ticks = process.start_ticks(self.pid)
+        return ticks is not None and ticks == self.start_ticks and not process.is_zombie(self.pid)
 
 
 def reach_host(host: str) -> str:
@@ -257,52 +174,16 @@ def read_instance(directory: Path) -> Instance | None:
         return None
 
 
-# -- log reading ----------------------------------------------------------
-
-
-def relevant_log_lines(text: str, limit: int = SHOWN_LOG_LINES) -> list[str]:
-    """The lines that explain a failure: error lines and the model status table's failing rows."""
-    lines = text.splitlines()
-    keep: list[str] = []
-    in_table_row = False
-    for line in lines:
-        if any(noise in line for noise in NOISE):
-            continue
-        lowered = line.lower()
-        if line.startswith("|"):
-            # Model table rows wrap long tracebacks across lines; keep the whole failing row.
-            if "UNAVAILABLE" in line:
-                in_table_row = True
-            elif line.split("|")[1].strip():
-                in_table_row = False
-            if in_table_row:
-                keep.append(line.rstrip())
-            continue
-        in_table_row = False
-        if line[:1] == "E" and line[1:5].isdigit() or any(m in lowered for m in ERROR_MARKERS):
-            line = line.rstrip()
-            keep.append(line if len(line) <= MAX_LINE else line[:MAX_LINE] + " ...")
-    if len(keep) > limit:
-        keep = keep[:limit] + [f"... ({len(keep) - limit} more lines in the log)"]
-    return keep
-
-
-def tail_lines(path: Path, n: int | None) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return ""
-    if n is None:
-        return text
-    lines = text.splitlines(keepends=True)
-    return "".join(lines[-n:]) if n > 0 else ""
-
-
 # -- the runtime ----------------------------------------------------------
 
 
 class LocalRuntime(Runtime):
+    config_name = LOCAL_CONFIG_NAME
+
     """The wheel's tritonserver as a child process group; also a context manager.
+
+    It serves each model's `configs/local.pbtxt` (config_name), where the
+    container serves config.pbtxt.
 
     `with LocalRuntime(ServerOptions(...)) as endpoints:` starts the server,
     and stops it, stubs included, on the way out.
@@ -327,11 +208,6 @@ class LocalRuntime(Runtime):
         """The running server's PID (it leads its own process group, stubs included)."""
         return self._proc.pid if self._proc else None
 
-    # paths
-    @property
-    def pid_file(self) -> Path:
-        return self.directory / PID_FILE
-
     @property
     def log_file(self) -> Path:
         return self.directory / LOG_FILE
@@ -342,7 +218,7 @@ class LocalRuntime(Runtime):
     def __exit__(self, *exc: object) -> None:
         # Only the server this object started: never another one found in run_dir.
         inst = read_instance(self.directory)
-        if inst and (inst.alive() or group_processes(inst.pid)):  # a crashed server's stubs too
+        if inst and (inst.alive() or process.group_processes(inst.pid)):  # a crashed server's stubs too
             self._stop(inst, self.stop_timeout_s)
         self._forget(self.directory)
 
@@ -377,7 +253,7 @@ class LocalRuntime(Runtime):
             str(install.server),
             f"--model-repository={Path(o.repository).resolve()}",
             f"--backend-directory={backend_dir}",
-            f"--model-config-name={LOCAL_CONFIG_NAME}",
+            f"--model-config-name={self.config_name}",
             f"--http-address={o.host}",
             f"--grpc-address={o.host}",
             f"--metrics-address={o.host}",
@@ -390,7 +266,7 @@ class LocalRuntime(Runtime):
             cmd.append("--load-model=*")  # serve the whole repository, as in mode "none"
         if o.log_verbose:
             cmd.append(f"--log-verbose={o.log_verbose}")
-        return cmd + list(o.extra_args)
+        return cmd
 
     def _prepare_backend(self, install: TritonInstall) -> Path:
         """A backend directory with the Python backend and the stub for this interpreter."""
@@ -406,8 +282,8 @@ class LocalRuntime(Runtime):
 
     def _env(self, install: TritonInstall) -> dict[str, str]:
         env = dict(os.environ)
-        env["LD_LIBRARY_PATH"] = _join_path(str(install.libs), env.get("LD_LIBRARY_PATH"))
-        env["PATH"] = _join_path(str(install.python_bin), env.get("PATH"))
+        env["LD_LIBRARY_PATH"] = process.join_path(str(install.libs), env.get("LD_LIBRARY_PATH"))
+        env["PATH"] = process.join_path(str(install.python_bin), env.get("PATH"))
         env.setdefault("PYTHONDONTWRITEBYTECODE", "1")
         return env
 
@@ -443,7 +319,7 @@ class LocalRuntime(Runtime):
             )
         inst = Instance(
             pid=self._proc.pid,
-            start_ticks=_start_ticks(self._proc.pid),
+            start_ticks=process.start_ticks(self._proc.pid),
             repository=str(Path(o.repository).resolve()),
             host=o.host,
             reach_host=reach_host(o.host),
@@ -454,7 +330,6 @@ class LocalRuntime(Runtime):
             started_at=time.time(),
         )
         (self.directory / STATE_FILE).write_text(json.dumps(asdict(inst), indent=2))
-        self.pid_file.write_text(f"{inst.pid}\n")
         try:
             self._wait(inst)
         except BaseException:
@@ -490,16 +365,16 @@ class LocalRuntime(Runtime):
 
     def _last_log_line(self, width: int) -> str:
         """What the server is doing now, from its log, for the progress line."""
-        for line in reversed(tail_lines(self.log_file, 5).splitlines()):
+        for line in reversed(process.tail_lines(self.log_file, 5).splitlines()):
             text = line.split("] ", 1)[-1].strip().strip('"')
-            if text and not any(n in text for n in NOISE):
+            if text and not any(n in text for n in process.NOISE):
                 return escape(text[:width])
         return ""
 
     def _failure(self, exc: TritonizeError, code: int | None) -> TritonizeError:
         """The server's own error lines, added to the message."""
-        log = tail_lines(self.log_file, None)
-        lines = relevant_log_lines(log)
+        log = process.tail_lines(self.log_file, None)
+        lines = process.relevant_log_lines(log)
         if code is None:
             head = exc.message
         else:
@@ -524,9 +399,8 @@ class LocalRuntime(Runtime):
 
     @staticmethod
     def _forget(directory: Path) -> None:
-        """Drop the PID and state files; the log stays for `logs`."""
-        for name in (PID_FILE, STATE_FILE):
-            (directory / name).unlink(missing_ok=True)
+        """Drop the state file (pid, ports, command); the log stays for `logs`."""
+        (directory / STATE_FILE).unlink(missing_ok=True)
 
     def _stop(self, inst: Instance, timeout_s: float) -> None:
         """SIGTERM to the group (Triton drains in-flight requests), SIGKILL after timeout_s."""
@@ -549,7 +423,7 @@ class LocalRuntime(Runtime):
         while time.monotonic() < deadline:
             if self._proc is not None:
                 self._proc.poll()
-            if not inst.alive() and not group_processes(pgid):
+            if not inst.alive() and not process.group_processes(pgid):
                 return True
             time.sleep(0.1)
         return False
@@ -575,7 +449,7 @@ class LocalRuntime(Runtime):
         path = directory / LOG_FILE
         if not path.exists():
             raise TritonizeError(f"no log at {path}", hint="start a server with `deploy.py local up`")
-        return tail_lines(path, tail)
+        return process.tail_lines(path, tail)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

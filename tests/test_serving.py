@@ -1,0 +1,255 @@
+"""The served modules (tritonize/serving/), imported as the package modules they are and driven with real
+tokenizers and onnxruntime; the repository carries byte-identical copies of them.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tiny_models import build_embedding_model
+from tritonize import serving, steps
+from tritonize.bench.stats import padding_waste
+from tritonize.export import load_torch_model
+from tritonize.generate import generate
+from tritonize.repository import config_as_triton_passes_it
+from tritonize.serving import batching
+from tritonize.serving.onnx_model import OnnxRunner
+from tritonize.serving.tokenizer import InvalidText, TextEncoder
+from tritonize.source import read_model
+from tritonize.spec import GenerateOptions
+
+IDS, MASK = batching.INPUT_IDS, batching.ATTENTION_MASK
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory) -> Path:
+    base = tmp_path_factory.mktemp("steps")
+    model = build_embedding_model(base / "tiny", max_length=64)
+    return generate(GenerateOptions(model=str(model), name="tiny", output=str(base / "repo"), buckets=[8, 16, 32]))
+
+
+@pytest.fixture(scope="module")
+def encoder(repo: Path) -> TextEncoder:
+    return steps.text_encoder(repo)
+
+
+def runner_for(repo: Path, threads: int, shards: int, max_rows: int = 64) -> OnnxRunner:
+    """A runner over the repository's graph with explicit settings (the configured one is steps.onnx_runner)."""
+    return OnnxRunner(str(repo / "tiny_model" / "1" / "model.onnx"), threads, [8, 16, 32, 64], 0,
+                      allow_spinning=True, max_rows=max_rows, shards=shards)
+
+
+def test_each_step_carries_byte_identical_copies_of_the_served_modules(repo: Path) -> None:
+    pairs = {
+        "tiny_tokenizer/1/model.py": "tokenizer.py",
+        "tiny_tokenizer/1/batching.py": "batching.py",
+        "tiny_model/1/model.py": "onnx_model.py",
+        "tiny_model/1/batching.py": "batching.py",
+    }
+    for rel, module in pairs.items():
+        assert filecmp.cmp(repo / rel, serving.SERVING_DIR / module, shallow=False), rel
+    python_files = sorted(str(p.relative_to(repo)) for p in repo.rglob("*.py"))
+    assert python_files == sorted(pairs)
+
+
+def test_step_files_follow_relative_imports() -> None:
+    assert set(serving.step_files("tokenizer", "model.py")) == {"model.py", "batching.py"}
+    assert set(serving.step_files("onnx_model", "model.py")) == {"model.py", "batching.py"}
+
+
+def test_served_modules_import_only_what_a_triton_container_has() -> None:
+    import ast
+
+    allowed = set(sys.stdlib_module_names) | {"numpy", "onnxruntime", "tokenizers", "triton_python_backend_utils"}
+
+    for path in serving.SERVING_DIR.glob("*.py"):
+        if path.name == "__init__.py":
+            continue
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                roots = {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                roots = {node.module.split(".")[0]}
+            else:
+                continue
+            assert roots <= allowed, f"{path.name} imports {roots - allowed}"
+
+
+def test_served_modules_fall_back_outside_triton() -> None:
+    for name in ("tokenizer", "onnx_model"):
+        assert sys.modules[f"tritonize.serving.{name}"].pb_utils is None
+
+
+def test_bucket_lookup_and_padding() -> None:
+    assert batching.parse_buckets("32,8,16") == [8, 16, 32]
+    assert batching.parse_buckets("8,16,128", max_length=64) == [8, 16, 64]
+    assert [batching.bucket_for(n, [8, 16, 64]) for n in (1, 8, 9, 64, 65)] == [8, 8, 16, 64, 64]
+    padded = batching.pad_rows([[5, 6, 7], [8]], 4, 1)
+    assert padded.dtype == np.int64 and padded.tolist() == [[5, 6, 7, 1], [8, 1, 1, 1]]
+    assert batching.pad_value(IDS, 3) == 3 and batching.pad_value(MASK, 3) == 0
+
+
+def test_length_groups_stay_within_a_bucket_and_max_rows() -> None:
+    lengths = np.array([3, 40, 5, 9, 4, 60])
+    groups = batching.length_groups(lengths, np.argsort(lengths, kind="stable"), [8, 16, 64], max_rows=2)
+    assert [sorted(lengths[g].tolist()) for g in groups] == [[3, 4], [5], [9], [40, 60]]
+
+
+def test_config_is_read_as_triton_hands_it_over(repo: Path, encoder: TextEncoder) -> None:
+    config = config_as_triton_passes_it(repo / "tiny_tokenizer" / "config.pbtxt")
+    assert config["parameters"]["max_length"] == {"string_value": "64"}
+    assert encoder.outputs == (IDS, MASK) and encoder.max_length == 64
+
+
+def test_configured_runner_regroups_as_the_server_does(repo: Path) -> None:
+    """steps.onnx_runner takes max rows and shards from the generated config, not defaults of its own."""
+    config = config_as_triton_passes_it(repo / "tiny_model" / "configs" / "local.pbtxt")
+    runner = steps.onnx_runner(repo)
+    assert runner.max_rows == config["max_batch_size"] == 64
+    assert len(runner.shards) == max(1, os.cpu_count() or 1)  # data_parallel: one shard per core, one instance
+    assert runner.input_names == [IDS, MASK]
+
+
+def test_buckets_pad_each_request_to_the_smallest_fitting_length(encoder: TextEncoder) -> None:
+    assert encoder.buckets == [8, 16, 32, 64]
+    t = encoder.encode(["hello"])
+    assert t[IDS].shape == (1, 8) and t[IDS].dtype == np.int64
+    assert t[MASK][0].tolist() == [1, 1, 1, 0, 0, 0, 0, 0]  # [CLS] hello [SEP] + padding
+    t = encoder.encode(["hello", "the quick brown fox jumps over the lazy dog and the man"])
+    assert t[IDS].shape == (2, 16)
+    assert t[MASK].sum(1).tolist() == [3, 14]
+    assert encoder.encode(["hello", "a b c"], width=0)[IDS].shape == (2, 5)  # to the longest text
+
+
+def test_encode_many_pads_per_request_in_one_call(encoder: TextEncoder) -> None:
+    results = encoder.encode_many([["hello"], ["hello world " * 10], ["a b"]])
+    assert [r[IDS].shape[1] for r in results] == [8, 32, 8]
+    alone = encoder.encode(["hello world " * 10])
+    assert np.array_equal(results[1][IDS], alone[IDS])
+
+
+def test_long_text_is_truncated_not_cut_at_the_baked_in_length(encoder: TextEncoder) -> None:
+    # tokenizer.json carries truncation at 16 and fixed padding to 16; the model's max length (64) must win.
+    t = encoder.encode(["word " * 10_000])
+    assert t[IDS].shape == (1, 64) and int(t[MASK].sum()) == 64
+    t = encoder.encode(["the quick brown fox jumps over the lazy dog " * 2])
+    assert int(t[MASK].sum()) == 20  # 18 words + [CLS] + [SEP], beyond the baked-in 16
+
+
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        (np.array([b"\xff\xfe bad"], dtype=object), "TEXT\\[0\\] is not valid UTF-8"),
+        (np.array([b"ok", b""], dtype=object), "TEXT\\[1\\] is empty"),
+        (np.array([b"   "], dtype=object), "TEXT\\[0\\] is empty"),
+        (np.array([], dtype=object), "no elements"),
+    ],
+)
+def test_bad_text_raises_a_clear_error(encoder: TextEncoder, raw, message: str) -> None:
+    with pytest.raises(InvalidText, match=message):
+        encoder.decode(raw, "TEXT")
+
+
+def test_decode_accepts_utf8_bytes_and_shape_n_by_1(encoder: TextEncoder) -> None:
+    raw = np.array([["héllo".encode()], ["日本語".encode()]], dtype=object)
+    assert encoder.decode(raw, "TEXT") == ["héllo", "日本語"]
+
+
+@pytest.mark.parametrize("threads", [1, 2], ids=["one-session", "data-parallel"])
+def test_onnx_runner_regrouping_matches_pytorch(repo: Path, encoder: TextEncoder, threads: int) -> None:
+    """Requests padded to different buckets, regrouped by length (and sharded), give PyTorch's embeddings in order."""
+    runner = runner_for(repo, threads, shards=0 if threads == 1 else 2, max_rows=2)
+    assert len(runner.shards) == (2 if threads == 2 else 0)
+    texts = ["hello", "the quick brown fox " * 6, "a man is eating food", "dog", "world " * 40]
+    batches = [encoder.encode([t]) for t in texts[:3]] + [encoder.encode(texts[3:])]
+    outputs = runner.run_grouped(batches)
+    assert [o[0].shape for o in outputs] == [(1, 32), (1, 32), (1, 32), (2, 32)]
+    got = np.concatenate([o[0] for o in outputs])
+
+    spec = read_model(GenerateOptions(model=str(Path(repo) / ".." / "tiny")))
+    graph = load_torch_model(spec)
+    expected = []
+    with torch.no_grad():
+        for t in texts:
+            feeds = encoder.encode([t])
+            expected.append(graph(torch.from_numpy(feeds[IDS]), torch.from_numpy(feeds[MASK])).numpy())
+    assert np.abs(got - np.concatenate(expected)).max() <= 1e-5
+
+
+def spy_runs(runner: OnnxRunner) -> list[tuple[tuple[int, ...], object]]:
+    """Record (ids shape, session) of every onnxruntime call the runner makes."""
+    calls: list[tuple[tuple[int, ...], object]] = []
+    original = runner.run
+
+    def spy(feeds, session=None):
+        calls.append((feeds[IDS].shape, session))
+        return original(feeds, session)
+
+    runner.run = spy
+    return calls
+
+
+def test_grouping_wastes_less_padding_than_the_longest_row(repo: Path, encoder: TextEncoder) -> None:
+    runner = runner_for(repo, 1, shards=0)
+    calls = spy_runs(runner)
+    runner.run_grouped([encoder.encode(["hello"]), encoder.encode(["dog " * 50]), encoder.encode(["fox"])])
+    # Two short rows run together at their own length; the long one alone.
+    assert sorted(shape for shape, _ in calls) == [(1, 52), (2, 3)]
+
+
+def test_data_parallel_shards_take_the_costliest_work_first(repo: Path, encoder: TextEncoder) -> None:
+    runner = runner_for(repo, 2, shards=2)
+    texts = ["dog " * n for n in (1, 2, 3, 4, 30, 31)]
+    batches = [encoder.encode([t]) for t in texts]
+    lengths = np.array([int(b[MASK].sum()) for b in batches])
+    pieces = runner.plan(lengths)
+    # Two groups (one bucket each), each cut in two; the long rows go first, so neither shard idles at the end.
+    assert [sorted(lengths[p].tolist()) for p in pieces] == [[33], [32], [5, 6], [3, 4]]
+
+    calls = spy_runs(runner)
+    sharded = runner.run_grouped(batches)
+    assert len(calls) == 4 and all(s in runner.shards for _, s in calls)
+    single = runner_for(repo, 1, shards=0)
+    for got, want in zip(sharded, single.run_grouped(batches)):
+        assert np.abs(got[0] - want[0]).max() <= 1e-5  # same rows back, in request order
+    runner.run_grouped([encoder.encode(["dog"])])
+    assert calls[-1][1] is runner.session  # a lone row runs on the multi-threaded session
+
+
+def test_one_shard_per_instance_keeps_lone_rows_on_the_wide_session(repo: Path, encoder: TextEncoder) -> None:
+    """With two instances on two cores each instance gets one single-threaded shard for batches."""
+    runner = runner_for(repo, 2, shards=1)
+    assert runner.pool is None and len(runner.shards) == 1
+    calls = spy_runs(runner)
+    runner.run_grouped([encoder.encode(["dog"]), encoder.encode(["fox"])])
+    runner.run_grouped([encoder.encode(["dog"])])
+    assert [s for _, s in calls] == [runner.shards[0], runner.session]
+
+
+def test_threads_spin_only_within_a_run(repo: Path) -> None:
+    """The generated config spins intra-op threads during a run and stops them when it ends."""
+    runner = steps.onnx_runner(repo)
+    for session in [runner.session, *runner.shards]:
+        options = session.get_session_options()
+        assert options.get_session_config_entry("session.intra_op.allow_spinning") == "1"
+        assert options.get_session_config_entry("session.force_spinning_stop") == "1"
+
+
+def test_padding_waste_counts_the_plan_the_server_runs(repo: Path) -> None:
+    """Counted with the configured runner's own plan: the figure matches what run_grouped really pads."""
+    counts = [3, 52, 4, 30, 31, 5]
+    runner = steps.onnx_runner(repo)
+    calls = spy_runs(runner)
+    runner.run_grouped([{IDS: np.ones((1, n), np.int64), MASK: np.ones((1, n), np.int64)} for n in counts])
+    computed = sum(shape[0] * shape[1] for shape, _ in calls)
+    waste = padding_waste(counts, batch=len(counts), runner=runner)
+    assert waste["computed_tokens"] == computed and waste["real_tokens"] == sum(counts)
+    assert waste["waste"] == round((computed - sum(counts)) / sum(counts), 4)

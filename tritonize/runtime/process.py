@@ -1,0 +1,143 @@
+"""Process, port and log helpers shared by the runtimes, the benchmark and the tests.
+
+Everything here reads /proc or binds sockets on this machine; nothing here
+knows about Triton's configuration.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import socket
+from pathlib import Path
+
+SHOWN_LOG_LINES = 40
+MAX_LINE = 300  # error lines embed whole tracebacks; the model table shows them readably
+# Printed by Triton on any machine without a GPU; never the cause of a failure.
+NOISE = ("CUDA driver", "NVML", "DCGM", "CudaDriverHelper", "GPU metrics", "Pinned memory", "CUDA memory pool")
+ERROR_MARKERS = ("error", "failed", "unavailable", "traceback", "exception", "already in use", "not found")
+
+
+def join_path(first: str, rest: str | None) -> str:
+    return f"{first}{os.pathsep}{rest}" if rest else first
+
+
+# -- ports ----------------------------------------------------------------
+
+
+def _family(host: str) -> int:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+def free_ports(n: int = 3, host: str = "127.0.0.1") -> list[int]:
+    """n distinct ports that nothing listens on right now (for tests and benchmarks)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(_family(host), socket.SOCK_STREAM)
+            s.bind((host, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """True when something listens on host:port (TIME_WAIT leftovers do not count)."""
+    bind_host = "" if host in ("0.0.0.0", "::") else host
+    with socket.socket(_family(host), socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((bind_host, port))
+        except OSError:
+            return True
+    return False
+
+
+# -- processes ------------------------------------------------------------
+
+
+def start_ticks(pid: int) -> int | None:
+    """The process start time from /proc, to tell a live server from a reused PID."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def is_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return False
+
+
+def group_processes(pgid: int) -> list[int]:
+    """Live (non-zombie) processes in a process group: the server and its backend stubs."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            pids.append(int(entry.name))
+    return sorted(pids)
+
+
+def reap(pid: int) -> None:
+    """Collect the exit status if the server is our own child (no zombie left)."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+# -- log reading ----------------------------------------------------------
+
+
+def relevant_log_lines(text: str, limit: int = SHOWN_LOG_LINES) -> list[str]:
+    """The lines that explain a failure: error lines and the model status table's failing rows."""
+    lines = text.splitlines()
+    keep: list[str] = []
+    in_table_row = False
+    for line in lines:
+        if any(noise in line for noise in NOISE):
+            continue
+        lowered = line.lower()
+        if line.startswith("|"):
+            # Model table rows wrap long tracebacks across lines; keep the whole failing row.
+            if "UNAVAILABLE" in line:
+                in_table_row = True
+            elif line.split("|")[1].strip():
+                in_table_row = False
+            if in_table_row:
+                keep.append(line.rstrip())
+            continue
+        in_table_row = False
+        if line[:1] == "E" and line[1:5].isdigit() or any(m in lowered for m in ERROR_MARKERS):
+            line = line.rstrip()
+            keep.append(line if len(line) <= MAX_LINE else line[:MAX_LINE] + " ...")
+    if len(keep) > limit:
+        keep = keep[:limit] + [f"... ({len(keep) - limit} more lines in the log)"]
+    return keep
+
+
+def tail_lines(path: Path, n: int | None) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    if n is None:
+        return text
+    lines = text.splitlines(keepends=True)
+    return "".join(lines[-n:]) if n > 0 else ""
+
+
+def error_lines(log: str, limit: int = 15) -> list[str]:
+    """Triton's error lines (`E0101 12:00:00.000 ...`) and Python exceptions from a container's log."""
+    picked = [line for line in log.splitlines() if re.match(r"^E\d{4} ", line) or re.search(r"\w+Error: ", line)]
+    return picked[-limit:]

@@ -1,0 +1,78 @@
+"""Bucket lookup, padding and length regrouping: the one copy of each.
+
+Served: copied verbatim next to each Python step's model.py, so it imports
+only numpy. The tokenizer step, the local model step, verification and the
+benchmark's floor all pad and regroup with these functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+# The token tensors a tokenizer step can produce, by their Hugging Face names, and the
+# `tokenizers` Encoding field that fills each. Names are read from the model config;
+# this says what each name means.
+ENCODING_FIELDS = {"input_ids": "ids", "attention_mask": "attention_mask", "token_type_ids": "type_ids"}
+INPUT_IDS, ATTENTION_MASK, TOKEN_TYPE_IDS = ENCODING_FIELDS
+
+
+def parse_buckets(text: str, max_length: int | None = None) -> list[int]:
+    """"16,32,64" -> sorted lengths; with max_length, capped there and ending there."""
+    buckets = sorted({int(b) for b in text.split(",") if b.strip()})
+    if max_length is None:
+        return buckets
+    buckets = [b for b in buckets if b <= max_length] or [max_length]
+    if buckets[-1] != max_length:
+        buckets.append(max_length)
+    return buckets
+
+
+def bucket_for(length: int, buckets: Sequence[int]) -> int:
+    """The smallest bucket that holds `length` tokens (the largest when none does)."""
+    for b in buckets:
+        if length <= b:
+            return b
+    return buckets[-1]
+
+
+def pad_value(name: str, pad_id: int) -> int:
+    """Token ids pad with the tokenizer's pad id; masks and segment ids with 0."""
+    return pad_id if name == INPUT_IDS else 0
+
+
+def pad_rows(rows: Sequence[Sequence[int] | np.ndarray], width: int, value: int) -> np.ndarray:
+    """Rows of different lengths -> one int64 [len(rows), width] matrix, right-padded with `value`."""
+    out = np.full((len(rows), width), value, dtype=np.int64)
+    for r, row in enumerate(rows):
+        n = min(len(row), width)
+        out[r, :n] = row[:n]
+    return out
+
+
+def length_groups(lengths: np.ndarray, order: np.ndarray, buckets: Sequence[int], max_rows: int) -> list[np.ndarray]:
+    """Row indices sorted by length -> consecutive groups within one bucket, at most max_rows each.
+
+    Each group is then padded only to its own longest row, so little compute
+    goes to padding.
+    """
+    groups, start = [], 0
+    while start < len(order):
+        limit = bucket_for(int(lengths[order[start]]), buckets)
+        stop = start
+        while stop < len(order) and stop - start < max_rows and lengths[order[stop]] <= limit:
+            stop += 1
+        groups.append(order[start:stop])
+        start = stop
+    return groups
+
+
+def costliest_first(groups: list[np.ndarray], lengths: np.ndarray, parts: int) -> list[np.ndarray]:
+    """Each group cut into up to `parts` pieces, costliest (rows x width) first.
+
+    Greedy longest-first keeps parallel workers finishing together on mixed
+    lengths, where dealing rows out in a fixed pattern left one core waiting.
+    """
+    pieces = [p for g in groups for p in np.array_split(g, min(parts, len(g)))]
+    return sorted(pieces, key=lambda p: len(p) * int(lengths[p].max()), reverse=True)

@@ -1,0 +1,173 @@
+"""The local model step: the repository's ONNX graph run by onnxruntime inside a Python-backend model.
+
+Served: Triton runs a byte-identical copy of this file as the step's
+model.py, with batching.py beside it, on the local server, which has no
+native onnxruntime backend (the configuration `configs/local.pbtxt` selects
+it). In the container the same graph runs on Triton's onnxruntime backend.
+Input and output names, the graph file, buckets, pad id and threading come
+from the model configuration. Its inputs allow ragged batches, so one
+execute() may receive requests padded to different lengths: rows are
+regrouped by their real length and each group is padded only to its own
+longest row.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import onnxruntime as ort
+
+from .batching import ATTENTION_MASK, costliest_first, length_groups, pad_rows, pad_value, parse_buckets
+
+try:
+    import triton_python_backend_utils as pb_utils
+except ImportError:  # imported outside Triton: tests and the in-process benchmark use OnnxRunner
+    pb_utils = None
+
+
+class OnnxRunner:
+    """onnxruntime sessions plus length-aware regrouping of rows.
+
+    A lone row runs on one session with `threads` intra-op threads (lowest
+    latency at low load). A batch of several rows runs on `shards`
+    single-threaded sessions in parallel: its length groups are cut into
+    pieces, and each free session takes the costliest piece left. On a CPU
+    that beats one session whose threads meet at a barrier after every
+    operator. With several instances per step, each gets cores // instances
+    shards, so busy instances do not oversubscribe the cores. shards=0 runs
+    everything on the multi-threaded session.
+    """
+
+    def __init__(self, onnx_file: str, threads: int, buckets: list[int], pad_id: int,
+                 allow_spinning: bool, max_rows: int, shards: int):
+        self.session = self._session(onnx_file, threads, allow_spinning)
+        self.input_names = [i.name for i in self.session.get_inputs()]
+        self.output_names = [o.name for o in self.session.get_outputs()]
+        self.shards = [self._session(onnx_file, 1, allow_spinning) for _ in range(shards)]
+        self.pool = ThreadPoolExecutor(shards, thread_name_prefix="onnx-shard") if shards > 1 else None
+        self.buckets = sorted(buckets)
+        self.pad_id = pad_id
+        self.max_rows = max_rows
+
+    @classmethod
+    def from_config(cls, model_config: dict, version_dir: str, threads: int | None = None,
+                    shards: int | None = None) -> OnnxRunner:
+        """As the server configures it; `threads` and `shards` override the configuration (the benchmark's floor)."""
+        p = {k: v["string_value"] for k, v in model_config.get("parameters", {}).items()}
+        cores = os.cpu_count() or 1
+        instances = sum(int(g.get("count", 1)) for g in model_config.get("instance_group", [])) or 1
+        if shards is None:
+            # Batches: the cores shared between this step's instances, one single-threaded shard each.
+            shards = max(1, cores // instances) if p.get("data_parallel", "1") == "1" else 0
+        return cls(
+            os.path.join(version_dir, p["onnx_file"]),
+            threads or int(p.get("intra_op_threads", "0")) or cores,
+            parse_buckets(p["buckets"]),
+            int(p["pad_id"]),
+            allow_spinning=p.get("allow_spinning", "1") == "1",
+            max_rows=int(model_config.get("max_batch_size") or 1),
+            shards=shards,
+        )
+
+    @staticmethod
+    def _session(onnx_file: str, threads: int, allow_spinning: bool) -> ort.InferenceSession:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        # Spinning keeps the helper threads awake between the operators of one run (waking a sleeping
+        # core for each operator cost ~0.6 ms per 16-token text); force_spinning_stop ends it with the run,
+        # so no thread spins between requests on the cores Triton's own threads and the stubs need.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if allow_spinning else "0")
+        if allow_spinning:
+            options.add_session_config_entry("session.force_spinning_stop", "1")
+        return ort.InferenceSession(onnx_file, options, providers=["CPUExecutionProvider"])
+
+    def run(self, feeds: dict[str, np.ndarray], session: ort.InferenceSession | None = None) -> list[np.ndarray]:
+        """One padded batch, as onnxruntime sees it."""
+        return (session or self.session).run(self.output_names, feeds)
+
+    def _run_group(self, rows: dict[str, list[np.ndarray]], lengths: np.ndarray, group: np.ndarray, session) -> list[np.ndarray]:
+        """One group padded to its own longest row."""
+        width = int(lengths[group].max())
+        feeds = {
+            name: pad_rows([rows[name][r][: lengths[r]] for r in group], width, pad_value(name, self.pad_id))
+            for name in self.input_names
+        }
+        return self.run(feeds, session)
+
+    def _parallel(self, rows: dict[str, list[np.ndarray]], lengths: np.ndarray, pieces: list[np.ndarray]) -> list[tuple[np.ndarray, list[np.ndarray]]]:
+        """Each piece taken by the next free shard, in the order given (costliest first)."""
+        free: queue.SimpleQueue = queue.SimpleQueue()
+        for s in self.shards:
+            free.put(s)
+
+        def work(piece: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+            session = free.get()
+            try:
+                return piece, self._run_group(rows, lengths, piece, session)
+            finally:
+                free.put(session)
+
+        return list(self.pool.map(work, pieces))
+
+    def _parallel_for(self, lengths: np.ndarray) -> bool:
+        return self.pool is not None and len(lengths) > 1
+
+    def plan(self, lengths: np.ndarray) -> list[np.ndarray]:
+        """The row groups one execute() runs, each padded to its own longest row.
+
+        The benchmark counts padding waste with this very plan.
+        """
+        groups = length_groups(lengths, np.argsort(lengths, kind="stable"), self.buckets, self.max_rows)
+        return costliest_first(groups, lengths, len(self.shards)) if self._parallel_for(lengths) else groups
+
+    def run_grouped(self, batches: list[dict[str, np.ndarray]]) -> list[list[np.ndarray]]:
+        """Many requests' token tensors -> per request, one array per output, in request order."""
+        rows = {name: [r for b in batches for r in b[name]] for name in self.input_names}
+        lengths = np.array([max(1, int(m.sum())) for b in batches for m in b[ATTENTION_MASK]])
+        pieces = self.plan(lengths)
+        if self._parallel_for(lengths):
+            done = self._parallel(rows, lengths, pieces)
+        else:
+            session = self.shards[0] if self.shards and len(lengths) > 1 else self.session
+            done = [(g, self._run_group(rows, lengths, g, session)) for g in pieces]
+        results: list[np.ndarray | None] = [None] * len(self.output_names)
+        for group, outputs in done:
+            for k, out in enumerate(outputs):
+                if results[k] is None:
+                    results[k] = np.empty((len(lengths),) + out.shape[1:], dtype=out.dtype)
+                results[k][group] = out
+        per_request, offset = [], 0
+        for b in batches:
+            n = len(b[ATTENTION_MASK])
+            per_request.append([res[offset : offset + n] for res in results])
+            offset += n
+        return per_request
+
+
+class TritonPythonModel:
+    """Reads its tensors from the configuration and answers each request with every output of the graph."""
+
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        version_dir = os.path.join(args["model_repository"], args["model_version"])
+        self.runner = OnnxRunner.from_config(config, version_dir)
+        self.input_names = [i["name"] for i in config["input"]]
+
+    def execute(self, requests):
+        batches = [
+            {name: pb_utils.get_input_tensor_by_name(r, name).as_numpy() for name in self.input_names}
+            for r in requests
+        ]
+        outputs = self.runner.run_grouped(batches)
+        return [
+            pb_utils.InferenceResponse(
+                output_tensors=[pb_utils.Tensor(name, arr) for name, arr in zip(self.runner.output_names, arrays)]
+            )
+            for arrays in outputs
+        ]

@@ -1,0 +1,126 @@
+"""Sequence classification: TEXT in, `logits` and `probabilities` (softmax in the graph) out.
+
+Labels come from the folder's id2label and are written to labels.txt next to
+the configs that name them, so Triton's classification extension can answer
+"score:index:label" top-k strings. Reference: the model's own
+`AutoModelForSequenceClassification`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from ..errors import TritonizeError
+from ..spec import LABELS_FILE, GenerateOptions, ModelSpec, TensorSpec
+from ..spec import Head as BaseHead
+from .base import FLOAT, Task, load_pretrained
+
+if TYPE_CHECKING:
+    from ..source import ModelFolder
+
+LOGITS, PROBABILITIES = "logits", "probabilities"
+
+
+@dataclass(frozen=True)
+class Head(BaseHead):
+    task: ClassVar[str] = "classification"
+    labels: tuple[str, ...]  # index order
+
+
+@dataclass(frozen=True)
+class Label:
+    """One class of a top-k answer, from Triton's classification extension."""
+
+    label: str
+    score: float
+    index: int
+
+
+def parse_classes(arr: np.ndarray) -> list[list[Label]]:
+    """Decode classification strings "score:index[:label]" into Labels, one list per text."""
+    rows = arr.reshape(arr.shape[0], -1) if arr.ndim > 1 else arr.reshape(-1, 1)
+    parsed: list[list[Label]] = []
+    for row in rows:
+        labels = []
+        for cell in row:
+            text = cell.decode("utf-8") if isinstance(cell, bytes) else str(cell)
+            score, index, *rest = text.split(":", 2)
+            labels.append(Label(rest[0] if rest else index, float(score), int(index)))
+        parsed.append(labels)
+    return parsed
+
+
+def _graph_class():
+    import torch
+
+    class ClassifierGraph(torch.nn.Module):
+        """logits and their softmax, so clients need no post-processing."""
+
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask):
+            logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits
+            return logits, torch.softmax(logits, dim=-1)
+
+    return ClassifierGraph
+
+
+class Classification(Task):
+    name = "classification"
+    summary = "TEXT in, `logits` and `probabilities` (FP32 [N, labels]) out; top-k labels through Triton"
+    head_type = Head
+    output_names = (LOGITS, PROBABILITIES)
+    same_argmax = True
+
+    def detect(self, folder: ModelFolder) -> bool:
+        return folder.architecture.endswith("ForSequenceClassification")
+
+    def read_head(self, folder: ModelFolder, options: GenerateOptions) -> Head:
+        given = [flag for flag, value in (("--pooling", options.pooling), ("--normalize", options.normalize)) if value is not None]
+        if given:
+            raise TritonizeError(f"{' and '.join(given)} apply to embedding models, not to a classifier")
+        id2label = folder.config.get("id2label") or {}
+        if len(id2label) < 2:
+            raise TritonizeError(
+                "a classification model needs at least two labels (id2label in config.json)",
+                hint="set id2label/label2id in config.json, or use --task embedding",
+            )
+        return Head(labels=tuple(str(id2label[k]) for k in sorted(id2label, key=lambda k: int(k))))
+
+    def describe(self, head: Head) -> str:  # type: ignore[override]
+        return f"{len(head.labels)} labels"
+
+    def labels(self, head: Head) -> tuple[str, ...]:  # type: ignore[override]
+        return head.labels
+
+    def outputs(self, head: Head) -> tuple[TensorSpec, ...]:  # type: ignore[override]
+        dims = (len(head.labels),)
+        return (
+            TensorSpec(LOGITS, FLOAT, dims, label_filename=LABELS_FILE),
+            TensorSpec(PROBABILITIES, FLOAT, dims, label_filename=LABELS_FILE),
+        )
+
+    def load(self, spec: ModelSpec, eager: bool = True) -> Any:
+        from transformers import AutoModelForSequenceClassification
+
+        return _graph_class()(load_pretrained(AutoModelForSequenceClassification, spec, eager)).eval()
+
+    def client_request(self, top_k: int) -> tuple[list[str] | None, int]:
+        return [PROBABILITIES], max(1, top_k)
+
+    def rows(self, outputs: dict[str, np.ndarray]) -> list[dict]:
+        return [
+            {"labels": [{"label": lb.label, "score": lb.score, "index": lb.index} for lb in labels]}
+            for labels in parse_classes(outputs[PROBABILITIES])
+        ]
+
+    def summary_line(self, row: dict) -> str:
+        return "  ".join(f"{lb['label']} {lb['score']:.3f}" for lb in row["labels"])
+
+
+TASK = Classification()
