@@ -1,7 +1,12 @@
-"""Where the project's own files live (templates, bundled data)."""
+"""Where the project's own files live (templates, bundled data).
+
+`templates/` stays at the top of a checkout, where users look for it; a
+built wheel carries it as package data inside `tritonize/templates`.
+"""
 
 from pathlib import Path
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-TEMPLATES_DIR = PROJECT_ROOT / "templates"
-DATA_DIR = Path(__file__).resolve().parent / "data"
+PACKAGE_DIR = Path(__file__).resolve().parent
+_INSTALLED_TEMPLATES = PACKAGE_DIR / "templates"
+TEMPLATES_DIR = _INSTALLED_TEMPLATES if _INSTALLED_TEMPLATES.is_dir() else PACKAGE_DIR.parent / "templates"
+DATA_DIR = PACKAGE_DIR / "data"
