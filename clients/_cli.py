@@ -18,6 +18,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tritonize.client import RequestResult, chunks  # noqa: E402
+from tritonize.spec import TEXT_INPUT  # noqa: E402
 from tritonize.tasks.base import Task  # noqa: E402
 
 DEFAULT_URLS = {"grpc": "127.0.0.1:8001", "http": "127.0.0.1:8000"}
@@ -33,6 +34,7 @@ def parser(protocol: str, description: str) -> argparse.ArgumentParser:
     p.add_argument("--concurrency", "-c", type=int, default=1, help="requests in flight at once")
     p.add_argument("--batch-size", "-b", type=int, default=8, help="texts per request")
     p.add_argument("--top-k", "-k", type=int, default=1, help="labels shown per text (classifiers)")
+    p.add_argument("--query", "-q", help="rerankers: the query every text (document) is scored against")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of a summary")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per request")
     return p
@@ -68,8 +70,20 @@ def read_texts(args: argparse.Namespace) -> list[str]:
     return texts
 
 
-def requests(args: argparse.Namespace, texts: Sequence[str]) -> list[list[str]]:
-    return chunks(list(texts), args.batch_size)
+def requests(args: argparse.Namespace, texts: Sequence[str], task: Task) -> list:
+    """Requests of --batch-size texts; for a model with a second text input (a reranker's QUERY), pairs."""
+    batches = chunks(list(texts), args.batch_size)
+    others = [t.name for t in task.text_inputs if t.name != TEXT_INPUT]
+    if not others:
+        return batches
+    if not args.query:
+        sys.exit(f"error: {args.model} takes {', '.join(others)} besides the texts: pass --query")
+    return [{others[0]: [args.query] * len(b), TEXT_INPUT: b} for b in batches]
+
+
+def shown_texts(texts) -> Sequence:
+    """The texts a request carried (the documents, for pairs)."""
+    return texts[TEXT_INPUT] if isinstance(texts, dict) else texts
 
 
 def report(results: Sequence[RequestResult], task: Task, args: argparse.Namespace) -> int:
@@ -81,7 +95,7 @@ def report(results: Sequence[RequestResult], task: Task, args: argparse.Namespac
             print(f"error: {res.error}", file=sys.stderr)
             continue
         assert res.outputs is not None
-        for text, row in zip(res.texts, task.rows(res.outputs)):
+        for text, row in zip(shown_texts(res.texts), task.rows(res.outputs)):
             rows.append({"text": text, **row})
     if args.json:
         print(json.dumps({"model": args.model, "results": rows}))
@@ -107,7 +121,7 @@ def run_sync(protocol: str, description: str) -> int:
         with TextClient(args.url, args.model, protocol=protocol, timeout_s=args.timeout) as client:
             task = client.task()
             outputs, top_k = task.client_request(args.top_k)
-            results = client.infer_many(requests(args, texts), args.concurrency, outputs=outputs, top_k=top_k)
+            results = client.infer_many(requests(args, texts, task), args.concurrency, outputs=outputs, top_k=top_k)
     except ServerError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

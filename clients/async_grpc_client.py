@@ -14,13 +14,14 @@ from tritonize.client import AsyncTextClient, RequestResult, ServerError
 from tritonize.tasks.base import Task
 
 
-async def run(args, batches) -> tuple[Task, list[RequestResult], float]:
+async def run(args, texts) -> tuple[Task, list, list[RequestResult], float]:
     async with AsyncTextClient(args.url, args.model, timeout_s=args.timeout) as client:
         task = await client.task()
+        batches = _cli.requests(args, texts, task)
         outputs, top_k = task.client_request(args.top_k)
         start = time.perf_counter()
         results = await client.infer_many(batches * args.repeat, args.concurrency, outputs=outputs, top_k=top_k)
-        return task, results, time.perf_counter() - start
+        return task, batches, results, time.perf_counter() - start
 
 
 def main() -> int:
@@ -29,16 +30,15 @@ def main() -> int:
     p.set_defaults(concurrency=16)
     args = p.parse_args()
     args.model = _cli.model_name(args)
-    batches = _cli.requests(args, _cli.read_texts(args))
     try:
-        task, results, elapsed = asyncio.run(run(args, batches))
+        task, batches, results, elapsed = asyncio.run(run(args, _cli.read_texts(args)))
     except ServerError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     status = _cli.report(results[: len(batches)], task, args)
     ok = [r for r in results if r.ok]
     latencies = sorted(r.latency_s for r in ok) or [0.0]
-    texts = sum(len(r.texts) for r in ok)
+    texts = sum(len(_cli.shown_texts(r.texts)) for r in ok)
     print(
         f"{len(ok)}/{len(results)} requests ok, {texts / elapsed:.1f} texts/s, "
         f"latency p50 {latencies[len(latencies) // 2] * 1e3:.1f} ms, "

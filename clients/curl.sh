@@ -5,9 +5,10 @@
 #   clients/curl.sh "first text" "second text"
 #   echo "a text" | clients/curl.sh
 #   TOP_K=2 clients/curl.sh "great movie"          # classifiers: top-k labels
+#   QUERY="what is triton?" clients/curl.sh "doc one" "doc two"   # rerankers: one score per document
 #
 # Environment: TRITON_HTTP_URL or TRITON_URL (default http://127.0.0.1:8000),
-# TRITON_MODEL or MODEL (default: `name` in ${TRITON_REPO:-triton_repo}/tritonize.yaml), TOP_K.
+# TRITON_MODEL or MODEL (default: `name` in ${TRITON_REPO:-triton_repo}/tritonize.yaml), TOP_K, QUERY.
 set -euo pipefail
 
 URL="${TRITON_HTTP_URL:-${TRITON_URL:-http://127.0.0.1:8000}}"
@@ -55,7 +56,15 @@ outputs=""
 if [[ -n "${TOP_K:-}" ]]; then
   outputs=",\"outputs\":[{\"name\":\"probabilities\",\"parameters\":{\"classification\":${TOP_K}}}]"
 fi
-body="{\"inputs\":[{\"name\":\"TEXT\",\"shape\":[${#texts[@]},1],\"datatype\":\"BYTES\",\"data\":[${data}]}]${outputs}}"
+inputs="{\"name\":\"TEXT\",\"shape\":[${#texts[@]},1],\"datatype\":\"BYTES\",\"data\":[${data}]}"
+if [[ -n "${QUERY:-}" ]]; then
+  # A reranker scores (QUERY, TEXT) pairs: the query is repeated for every document.
+  query="$(json_string "$QUERY")"
+  queries=""
+  for _ in "${texts[@]}"; do queries+="${queries:+,}${query}"; done
+  inputs="{\"name\":\"QUERY\",\"shape\":[${#texts[@]},1],\"datatype\":\"BYTES\",\"data\":[${queries}]},${inputs}"
+fi
+body="{\"inputs\":[${inputs}]${outputs}}"
 
 # --fail-with-body: a non-2xx answer exits non-zero and still prints Triton's {"error": ...}.
 status=0

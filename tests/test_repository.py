@@ -37,7 +37,7 @@ PASSED = VerificationReport(reference="pytorch", task="embedding", passed=True)
 
 def _render(model: ModelSpec, **options):
     opts = GenerateOptions(model="/models/x", **options)
-    repo = repository.plan(opts, model, "demo", pad_token_id=0)
+    repo = repository.plan(opts, model, "demo")
     files = repository.render(repo, repository.manifest(opts, repo), PASSED)
     return repo, {f.path: f for f in files}, repository.validate(files)
 

@@ -35,7 +35,7 @@ def _copy(src: Path, dst: Path) -> Path:
 def test_sentence_transformers_folder_is_embedding_with_declared_pooling(emb: Path) -> None:
     spec = read_model(GenerateOptions(model=str(emb)))
     assert spec.task == "embedding"
-    assert spec.head == embedding.Head(pooling="mean", normalize=True, dim=32)
+    assert spec.head == embedding.Head(pooling="mean", normalize=True, dim=32, library="sentence-transformers")
     assert spec.max_length == 48  # sentence-transformers' max_seq_length wins
     assert spec.sentence_transformers_dir == str(emb)
     assert Path(spec.tokenizer_file).name == "tokenizer.json"
@@ -85,9 +85,9 @@ def test_every_task_is_one_module_that_the_rest_asks() -> None:
 def test_plain_encoder_needs_a_task(emb: Path, tmp_path: Path) -> None:
     folder = _copy(emb, tmp_path / "plain")
     (folder / "modules.json").unlink()
-    with pytest.raises(TritonizeError, match="cannot tell the task") as info:
+    with pytest.raises(TritonizeError, match="cannot serve a BertModel exactly") as info:
         read_model(GenerateOptions(model=str(folder)))
-    assert "--task" in info.value.hint
+    assert "--task embedding" in info.value.hint
     spec = read_model(GenerateOptions(model=str(folder), task="embedding"))
     assert (spec.head.pooling, spec.head.normalize) == ("mean", False)
     # Without sentence-transformers' max_seq_length, the tokenizer's limit applies.
@@ -109,10 +109,15 @@ def test_position_embeddings_bound_the_max_length(emb: Path, tmp_path: Path) -> 
         (lambda f: (f / "config.json").unlink(), "no config.json"),
         (lambda f: _patch_config(f, model_type="gpt2", architectures=["GPT2LMHeadModel"]), "unsupported architecture"),
         (lambda f: _patch_config(f, auto_map={"AutoModel": "modeling.Custom"}), "--trust-remote-code"),
-        (lambda f: _patch_modules(f, "sentence_transformers.models.Dense"), "unsupported sentence-transformers module"),
+        (lambda f: _patch_modules(f, "sentence_transformers.models.WordWeights"), "unsupported sentence-transformers module"),
+        (lambda f: _patch_modules(f, "sentence_transformers.models.Dense"), "declares no out_features"),
         (
-            lambda f: (f / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_max_tokens": True})),
+            lambda f: (f / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode": "weird"})),
             "unsupported sentence-transformers pooling",
+        ),
+        (
+            lambda f: (f / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode": "mean", "include_prompt": False})),
+            "include_prompt: false",
         ),
     ],
 )
@@ -133,11 +138,38 @@ def test_missing_path_and_file_paths(tmp_path: Path) -> None:
         read_model(GenerateOptions(model=str(f)))
 
 
-def test_classifier_without_labels_is_refused(cls: Path, tmp_path: Path) -> None:
-    folder = _copy(cls, tmp_path / "nolabels")
-    _patch_config(folder, id2label={"0": "only"}, label2id={"only": 0})
-    with pytest.raises(TritonizeError, match="at least two labels"):
-        read_model(GenerateOptions(model=str(folder)))
+def test_one_label_classifier_is_a_reranker_and_nothing_else(cls: Path, tmp_path: Path) -> None:
+    folder = _copy(cls, tmp_path / "onelabel")
+    _patch_config(folder, id2label={"0": "score"}, label2id={"score": 0})
+    assert read_model(GenerateOptions(model=str(folder))).task == "rerank"
+    with pytest.raises(TritonizeError, match="--task classification contradicts the folder.*its head is rerank"):
+        read_model(GenerateOptions(model=str(folder), task="classification"))
+
+
+@pytest.mark.parametrize("task", ["embedding", "rerank"])
+def test_a_task_that_contradicts_the_head_is_refused(cls: Path, task: str) -> None:
+    """A classifier is served as a classifier: asking for another task is an error, never obeyed."""
+    with pytest.raises(TritonizeError, match=f"--task {task} contradicts the folder: a BertForSequenceClassification") as info:
+        read_model(GenerateOptions(model=str(cls), task=task))
+    assert "\n" not in str(info.value)
+
+
+def test_a_head_the_folder_lacks_is_never_initialised_at_random(cls: Path, tmp_path: Path) -> None:
+    """config.json says classifier, the weights hold only the encoder: refused at load, not served random."""
+    from transformers import BertModel
+
+    from tritonize.export import load_torch_model
+
+    folder = _copy(cls, tmp_path / "headless")
+    encoder = BertModel.from_pretrained(str(folder))
+    for f in folder.glob("*.safetensors"):
+        f.unlink()
+    encoder.save_pretrained(str(tmp_path / "enc"))
+    for f in (tmp_path / "enc").glob("*.safetensors"):
+        (folder / f.name).write_bytes(f.read_bytes())
+    spec = read_model(GenerateOptions(model=str(folder)))
+    with pytest.raises(TritonizeError, match="newly initialised.*classifier"):
+        load_torch_model(spec)
 
 
 def test_default_names_are_triton_safe() -> None:

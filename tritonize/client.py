@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal, Union
@@ -27,9 +27,12 @@ from .spec import TEXT_INPUT
 from .tasks.base import Task
 from .tasks.classification import PROBABILITIES, Label, parse_classes
 from .tasks.embedding import OUTPUT as EMBEDDING
+from .tasks.rerank import OUTPUT as SCORE
+from .tasks.rerank import QUERY_INPUT
 
 Protocol = Literal["grpc", "http"]
 Text = Union[str, bytes]
+Texts = Union[Iterable[Text], Mapping[str, Iterable[Text]]]
 
 INPUT_NAME = TEXT_INPUT
 DEFAULT_URLS = {"grpc": "127.0.0.1:8001", "http": "127.0.0.1:8000"}
@@ -88,19 +91,39 @@ def chunks(texts: Sequence[Text], batch_size: int) -> list[list[Text]]:
     return [list(texts[i : i + size]) for i in range(0, len(texts), size)]
 
 
-def build_request(module, input_name: str, texts: Iterable[Text], outputs: Sequence[str] | None, top_k: int):
-    """The text input and the requested outputs, for tritonclient.grpc or .http alike.
+def build_request(module, inputs: Mapping[str, Iterable[Text]], outputs: Sequence[str] | None, top_k: int):
+    """The text inputs and the requested outputs, for tritonclient.grpc or .http alike.
 
     With top_k > 0 the named outputs come back as Triton classification
     strings "score:index:label", top_k per text.
     """
     if top_k and not outputs:
         raise ValueError("top_k needs the outputs to classify (e.g. outputs=['probabilities'])")
-    data = text_array(texts)
-    inp = module.InferInput(input_name, list(data.shape), "BYTES")
-    inp.set_data_from_numpy(data)
+    tensors = []
+    for name, texts in inputs.items():
+        data = text_array(texts)
+        inp = module.InferInput(name, list(data.shape), "BYTES")
+        inp.set_data_from_numpy(data)
+        tensors.append(inp)
     requested = [module.InferRequestedOutput(name, class_count=top_k) for name in outputs] if outputs else None
-    return inp, requested
+    return tensors, requested
+
+
+def with_prompt(texts: Iterable[Text], prompt: str) -> list[Text]:
+    """Each text behind the prompt (a query or passage instruction), as sentence-transformers prepends it."""
+    if not prompt:
+        return list(texts)
+    return [prompt.encode("utf-8") + t if isinstance(t, bytes) else prompt + t for t in texts]
+
+
+def rerank_inputs(query: Text, documents: Sequence[Text]) -> dict[str, list[Text]]:
+    """One (query, document) pair per row, as a reranker takes them."""
+    return {QUERY_INPUT: [query] * len(documents), TEXT_INPUT: list(documents)}
+
+
+def named(texts: Texts, default: str) -> Mapping[str, Iterable[Text]]:
+    """Texts for the model's one text input, or a mapping of input name -> texts (pairs: QUERY and TEXT)."""
+    return texts if isinstance(texts, Mapping) else {default: texts}
 
 
 class TextClient:
@@ -192,21 +215,22 @@ class TextClient:
         return [o["name"] for o in meta.get("outputs", [])]
 
     # -- inference --------------------------------------------------------
-    def infer(self, texts: Iterable[Text], outputs: Sequence[str] | None = None, top_k: int = 0) -> dict[str, np.ndarray]:
+    def infer(self, texts: Texts, outputs: Sequence[str] | None = None, top_k: int = 0) -> dict[str, np.ndarray]:
         """One request; every output the model returns (or those named), as numpy arrays.
 
-        With top_k > 0 the named outputs come back as classification strings
-        "score:index:label", top_k per text.
+        `texts` feed the model's text input, or map input names to texts
+        (a reranker's QUERY and TEXT). With top_k > 0 the named outputs come
+        back as classification strings "score:index:label", top_k per text.
         """
         m = self._module
-        inp, requested = build_request(m, self.input_name, texts, outputs, top_k)
+        inputs, requested = build_request(m, named(texts, self.input_name), outputs, top_k)
         client = self._client()
         try:
             if self.protocol == "grpc":
-                result = client.infer(self.model, [inp], outputs=requested, client_timeout=self.timeout_s)
+                result = client.infer(self.model, inputs, outputs=requested, client_timeout=self.timeout_s)
                 names = [o.name for o in result.get_response().outputs]
             else:
-                result = client.infer(self.model, [inp], outputs=requested)
+                result = client.infer(self.model, inputs, outputs=requested)
                 names = [o["name"] for o in result.get_response().get("outputs", [])]
         except Exception as exc:
             if isinstance(exc, m.InferenceServerException):
@@ -214,13 +238,18 @@ class TextClient:
             raise
         return {name: result.as_numpy(name) for name in names}
 
-    def embed(self, texts: Iterable[Text]) -> np.ndarray:
-        """Sentence embeddings, [N, dim] float32."""
-        return self.infer(texts, outputs=[EMBEDDING])[EMBEDDING]
+    def embed(self, texts: Iterable[Text], prompt: str = "") -> np.ndarray:
+        """Sentence embeddings, [N, dim] float32. `prompt` is prepended to each text, as sentence-transformers'
+        encode(prompt=...) does (a folder's declared prompts are listed in its repository's tritonize.yaml)."""
+        return self.infer(with_prompt(texts, prompt), outputs=[EMBEDDING])[EMBEDDING]
 
     def classify(self, texts: Iterable[Text], top_k: int = 1) -> list[list[Label]]:
         """The top_k labels per text, best first, computed by Triton."""
         return parse_classes(self.infer(texts, outputs=[PROBABILITIES], top_k=max(1, top_k))[PROBABILITIES])
+
+    def rerank(self, query: Text, documents: Sequence[Text]) -> np.ndarray:
+        """One relevance score per document for `query`, [len(documents)] float32 (higher is more relevant)."""
+        return self.infer(rerank_inputs(query, documents), outputs=[SCORE])[SCORE].reshape(-1)
 
     def infer_many(
         self,
@@ -304,27 +333,26 @@ class AsyncTextClient:
             raise ServerError.wrap(exc) from None
         return [o.name for o in meta.outputs]
 
-    async def infer(
-        self, texts: Iterable[Text], outputs: Sequence[str] | None = None, top_k: int = 0
-    ) -> dict[str, np.ndarray]:
+    async def infer(self, texts: Texts, outputs: Sequence[str] | None = None, top_k: int = 0) -> dict[str, np.ndarray]:
         """One request, as TextClient.infer."""
         import tritonclient.grpc as grpcclient
         from tritonclient.utils import InferenceServerException
 
-        inp, requested = build_request(grpcclient, self.input_name, texts, outputs, top_k)
+        inputs, requested = build_request(grpcclient, named(texts, self.input_name), outputs, top_k)
         try:
-            result = await self._get().infer(
-                self.model, [inp], outputs=requested, client_timeout=self.timeout_s
-            )
+            result = await self._get().infer(self.model, inputs, outputs=requested, client_timeout=self.timeout_s)
         except InferenceServerException as exc:
             raise ServerError.wrap(exc) from None
         return {o.name: result.as_numpy(o.name) for o in result.get_response().outputs}
 
-    async def embed(self, texts: Iterable[Text]) -> np.ndarray:
-        return (await self.infer(texts, outputs=[EMBEDDING]))[EMBEDDING]
+    async def embed(self, texts: Iterable[Text], prompt: str = "") -> np.ndarray:
+        return (await self.infer(with_prompt(texts, prompt), outputs=[EMBEDDING]))[EMBEDDING]
 
     async def classify(self, texts: Iterable[Text], top_k: int = 1) -> list[list[Label]]:
         return parse_classes((await self.infer(texts, outputs=[PROBABILITIES], top_k=max(1, top_k)))[PROBABILITIES])
+
+    async def rerank(self, query: Text, documents: Sequence[Text]) -> np.ndarray:
+        return (await self.infer(rerank_inputs(query, documents), outputs=[SCORE]))[SCORE].reshape(-1)
 
     async def infer_many(
         self,
@@ -345,7 +373,7 @@ class AsyncTextClient:
                 except ServerError as exc:
                     return RequestResult(texts, None, exc, time.perf_counter() - start)
 
-        return list(await asyncio.gather(*(one(list(r)) for r in requests)))
+        return list(await asyncio.gather(*(one(r if isinstance(r, Mapping) else list(r)) for r in requests)))
 
 
 def run_concurrent(
@@ -369,6 +397,7 @@ def run_concurrent(
 __all__ = [
     "EMBEDDING",
     "PROBABILITIES",
+    "SCORE",
     "AsyncTextClient",
     "Label",
     "RequestResult",

@@ -18,6 +18,7 @@ import torch
 from . import tasks
 from .console import step
 from .errors import TritonizeError
+from .serving.batching import ATTENTION_MASK, INPUT_IDS, TOKEN_TYPE_IDS
 from .spec import MODEL_FILE, ModelSpec
 
 # Protobuf cannot hold a model over 2 GiB; switch to external data well below that.
@@ -64,8 +65,9 @@ def export_onnx(spec: ModelSpec, graph, path: Path, opset: int, external_thresho
     # A padded second row keeps the exporter from specialising on an all-ones mask.
     input_ids = torch.tensor([[101, 2023, 2003, 1037, 3231, 102, 0, 0], [101, 2178, 6251, 2182, 2062, 2616, 1012, 102]])
     input_ids = input_ids.clamp(max=graph_vocab_size(graph) - 1)
-    attention_mask = (input_ids != 0).long()
-    attention_mask[:, 0] = 1
+    attention_mask = torch.tensor([[1, 1, 1, 1, 1, 1, 0, 0], [1] * 8])
+    token_type_ids = torch.tensor([[0, 0, 0, 1, 1, 1, 0, 0], [0, 0, 0, 0, 1, 1, 1, 1]])  # a pair's second segment
+    dummy = {INPUT_IDS: input_ids, ATTENTION_MASK: attention_mask, TOKEN_TYPE_IDS: token_type_ids}
     axes = {name: {0: "batch", 1: "sequence"} for name in spec.input_names}
     output_names = tasks.of(spec.head).output_names
     axes.update({name: {0: "batch"} for name in output_names})
@@ -74,7 +76,7 @@ def export_onnx(spec: ModelSpec, graph, path: Path, opset: int, external_thresho
         warnings.simplefilter("ignore")
         torch.onnx.export(
             graph,
-            (input_ids, attention_mask),
+            tuple(dummy[n] for n in spec.input_names),
             str(path),
             input_names=list(spec.input_names),
             output_names=list(output_names),

@@ -101,8 +101,7 @@ def generate(options: GenerateOptions) -> Path:
     with step("Reading the model folder"):
         spec = source.read_model(options)
     name = options.name or source.default_name(options.model)
-    pad_id = verify.pad_token_id(spec.tokenizer_file)
-    repo = repository.plan(options, spec, name, pad_id)
+    repo = repository.plan(options, spec, name)
     output = Path(options.output)
     repository.check_output(output, options.force)  # fail before minutes of export, not after
     err.print(

@@ -24,7 +24,6 @@ RESOLVED_KEY = "resolved_model"
 class Manifest:
     options: GenerateOptions  # effective: name, task, max length and buckets filled in
     model: ModelSpec
-    pad_token_id: int
 
     @property
     def name(self) -> str:
@@ -34,7 +33,6 @@ class Manifest:
         data = self.options.to_dict()
         resolved = dataclasses.asdict(self.model)
         resolved["head"] = {"task": self.model.task, **resolved["head"]}
-        resolved["pad_token_id"] = self.pad_token_id
         data[RESOLVED_KEY] = resolved
         return data
 
@@ -44,17 +42,16 @@ class Manifest:
             resolved = dict(data[RESOLVED_KEY])
             head_data = dict(resolved.pop("head"))
             head = tasks.get(head_data.pop("task")).head_from_dict(head_data)
-            pad_id = int(resolved.pop("pad_token_id", 0))
             resolved["input_names"] = tuple(resolved.get("input_names") or ())
             model = ModelSpec(head=head, **resolved)
             fields = set(GenerateOptions.field_names())
             options = GenerateOptions(**{k: v for k, v in data.items() if k in fields})
-        except (KeyError, TypeError, AttributeError) as exc:
+        except (KeyError, TypeError, AttributeError, TritonizeError) as exc:
             raise TritonizeError(
                 f"{origin} does not describe a repository this tritonize can read ({type(exc).__name__}: {exc})",
                 hint="regenerate the repository with this tritonize",
             ) from exc
-        return cls(options, model, pad_id)
+        return cls(options, model)
 
 
 def find_manifest(repository: str | Path) -> Manifest | None:

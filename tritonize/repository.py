@@ -54,7 +54,7 @@ class RenderedFile:
     text: str
 
 
-def plan(options: GenerateOptions, model: ModelSpec, name: str, pad_token_id: int) -> RepoSpec:
+def plan(options: GenerateOptions, model: ModelSpec, name: str) -> RepoSpec:
     """Decide names, tensors, batching, placement and runtime parameters of the three Triton models."""
     for label, value in (
         ("--max-batch-size", options.max_batch_size),
@@ -89,6 +89,7 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str, pad_token_id: in
         text_inputs=task.text_inputs,
         outputs=task.outputs(model.head),
         labels=task.labels(model.head),
+        truncation=task.truncation,
         tokenizer_step=step("tokenizer", "tokenizer", options.tokenizer_instances, "KIND_CPU"),
         model_step=step("model", "onnx_model", options.model_instances, "KIND_GPU" if options.device == "gpu" else "KIND_CPU"),
         buckets=normalise_buckets(options.buckets, model.max_length),
@@ -96,7 +97,6 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str, pad_token_id: in
         precision=options.precision,  # type: ignore[arg-type]
         tensorrt=TensorRTSpec("FP16" if options.precision == "fp16" else "FP32") if options.tensorrt else None,
         max_batch_size=options.max_batch_size,
-        pad_token_id=pad_token_id,
     )
 
 
@@ -276,7 +276,7 @@ def manifest(options: GenerateOptions, repo: RepoSpec) -> Manifest:
         buckets=list(repo.buckets),
         force=False,
     )
-    return Manifest(effective, repo.model, repo.pad_token_id)
+    return Manifest(effective, repo.model)
 
 
 def reconfigure(repo_dir: Path, overrides: Overrides) -> RepoSpec:
@@ -288,7 +288,7 @@ def reconfigure(repo_dir: Path, overrides: Overrides) -> RepoSpec:
     repo_dir = Path(repo_dir)
     current = read_manifest(repo_dir)
     options = overrides.apply(current.options)
-    repo = plan(options, current.model, current.name, current.pad_token_id)
+    repo = plan(options, current.model, current.name)
     report_path = repo_dir / VERIFICATION_FILE
     report = VerificationReport.from_dict(json.loads(report_path.read_text())) if report_path.is_file() else VerificationReport.skipped_report()
     files = [f for f in render(repo, manifest(options, repo), report) if f.path.endswith(".pbtxt") or f.path == MANIFEST_FILE]

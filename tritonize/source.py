@@ -7,6 +7,7 @@ detected) reads its own head from it. Every refusal here is a one-line
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -16,7 +17,8 @@ from . import tasks
 from .errors import TritonizeError
 from .spec import TOKENIZER_FILE, GenerateOptions, ModelSpec
 
-# Encoder families whose PyTorch graphs export to ONNX with (input_ids, attention_mask).
+# Families whose PyTorch graphs export to ONNX with (input_ids, attention_mask[, token_type_ids]).
+# Qwen2/Qwen3 are decoders, served as embedders (last-token pooling) and scorers.
 SUPPORTED_MODEL_TYPES = {
     "albert",
     "bert",
@@ -26,12 +28,15 @@ SUPPORTED_MODEL_TYPES = {
     "distilbert",
     "electra",
     "ernie",
+    "modernbert",
     "mpnet",
+    "qwen2",
+    "qwen3",
     "roberta",
     "xlm-roberta",
 }
 # Families whose position ids start after the padding index (max_position_embeddings - pad - 1 usable).
-OFFSET_POSITION_TYPES = {"roberta", "xlm-roberta", "camembert"}
+OFFSET_POSITION_TYPES = {"roberta", "xlm-roberta", "camembert", "mpnet"}
 GENERIC_FOLDER_NAMES = {"model", "models", "weights", "checkpoint", "export"}
 
 
@@ -72,10 +77,35 @@ class ModelFolder:
     modules: list[dict] | None  # modules.json of a sentence-transformers folder
     transformer_dir: Path  # the folder with config.json and the weights
     config: dict
+    st_config: dict  # config_sentence_transformers.json ({} without one)
 
     @property
     def architecture(self) -> str:
         return (self.config.get("architectures") or [""])[0]
+
+    @property
+    def head_class(self) -> str:
+        """"ForSequenceClassification", "ForTokenClassification", ... or "" for a bare encoder."""
+        arch = self.architecture
+        return arch[arch.index("For"):] if "For" in arch else ""
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.config.get("id2label") or {}) or int(self.config.get("num_labels") or 0)
+
+    @property
+    def is_cross_encoder(self) -> bool:
+        """Saved by sentence-transformers' CrossEncoder (old layout: a marker in config.json; new: model_type)."""
+        return (
+            self.st_config.get("model_type") == "CrossEncoder"
+            or "sbert_ce_default_activation_function" in self.config
+            or "sentence_transformers" in self.config and "activation_fn" in self.config.get("sentence_transformers", {})
+        )
+
+    @property
+    def uses_token_types(self) -> bool:
+        """The model has segment embeddings, so pairs need token_type_ids."""
+        return int(self.config.get("type_vocab_size") or 0) > 1
 
     @property
     def model_type(self) -> str:
@@ -113,7 +143,9 @@ class ModelFolder:
         config = _read_json(config_path)
         if not isinstance(config, dict):
             raise TritonizeError(f"{config_path} is not a JSON object")
-        return cls(root, modules, transformer_dir, config)
+        st_path = root / "config_sentence_transformers.json"
+        st_config = _read_json(st_path) if st_path.is_file() else {}
+        return cls(root, modules, transformer_dir, config, st_config if isinstance(st_config, dict) else {})
 
 
 def _max_position_limit(config: dict) -> int:
@@ -139,29 +171,38 @@ def _declared_max_length(root: Path, transformer_dir: Path, config: dict) -> int
     return limit
 
 
-def _tokenizer_file(transformer_dir: Path, trust_remote_code: bool) -> str:
-    """tokenizer.json, or one converted once from a slow tokenizer by transformers."""
-    path = transformer_dir / TOKENIZER_FILE
-    if path.is_file():
-        return str(path)
+def _served_tokenizer(transformer_dir: Path, trust_remote_code: bool) -> tuple[str, int]:
+    """(tokenizer.json as transformers itself tokenizes, pad id), written once to the cache.
+
+    transformers may rebuild a tokenizer from tokenizer_config.json rather than
+    use the folder's tokenizer.json as it is (lower-casing, accents, prefix
+    spaces), so the served file is transformers' own backend tokenizer: the
+    server tokenizes exactly as the model's library does.
+    """
     try:
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(str(transformer_dir), use_fast=True, trust_remote_code=trust_remote_code)
     except Exception as exc:  # noqa: BLE001
         raise TritonizeError(
-            f"no {TOKENIZER_FILE} in {transformer_dir} and transformers could not load a tokenizer ({exc})",
+            f"transformers could not load the tokenizer in {transformer_dir} ({type(exc).__name__}: {exc})",
             hint="save a fast tokenizer there: AutoTokenizer.from_pretrained(...).save_pretrained(folder)",
         ) from exc
-    if not getattr(tok, "is_fast", False):
+    if not getattr(tok, "is_fast", False) or getattr(tok, "backend_tokenizer", None) is None:
         raise TritonizeError(
             f"the tokenizer in {transformer_dir} has no fast (tokenizers) version",
             hint=f"the server tokenizes with the `tokenizers` library; convert the tokenizer to {TOKENIZER_FILE}",
         )
-    cache = Path(os.environ.get("TRITONIZE_CACHE", Path.home() / ".cache" / "tritonize")) / transformer_dir.name
+    key = hashlib.sha256(str(transformer_dir.resolve()).encode()).hexdigest()[:12]
+    cache = Path(os.environ.get("TRITONIZE_CACHE", Path.home() / ".cache" / "tritonize")) / f"{transformer_dir.name}-{key}"
     cache.mkdir(parents=True, exist_ok=True)
     tok.backend_tokenizer.save(str(cache / TOKENIZER_FILE))
-    return str(cache / TOKENIZER_FILE)
+    pad_id = tok.pad_token_id
+    if pad_id is None:
+        from .verify import pad_token_id
+
+        pad_id = pad_token_id(str(cache / TOKENIZER_FILE))
+    return str(cache / TOKENIZER_FILE), int(pad_id)
 
 
 def read_model(options: GenerateOptions) -> ModelSpec:
@@ -180,7 +221,7 @@ def read_model(options: GenerateOptions) -> ModelSpec:
             f"unsupported architecture {architecture or model_type!r} (model_type {model_type!r})",
             hint=f"tritonize exports encoders: {', '.join(sorted(SUPPORTED_MODEL_TYPES))}",
         )
-    task = tasks.get(options.task) if options.task else tasks.detect(folder)
+    task = tasks.choose(folder, options.task)
     limit = _max_position_limit(config)
     max_length = options.max_length or _declared_max_length(root, transformer_dir, config)
     if not 2 <= max_length <= limit:
@@ -188,13 +229,17 @@ def read_model(options: GenerateOptions) -> ModelSpec:
             f"--max-length {max_length} is outside what the model supports (2..{limit})",
             hint=f"use --max-length {limit} or less",
         )
+    head = task.read_head(folder, options)
+    tokenizer_file, pad_id = _served_tokenizer(transformer_dir, options.trust_remote_code)
     return ModelSpec(
         source=str(transformer_dir),
-        head=task.read_head(folder, options),
+        head=head,
         max_length=int(max_length),
         architecture=architecture or model_type,
         model_type=model_type,
-        tokenizer_file=_tokenizer_file(transformer_dir, options.trust_remote_code),
+        tokenizer_file=tokenizer_file,
+        pad_token_id=pad_id,
+        input_names=task.token_inputs(folder),
         sentence_transformers_dir=str(root) if folder.modules else None,
         trust_remote_code=options.trust_remote_code,
     )

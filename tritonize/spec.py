@@ -80,7 +80,8 @@ class ModelSpec:
     max_length: int
     architecture: str
     model_type: str
-    tokenizer_file: str  # absolute path to a tokenizer.json
+    tokenizer_file: str  # absolute path to a tokenizer.json (transformers' own view of the tokenizer)
+    pad_token_id: int = 0
     input_names: tuple[str, ...] = TOKEN_INPUTS  # ONNX / Triton inputs of the model step
     sentence_transformers_dir: str | None = None  # the folder with modules.json, when there is one
     trust_remote_code: bool = False
@@ -217,6 +218,7 @@ class RepoSpec:
     text_inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]  # what the graph, and so the ensemble, returns
     labels: tuple[str, ...]  # written to LABELS_FILE when any output names it
+    truncation: str | None  # the tokenizer step's strategy (pairs: "only_second"); None: the tokenizer's default
     tokenizer_step: StepSpec
     model_step: StepSpec
     buckets: tuple[int, ...]
@@ -225,7 +227,10 @@ class RepoSpec:
     tensorrt: TensorRTSpec | None = None
     local: LocalRuntimeSpec = field(default_factory=LocalRuntimeSpec)
     max_batch_size: int = 64
-    pad_token_id: int = 0
+
+    @property
+    def pad_token_id(self) -> int:
+        return self.model.pad_token_id
 
     @property
     def tokenizer_name(self) -> str:
@@ -241,12 +246,13 @@ class RepoSpec:
 
     @property
     def tokenizer_parameters(self) -> dict[str, str]:
-        return {
+        params = {
             "tokenizer_file": TOKENIZER_FILE,
             "max_length": str(self.model.max_length),
             "buckets": ",".join(map(str, self.buckets)),
             "pad_id": str(self.pad_token_id),
         }
+        return params | ({"truncation": self.truncation} if self.truncation else {})
 
     @property
     def local_model_parameters(self) -> dict[str, str]:

@@ -116,10 +116,11 @@ def pad_token_id(tokenizer_file: str, fallback: int = 0) -> int:
     return fallback
 
 
-def tokenize(spec: ModelSpec, texts: list[str]) -> dict[str, np.ndarray]:
-    """The served tokenizer's encoding with the model's max length, padded to the longest text."""
-    encoder = TextEncoder(spec.tokenizer_file, spec.max_length, [spec.max_length], pad_token_id(spec.tokenizer_file), spec.input_names)
-    return encoder.encode(texts, width=0)
+def tokenize(spec: ModelSpec, rows: list) -> dict[str, np.ndarray]:
+    """The served tokenizer's encoding of texts (or pairs) with the model's max length, padded to the longest."""
+    truncation = tasks.of(spec.head).truncation or "longest_first"
+    encoder = TextEncoder(spec.tokenizer_file, spec.max_length, [spec.max_length], spec.pad_token_id, spec.input_names, truncation)
+    return encoder.encode([r[0] if len(r) == 1 else tuple(r) for r in rows], width=0)
 
 
 def run_onnx(path: Path, feeds: dict[str, np.ndarray]) -> np.ndarray:
@@ -144,9 +145,10 @@ def verify(spec: ModelSpec, graph, stages: dict[str, Path], fp16_stages: set[str
     """Compare each ONNX stage with the task's reference; the report says which check applied and whether it passed."""
     task = tasks.of(spec.head)
     start = time.perf_counter()
-    feeds = tokenize(spec, SENTENCES)
-    with step(f"Verifying {len(stages)} graph(s) on {len(SENTENCES)} sentences"):
-        reference_name, reference = task.reference(spec, graph, SENTENCES, feeds)
+    rows = task.verification_rows()
+    feeds = tokenize(spec, rows)
+    with step(f"Verifying {len(stages)} graph(s) on {len(rows)} inputs"):
+        reference_name, reference = task.reference(spec, graph, rows)
         results = {}
         for name, path in stages.items():
             metrics = compare(reference, run_onnx(path, feeds))
@@ -161,7 +163,7 @@ def verify(spec: ModelSpec, graph, stages: dict[str, Path], fp16_stages: set[str
         reference=reference_name,
         task=task.name,
         output=task.output_names[0],
-        sentences=len(SENTENCES),
+        sentences=len(rows),
         token_lengths={"min": int(lengths.min()), "max": int(lengths.max()), "max_length": spec.max_length},
         truncated=int((lengths >= spec.max_length).sum()),
         stages=results,

@@ -84,8 +84,18 @@ class Snapshots:
         self.http_url, self.names = http_url, names
         self.before: dict[str, dict] = {}
 
-    def start(self) -> None:
-        self.before = fetch(self.http_url)
+    def start(self, settle_s: float = 1.0, quiet_s: float = 0.05) -> None:
+        """Snapshot once the counts stop moving: Triton counts the warm-up's last requests just after
+        their responses leave, so a snapshot taken at once can miss them and charge them to the run."""
+        deadline = time.monotonic() + settle_s
+        before = fetch(self.http_url)
+        while time.monotonic() < deadline:
+            time.sleep(quiet_s)
+            again = fetch(self.http_url)
+            if delta(before, again, self.names[0]).requests == 0:
+                break
+            before = again
+        self.before = before
 
     def finish(self, expected: int | None = None, settle_s: float = 1.0) -> dict[str, StepStats]:
         """Deltas since `start`. Triton counts a request just after its response leaves, so wait

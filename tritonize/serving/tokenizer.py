@@ -3,10 +3,12 @@
 Served: Triton runs a byte-identical copy of this file as the step's
 model.py, with batching.py beside it. It needs only `tokenizers` and numpy,
 never transformers. Tensor names, the tokenizer file, the max length, the
-buckets and the pad id are read from the model configuration Triton hands
-over. One batched encode covers every request of an execute() call; each
-request is padded to the smallest bucket that fits its longest text, so
-requests of one bucket have equal shapes and the next step can batch them.
+buckets, the pad id and the truncation strategy are read from the model
+configuration Triton hands over. A step with two text inputs encodes pairs
+(query and document) with the model's own pair template. One batched encode
+covers every request of an execute() call; each request is padded to the
+smallest bucket that fits its longest text, so requests of one bucket have
+equal shapes and the next step can batch them.
 """
 
 from __future__ import annotations
@@ -37,14 +39,16 @@ def parameters(model_config: dict) -> dict[str, str]:
 class TextEncoder:
     """tokenizer.json with the model's max length, and bucketed padding."""
 
-    def __init__(self, tokenizer_file: str, max_length: int, buckets: list[int], pad_id: int, outputs: tuple[str, ...]):
+    def __init__(self, tokenizer_file: str, max_length: int, buckets: list[int], pad_id: int, outputs: tuple[str, ...],
+                 truncation: str = "longest_first"):
         unknown = [name for name in outputs if name not in ENCODING_FIELDS]
         if unknown:
             raise ValueError(f"cannot produce {unknown}: a tokenizer gives {sorted(ENCODING_FIELDS)}")
         self.tokenizer = Tokenizer.from_file(tokenizer_file)
         # tokenizer.json files often carry their own truncation/padding (e.g. fixed padding to 128): override both.
+        # Pairs cut with "only_second" lose words of the document, never of the query.
         self.tokenizer.no_padding()
-        self.tokenizer.enable_truncation(max_length)
+        self.tokenizer.enable_truncation(max_length, strategy=truncation)
         self.max_length = max_length
         self.buckets = parse_buckets(",".join(map(str, buckets)), max_length)
         self.pad_id = pad_id
@@ -60,6 +64,7 @@ class TextEncoder:
             parse_buckets(p["buckets"]),
             int(p["pad_id"]),
             tuple(o["name"] for o in model_config["output"]),
+            p.get("truncation", "longest_first"),
         )
 
     def bucket(self, length: int) -> int:
@@ -84,16 +89,19 @@ class TextEncoder:
             raise InvalidText(f"{name} has no elements")
         return texts
 
-    def encode(self, texts: list[str], width: int | None = None) -> dict[str, np.ndarray]:
-        """One request's texts -> its token tensors, padded to one bucket (or to `width`)."""
+    def encode(self, texts: list, width: int | None = None) -> dict[str, np.ndarray]:
+        """One request's texts (or (first, second) pairs) -> its token tensors, padded to one bucket (or to `width`)."""
         return self.encode_many([texts], width)[0]
 
-    def encode_many(self, groups: list[list[str]], width: int | None = None) -> list[dict[str, np.ndarray]]:
-        """Several requests' texts in one batched encode, each request padded to its bucket.
+    def encode_many(self, groups: list[list], width: int | None = None) -> list[dict[str, np.ndarray]]:
+        """Several requests' texts (or pairs) in one batched encode, each request padded to its bucket.
 
         width=0 pads each request to its own longest text instead of a bucket.
         """
-        encodings = self.tokenizer.encode_batch([t for g in groups for t in g])
+        try:
+            encodings = self.tokenizer.encode_batch([t for g in groups for t in g])
+        except Exception as exc:  # noqa: BLE001 - the tokenizer's own words (e.g. a query too long to keep)
+            raise InvalidText(str(exc)) from None
         results, start = [], 0
         for g in groups:
             rows = encodings[start : start + len(g)]
@@ -106,29 +114,51 @@ class TextEncoder:
             })
         return results
 
+    def rows(self, inputs: dict[str, np.ndarray], names: list[str]) -> list:
+        """One request's inputs -> texts, or (first, second) pairs when the step has two inputs."""
+        columns = [self.decode(inputs[name], name) for name in names]
+        if len(columns) == 1:
+            return columns[0]
+        if len({len(c) for c in columns}) != 1:
+            raise InvalidText(f"{' and '.join(names)} must hold the same number of rows, got {[len(c) for c in columns]}")
+        return list(zip(*columns))
+
+
+def _error(message: str):
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG))
+
 
 class TritonPythonModel:
-    """Reads its input name and outputs from the configuration; one error per bad request."""
+    """Reads its input names and outputs from the configuration; one error per bad request."""
 
     def initialize(self, args):
         config = json.loads(args["model_config"])
         version_dir = os.path.join(args["model_repository"], args["model_version"])
         self.encoder = TextEncoder.from_config(config, version_dir)
-        self.input_name = config["input"][0]["name"]
+        self.input_names = [i["name"] for i in config["input"]]
 
     def execute(self, requests):
         responses = [None] * len(requests)
         valid, groups = [], []
         for i, request in enumerate(requests):
-            raw = pb_utils.get_input_tensor_by_name(request, self.input_name).as_numpy()
+            inputs = {n: pb_utils.get_input_tensor_by_name(request, n).as_numpy() for n in self.input_names}
             try:
-                groups.append(self.encoder.decode(raw, self.input_name))
+                groups.append(self.encoder.rows(inputs, self.input_names))
                 valid.append(i)
             except InvalidText as exc:
-                responses[i] = pb_utils.InferenceResponse(
-                    error=pb_utils.TritonError(str(exc), pb_utils.TritonError.INVALID_ARG)
-                )
-        for i, tensors in zip(valid, self.encoder.encode_many(groups)) if groups else ():
+                responses[i] = _error(str(exc))
+        try:
+            encoded = self.encoder.encode_many(groups) if groups else []
+        except InvalidText:
+            # One request the tokenizer cannot encode: find it, and answer the others.
+            encoded = []
+            for i, group in list(zip(valid, groups)):
+                try:
+                    encoded.append(self.encoder.encode(group))
+                except InvalidText as exc:
+                    responses[i] = _error(str(exc))
+                    valid.remove(i)
+        for i, tensors in zip(valid, encoded):
             responses[i] = pb_utils.InferenceResponse(
                 output_tensors=[pb_utils.Tensor(name, arr) for name, arr in tensors.items()]
             )

@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING
 
 from ..errors import TritonizeError
 from ..spec import Head
-from . import classification, embedding
+from . import classification, embedding, rerank
 from .base import Task
 
 if TYPE_CHECKING:
     from ..source import ModelFolder
 
-# Detection order: the first task whose detect() claims a folder wins.
-TASKS: dict[str, Task] = {t.name: t for t in (embedding.TASK, classification.TASK)}
+# Each folder is claimed by at most one task's detect(); the order is only the order of listings.
+TASKS: dict[str, Task] = {t.name: t for t in (embedding.TASK, classification.TASK, rerank.TASK)}
 NAMES: tuple[str, ...] = tuple(TASKS)
 
 
@@ -33,15 +33,42 @@ def of(head: Head) -> Task:
     return get(head.task)
 
 
+def _what(folder: ModelFolder) -> str:
+    if folder.is_cross_encoder:
+        return f"sentence-transformers CrossEncoder ({folder.architecture})"
+    if folder.modules is not None:
+        return f"sentence-transformers folder ({folder.architecture or folder.model_type})"
+    return folder.architecture or f"{folder.model_type} model without architectures"
+
+
+SUPPORTED = "; ".join(f"{t.name}: {t.serves}" for t in TASKS.values())
+
+
 def detect(folder: ModelFolder) -> Task:
-    """The task of a folder's own head, or one line that says what was found."""
-    for task in TASKS.values():
-        if task.detect(folder):
-            return task
-    raise TritonizeError(
-        f"cannot tell the task of a {folder.architecture or 'model without architectures'}",
-        hint="pass --task " + " or --task ".join(NAMES),
-    )
+    """The task of a folder's own head, or one line that says what was found and what is supported."""
+    claimed = [t for t in TASKS.values() if t.detect(folder)]
+    if len(claimed) == 1:
+        return claimed[0]
+    if claimed:  # two tasks claiming one folder is a bug in their detect(), never a guess
+        raise TritonizeError(f"{_what(folder)} is claimed by {', '.join(t.name for t in claimed)}")
+    raise TritonizeError(f"tritonize cannot serve a {_what(folder)} exactly", hint=f"it serves {SUPPORTED}")
+
+
+def choose(folder: ModelFolder, requested: str | None) -> Task:
+    """The folder's own task; a --task that contradicts the folder's head is refused, never obeyed."""
+    if not requested:
+        return detect(folder)
+    task = get(requested)
+    if not task.accepts(folder):
+        try:
+            own = f"its head is {detect(folder).name}"
+        except TritonizeError:
+            own = "tritonize cannot serve its head"
+        raise TritonizeError(
+            f"--task {requested} contradicts the folder: a {_what(folder)} ({own})",
+            hint=f"{task.name} serves {task.serves}",
+        )
+    return task
 
 
 def for_outputs(names: list[str] | tuple[str, ...]) -> Task:
@@ -52,4 +79,4 @@ def for_outputs(names: list[str] | tuple[str, ...]) -> Task:
     raise TritonizeError(f"no task returns the outputs {sorted(names)}", hint="is this a tritonize repository?")
 
 
-__all__ = ["Task", "TASKS", "NAMES", "get", "of", "detect", "for_outputs"]
+__all__ = ["Task", "TASKS", "NAMES", "get", "of", "detect", "choose", "for_outputs"]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from ..spec import TEXT_INPUT, GenerateOptions, Head, ModelSpec, TensorSpec
+from ..spec import TEXT_INPUT, TOKEN_INPUTS, GenerateOptions, Head, ModelSpec, TensorSpec
 
 if TYPE_CHECKING:
     from ..source import ModelFolder
@@ -27,25 +27,45 @@ FLOAT = "TYPE_FP32"  # fp16 graphs keep fp32 inputs and outputs (keep_io_types),
 class Task(abc.ABC):
     name: ClassVar[str]
     summary: ClassVar[str]  # one line: what goes in, what comes out
+    serves: ClassVar[str]  # which folders, in a few words (refusals list them)
     head_type: ClassVar[type[Head]]
     output_names: ClassVar[tuple[str, ...]]  # what the ensemble returns, in graph order
     text_inputs: ClassVar[tuple[TensorSpec, ...]] = (TensorSpec(TEXT_INPUT, "TYPE_STRING", (1,)),)
     # Verification also demands the same argmax as the reference on every sentence.
     same_argmax: ClassVar[bool] = False
+    # How the tokenizer step cuts a text (or a pair) at the max length; None: the tokenizer's default.
+    truncation: ClassVar[str | None] = None
 
     # -- model folder -> head ------------------------------------------------
     @abc.abstractmethod
     def detect(self, folder: ModelFolder) -> bool:
         """True when the folder's own head is this task's, so it is chosen without --task."""
 
+    def accepts(self, folder: ModelFolder) -> bool:
+        """Whether --task may name this task for the folder: only where it is the folder's own head."""
+        return self.detect(folder)
+
+    def token_inputs(self, folder: ModelFolder) -> tuple[str, ...]:
+        """The token tensors the graph takes; one text per row needs no token_type_ids (all zeros)."""
+        return TOKEN_INPUTS
+
+    def verification_rows(self) -> list[tuple[str, ...]]:
+        """What verification feeds the graph and the reference: one text per row, or pairs."""
+        from ..verify import SENTENCES
+
+        return [(s,) for s in SENTENCES]
+
     @abc.abstractmethod
     def read_head(self, folder: ModelFolder, options: GenerateOptions) -> Head:
         """The head as the folder declares it, with the user's overrides; refuse what cannot be served."""
 
     def head_from_dict(self, data: dict) -> Head:
-        """The head back from a repository manifest."""
-        values = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
-        return self.head_type(**values)
+        """The head back from a repository manifest (YAML lists back to tuples, nested ones too)."""
+
+        def frozen(v: Any) -> Any:
+            return tuple(frozen(x) for x in v) if isinstance(v, (list, tuple)) else v
+
+        return self.head_type(**{k: frozen(v) for k, v in data.items()})
 
     @abc.abstractmethod
     def describe(self, head: Head) -> str:
@@ -69,14 +89,20 @@ class Task(abc.ABC):
         """
 
     # -- verification ---------------------------------------------------------
-    def reference(self, spec: ModelSpec, graph: Any, texts: list[str], feeds: dict[str, np.ndarray]) -> tuple[str, np.ndarray]:
-        """(what was used, the first output) on `texts`: by default the wrapped PyTorch model."""
+    def reference(self, spec: ModelSpec, graph: Any, rows: list[tuple[str, ...]]) -> tuple[str, np.ndarray]:
+        """(what was used, the first output) on `rows`: by default the model's own class, each row
+        tokenized by transformers' own tokenizer and run alone, so tokenization is checked too."""
         import torch
+        from transformers import AutoTokenizer
 
+        tokenizer = AutoTokenizer.from_pretrained(spec.source, trust_remote_code=spec.trust_remote_code)
+        outputs = []
         with torch.no_grad():
-            out = graph(*(torch.from_numpy(feeds[n]) for n in spec.input_names))
-        first = out[0] if isinstance(out, tuple) else out
-        return "pytorch", first.numpy()
+            for row in rows:
+                enc = tokenizer(*row, truncation=self.truncation or True, max_length=spec.max_length, return_tensors="pt")
+                out = graph(*(enc[n] for n in spec.input_names))
+                outputs.append((out[0] if isinstance(out, tuple) else out).numpy())
+        return "transformers", np.concatenate(outputs)
 
     # -- clients --------------------------------------------------------------
     def sample_body(self, text: str = SAMPLE_TEXT) -> str:
@@ -103,13 +129,23 @@ def sample_body(text_inputs: tuple[TensorSpec, ...], text: str = SAMPLE_TEXT) ->
     return json.dumps({"inputs": [{"name": t.name, "shape": [1, 1], "datatype": "BYTES", "data": [text]} for t in text_inputs]})
 
 
-def load_pretrained(auto_class: Any, spec: ModelSpec, eager: bool) -> Any:
-    """The folder's weights in `auto_class`, in eval mode; one error line when transformers refuses."""
+def load_pretrained(auto_class: Any, spec: ModelSpec, eager: bool, allow_missing: tuple[str, ...] = ()) -> Any:
+    """The folder's weights in `auto_class`, in eval mode. A load that leaves weights newly
+    initialised (a head the folder does not have) is refused: it would serve random numbers."""
     from ..errors import TritonizeError
 
     kwargs = {"attn_implementation": "eager"} if eager else {}
     try:
-        model = auto_class.from_pretrained(spec.source, trust_remote_code=spec.trust_remote_code, **kwargs)
+        model, info = auto_class.from_pretrained(
+            spec.source, trust_remote_code=spec.trust_remote_code, output_loading_info=True, **kwargs
+        )
     except Exception as exc:  # noqa: BLE001
         raise TritonizeError(f"transformers could not load {spec.source}: {exc}") from exc
+    missing = [k for k in info.get("missing_keys", ()) if not any(k.startswith(p) for p in allow_missing)]
+    if missing:
+        raise TritonizeError(
+            f"loading {spec.source} as {type(model).__name__} leaves {len(missing)} weight(s) newly initialised "
+            f"({', '.join(sorted(missing)[:3])}{', ...' if len(missing) > 3 else ''})",
+            hint="the folder does not hold this head; check --task",
+        )
     return model.eval()

@@ -73,12 +73,13 @@ def _graph_class():
 class Classification(Task):
     name = "classification"
     summary = "TEXT in, `logits` and `probabilities` (FP32 [N, labels]) out; top-k labels through Triton"
+    serves = "*ForSequenceClassification folders with two or more labels"
     head_type = Head
     output_names = (LOGITS, PROBABILITIES)
     same_argmax = True
 
     def detect(self, folder: ModelFolder) -> bool:
-        return folder.architecture.endswith("ForSequenceClassification")
+        return folder.head_class == "ForSequenceClassification" and folder.num_labels >= 2 and not folder.is_cross_encoder
 
     def read_head(self, folder: ModelFolder, options: GenerateOptions) -> Head:
         given = [flag for flag, value in (("--pooling", options.pooling), ("--normalize", options.normalize)) if value is not None]
@@ -88,7 +89,7 @@ class Classification(Task):
         if len(id2label) < 2:
             raise TritonizeError(
                 "a classification model needs at least two labels (id2label in config.json)",
-                hint="set id2label/label2id in config.json, or use --task embedding",
+                hint="set id2label/label2id in config.json",
             )
         return Head(labels=tuple(str(id2label[k]) for k in sorted(id2label, key=lambda k: int(k))))
 

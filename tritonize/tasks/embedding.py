@@ -1,8 +1,11 @@
-"""Sentence embeddings: TEXT in, one pooled (optionally L2-normalised) vector per text out.
+"""Sentence embeddings: TEXT in, one pooled vector per text out.
 
-Pooling and normalisation go inside the graph, so every runtime computes
-exactly the served output. Reference: sentence-transformers' own `encode`
-for sentence-transformers folders, else the pooled PyTorch model.
+For a sentence-transformers folder the exported graph is sentence-transformers'
+own module stack (Transformer, Pooling of any mode, Dense, Normalize), traced
+as the library runs it, and the reference is its own `encode`. A bare encoder
+asked for with --task embedding, or a folder whose pooling or normalisation is
+overridden by flag, gets tritonize's mean/CLS pooling over the transformers
+model instead, verified against that PyTorch model.
 """
 
 from __future__ import annotations
@@ -20,19 +23,31 @@ from .base import FLOAT, Task, load_pretrained
 if TYPE_CHECKING:
     from ..source import ModelFolder
 
-Pooling = Literal["mean", "cls"]
-POOLINGS: tuple[str, ...] = ("mean", "cls")
+POOLINGS: tuple[str, ...] = ("mean", "cls")  # what --pooling can ask for
 OUTPUT = "embedding"
-# sentence-transformers' boolean Pooling keys that tritonize exports.
-ST_POOLING_MODES = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls"}
+# sentence-transformers' pooling modes (the boolean keys of its 2.x layout, and the names of later ones).
+ST_POOLING_KEYS = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_lasttoken": "lasttoken",
+}
+ST_POOLINGS = tuple(ST_POOLING_KEYS.values())
+ST_MODULES = ("Transformer", "Pooling", "Dense", "Normalize")
+Library = Literal["sentence-transformers", "transformers"]
 
 
 @dataclass(frozen=True)
 class Head(BaseHead):
     task: ClassVar[str] = "embedding"
-    pooling: Pooling
+    pooling: str  # a sentence-transformers mode ("+"-joined when several are concatenated)
     normalize: bool
     dim: int
+    library: Library = "transformers"  # whose modules the graph is: sentence-transformers' own, or tritonize's pooling
+    dense: int = 0  # Dense projections after pooling
+    prompts: tuple[tuple[str, str], ...] = ()  # (name, text) declared by the folder; clients prepend them
 
 
 def _graph_class():
@@ -55,59 +70,102 @@ def _graph_class():
                 pooled = (hidden * mask).sum(1) / torch.clamp(mask.sum(1), min=1e-9)
             return F.normalize(pooled, p=2, dim=1) if self.normalize else pooled
 
-    return EmbeddingGraph
+    class SentenceTransformerGraph(torch.nn.Module):
+        """sentence-transformers' own module stack, called as its encode() calls it."""
+
+        def __init__(self, st_model):
+            super().__init__()
+            self.st = st_model
+            self.model = st_model[0].auto_model  # the transformers model (export reads its config)
+
+        def forward(self, input_ids, attention_mask):
+            return self.st({"input_ids": input_ids, "attention_mask": attention_mask})["sentence_embedding"]
+
+    return EmbeddingGraph, SentenceTransformerGraph
+
+
+def _pooling_modes(cfg: dict, where: Any) -> tuple[str, ...]:
+    """The modes a Pooling config declares: the newer `pooling_mode` (a name or a list), or the 2.x booleans."""
+    declared = cfg.get("pooling_mode")
+    if declared is None:
+        modes = tuple(mode for key, mode in ST_POOLING_KEYS.items() if cfg.get(key))
+        modes = modes or ("mean",)
+    else:
+        modes = (declared,) if isinstance(declared, str) else tuple(declared)
+    unknown = [m for m in modes if m not in ST_POOLINGS]
+    if unknown:
+        raise TritonizeError(f"unsupported sentence-transformers pooling {unknown} in {where}", hint=f"supported: {', '.join(ST_POOLINGS)}")
+    return modes
 
 
 class Embedding(Task):
     name = "embedding"
     summary = "TEXT in, `embedding` (FP32 [N, dim]) out"
+    serves = "sentence-transformers folders (Transformer, Pooling, Dense, Normalize), or a bare encoder with --task embedding"
     head_type = Head
     output_names = (OUTPUT,)
 
     def detect(self, folder: ModelFolder) -> bool:
-        return folder.modules is not None
+        return folder.modules is not None and not folder.is_cross_encoder
 
-    def _declared(self, folder: ModelFolder) -> tuple[str, bool]:
-        """(pooling, normalize) from the sentence-transformers modules; mean and none without them."""
-        pooling, normalize = "mean", False
+    def accepts(self, folder: ModelFolder) -> bool:
+        return self.detect(folder) or (folder.modules is None and folder.head_class == "")
+
+    def _declared(self, folder: ModelFolder) -> tuple[tuple[str, ...], bool, int, int]:
+        """(pooling modes, normalize, dim, Dense count) from the sentence-transformers modules."""
+        modes: tuple[str, ...] = ("mean",)
+        normalize, dense = False, 0
+        dim = int(folder.config.get("hidden_size") or folder.config.get("dim") or 0)
         for module in folder.modules or ():
             kind, sub = folder.module_kind(module), folder.module_dir(module)
-            if kind == "Transformer":
-                continue
-            if kind == "Pooling":
-                cfg = folder.json(sub / "config.json") if (sub / "config.json").is_file() else {}
-                modes = [mode for key, mode in ST_POOLING_MODES.items() if cfg.get(key)]
-                others = [k for k, v in cfg.items() if k.startswith("pooling_mode") and v and k not in ST_POOLING_MODES]
-                if others or len(modes) != 1:
-                    raise TritonizeError(
-                        f"unsupported sentence-transformers pooling {others or modes} in {sub}",
-                        hint="tritonize exports mean or CLS pooling",
-                    )
-                pooling = modes[0]
-            elif kind == "Normalize":
-                normalize = True
-            else:
+            cfg = folder.json(sub / "config.json") if kind != "Transformer" and (sub / "config.json").is_file() else {}
+            if kind not in ST_MODULES:
                 raise TritonizeError(
                     f"unsupported sentence-transformers module {kind!r} in {folder.root}",
-                    hint="supported modules: Transformer, Pooling (mean/CLS), Normalize",
+                    hint=f"supported modules: {', '.join(ST_MODULES)}",
                 )
-        return pooling, normalize
+            if kind == "Pooling":
+                modes = _pooling_modes(cfg, sub)
+                if cfg.get("include_prompt") is False:
+                    raise TritonizeError(
+                        f"{sub} pools without the prompt's tokens (include_prompt: false)",
+                        hint="the server cannot tell where a prompt ends; tritonize serves pooling over every token",
+                    )
+                dim = int(cfg.get("embedding_dimension") or cfg.get("word_embedding_dimension") or dim) * len(modes)
+            elif kind == "Dense":
+                dense += 1
+                dim = int(cfg.get("out_features") or 0)
+                if not dim:
+                    raise TritonizeError(f"the Dense module in {sub} declares no out_features", hint="save it with sentence-transformers")
+            elif kind == "Normalize":
+                normalize = True
+        return modes, normalize, dim, dense
 
     def read_head(self, folder: ModelFolder, options: GenerateOptions) -> Head:
-        pooling, normalize = self._declared(folder)
-        dim = int(folder.config.get("hidden_size") or folder.config.get("dim") or 0)
+        modes, normalize, dim, dense = self._declared(folder)
         if not dim:
             raise TritonizeError(f"config.json in {folder.transformer_dir} declares no hidden_size")
         if options.pooling is not None and options.pooling not in POOLINGS:
             raise TritonizeError(f"unknown pooling {options.pooling!r}", hint=f"use one of: {', '.join(POOLINGS)}")
-        return Head(
-            pooling=options.pooling or pooling,  # type: ignore[arg-type]
-            normalize=normalize if options.normalize is None else options.normalize,
-            dim=dim,
-        )
+        pooling = "+".join(modes)
+        overridden = (options.pooling not in (None, pooling)) or (options.normalize not in (None, normalize))
+        prompts = tuple(sorted((str(k), str(v)) for k, v in (folder.st_config.get("prompts") or {}).items() if v))
+        if folder.modules is not None and not overridden:
+            return Head(pooling, normalize, dim, "sentence-transformers", dense, prompts)
+        if dense:
+            raise TritonizeError(
+                f"--pooling/--normalize cannot be combined with the Dense module(s) of {folder.root}",
+                hint="serve the folder as it is, without those flags",
+            )
+        pooling = options.pooling or pooling
+        if pooling not in POOLINGS:
+            raise TritonizeError(f"--normalize over {pooling} pooling needs the folder's own modules", hint="drop the flag")
+        hidden = int(folder.config.get("hidden_size") or folder.config.get("dim") or 0)
+        return Head(pooling, normalize if options.normalize is None else options.normalize, hidden, "transformers", 0, prompts)
 
     def describe(self, head: Head) -> str:  # type: ignore[override]
-        return f"{head.pooling} pooling" + (", normalised" if head.normalize else "")
+        parts = [f"{head.pooling} pooling"] + ([f"{head.dense} Dense"] if head.dense else [])
+        return ", ".join(parts + (["normalised"] if head.normalize else []))
 
     def outputs(self, head: Head) -> tuple[TensorSpec, ...]:  # type: ignore[override]
         return (TensorSpec(OUTPUT, FLOAT, (head.dim,)),)
@@ -116,21 +174,31 @@ class Embedding(Task):
         from transformers import AutoModel
 
         head: Head = spec.head  # type: ignore[assignment]
-        model = load_pretrained(AutoModel, spec, eager)
-        return _graph_class()(model, head.pooling, head.normalize).eval()
+        pooled, own = _graph_class()
+        if head.library == "sentence-transformers":
+            from sentence_transformers import SentenceTransformer
 
-    def reference(self, spec: ModelSpec, graph: Any, texts: list[str], feeds: dict[str, np.ndarray]) -> tuple[str, np.ndarray]:
+            kwargs = {"attn_implementation": "eager"} if eager else {}
+            st = SentenceTransformer(
+                spec.sentence_transformers_dir, device="cpu", trust_remote_code=spec.trust_remote_code, model_kwargs=kwargs
+            )
+            return own(st.eval()).eval()
+        # The pooler of a bare encoder is never used: its weights may be missing.
+        model = load_pretrained(AutoModel, spec, eager, allow_missing=("pooler.",))
+        return pooled(model, head.pooling, head.normalize).eval()
+
+    def reference(self, spec: ModelSpec, graph: Any, rows: list[tuple[str, ...]]) -> tuple[str, np.ndarray]:
         """sentence-transformers' own encode for its folders, else the pooled PyTorch model."""
-        if spec.sentence_transformers_dir:
-            try:
-                from sentence_transformers import SentenceTransformer
-            except ImportError:
-                pass
-            else:
-                model = SentenceTransformer(spec.sentence_transformers_dir, device="cpu", trust_remote_code=spec.trust_remote_code)
-                model.max_seq_length = spec.max_length  # the same cut as the served tokenizer
-                return "sentence-transformers", model.encode(texts, batch_size=len(texts), convert_to_numpy=True)
-        return super().reference(spec, graph, texts, feeds)
+        head: Head = spec.head  # type: ignore[assignment]
+        if head.library == "sentence-transformers":
+            from sentence_transformers import SentenceTransformer
+
+            model = SentenceTransformer(spec.sentence_transformers_dir, device="cpu", trust_remote_code=spec.trust_remote_code)
+            model.max_seq_length = spec.max_length  # the same cut as the served tokenizer
+            texts = [r[0] for r in rows]
+            # prompt="": the embedding of exactly this text; declared prompts are the client's to prepend.
+            return "sentence-transformers", model.encode(texts, prompt="", batch_size=len(texts), convert_to_numpy=True)
+        return super().reference(spec, graph, rows)
 
     def rows(self, outputs: dict[str, np.ndarray]) -> list[dict]:
         return [{OUTPUT: np.asarray(v, dtype=np.float32).tolist()} for v in outputs[OUTPUT]]
