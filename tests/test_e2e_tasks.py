@@ -196,3 +196,13 @@ def test_declared_prompts_are_listed_and_applied_by_the_client(served) -> None:
     assert np.abs(got - model.encode(texts, prompt_name="query", convert_to_numpy=True)).max() <= ATOL
     assert np.abs(plain - model.encode(texts, prompt="", convert_to_numpy=True)).max() <= ATOL
     assert np.abs(got - plain).max() > 1e-3  # the prompt changed the embedding
+
+
+def test_bench_and_tune_refuse_pairs_with_one_line(served, capsys) -> None:
+    from tritonize.cli import main
+
+    repo = str(served["bert-cross-encoder"].repository)
+    for command in (["bench", "--repository", repo, "--requests", "5"], ["tune", "--repository", repo, "--requests", "5"]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert "a rerank model takes QUERY, TEXT" in err and "Traceback" not in err

@@ -141,3 +141,17 @@ def workloads_for(
 ) -> dict[str, Workload]:
     """The named workloads, counted with the served tokenizer (what bench and tune both measure)."""
     return build_workloads(names, token_counter(encoder), encoder.max_length, read_corpus(corpus_file), short_tokens, long_tokens)
+
+
+def require_single_text(manifest) -> None:
+    """The workloads are single texts: a model that takes pairs is refused with one line, not measured wrongly."""
+    from .. import tasks
+    from ..spec import TEXT_INPUT
+
+    task = tasks.of(manifest.model.head)
+    names = [t.name for t in task.text_inputs]
+    if names != [TEXT_INPUT]:
+        raise TritonizeError(
+            f"the benchmark sends one {TEXT_INPUT} per request; a {task.name} model takes {', '.join(names)}",
+            hint="bench and tune measure embedding and classification repositories",
+        )

@@ -93,6 +93,7 @@ class Bench:
         self.o = options
         repo = Path(options.repository)
         manifest = read_manifest(repo)
+        corpus.require_single_text(manifest)
         self.name = options.model or manifest.name
         self.manifest = manifest
         self.floor = floor.Floor(repo)

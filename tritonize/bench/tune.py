@@ -128,6 +128,7 @@ class Tuner:
 
         self.repo = Path(args.repository)
         manifest = read_manifest(self.repo)
+        corpus.require_single_text(manifest)
         self.manifest = manifest
         self.name = args.model or manifest.name
         self.grid = parse_grid(args.grid)
