@@ -18,7 +18,6 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tritonize.client import RequestResult, chunks  # noqa: E402
-from tritonize.spec import TEXT_INPUT  # noqa: E402
 from tritonize.tasks.base import Task  # noqa: E402
 
 DEFAULT_URLS = {"grpc": "127.0.0.1:8001", "http": "127.0.0.1:8000"}
@@ -34,7 +33,8 @@ def parser(protocol: str, description: str) -> argparse.ArgumentParser:
     p.add_argument("--concurrency", "-c", type=int, default=1, help="requests in flight at once")
     p.add_argument("--batch-size", "-b", type=int, default=8, help="texts per request")
     p.add_argument("--top-k", "-k", type=int, default=1, help="labels shown per text (classifiers)")
-    p.add_argument("--query", "-q", help="rerankers: the query every text (document) is scored against")
+    p.add_argument("--query", "--question", "-q", dest="query",
+                   help="rerankers: the query every text (document) is scored against; QA: the question every text (context) answers")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of a summary")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per request")
     return p
@@ -71,19 +71,20 @@ def read_texts(args: argparse.Namespace) -> list[str]:
 
 
 def requests(args: argparse.Namespace, texts: Sequence[str], task: Task) -> list:
-    """Requests of --batch-size texts; for a model with a second text input (a reranker's QUERY), pairs."""
+    """Requests of --batch-size texts; for a pair model (a reranker's QUERY and TEXT, QA's QUESTION and
+    CONTEXT) the texts fill the second input and --query the first, repeated."""
     batches = chunks(list(texts), args.batch_size)
-    others = [t.name for t in task.text_inputs if t.name != TEXT_INPUT]
-    if not others:
+    names = [t.name for t in task.text_inputs]
+    if len(names) == 1:
         return batches
     if not args.query:
-        sys.exit(f"error: {args.model} takes {', '.join(others)} besides the texts: pass --query")
-    return [{others[0]: [args.query] * len(b), TEXT_INPUT: b} for b in batches]
+        sys.exit(f"error: {args.model} takes {names[0]} besides the texts ({names[1]}): pass --query")
+    return [{names[0]: [args.query] * len(b), names[1]: b} for b in batches]
 
 
 def shown_texts(texts) -> Sequence:
-    """The texts a request carried (the documents, for pairs)."""
-    return texts[TEXT_INPUT] if isinstance(texts, dict) else texts
+    """The texts a request carried (the documents or contexts, for pairs)."""
+    return list(texts.values())[-1] if isinstance(texts, dict) else texts
 
 
 def report(results: Sequence[RequestResult], task: Task, args: argparse.Namespace) -> int:

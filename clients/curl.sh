@@ -6,9 +6,10 @@
 #   echo "a text" | clients/curl.sh
 #   TOP_K=2 clients/curl.sh "great movie"          # classifiers: top-k labels
 #   QUERY="what is triton?" clients/curl.sh "doc one" "doc two"   # rerankers: one score per document
+#   QUESTION="who lives in Berlin?" clients/curl.sh "Sarah lives in Berlin."   # extractive QA: one answer per context
 #
 # Environment: TRITON_HTTP_URL or TRITON_URL (default http://127.0.0.1:8000),
-# TRITON_MODEL or MODEL (default: `name` in ${TRITON_REPO:-triton_repo}/tritonize.yaml), TOP_K, QUERY.
+# TRITON_MODEL or MODEL (default: `name` in ${TRITON_REPO:-triton_repo}/tritonize.yaml), TOP_K, QUERY, QUESTION.
 set -euo pipefail
 
 URL="${TRITON_HTTP_URL:-${TRITON_URL:-http://127.0.0.1:8000}}"
@@ -56,13 +57,15 @@ outputs=""
 if [[ -n "${TOP_K:-}" ]]; then
   outputs=",\"outputs\":[{\"name\":\"probabilities\",\"parameters\":{\"classification\":${TOP_K}}}]"
 fi
-inputs="{\"name\":\"TEXT\",\"shape\":[${#texts[@]},1],\"datatype\":\"BYTES\",\"data\":[${data}]}"
-if [[ -n "${QUERY:-}" ]]; then
-  # A reranker scores (QUERY, TEXT) pairs: the query is repeated for every document.
-  query="$(json_string "$QUERY")"
-  queries=""
-  for _ in "${texts[@]}"; do queries+="${queries:+,}${query}"; done
-  inputs="{\"name\":\"QUERY\",\"shape\":[${#texts[@]},1],\"datatype\":\"BYTES\",\"data\":[${queries}]},${inputs}"
+# A reranker takes (QUERY, TEXT) pairs, a QA model (QUESTION, CONTEXT): the first is repeated for every text.
+text_name=TEXT first_name="" first=""
+if [[ -n "${QUERY:-}" ]]; then first_name=QUERY first="$QUERY"; fi
+if [[ -n "${QUESTION:-}" ]]; then first_name=QUESTION first="$QUESTION" text_name=CONTEXT; fi
+inputs="{\"name\":\"${text_name}\",\"shape\":[${#texts[@]},1],\"datatype\":\"BYTES\",\"data\":[${data}]}"
+if [[ -n "$first_name" ]]; then
+  repeated="" one="$(json_string "$first")"
+  for _ in "${texts[@]}"; do repeated+="${repeated:+,}${one}"; done
+  inputs="{\"name\":\"${first_name}\",\"shape\":[${#texts[@]},1],\"datatype\":\"BYTES\",\"data\":[${repeated}]},${inputs}"
 fi
 body="{\"inputs\":[${inputs}]${outputs}}"
 

@@ -47,6 +47,45 @@ class Served:
         return TextClient(self.endpoints.grpc if protocol == "grpc" else self.endpoints.http, self.name, protocol=protocol)
 
 
+def redraw_token_head(folder: Path, seed: int = 0) -> None:
+    """A wider random draw of the token classifier, so plain words, entities and multi-token runs all occur."""
+    import torch
+    from transformers import AutoModelForTokenClassification
+
+    model = AutoModelForTokenClassification.from_pretrained(str(folder))
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        model.classifier.weight.normal_(0.0, 0.5, generator=generator)
+        model.classifier.bias.copy_(torch.tensor([1.0, -1.0, 0.5, -1.0, 0.5]))
+    model.eval().save_pretrained(str(folder))
+
+
+def spread_qa_head(folder: Path, seed: int = 0) -> None:
+    """A random model's span logits are nearly flat: spread them so the best span wins by a clear margin."""
+    import torch
+    from transformers import AutoModelForQuestionAnswering
+
+    model = AutoModelForQuestionAnswering.from_pretrained(str(folder))
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        model.qa_outputs.weight.copy_(torch.randn(model.qa_outputs.weight.shape, generator=generator))
+        model.qa_outputs.bias.copy_(torch.randn(model.qa_outputs.bias.shape, generator=generator))
+    model.eval().save_pretrained(str(folder))
+
+
+# zoo id -> generate options: a BERT CrossEncoder (token_type_ids), a Qwen3 last-token embedder, an embedder
+# that declares prompts, and token classifiers with WordPiece and byte-level BPE offsets.
+SERVED = {
+    "bert-cross-encoder": {},
+    "qwen3-st-lasttoken": {},
+    "xlm-roberta-st-prompts": {},
+    "bert-token-cls": {"aggregation": "simple"},
+    "roberta-token-cls": {"aggregation": "first"},
+    "bert-qa": {},
+    "roberta-qa": {},
+}
+
+
 @pytest.fixture(scope="module")
 def served(local_options, tmp_path_factory):
     """One local server per zoo folder: a BERT CrossEncoder (token_type_ids), a Qwen3 last-token embedder
@@ -54,10 +93,14 @@ def served(local_options, tmp_path_factory):
     base = tmp_path_factory.mktemp("tasks")
     runtimes, out = [], {}
     try:
-        for zoo_id in ("bert-cross-encoder", "qwen3-st-lasttoken", "xlm-roberta-st-prompts"):
+        for zoo_id, options in SERVED.items():
             folder = model_zoo.build(zoo_id, base / "zoo")
+            if zoo_id.endswith("token-cls"):
+                redraw_token_head(folder)
+            if zoo_id.endswith("-qa"):
+                spread_qa_head(folder)
             name = zoo_id.replace("-", "_")
-            repo = generate(GenerateOptions(model=str(folder), name=name, output=str(base / f"{name}-repo")))
+            repo = generate(GenerateOptions(model=str(folder), name=name, output=str(base / f"{name}-repo"), **options))
             runtime = LocalRuntime(local_options(repo, base / "run"), quiet=True)
             endpoints = runtime.up()
             runtimes.append(runtime)
@@ -206,3 +249,151 @@ def test_bench_and_tune_refuse_pairs_with_one_line(served, capsys) -> None:
         assert main(command) == 2
         err = capsys.readouterr().err
         assert "a rerank model takes QUERY, TEXT" in err and "Traceback" not in err
+
+
+NER_TEXTS = [
+    "Sarah lives in Berlin.",
+    "Angela Merkel and Emmanuel Macron met in New York City.",
+    "Zoë et François vivent à Montréal, Zürich et São Paulo.",
+    "   the quick brown fox   ",
+    " ".join(["Sarah Connor met Angela Merkel in Berlin and then flew to New York City."] * 8),  # truncated
+]
+
+
+def pipeline_entities(folder: Path, aggregation: str, texts: list[str]) -> list[list[dict]]:
+    from transformers import pipeline
+
+    pipe = pipeline("token-classification", model=str(folder), aggregation_strategy=aggregation, device="cpu")
+    return [[{k: (v.item() if hasattr(v, "item") else v) for k, v in e.items()} for e in pipe(t)] for t in texts]
+
+
+def assert_same_entities(got: list[list[dict]], expected: list[list[dict]]) -> None:
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        assert [{k: v for k, v in x.items() if k != "score"} for x in g] == [{k: v for k, v in x.items() if k != "score"} for x in e]
+        assert all(abs(a["score"] - b["score"]) <= ATOL for a, b in zip(g, e))
+
+
+@pytest.mark.parametrize("zoo_id", ["bert-token-cls", "roberta-token-cls"])
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_entities_match_the_token_classification_pipeline(served, zoo_id: str, protocol: str) -> None:
+    s = served[zoo_id]
+    expected = pipeline_entities(s.folder, SERVED[zoo_id]["aggregation"], NER_TEXTS)
+    assert sum(len(e) for e in expected) >= 5  # the redrawn head finds entities: the comparison is not vacuous
+    with s.client(protocol) as client:
+        assert client.task().name == "token-classification"
+        together = client.entities(NER_TEXTS)
+        alone = [client.entities([t])[0] for t in NER_TEXTS]
+    assert_same_entities(together, expected)
+    assert_same_entities(alone, expected)
+    for text, found in zip(NER_TEXTS, together):  # character offsets into the original text
+        assert all(0 <= e["start"] <= e["end"] <= len(text) for e in found)
+
+
+def test_curl_gets_entities_as_json(served) -> None:
+    s = served["bert-token-cls"]
+    result = subprocess.run(
+        ["bash", str(ROOT / "clients" / "curl.sh"), *NER_TEXTS[:2]],
+        env={**os.environ, "TRITON_HTTP_URL": s.endpoints.http, "TRITON_MODEL": s.name},
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = {o["name"]: o for o in json.loads(result.stdout)["outputs"]}["entities"]
+    assert out["shape"] == [2, 1]
+    assert_same_entities([json.loads(cell) for cell in out["data"]], pipeline_entities(s.folder, "simple", NER_TEXTS[:2]))
+
+
+QA_PAIRS = [
+    ("Where does Sarah live?", "Sarah lives in Berlin and works in Paris."),
+    ("Who visited Zürich?", "Zoë et François vivent à Montréal, Zürich et São Paulo."),
+    ("Who operates room 37?", " ".join(f"The server in room {i} is run by Ada {i} and batches requests." for i in range(30))),
+    ("what?", "   whitespace around the context   "),
+]
+
+
+def reference_answer(folder: Path, question: str, context: str) -> dict:
+    """The question-answering pipeline, step for step (transformers 5 removed it; see test_serving_question_answering)."""
+    from test_serving_question_answering import QAModel, reference_answers
+
+    from tritonize.serving.question_answering import default_doc_stride, default_max_seq_len
+    from transformers import AutoTokenizer
+
+    max_seq_len = default_max_seq_len(AutoTokenizer.from_pretrained(str(folder)).model_max_length)
+    answers = reference_answers(QAModel(folder), question, context, max_seq_len=max_seq_len,
+                                doc_stride=default_doc_stride(max_seq_len))
+    return answers[0]
+
+
+def assert_same_answer(got: dict, expected: dict) -> None:
+    assert (got["answer"], got["start"], got["end"]) == (expected["answer"], expected["start"], expected["end"])
+    assert abs(got["score"] - expected["score"]) <= ATOL
+
+
+@pytest.mark.parametrize("zoo_id", ["bert-qa", "roberta-qa"])
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_answers_match_the_question_answering_pipeline(served, zoo_id: str, protocol: str) -> None:
+    s = served[zoo_id]
+    expected = [reference_answer(s.folder, q, c) for q, c in QA_PAIRS]
+    with s.client(protocol) as client:
+        assert client.task().name == "question-answering"
+        together = client.answers([q for q, _ in QA_PAIRS], [c for _, c in QA_PAIRS])
+        alone = [client.answer(q, c) for q, c in QA_PAIRS]
+    for got, want, (_, context) in zip(together, expected, QA_PAIRS):
+        assert_same_answer(got, want)
+        assert context[got["start"] : got["end"]] == got["answer"]
+    for got, want in zip(alone, expected):
+        assert_same_answer(got, want)
+
+
+def test_long_context_is_windowed_not_cut(served) -> None:
+    """An answer that only the last window holds is still found: the context is split with a stride, not truncated."""
+    s = served["bert-qa"]
+    question, context = QA_PAIRS[2]
+    with s.client("grpc") as client:
+        got = client.answer(question, context)
+    want = reference_answer(s.folder, question, context)
+    assert_same_answer(got, want)
+    from transformers import AutoTokenizer
+
+    tokens = len(AutoTokenizer.from_pretrained(str(s.folder))(question, context)["input_ids"])
+    assert tokens > 2 * 128  # several windows of the model's 128 tokens
+
+
+def test_qa_refuses_bad_text_and_keeps_serving(served) -> None:
+    s = served["bert-qa"]
+    with s.client("grpc") as client:
+        with pytest.raises(ServerError, match="CONTEXT\\[0\\] is empty"):
+            client.answer("who?", "   ")
+        with pytest.raises(ServerError, match="not valid UTF-8"):
+            client.answers(["who?"], [b"\xff\xfe bad"])
+        assert client.answer(*QA_PAIRS[0]) is not None
+
+
+def test_curl_asks_a_question(served) -> None:
+    s = served["roberta-qa"]
+    question, context = QA_PAIRS[0]
+    result = subprocess.run(
+        ["bash", str(ROOT / "clients" / "curl.sh"), context],
+        env={**os.environ, "TRITON_HTTP_URL": s.endpoints.http, "TRITON_MODEL": s.name, "QUESTION": question},
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = {o["name"]: o for o in json.loads(result.stdout)["outputs"]}["answer"]
+    assert out["shape"] == [1, 1]
+    assert_same_answer(json.loads(out["data"][0]), reference_answer(s.folder, question, context))
+
+
+def test_client_script_answers_a_question(served) -> None:
+    import sys
+
+    s = served["bert-qa"]
+    question, context = QA_PAIRS[0]
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "clients" / "grpc_client.py"), "--url", s.endpoints.grpc, "--model", s.name,
+         "--json", "--question", question, context],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert result.returncode == 0, result.stderr
+    (row,) = json.loads(result.stdout)["results"]
+    assert row["text"] == context
+    assert_same_answer(row["answer"], reference_answer(s.folder, question, context))

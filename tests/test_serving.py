@@ -253,3 +253,21 @@ def test_padding_waste_counts_the_plan_the_server_runs(repo: Path) -> None:
     waste = padding_waste(counts, batch=len(counts), runner=runner)
     assert waste["computed_tokens"] == computed and waste["real_tokens"] == sum(counts)
     assert waste["waste"] == round((computed - sum(counts)) / sum(counts), 4)
+
+
+def test_per_token_outputs_come_back_at_each_requests_width(tmp_path: Path) -> None:
+    """Token logits of requests padded to different buckets, regrouped together, equal each request run alone."""
+    import model_zoo
+
+    folder = model_zoo.build("bert-token-cls", tmp_path / "zoo")
+    repo = generate(GenerateOptions(model=str(folder), name="tok", output=str(tmp_path / "repo"), buckets=[8, 16, 64]))
+    encoder, runner = steps.text_encoder(repo), steps.onnx_runner(repo)
+    assert runner.per_token == [True]  # logits [rows, tokens, labels]
+    batches = [encoder.encode([t]) for t in ("Sarah", "Sarah lives in Berlin and works in Paris every day", "a b")]
+    assert len({b[IDS].shape[1] for b in batches}) == 2  # two buckets in one execute()
+    together = runner.run_grouped(batches)
+    for batch, got in zip(batches, together):
+        alone = runner.run_grouped([batch])[0][0]
+        assert got[0].shape == alone.shape == (1, batch[IDS].shape[1], 5)
+        n = int(batch[MASK].sum())
+        assert np.abs(got[0][:, :n] - alone[:, :n]).max() <= 1e-5

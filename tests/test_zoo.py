@@ -2,8 +2,8 @@
 
 Each folder is built the way current libraries save it, then generated: its task must be the folder's own
 head, and verification must pass against the model's own library (sentence-transformers' encode,
-CrossEncoder.predict, or the model's transformers class). Heads tritonize cannot serve exactly are refused
-with one line, never served as something else.
+CrossEncoder.predict, the model's transformers class, the token-classification pipeline, the
+question-answering pipeline's steps). A head tritonize cannot serve exactly is refused with one line.
 """
 
 from __future__ import annotations
@@ -16,12 +16,18 @@ import pytest
 import model_zoo
 from tritonize.errors import TritonizeError
 from tritonize.generate import generate
+from tritonize.repository import parse_config
 from tritonize.spec import GenerateOptions
 
-# The zoo's task names -> what tritonize serves; None: refused (not served yet).
+# The zoo's task names -> what tritonize serves them as.
 SERVED_AS = {"embedding": "embedding", "classification": "classification", "reranker": "rerank",
-             "token-classification": None, "question-answering": None}
-REFERENCE = {"embedding": "sentence-transformers", "classification": "transformers", "rerank": "sentence-transformers CrossEncoder"}
+             "token-classification": "token-classification", "question-answering": "question-answering"}
+REFERENCE = {"embedding": "sentence-transformers", "classification": "transformers",
+             "rerank": "sentence-transformers CrossEncoder", "token-classification": "transformers",
+             "question-answering": "transformers"}
+# Where a served step follows (or drives) the graph: the whole answer against the model's library.
+ANSWERS = {"token-classification": {"reference": "transformers pipeline", "rows": 16, "agree": 16, "passed": True},
+           "question-answering": {"reference": "question-answering pipeline steps", "rows": 6, "agree": 6, "passed": True}}
 
 
 @pytest.fixture(scope="module")
@@ -30,17 +36,50 @@ def zoo_root(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("entry", model_zoo.ZOO, ids=[e.id for e in model_zoo.ZOO])
-def test_every_folder_is_served_exactly_or_refused(entry, zoo_root: Path, tmp_path: Path) -> None:
+def test_every_folder_is_served_exactly(entry, zoo_root: Path, tmp_path: Path) -> None:
     folder = model_zoo.build(entry, zoo_root)
-    options = GenerateOptions(model=str(folder), name="zoo", output=str(tmp_path / "repo"))
     task = SERVED_AS[entry.task]
-    if task is None:
-        with pytest.raises(TritonizeError, match="cannot serve a .* exactly") as info:
-            generate(options)
-        assert "\n" not in str(info.value)
-        return
-    repo = generate(options)
+    repo = generate(GenerateOptions(model=str(folder), name="zoo", output=str(tmp_path / "repo")))
     report = json.loads((repo / "verification.json").read_text())
     assert report["task"] == task
     assert report["reference"] == REFERENCE[task]
     assert report["passed"] is True and report["stages"]["export"]["max_abs"] <= 1e-4
+    assert report.get("answers") == ANSWERS.get(task)
+    # The container's model step: Triton's own onnxruntime backend, its tensors those of the local config.
+    model_dir = repo / "zoo_model"
+    container = parse_config((model_dir / "config.pbtxt").read_text())
+    local = parse_config((model_dir / "configs" / "local.pbtxt").read_text())
+    assert container.platform == "onnxruntime_onnx" and local.backend == "python"
+    assert [(o.name, list(o.dims)) for o in container.output] == [(o.name, list(o.dims)) for o in local.output]
+
+
+@pytest.mark.parametrize("layout", ["sbert_ce_default_activation_function", "sentence_transformers"])
+def test_older_cross_encoder_layouts_keep_their_activation(layout: str, zoo_root: Path, tmp_path: Path) -> None:
+    """sentence-transformers < 4 and 4.x kept the activation in config.json; CrossEncoder.predict reads it there."""
+    import shutil
+
+    folder = tmp_path / "old-ce"
+    shutil.copytree(model_zoo.build("bert-hub-reranker", zoo_root), folder)
+    config = json.loads((folder / "config.json").read_text())
+    identity = "torch.nn.modules.linear.Identity"
+    config.update({layout: identity} if layout.startswith("sbert") else {layout: {"activation_fn": identity}})
+    (folder / "config.json").write_text(json.dumps(config))
+    repo = generate(GenerateOptions(model=str(folder), name="zoo", output=str(tmp_path / "repo")))
+    report = json.loads((repo / "verification.json").read_text())
+    assert report["passed"] and report["reference"] == "sentence-transformers CrossEncoder"
+    assert "identity score" in (repo / "README.md").read_text()
+
+
+def test_a_head_tritonize_cannot_serve_is_refused_with_one_line(tmp_path: Path) -> None:
+    """A masked-LM head is neither embedding nor classification: refused, never served as something else."""
+    from tiny_models import _config, build_tokenizer
+    from transformers import BertForMaskedLM
+
+    folder = tmp_path / "mlm"
+    config = _config()
+    config.architectures = ["BertForMaskedLM"]
+    BertForMaskedLM(config).save_pretrained(folder)
+    build_tokenizer(folder, 64)
+    with pytest.raises(TritonizeError, match="cannot serve a BertForMaskedLM exactly") as info:
+        generate(GenerateOptions(model=str(folder), output=str(tmp_path / "repo")))
+    assert "\n" not in str(info.value) and "question-answering" in info.value.hint

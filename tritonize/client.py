@@ -27,7 +27,12 @@ from .spec import TEXT_INPUT
 from .tasks.base import Task
 from .tasks.classification import PROBABILITIES, Label, parse_classes
 from .tasks.embedding import OUTPUT as EMBEDDING
+from .tasks.question_answering import CONTEXT_INPUT, QUESTION_INPUT
+from .tasks.question_answering import OUTPUT as ANSWER
+from .tasks.question_answering import TASK as QUESTION_ANSWERING
 from .tasks.rerank import OUTPUT as SCORE
+from .tasks.token_classification import OUTPUT as ENTITIES
+from .tasks.token_classification import TASK as TOKEN_CLASSIFICATION
 from .tasks.rerank import QUERY_INPUT
 
 Protocol = Literal["grpc", "http"]
@@ -247,6 +252,19 @@ class TextClient:
         """The top_k labels per text, best first, computed by Triton."""
         return parse_classes(self.infer(texts, outputs=[PROBABILITIES], top_k=max(1, top_k))[PROBABILITIES])
 
+    def entities(self, texts: Iterable[Text]) -> list[list[dict]]:
+        """Per text, the entities the token classifier found: entity_group (or entity), score, word, start, end."""
+        return [row[ENTITIES] for row in TOKEN_CLASSIFICATION.rows(self.infer(texts, outputs=[ENTITIES]))]
+
+    def answer(self, question: Text, context: Text) -> dict | None:
+        """The span of `context` that answers `question`: {"answer", "score", "start", "end"} (None: no span)."""
+        return self.answers([question], [context])[0]
+
+    def answers(self, questions: Sequence[Text], contexts: Sequence[Text]) -> list[dict | None]:
+        """One answer per (question, context) pair, in one request."""
+        inputs = {QUESTION_INPUT: list(questions), CONTEXT_INPUT: list(contexts)}
+        return [row[ANSWER] for row in QUESTION_ANSWERING.rows(self.infer(inputs, outputs=[ANSWER]))]
+
     def rerank(self, query: Text, documents: Sequence[Text]) -> np.ndarray:
         """One relevance score per document for `query`, [len(documents)] float32 (higher is more relevant)."""
         return self.infer(rerank_inputs(query, documents), outputs=[SCORE])[SCORE].reshape(-1)
@@ -351,6 +369,9 @@ class AsyncTextClient:
     async def classify(self, texts: Iterable[Text], top_k: int = 1) -> list[list[Label]]:
         return parse_classes((await self.infer(texts, outputs=[PROBABILITIES], top_k=max(1, top_k)))[PROBABILITIES])
 
+    async def entities(self, texts: Iterable[Text]) -> list[list[dict]]:
+        return [row[ENTITIES] for row in TOKEN_CLASSIFICATION.rows(await self.infer(texts, outputs=[ENTITIES]))]
+
     async def rerank(self, query: Text, documents: Sequence[Text]) -> np.ndarray:
         return (await self.infer(rerank_inputs(query, documents), outputs=[SCORE]))[SCORE].reshape(-1)
 
@@ -395,7 +416,9 @@ def run_concurrent(
 
 
 __all__ = [
+    "ANSWER",
     "EMBEDDING",
+    "ENTITIES",
     "PROBABILITIES",
     "SCORE",
     "AsyncTextClient",

@@ -69,8 +69,10 @@ def export_onnx(spec: ModelSpec, graph, path: Path, opset: int, external_thresho
     token_type_ids = torch.tensor([[0, 0, 0, 1, 1, 1, 0, 0], [0, 0, 0, 0, 1, 1, 1, 1]])  # a pair's second segment
     dummy = {INPUT_IDS: input_ids, ATTENTION_MASK: attention_mask, TOKEN_TYPE_IDS: token_type_ids}
     axes = {name: {0: "batch", 1: "sequence"} for name in spec.input_names}
-    output_names = tasks.of(spec.head).output_names
-    axes.update({name: {0: "batch"} for name in output_names})
+    graph_outputs = tasks.of(spec.head).graph_outputs(spec.head)
+    output_names = [t.name for t in graph_outputs]
+    # Per-token outputs (dims starting with -1) keep the sequence axis dynamic too.
+    axes.update({t.name: {0: "batch", 1: "sequence"} if t.dims[:1] == (-1,) else {0: "batch"} for t in graph_outputs})
     path.parent.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")

@@ -18,6 +18,7 @@ from .errors import TritonizeError
 from .manifest import RESOLVED_KEY
 from .spec import DEVICES, PRECISIONS, TOKENIZER_FILE, VERSION, GenerateOptions
 from .tasks.embedding import POOLINGS
+from .tasks.token_classification import AGGREGATIONS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,6 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-length", type=int, help="tokens per text (default: what the model declares)")
     p.add_argument("--pooling", choices=POOLINGS, help="embedding pooling (default: what the folder declares, else mean)")
     p.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None, help="L2-normalise embeddings")
+    p.add_argument("--aggregation", choices=AGGREGATIONS, help="token classification: how tokens group into entities (default: simple)")
     p.add_argument("--output", "-o", help=f"repository directory (default: {d.output})")
     p.add_argument("--device", choices=DEVICES, help=f"instance kind of the model step in the container (default: {d.device})")
     p.add_argument("--precision", choices=PRECISIONS, help=f"(default: {d.precision})")
@@ -129,7 +131,9 @@ def generate(options: GenerateOptions) -> Path:
             verify.check(report)
         files = repository.render(repo, repository.manifest(options, repo), report)
         binaries = {f"{repo.model_name}/{VERSION}/{f.name}": f for f in artifacts.files_for(artifacts.onnx)}
-        binaries[f"{repo.tokenizer_name}/{VERSION}/{TOKENIZER_FILE}"] = Path(spec.tokenizer_file)
+        for python_step in (repo.tokenizer_step, repo.post_step):  # each step that tokenizes or decodes words
+            if python_step is not None:
+                binaries[f"{python_step.name}/{VERSION}/{TOKENIZER_FILE}"] = Path(spec.tokenizer_file)
         binaries.update(repository.served_files(repo))
         with step(f"Writing the repository to {output}"):
             repository.write(files, binaries, output, staging, force=options.force)

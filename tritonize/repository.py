@@ -89,14 +89,20 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str) -> RepoSpec:
         text_inputs=task.text_inputs,
         outputs=task.outputs(model.head),
         labels=task.labels(model.head),
+        graph_outputs=task.graph_outputs(model.head),
         truncation=task.truncation,
-        tokenizer_step=step("tokenizer", "tokenizer", options.tokenizer_instances, "KIND_CPU"),
+        tokenizer_step=step("tokenizer", task.front_module, options.tokenizer_instances, "KIND_CPU"),
         model_step=step("model", "onnx_model", options.model_instances, "KIND_GPU" if options.device == "gpu" else "KIND_CPU"),
         buckets=normalise_buckets(options.buckets, model.max_length),
         device=options.device,  # type: ignore[arg-type]
         precision=options.precision,  # type: ignore[arg-type]
         tensorrt=TensorRTSpec("FP16" if options.precision == "fp16" else "FP32") if options.tensorrt else None,
         max_batch_size=options.max_batch_size,
+        post_step=step("post", task.post_module, 1, "KIND_CPU") if task.post_module else None,
+        token_extras=task.token_extras,
+        post_parameters=task.post_parameters(model),
+        orchestrated=task.orchestrates,
+        front_parameters=task.front_parameters(model, names["model"], options.max_batch_size),
     )
 
 
@@ -135,6 +141,8 @@ def render(repo: RepoSpec, manifest: Manifest, report: VerificationReport) -> li
         (VERIFICATION_FILE, "repository/verification.json.j2", {"report": report.to_dict()}),
         (README_FILE, "repository/README.md.j2", {}),
     ]
+    if repo.post_step:
+        layout.append((f"{repo.post_step.name}/{CONFIG_FILE}", "post/config.pbtxt.j2", {"step": repo.post_step}))
     if repo.labels:
         # Triton's classification extension reads labels next to the config that names them.
         layout += [(f"{d}/{LABELS_FILE}", "repository/labels.txt.j2", {}) for d in (m, e)]
@@ -152,7 +160,7 @@ def served_files(repo: RepoSpec) -> dict[str, Path]:
     """Each Python step's module as model.py, and the served modules it imports, copied byte for byte."""
     return {
         f"{step.name}/{VERSION}/{target}": source
-        for step in (repo.tokenizer_step, repo.model_step)
+        for step in repo.steps
         for target, source in serving.step_files(step.module, SERVED_ENTRY).items()
     }
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from . import tasks
 from .errors import TritonizeError
+from .serving.batching import TOKEN_TYPE_IDS
 from .spec import TOKENIZER_FILE, GenerateOptions, ModelSpec
 
 # Families whose PyTorch graphs export to ONNX with (input_ids, attention_mask[, token_type_ids]).
@@ -102,10 +103,10 @@ class ModelFolder:
             or "sentence_transformers" in self.config and "activation_fn" in self.config.get("sentence_transformers", {})
         )
 
-    @property
-    def uses_token_types(self) -> bool:
-        """The model has segment embeddings, so pairs need token_type_ids."""
-        return int(self.config.get("type_vocab_size") or 0) > 1
+    def uses_token_types(self, tokenizer_inputs: tuple[str, ...]) -> bool:
+        """Pairs need token_type_ids where the model has segment embeddings and its tokenizer feeds them
+        (transformers passes the model only its tokenizer's model_input_names)."""
+        return int(self.config.get("type_vocab_size") or 0) > 1 and TOKEN_TYPE_IDS in tokenizer_inputs
 
     @property
     def model_type(self) -> str:
@@ -171,8 +172,8 @@ def _declared_max_length(root: Path, transformer_dir: Path, config: dict) -> int
     return limit
 
 
-def _served_tokenizer(transformer_dir: Path, trust_remote_code: bool) -> tuple[str, int]:
-    """(tokenizer.json as transformers itself tokenizes, pad id), written once to the cache.
+def _served_tokenizer(transformer_dir: Path, trust_remote_code: bool) -> tuple[str, int, tuple[str, ...]]:
+    """(tokenizer.json as transformers itself tokenizes, pad id, the inputs it feeds a model), written once to the cache.
 
     transformers may rebuild a tokenizer from tokenizer_config.json rather than
     use the folder's tokenizer.json as it is (lower-casing, accents, prefix
@@ -202,7 +203,7 @@ def _served_tokenizer(transformer_dir: Path, trust_remote_code: bool) -> tuple[s
         from .verify import pad_token_id
 
         pad_id = pad_token_id(str(cache / TOKENIZER_FILE))
-    return str(cache / TOKENIZER_FILE), int(pad_id)
+    return str(cache / TOKENIZER_FILE), int(pad_id), tuple(tok.model_input_names)
 
 
 def read_model(options: GenerateOptions) -> ModelSpec:
@@ -230,7 +231,7 @@ def read_model(options: GenerateOptions) -> ModelSpec:
             hint=f"use --max-length {limit} or less",
         )
     head = task.read_head(folder, options)
-    tokenizer_file, pad_id = _served_tokenizer(transformer_dir, options.trust_remote_code)
+    tokenizer_file, pad_id, tokenizer_inputs = _served_tokenizer(transformer_dir, options.trust_remote_code)
     return ModelSpec(
         source=str(transformer_dir),
         head=head,
@@ -239,7 +240,7 @@ def read_model(options: GenerateOptions) -> ModelSpec:
         model_type=model_type,
         tokenizer_file=tokenizer_file,
         pad_token_id=pad_id,
-        input_names=task.token_inputs(folder),
+        input_names=task.token_inputs(folder, tokenizer_inputs),
         sentence_transformers_dir=str(root) if folder.modules else None,
         trust_remote_code=options.trust_remote_code,
     )

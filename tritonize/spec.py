@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from .serving.batching import ATTENTION_MASK, INPUT_IDS
+from .serving.batching import ATTENTION_MASK, INPUT_IDS, OFFSETS, SPECIAL_TOKENS_MASK
 
 Device = Literal["cpu", "gpu"]
 Precision = Literal["fp32", "fp16"]
@@ -26,6 +26,8 @@ PRECISIONS: tuple[str, ...] = ("fp32", "fp16")
 # -- names: tensors ------------------------------------------------------------
 TEXT_INPUT = "TEXT"  # the raw strings users send, BYTES [N, 1]
 TOKEN_INPUTS: tuple[str, ...] = (INPUT_IDS, ATTENTION_MASK)  # tokenizer step -> model step (batching.py names them)
+# What the tokenizer step can hand a post-processing step besides the model's inputs, and their dims.
+TOKEN_EXTRAS: dict[str, tuple[int, ...]] = {OFFSETS: (-1, 2), SPECIAL_TOKENS_MASK: (-1,)}
 
 # -- names: files and folders of a repository --------------------------------
 CONFIG_FILE = "config.pbtxt"
@@ -41,6 +43,7 @@ README_FILE = "README.md"
 SERVED_ENTRY = "model.py"  # what the Python backend imports in a step's version folder
 TOKENIZER_SUFFIX = "_tokenizer"
 MODEL_SUFFIX = "_model"
+POST_SUFFIX = "_post"
 
 DEFAULT_BUCKET_LADDER = (16, 32, 64, 128, 256, 512)
 TENSORRT_CACHE = "/tmp/tritonize_trt_cache"
@@ -105,6 +108,7 @@ class GenerateOptions:
     max_length: int | None = None
     pooling: str | None = None  # embedding: override the declared pooling (mean|cls)
     normalize: bool | None = None  # embedding: override the declared L2 normalisation
+    aggregation: str | None = None  # token classification: none|simple|first|average|max (default simple)
     output: str = "triton_repo"
     device: str = "cpu"
     precision: str = "fp32"
@@ -216,7 +220,8 @@ class RepoSpec:
     model: ModelSpec
     description: str  # the head in a few words (the task says)
     text_inputs: tuple[TensorSpec, ...]
-    outputs: tuple[TensorSpec, ...]  # what the graph, and so the ensemble, returns
+    outputs: tuple[TensorSpec, ...]  # what the ensemble returns
+    graph_outputs: tuple[TensorSpec, ...]  # what the model step returns (the outputs, unless a step follows it)
     labels: tuple[str, ...]  # written to LABELS_FILE when any output names it
     truncation: str | None  # the tokenizer step's strategy (pairs: "only_second"); None: the tokenizer's default
     tokenizer_step: StepSpec
@@ -227,6 +232,11 @@ class RepoSpec:
     tensorrt: TensorRTSpec | None = None
     local: LocalRuntimeSpec = field(default_factory=LocalRuntimeSpec)
     max_batch_size: int = 64
+    post_step: StepSpec | None = None  # served post-processing after the model (token classification)
+    token_extras: tuple[str, ...] = ()  # tokenizer outputs only the post step reads
+    post_parameters: dict[str, str] = field(default_factory=dict)
+    orchestrated: bool = False  # the first step calls the model step itself and answers (question answering)
+    front_parameters: dict[str, str] = field(default_factory=dict)
 
     @property
     def pad_token_id(self) -> int:
@@ -245,6 +255,23 @@ class RepoSpec:
         return tuple(TensorSpec(n, "TYPE_INT64", (-1,)) for n in self.model.input_names)
 
     @property
+    def tokenizer_outputs(self) -> tuple[TensorSpec, ...]:
+        if self.orchestrated:
+            return self.outputs
+        return self.token_inputs + tuple(TensorSpec(n, "TYPE_INT64", TOKEN_EXTRAS[n]) for n in self.token_extras)
+
+    @property
+    def post_inputs(self) -> tuple[TensorSpec, ...]:
+        """The texts, their encoding (real lengths, offsets, special tokens) and the model's outputs."""
+        ids_and_mask = tuple(t for t in self.token_inputs if t.name in TOKEN_INPUTS)
+        extras = self.tokenizer_outputs[len(self.token_inputs):]
+        return self.text_inputs + ids_and_mask + extras + self.graph_outputs
+
+    @property
+    def steps(self) -> tuple[StepSpec, ...]:
+        return (self.tokenizer_step, self.model_step) + ((self.post_step,) if self.post_step else ())
+
+    @property
     def tokenizer_parameters(self) -> dict[str, str]:
         params = {
             "tokenizer_file": TOKENIZER_FILE,
@@ -252,7 +279,7 @@ class RepoSpec:
             "buckets": ",".join(map(str, self.buckets)),
             "pad_id": str(self.pad_token_id),
         }
-        return params | ({"truncation": self.truncation} if self.truncation else {})
+        return params | ({"truncation": self.truncation} if self.truncation else {}) | self.front_parameters
 
     @property
     def local_model_parameters(self) -> dict[str, str]:
@@ -267,11 +294,18 @@ class RepoSpec:
 
     @property
     def ensemble_steps(self) -> tuple[EnsembleStep, ...]:
-        tokens = {t.name: t.name for t in self.token_inputs}
-        return (
-            EnsembleStep(self.tokenizer_name, {t.name: t.name for t in self.text_inputs}, tokens),
-            EnsembleStep(self.model_name, tokens, {o.name: o.name for o in self.outputs}),
+        def same(tensors: tuple[TensorSpec, ...]) -> dict[str, str]:
+            return {t.name: t.name for t in tensors}
+
+        if self.orchestrated:
+            return (EnsembleStep(self.tokenizer_name, same(self.text_inputs), same(self.outputs)),)
+        steps = (
+            EnsembleStep(self.tokenizer_name, same(self.text_inputs), same(self.tokenizer_outputs)),
+            EnsembleStep(self.model_name, same(self.token_inputs), same(self.graph_outputs)),
         )
+        if self.post_step:
+            steps += (EnsembleStep(self.post_step.name, same(self.post_inputs), same(self.outputs)),)
+        return steps
 
 
 def default_buckets(max_length: int, ladder: tuple[int, ...] = DEFAULT_BUCKET_LADDER) -> tuple[int, ...]:
@@ -294,8 +328,9 @@ def normalise_buckets(buckets: list[int] | tuple[int, ...] | None, max_length: i
 
 
 def step_names(name: str) -> dict[str, str]:
-    """The three Triton models of a repository named `name`."""
-    return {"ensemble": name, "tokenizer": f"{name}{TOKENIZER_SUFFIX}", "model": f"{name}{MODEL_SUFFIX}"}
+    """The Triton models of a repository named `name` (the post step only where a task has one)."""
+    return {"ensemble": name, "tokenizer": f"{name}{TOKENIZER_SUFFIX}", "model": f"{name}{MODEL_SUFFIX}",
+            "post": f"{name}{POST_SUFFIX}"}
 
 
 def repo_paths(output: str | Path, name: str) -> dict[str, Path]:

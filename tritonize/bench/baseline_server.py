@@ -89,7 +89,8 @@ class Pipeline:
             out = self.model(batch["input_ids"], mask)
         outputs = out if isinstance(out, tuple) else (out,)
         columns = [o.tolist() for o in outputs]
-        return [dict(zip(self.task.output_names, row)) for row in zip(*columns)]
+        names = [t.name for t in self.task.graph_outputs(self.spec.head)]
+        return [dict(zip(names, row)) for row in zip(*columns)]
 
 
 async def server_loop(q: asyncio.Queue, predict: Predict, batch: bool, counters: Counters) -> None:

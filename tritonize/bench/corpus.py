@@ -144,14 +144,20 @@ def workloads_for(
 
 
 def require_single_text(manifest) -> None:
-    """The workloads are single texts: a model that takes pairs is refused with one line, not measured wrongly."""
+    """The workloads are single texts answered by the graph itself (the floor runs the same graph): a model
+    that takes pairs, or whose answer comes from a served step after the graph, is refused with one line."""
     from .. import tasks
     from ..spec import TEXT_INPUT
 
     task = tasks.of(manifest.model.head)
     names = [t.name for t in task.text_inputs]
     if names != [TEXT_INPUT]:
-        raise TritonizeError(
-            f"the benchmark sends one {TEXT_INPUT} per request; a {task.name} model takes {', '.join(names)}",
-            hint="bench and tune measure embedding and classification repositories",
-        )
+        found = f"takes {', '.join(names)}"
+    elif task.post_module or task.orchestrates:
+        found = "answers through a post-processing step the floor does not run"
+    else:
+        return
+    raise TritonizeError(
+        f"the benchmark sends one {TEXT_INPUT} per request and compares with the graph alone; a {task.name} model {found}",
+        hint="bench and tune measure embedding and classification repositories",
+    )

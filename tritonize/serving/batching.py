@@ -13,9 +13,16 @@ import numpy as np
 
 # The token tensors a tokenizer step can produce, by their Hugging Face names, and the
 # `tokenizers` Encoding field that fills each. Names are read from the model config;
-# this says what each name means.
-ENCODING_FIELDS = {"input_ids": "ids", "attention_mask": "attention_mask", "token_type_ids": "type_ids"}
-INPUT_IDS, ATTENTION_MASK, TOKEN_TYPE_IDS = ENCODING_FIELDS
+# this says what each name means. The first three feed the model; offsets (character
+# spans, [T, 2] per row) and the special-tokens mask feed post-processing steps.
+ENCODING_FIELDS = {
+    "input_ids": "ids",
+    "attention_mask": "attention_mask",
+    "token_type_ids": "type_ids",
+    "offsets": "offsets",
+    "special_tokens_mask": "special_tokens_mask",
+}
+INPUT_IDS, ATTENTION_MASK, TOKEN_TYPE_IDS, OFFSETS, SPECIAL_TOKENS_MASK = ENCODING_FIELDS
 
 
 def parse_buckets(text: str, max_length: int | None = None) -> list[int]:
@@ -42,12 +49,17 @@ def pad_value(name: str, pad_id: int) -> int:
     return pad_id if name == INPUT_IDS else 0
 
 
-def pad_rows(rows: Sequence[Sequence[int] | np.ndarray], width: int, value: int) -> np.ndarray:
-    """Rows of different lengths -> one int64 [len(rows), width] matrix, right-padded with `value`."""
-    out = np.full((len(rows), width), value, dtype=np.int64)
+def pad_rows(rows: Sequence[Sequence | np.ndarray], width: int, value: int) -> np.ndarray:
+    """Rows of different lengths -> one int64 [len(rows), width, ...] array, right-padded with `value`.
+
+    A row's items may be numbers, or pairs (character offsets): the result then has a trailing axis.
+    """
+    first = next((np.asarray(row) for row in rows if len(row)), np.zeros((0,)))
+    out = np.full((len(rows), width) + first.shape[1:], value, dtype=np.int64)
     for r, row in enumerate(rows):
         n = min(len(row), width)
-        out[r, :n] = row[:n]
+        if n:
+            out[r, :n] = np.asarray(row[:n])
     return out
 
 

@@ -43,10 +43,12 @@ class OnnxRunner:
     """
 
     def __init__(self, onnx_file: str, threads: int, buckets: list[int], pad_id: int,
-                 allow_spinning: bool, max_rows: int, shards: int):
+                 allow_spinning: bool, max_rows: int, shards: int, per_token: tuple[str, ...] = ()):
         self.session = self._session(onnx_file, threads, allow_spinning)
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
+        # Outputs with one value per token ([rows, tokens, ...]), as the configuration declares them.
+        self.per_token = [name in per_token for name in self.output_names]
         self.shards = [self._session(onnx_file, 1, allow_spinning) for _ in range(shards)]
         self.pool = ThreadPoolExecutor(shards, thread_name_prefix="onnx-shard") if shards > 1 else None
         self.buckets = sorted(buckets)
@@ -71,6 +73,8 @@ class OnnxRunner:
             allow_spinning=p.get("allow_spinning", "1") == "1",
             max_rows=int(model_config.get("max_batch_size") or 1),
             shards=shards,
+            # dims exclude the batch axis: a per-token output's first dim is the dynamic sequence (-1).
+            per_token=tuple(o["name"] for o in model_config.get("output", []) if str((o.get("dims") or [0])[0]) == "-1"),
         )
 
     @staticmethod
@@ -136,16 +140,24 @@ class OnnxRunner:
         else:
             session = self.shards[0] if self.shards and len(lengths) > 1 else self.session
             done = [(g, self._run_group(rows, lengths, g, session)) for g in pieces]
+        # Per-token outputs ([rows, tokens, ...]) come back padded with zeros to each request's own width,
+        # as the container's onnxruntime backend returns them for the request's padded tensors.
+        widths = [b[ATTENTION_MASK].shape[1] for b in batches]
         results: list[np.ndarray | None] = [None] * len(self.output_names)
         for group, outputs in done:
             for k, out in enumerate(outputs):
                 if results[k] is None:
-                    results[k] = np.empty((len(lengths),) + out.shape[1:], dtype=out.dtype)
-                results[k][group] = out
+                    tail = ((max(widths),) + out.shape[2:]) if self.per_token[k] else out.shape[1:]
+                    results[k] = np.zeros((len(lengths),) + tail, dtype=out.dtype)
+                if self.per_token[k]:
+                    results[k][group, : out.shape[1]] = out
+                else:
+                    results[k][group] = out
         per_request, offset = [], 0
-        for b in batches:
+        for b, width in zip(batches, widths):
             n = len(b[ATTENTION_MASK])
-            per_request.append([res[offset : offset + n] for res in results])
+            per_request.append([res[offset : offset + n, :width] if tok else res[offset : offset + n]
+                                for res, tok in zip(results, self.per_token)])
             offset += n
         return per_request
 

@@ -41,12 +41,19 @@ it, so the file as found may differ), its padding_side (question first when
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from tokenizers import Tokenizer
+
+try:
+    import triton_python_backend_utils as pb_utils
+except ImportError:  # imported outside Triton: tests and verification use the functions directly
+    pb_utils = None
 
 PIPELINE_MAX_SEQ_LEN = 384  # the pipeline never uses more, whatever the model allows
 PIPELINE_MAX_DOC_STRIDE = 128
@@ -462,3 +469,108 @@ def decode_answer(
         pad_token_id=pad_token_id,
     )
     return answers[0] if answers else None
+
+
+# --- 3. the served step -------------------------------------------------------
+
+
+class InvalidPair(ValueError):
+    """A request's question or context cannot be answered: reported to that request only."""
+
+
+def _texts(raw: np.ndarray, name: str) -> list[str]:
+    texts = []
+    for i, item in enumerate(raw.reshape(-1)):
+        try:
+            text = item if isinstance(item, str) else bytes(item).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidPair(f"{name}[{i}] is not valid UTF-8 (byte {exc.start}): send UTF-8 encoded text") from None
+        if not text.strip():
+            raise InvalidPair(f"{name}[{i}] is empty: send at least one non-blank character")
+        texts.append(text)
+    return texts
+
+
+class TritonPythonModel:
+    """(QUESTION, CONTEXT) rows -> one JSON answer per row, {"answer", "score", "start", "end"}.
+
+    A context is split into the pipeline's windows here, the windows of every
+    request of an execute() go to the model step in one call (business logic
+    scripting, so they batch there with other work), and each pair's windows
+    are decoded together. Names, the model step, window size, stride and the
+    tokenizer come from the configuration.
+    """
+
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        p = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+        version_dir = os.path.join(args["model_repository"], args["model_version"])
+        self.question_first = p["question_first"] == "1"
+        self.tokenizer = load_window_tokenizer(
+            os.path.join(version_dir, p["tokenizer_file"]), int(p["max_seq_len"]), int(p["doc_stride"]),
+            question_first=self.question_first,
+        )
+        self.cls_token_id = int(p["cls_token_id"]) if p.get("cls_token_id") else None
+        self.pad_id = int(p["pad_id"])
+        self.max_answer_len = int(p.get("max_answer_len", DEFAULT_MAX_ANSWER_LEN))
+        self.buckets = sorted(int(b) for b in p["buckets"].split(","))
+        self.model_name = p["model_name"]
+        self.model_inputs = p["model_inputs"].split(",")
+        self.start_output, self.end_output = p["start_logits"], p["end_logits"]
+        self.max_rows = int(p.get("model_max_batch_size", "64"))
+        self.question_input, self.context_input = p["question_input"], p["context_input"]
+        self.output_name = config["output"][0]["name"]
+
+    def windows(self, question: str, context: str) -> list[Window]:
+        try:
+            return tokenize_pair(self.tokenizer, question, context, cls_token_id=self.cls_token_id,
+                                 question_first=self.question_first)
+        except Exception as exc:  # noqa: BLE001 - the tokenizer's own words (a question too long to keep)
+            raise InvalidPair(str(exc)) from None
+
+    def _logits(self, stacked: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """Start and end logits of stacked windows, from the model step, at most max_rows per call."""
+        starts, ends = [], []
+        for lo in range(0, len(stacked["input_ids"]), self.max_rows):
+            inputs = [pb_utils.Tensor(n, stacked[n][lo : lo + self.max_rows]) for n in self.model_inputs]
+            response = pb_utils.InferenceRequest(
+                model_name=self.model_name, inputs=inputs, requested_output_names=[self.start_output, self.end_output]
+            ).exec()
+            if response.has_error():
+                raise RuntimeError(response.error().message())
+            starts.append(pb_utils.get_output_tensor_by_name(response, self.start_output).as_numpy())
+            ends.append(pb_utils.get_output_tensor_by_name(response, self.end_output).as_numpy())
+        return np.concatenate(starts), np.concatenate(ends)
+
+    def execute(self, requests):
+        responses = [None] * len(requests)
+        pairs: list[tuple[int, str, list[Window]]] = []  # (request, context, its windows), in order
+        for i, request in enumerate(requests):
+            try:
+                questions = _texts(pb_utils.get_input_tensor_by_name(request, self.question_input).as_numpy(), self.question_input)
+                contexts = _texts(pb_utils.get_input_tensor_by_name(request, self.context_input).as_numpy(), self.context_input)
+                if len(questions) != len(contexts):
+                    raise InvalidPair(f"{len(questions)} questions for {len(contexts)} contexts: send one pair per row")
+                pairs += [(i, c, self.windows(q, c)) for q, c in zip(questions, contexts)]
+            except InvalidPair as exc:
+                responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc), pb_utils.TritonError.INVALID_ARG))
+                pairs = [p for p in pairs if p[0] != i]
+        if pairs:
+            flat = [w for _, _, ws in pairs for w in ws]
+            longest = max(len(w) for w in flat)
+            width = next((b for b in self.buckets if b >= longest), longest)
+            stacked = stack_windows(flat, self.pad_id, width)
+            start, end = self._logits(stacked)
+            answers: dict[int, list[bytes]] = {}
+            row = 0
+            for i, context, ws in pairs:
+                part = slice(row, row + len(ws))
+                row += len(ws)
+                found = decode_answer(context, start[part], end[part], {k: v[part] for k, v in stacked.items()},
+                                      max_answer_len=self.max_answer_len, question_first=self.question_first,
+                                      pad_token_id=self.pad_id)
+                answers.setdefault(i, []).append(json.dumps(found, ensure_ascii=False).encode("utf-8"))
+            for i, cells in answers.items():
+                out = np.array(cells, dtype=object).reshape(-1, 1)
+                responses[i] = pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(self.output_name, out)])
+        return responses

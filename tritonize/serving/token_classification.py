@@ -1,4 +1,4 @@
-"""Token classification (NER) post-processing, served next to the model.
+"""Token classification (NER) post-processing, served as the step after the model.
 
 Turns the logits of one encoded text into the list that transformers'
 ``pipeline("token-classification")`` returns for it, for every aggregation
@@ -34,13 +34,21 @@ is reproduced by running :func:`entities` on every window of an encoding with
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from tokenizers import Tokenizer
 
-__all__ = ["STRATEGIES", "entities", "merge_windows", "unk_token_id", "label_list"]
+from .batching import ATTENTION_MASK, INPUT_IDS, OFFSETS, SPECIAL_TOKENS_MASK
+
+try:
+    import triton_python_backend_utils as pb_utils
+except ImportError:  # imported outside Triton: tests and verification call entities() directly
+    pb_utils = None
+
+__all__ = ["STRATEGIES", "entities", "merge_windows", "unk_token_id", "label_list", "TritonPythonModel"]
 
 STRATEGIES = ("none", "simple", "first", "average", "max")
 
@@ -305,3 +313,43 @@ def merge_windows(windows: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str,
             previous = entity
     merged.append(previous)
     return merged
+
+
+def _text(item: Any) -> str:
+    return item if isinstance(item, str) else bytes(item).decode("utf-8", errors="replace")
+
+
+class TritonPythonModel:
+    """The step after the model: each text, its encoding (from the tokenizer step) and its logits ->
+    one JSON list of entities per text. Names, labels, aggregation and the tokenizer come from the config."""
+
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        p = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+        version_dir = os.path.join(args["model_repository"], args["model_version"])
+        self.tokenizer = Tokenizer.from_file(os.path.join(version_dir, p["tokenizer_file"]))
+        self.labels = json.loads(p["labels"])
+        self.aggregation = p["aggregation"]
+        self.text_input, self.logits_input = p["text_input"], p["logits_input"]
+        self.output_name = config["output"][0]["name"]
+        self.unk_id = unk_token_id(self.tokenizer)
+
+    def answer(self, texts, ids, mask, offsets, special, logits) -> np.ndarray:
+        """[N, 1] BYTES: the JSON entities of each text, from its real (unpadded) tokens."""
+        out = np.empty((len(ids), 1), dtype=object)
+        for r in range(len(ids)):
+            n = int(mask[r].sum())
+            found = entities(_text(texts.reshape(-1)[r]), ids[r, :n].tolist(), [tuple(o) for o in offsets[r, :n].tolist()],
+                             special[r, :n].tolist(), logits[r, :n], self.labels, self.aggregation, self.tokenizer,
+                             unk_id=self.unk_id)
+            out[r, 0] = json.dumps(found, ensure_ascii=False).encode("utf-8")
+        return out
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            get = lambda name: pb_utils.get_input_tensor_by_name(request, name).as_numpy()  # noqa: E731
+            answer = self.answer(get(self.text_input), get(INPUT_IDS), get(ATTENTION_MASK), get(OFFSETS),
+                                 get(SPECIAL_TOKENS_MASK), get(self.logits_input))
+            responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(self.output_name, answer)]))
+        return responses

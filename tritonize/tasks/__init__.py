@@ -10,14 +10,17 @@ from typing import TYPE_CHECKING
 
 from ..errors import TritonizeError
 from ..spec import Head
-from . import classification, embedding, rerank
+from . import classification, embedding, question_answering, rerank, token_classification
 from .base import Task
 
 if TYPE_CHECKING:
     from ..source import ModelFolder
 
 # Each folder is claimed by at most one task's detect(); the order is only the order of listings.
-TASKS: dict[str, Task] = {t.name: t for t in (embedding.TASK, classification.TASK, rerank.TASK)}
+TASKS: dict[str, Task] = {
+    t.name: t
+    for t in (embedding.TASK, classification.TASK, rerank.TASK, token_classification.TASK, question_answering.TASK)
+}
 NAMES: tuple[str, ...] = tuple(TASKS)
 
 

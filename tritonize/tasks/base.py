@@ -29,12 +29,20 @@ class Task(abc.ABC):
     summary: ClassVar[str]  # one line: what goes in, what comes out
     serves: ClassVar[str]  # which folders, in a few words (refusals list them)
     head_type: ClassVar[type[Head]]
-    output_names: ClassVar[tuple[str, ...]]  # what the ensemble returns, in graph order
+    output_names: ClassVar[tuple[str, ...]]  # what the ensemble returns (clients recognise a task by them)
     text_inputs: ClassVar[tuple[TensorSpec, ...]] = (TensorSpec(TEXT_INPUT, "TYPE_STRING", (1,)),)
     # Verification also demands the same argmax as the reference on every sentence.
     same_argmax: ClassVar[bool] = False
     # How the tokenizer step cuts a text (or a pair) at the max length; None: the tokenizer's default.
     truncation: ClassVar[str | None] = None
+    # A served module (tritonize/serving/<name>.py) that turns the graph's outputs into the task's answer,
+    # and the tokenizer outputs it reads besides the model's inputs (offsets, special-tokens mask).
+    post_module: ClassVar[str | None] = None
+    token_extras: ClassVar[tuple[str, ...]] = ()
+    # The served module of the first step. With orchestrates, it calls the model step itself (business
+    # logic scripting: one text can become several model rows) and answers; the ensemble is that one step.
+    front_module: ClassVar[str] = "tokenizer"
+    orchestrates: ClassVar[bool] = False
 
     # -- model folder -> head ------------------------------------------------
     @abc.abstractmethod
@@ -45,7 +53,7 @@ class Task(abc.ABC):
         """Whether --task may name this task for the folder: only where it is the folder's own head."""
         return self.detect(folder)
 
-    def token_inputs(self, folder: ModelFolder) -> tuple[str, ...]:
+    def token_inputs(self, folder: ModelFolder, tokenizer_inputs: tuple[str, ...]) -> tuple[str, ...]:
         """The token tensors the graph takes; one text per row needs no token_type_ids (all zeros)."""
         return TOKEN_INPUTS
 
@@ -78,7 +86,29 @@ class Task(abc.ABC):
     # -- graph and ensemble ---------------------------------------------------
     @abc.abstractmethod
     def outputs(self, head: Head) -> tuple[TensorSpec, ...]:
-        """What the exported graph, and so the ensemble, returns (in graph order)."""
+        """What the ensemble returns."""
+
+    def graph_outputs(self, head: Head) -> tuple[TensorSpec, ...]:
+        """What the exported graph returns, in order: the ensemble's outputs, unless a post step follows."""
+        return self.outputs(head)
+
+    def post_parameters(self, spec: ModelSpec) -> dict[str, str]:
+        """The post step's configuration parameters (none without a post step)."""
+        return {}
+
+    def front_parameters(self, spec: ModelSpec, model_step: str, max_batch_size: int) -> dict[str, str]:
+        """Parameters the first step needs beyond the tokenizer's (an orchestrating step: whom to call)."""
+        return {}
+
+    def served_check(self, spec: ModelSpec, rows: list[tuple[str, ...]], feeds: dict[str, np.ndarray],
+                     graph_out: list[np.ndarray]) -> dict | None:
+        """The whole answer (post-processing included) against the model's library, where the graph's
+        outputs are not yet the answer: {"reference", "rows", "agree", "passed"}; None otherwise."""
+        return None
+
+    def comparable(self, out: np.ndarray, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        """The graph's first output as verification compares it (per-token outputs drop padded positions)."""
+        return out
 
     @abc.abstractmethod
     def load(self, spec: ModelSpec, eager: bool = True) -> Any:
@@ -120,6 +150,18 @@ class Task(abc.ABC):
     @abc.abstractmethod
     def summary_line(self, row: dict) -> str:
         """One row in a few words, for the client scripts."""
+
+
+# Generation flags that only some tasks read; any other task refuses them rather than ignore them.
+TASK_FLAGS = {"--pooling": "pooling", "--normalize": "normalize", "--aggregation": "aggregation"}
+
+
+def refuse_foreign_flags(options: GenerateOptions, allowed: tuple[str, ...], what: str) -> None:
+    given = [flag for flag, field in TASK_FLAGS.items() if flag not in allowed and getattr(options, field) is not None]
+    if given:
+        from ..errors import TritonizeError
+
+        raise TritonizeError(f"{' and '.join(given)} {'does' if len(given) == 1 else 'do'} not apply to {what}")
 
 
 def sample_body(text_inputs: tuple[TensorSpec, ...], text: str = SAMPLE_TEXT) -> str:

@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import TritonizeError
 from ..spec import LABELS_FILE, GenerateOptions, ModelSpec, TensorSpec
 from ..spec import Head as BaseHead
-from .base import FLOAT, Task, load_pretrained
+from .base import FLOAT, Task, load_pretrained, refuse_foreign_flags
 
 if TYPE_CHECKING:
     from ..source import ModelFolder
@@ -82,9 +82,7 @@ class Classification(Task):
         return folder.head_class == "ForSequenceClassification" and folder.num_labels >= 2 and not folder.is_cross_encoder
 
     def read_head(self, folder: ModelFolder, options: GenerateOptions) -> Head:
-        given = [flag for flag, value in (("--pooling", options.pooling), ("--normalize", options.normalize)) if value is not None]
-        if given:
-            raise TritonizeError(f"{' and '.join(given)} apply to embedding models, not to a classifier")
+        refuse_foreign_flags(options, (), "a classifier")
         id2label = folder.config.get("id2label") or {}
         if len(id2label) < 2:
             raise TritonizeError(

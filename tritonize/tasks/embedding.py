@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import TritonizeError
 from ..spec import GenerateOptions, ModelSpec, TensorSpec
 from ..spec import Head as BaseHead
-from .base import FLOAT, Task, load_pretrained
+from .base import FLOAT, Task, load_pretrained, refuse_foreign_flags
 
 if TYPE_CHECKING:
     from ..source import ModelFolder
@@ -142,6 +142,7 @@ class Embedding(Task):
         return modes, normalize, dim, dense
 
     def read_head(self, folder: ModelFolder, options: GenerateOptions) -> Head:
+        refuse_foreign_flags(options, ("--pooling", "--normalize"), "an embedding model")
         modes, normalize, dim, dense = self._declared(folder)
         if not dim:
             raise TritonizeError(f"config.json in {folder.transformer_dir} declares no hidden_size")

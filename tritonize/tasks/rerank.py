@@ -18,7 +18,7 @@ from ..errors import TritonizeError
 from ..serving.batching import TOKEN_TYPE_IDS
 from ..spec import TEXT_INPUT, TOKEN_INPUTS, GenerateOptions, ModelSpec, TensorSpec
 from ..spec import Head as BaseHead
-from .base import FLOAT, Task, load_pretrained
+from .base import FLOAT, Task, load_pretrained, refuse_foreign_flags
 
 if TYPE_CHECKING:
     from ..source import ModelFolder
@@ -92,9 +92,7 @@ class Rerank(Task):
         return folder.head_class == "ForSequenceClassification" and (folder.is_cross_encoder or folder.num_labels == 1)
 
     def read_head(self, folder: ModelFolder, options: GenerateOptions) -> Head:
-        given = [flag for flag, value in (("--pooling", options.pooling), ("--normalize", options.normalize)) if value is not None]
-        if given:
-            raise TritonizeError(f"{' and '.join(given)} apply to embedding models, not to a reranker")
+        refuse_foreign_flags(options, (), "a reranker")
         if folder.num_labels != 1:
             raise TritonizeError(
                 f"a reranker scores with one label; {folder.root} has {folder.num_labels}",
@@ -107,8 +105,8 @@ class Rerank(Task):
             raise TritonizeError(f"unsupported CrossEncoder activation {path!r}", hint=f"supported: {', '.join(ACTIVATIONS)}")
         return Head(ACTIVATIONS[path])
 
-    def token_inputs(self, folder: ModelFolder) -> tuple[str, ...]:
-        return TOKEN_INPUTS + ((TOKEN_TYPE_IDS,) if folder.uses_token_types else ())
+    def token_inputs(self, folder: ModelFolder, tokenizer_inputs: tuple[str, ...]) -> tuple[str, ...]:
+        return TOKEN_INPUTS + ((TOKEN_TYPE_IDS,) if folder.uses_token_types(tokenizer_inputs) else ())
 
     def verification_rows(self) -> list[tuple[str, ...]]:
         return list(PAIRS)

@@ -1,0 +1,235 @@
+"""Extractive question answering: QUESTION and CONTEXT in, `answer` (one JSON object per pair) out.
+
+The graph is the folder's own *ForQuestionAnswering model (start and end
+logits per token). A served step (tritonize/serving/question_answering.py)
+splits each context into the question-answering pipeline's windows (the
+question never cut, a stride of overlap), sends every window to the model
+step in one call, and decodes the best span as the pipeline does. Verification
+compares the logits with the model's own class, and the answers with the
+pipeline's steps on transformers' own tokenization.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from ..errors import TritonizeError
+from ..serving.batching import ATTENTION_MASK, TOKEN_TYPE_IDS
+from ..spec import TOKEN_INPUTS, GenerateOptions, ModelSpec, TensorSpec
+from ..spec import Head as BaseHead
+from .base import FLOAT, Task, load_pretrained, refuse_foreign_flags
+
+if TYPE_CHECKING:
+    from ..source import ModelFolder
+
+QUESTION_INPUT, CONTEXT_INPUT = "QUESTION", "CONTEXT"
+OUTPUT = "answer"
+START, END = "start_logits", "end_logits"
+LONG_CONTEXT = " ".join(
+    f"Paragraph {i}: the Triton server in room {i} batches requests, and its operator is named Ada {i}." for i in range(40)
+)
+PAIRS = [
+    ("Where does Sarah live?", "Sarah lives in Berlin and works in Paris."),
+    ("What does Triton serve?", "Triton serves raw strings with dynamic batching."),
+    ("Wer wohnt in Zürich?", "Zoë et François vivent à Montréal, Zürich et São Paulo."),
+    ("  who?  ", "   whitespace around the context   "),
+    ("Who operates room 37?", LONG_CONTEXT),  # many windows
+    ("What is in room 3?", LONG_CONTEXT),
+]
+
+
+@dataclass(frozen=True)
+class Head(BaseHead):
+    task: ClassVar[str] = "question-answering"
+    question_first: bool  # the tokenizer pads right (the pipeline then puts the question first)
+    cls_token_id: int | None  # kept answerable, as the pipeline does
+    max_answer_len: int = 15
+
+
+def _graph_class():
+    import torch
+
+    class SpanLogitsGraph(torch.nn.Module):
+        """The folder's own QA model: start and end logits for every token."""
+
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask, token_type_ids=None):
+            kwargs = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+            return out.start_logits, out.end_logits
+
+    return SpanLogitsGraph
+
+
+def _windows(spec: ModelSpec):
+    """(max_seq_len, doc_stride) as the pipeline derives them from the model's max length."""
+    from ..serving.question_answering import default_doc_stride, default_max_seq_len
+
+    max_seq_len = default_max_seq_len(spec.max_length)
+    return max_seq_len, default_doc_stride(max_seq_len)
+
+
+class QuestionAnswering(Task):
+    name = "question-answering"
+    summary = "QUESTION and CONTEXT in (one pair per row), `answer` (BYTES [N, 1], JSON: answer, score, start, end) out"
+    serves = "*ForQuestionAnswering folders"
+    head_type = Head
+    output_names = (OUTPUT,)
+    text_inputs = (TensorSpec(QUESTION_INPUT, "TYPE_STRING", (1,)), TensorSpec(CONTEXT_INPUT, "TYPE_STRING", (1,)))
+    truncation = "only_second"
+    front_module = "question_answering"  # the first step windows, calls the model step, and decodes
+    orchestrates = True
+
+    def detect(self, folder: ModelFolder) -> bool:
+        return folder.head_class == "ForQuestionAnswering"
+
+    def read_head(self, folder: ModelFolder, options: GenerateOptions) -> Head:
+        from transformers import AutoTokenizer
+
+        refuse_foreign_flags(options, (), "a question-answering model")
+        tok = AutoTokenizer.from_pretrained(str(folder.transformer_dir), trust_remote_code=options.trust_remote_code)
+        if tok.truncation_side != "right":
+            raise TritonizeError(f"the tokenizer in {folder.transformer_dir} truncates on the left", hint="tritonize windows contexts from the left")
+        return Head(question_first=tok.padding_side == "right", cls_token_id=tok.cls_token_id)
+
+    def token_inputs(self, folder: ModelFolder, tokenizer_inputs: tuple[str, ...]) -> tuple[str, ...]:
+        return TOKEN_INPUTS + ((TOKEN_TYPE_IDS,) if folder.uses_token_types(tokenizer_inputs) else ())
+
+    def verification_rows(self) -> list[tuple[str, ...]]:
+        return list(PAIRS)
+
+    def describe(self, head: Head) -> str:  # type: ignore[override]
+        return "question first" if head.question_first else "context first"
+
+    def outputs(self, head: Head) -> tuple[TensorSpec, ...]:  # type: ignore[override]
+        return (TensorSpec(OUTPUT, "TYPE_STRING", (1,)),)
+
+    def graph_outputs(self, head: Head) -> tuple[TensorSpec, ...]:  # type: ignore[override]
+        return (TensorSpec(START, FLOAT, (-1,)), TensorSpec(END, FLOAT, (-1,)))
+
+    def front_parameters(self, spec: ModelSpec, model_step: str, max_batch_size: int) -> dict[str, str]:
+        head: Head = spec.head  # type: ignore[assignment]
+        max_seq_len, stride = _windows(spec)
+        return {
+            "max_seq_len": str(max_seq_len),
+            "doc_stride": str(stride),
+            "question_first": str(int(head.question_first)),
+            "cls_token_id": "" if head.cls_token_id is None else str(head.cls_token_id),
+            "max_answer_len": str(head.max_answer_len),
+            "model_name": model_step,
+            "model_inputs": ",".join(spec.input_names),
+            "model_max_batch_size": str(max_batch_size),
+            "start_logits": START,
+            "end_logits": END,
+            "question_input": QUESTION_INPUT,
+            "context_input": CONTEXT_INPUT,
+        }
+
+    def load(self, spec: ModelSpec, eager: bool = True) -> Any:
+        from transformers import AutoModelForQuestionAnswering
+
+        return _graph_class()(load_pretrained(AutoModelForQuestionAnswering, spec, eager)).eval()
+
+    def reference(self, spec: ModelSpec, graph: Any, rows: list[tuple[str, ...]]) -> tuple[str, np.ndarray]:
+        """Start logits of the model's own class on transformers' tokenization (first window), zero-padded."""
+        import torch
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(spec.source, trust_remote_code=spec.trust_remote_code)
+        per_row = []
+        with torch.no_grad():
+            for question, context in rows:
+                enc = tokenizer(question, context, truncation="only_second", max_length=spec.max_length, return_tensors="pt")
+                per_row.append(graph(*(enc[n] for n in spec.input_names))[0][0].numpy())
+        out = np.zeros((len(per_row), max(len(r) for r in per_row)), dtype=np.float32)
+        for r, logits in enumerate(per_row):
+            out[r, : len(logits)] = logits
+        return "transformers", out
+
+    def comparable(self, out: np.ndarray, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        return out * feeds[ATTENTION_MASK]
+
+    def served_check(self, spec, rows, feeds, graph_out) -> dict:
+        """The served windows and decoding over the exported graph against the pipeline's steps: transformers'
+        own tokenizer call (windows, stride, offsets) and the model's own class."""
+        import torch
+        from tokenizers import Tokenizer
+        from transformers import AutoTokenizer
+
+        from ..serving import question_answering as qa
+
+        head: Head = spec.head  # type: ignore[assignment]
+        max_seq_len, stride = _windows(spec)
+        served_tok = qa.window_tokenizer(Tokenizer.from_file(spec.tokenizer_file), max_seq_len, stride, question_first=head.question_first)
+        hf = AutoTokenizer.from_pretrained(spec.source, trust_remote_code=spec.trust_remote_code)
+        graph = self.load(spec)
+        agree = 0
+        for question, context in rows:
+            answers = []
+            for source in ("served", "transformers"):
+                if source == "served":
+                    windows = qa.tokenize_pair(served_tok, question, context, cls_token_id=head.cls_token_id,
+                                               question_first=head.question_first)
+                    stacked = qa.stack_windows(windows, spec.pad_token_id)
+                else:
+                    enc = hf(question, context, truncation="only_second", max_length=max_seq_len, stride=stride,
+                             return_overflowing_tokens=True, return_offsets_mapping=True, padding="longest")
+                    stacked = _stack_transformers(enc, head, spec.pad_token_id)
+                with torch.no_grad():
+                    start, end = graph(*(torch.from_numpy(stacked[n]) for n in spec.input_names))
+                answers.append(qa.decode_answer(context, start.numpy(), end.numpy(), stacked,
+                                                max_answer_len=head.max_answer_len, question_first=head.question_first))
+            served, expected = answers
+            agree += served is not None and expected is not None and served["answer"] == expected["answer"] and \
+                (served["start"], served["end"]) == (expected["start"], expected["end"]) and abs(served["score"] - expected["score"]) <= 1e-4
+        return {"reference": "question-answering pipeline steps", "rows": len(rows), "agree": int(agree), "passed": agree == len(rows)}
+
+    def rows(self, outputs: dict[str, np.ndarray]) -> list[dict]:
+        import json
+
+        cells = np.asarray(outputs[OUTPUT]).reshape(-1)
+        return [{OUTPUT: json.loads(c.decode("utf-8") if isinstance(c, bytes) else str(c))} for c in cells]
+
+    def summary_line(self, row: dict) -> str:
+        a = row[OUTPUT]
+        return "(no answer)" if not a else f"{a['answer']!r} {a['score']:.3f} [{a['start']}:{a['end']}]"
+
+    def sample_body(self, text: str = "Triton serves raw strings.") -> str:
+        import json
+
+        data = {QUESTION_INPUT: "What does Triton serve?", CONTEXT_INPUT: text}
+        return json.dumps({"inputs": [{"name": n, "shape": [1, 1], "datatype": "BYTES", "data": [v]} for n, v in data.items()]})
+
+
+def _stack_transformers(enc, head: Head, pad_id: int) -> dict[str, np.ndarray]:
+    """transformers' windows in the arrays decoding reads (what the pipeline's preprocess builds)."""
+    n, width = len(enc["input_ids"]), max(len(x) for x in enc["input_ids"])
+    out = {
+        "input_ids": np.asarray(enc["input_ids"], dtype=np.int64),
+        "attention_mask": np.asarray(enc["attention_mask"], dtype=np.int64),
+        "token_type_ids": np.asarray(enc.get("token_type_ids", np.zeros((n, width))), dtype=np.int64),
+        "p_mask": np.ones((n, width), dtype=np.int64),
+        "offsets": np.zeros((n, width, 2), dtype=np.int64),
+        "word_ids": np.full((n, width), -1, dtype=np.int64),
+        "sequence_ids": np.full((n, width), -1, dtype=np.int64),
+    }
+    for i in range(n):
+        seq = [-1 if s is None else s for s in enc.sequence_ids(i)]
+        words = [-1 if w is None else w for w in enc.word_ids(i)]
+        k = len(seq)
+        out["sequence_ids"][i, :k] = seq
+        out["word_ids"][i, :k] = words
+        out["offsets"][i, :k] = np.asarray(enc["offset_mapping"][i], dtype=np.int64)
+        out["p_mask"][i, :k] = [int(s != 1) if head.question_first else 0 for s in seq]
+        if head.cls_token_id is not None:
+            out["p_mask"][i, :k][np.asarray(enc["input_ids"][i][:k]) == head.cls_token_id] = 0
+    return out
+
+
+TASK = QuestionAnswering()

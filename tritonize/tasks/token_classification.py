@@ -1,0 +1,169 @@
+"""Token classification (NER): TEXT in, `entities` (one JSON list per text) out.
+
+The graph is the folder's own *ForTokenClassification model (per-token logits).
+A served step after it (tritonize/serving/token_classification.py) turns the
+logits, with the character offsets and special-tokens mask from the tokenizer
+step, into what transformers' pipeline("token-classification") returns, with
+the aggregation chosen at generation. Verification compares the logits with
+the model's own class, and the answers with the pipeline itself.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from ..errors import TritonizeError
+from ..serving.batching import ATTENTION_MASK, INPUT_IDS, OFFSETS, SPECIAL_TOKENS_MASK
+from ..spec import TEXT_INPUT, GenerateOptions, ModelSpec, TensorSpec
+from ..spec import Head as BaseHead
+from .base import FLOAT, Task, load_pretrained, refuse_foreign_flags
+
+if TYPE_CHECKING:
+    from ..source import ModelFolder
+
+OUTPUT = "entities"
+LOGITS = "logits"
+AGGREGATIONS = ("none", "simple", "first", "average", "max")
+DEFAULT_AGGREGATION = "simple"
+
+
+@dataclass(frozen=True)
+class Head(BaseHead):
+    task: ClassVar[str] = "token-classification"
+    labels: tuple[str, ...]  # index order
+    aggregation: str
+
+
+def _graph_class():
+    import torch
+
+    class TokenLogitsGraph(torch.nn.Module):
+        """The folder's own token classifier: logits for every token."""
+
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask):
+            return self.model(input_ids=input_ids, attention_mask=attention_mask).logits
+
+    return TokenLogitsGraph
+
+
+class TokenClassification(Task):
+    name = "token-classification"
+    summary = "TEXT in, `entities` (BYTES [N, 1], JSON: entity_group or entity, score, word, start, end) out"
+    serves = "*ForTokenClassification folders"
+    head_type = Head
+    output_names = (OUTPUT,)
+    post_module = "token_classification"
+    token_extras = (OFFSETS, SPECIAL_TOKENS_MASK)
+
+    def detect(self, folder: ModelFolder) -> bool:
+        return folder.head_class == "ForTokenClassification"
+
+    def read_head(self, folder: ModelFolder, options: GenerateOptions) -> Head:
+        refuse_foreign_flags(options, ("--aggregation",), "a token classifier")
+        aggregation = options.aggregation or DEFAULT_AGGREGATION
+        if aggregation not in AGGREGATIONS:
+            raise TritonizeError(f"unknown aggregation {aggregation!r}", hint=f"use one of: {', '.join(AGGREGATIONS)}")
+        id2label = folder.config.get("id2label") or {}
+        if len(id2label) < 2:
+            raise TritonizeError("a token classifier needs at least two labels (id2label in config.json)")
+        return Head(tuple(str(id2label[k]) for k in sorted(id2label, key=lambda k: int(k))), aggregation)
+
+    def describe(self, head: Head) -> str:  # type: ignore[override]
+        return f"{len(head.labels)} labels, {head.aggregation} aggregation"
+
+    def outputs(self, head: Head) -> tuple[TensorSpec, ...]:  # type: ignore[override]
+        return (TensorSpec(OUTPUT, "TYPE_STRING", (1,)),)
+
+    def graph_outputs(self, head: Head) -> tuple[TensorSpec, ...]:  # type: ignore[override]
+        return (TensorSpec(LOGITS, FLOAT, (-1, len(head.labels))),)
+
+    def post_parameters(self, spec: ModelSpec) -> dict[str, str]:
+        from ..spec import TOKENIZER_FILE
+
+        head: Head = spec.head  # type: ignore[assignment]
+        return {
+            "tokenizer_file": TOKENIZER_FILE,
+            "labels": json.dumps(list(head.labels), ensure_ascii=False),
+            "aggregation": head.aggregation,
+            "text_input": TEXT_INPUT,
+            "logits_input": LOGITS,
+        }
+
+    def load(self, spec: ModelSpec, eager: bool = True) -> Any:
+        from transformers import AutoModelForTokenClassification
+
+        return _graph_class()(load_pretrained(AutoModelForTokenClassification, spec, eager)).eval()
+
+    def reference(self, spec: ModelSpec, graph: Any, rows: list[tuple[str, ...]]) -> tuple[str, np.ndarray]:
+        """The model's own class on transformers' tokenization, one text at a time, zero-padded to the longest."""
+        import torch
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(spec.source, trust_remote_code=spec.trust_remote_code)
+        per_text = []
+        with torch.no_grad():
+            for (text,) in rows:
+                enc = tokenizer(text, truncation=True, max_length=spec.max_length, return_tensors="pt")
+                per_text.append(graph(enc[INPUT_IDS], enc[ATTENTION_MASK])[0].numpy())
+        width = max(len(t) for t in per_text)
+        out = np.zeros((len(per_text), width, per_text[0].shape[-1]), dtype=np.float32)
+        for r, t in enumerate(per_text):
+            out[r, : len(t)] = t
+        return "transformers", out
+
+    def comparable(self, out: np.ndarray, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        return out * feeds[ATTENTION_MASK][..., None]
+
+    def served_check(self, spec, rows, feeds, graph_out) -> dict:
+        """The served post-processing on the graph's logits against pipeline("token-classification")."""
+        from tokenizers import Tokenizer
+        from transformers import pipeline
+
+        from ..serving.token_classification import entities, unk_token_id
+
+        head: Head = spec.head  # type: ignore[assignment]
+        tok = Tokenizer.from_file(spec.tokenizer_file)
+        tok.no_padding()
+        tok.enable_truncation(spec.max_length)
+        pipe = pipeline("token-classification", model=spec.source, aggregation_strategy=head.aggregation, device="cpu")
+        agree = 0
+        for r, (text,) in enumerate(rows):
+            enc = tok.encode(text)
+            n = len(enc.ids)
+            served = entities(text, enc.ids, enc.offsets, enc.special_tokens_mask, graph_out[0][r, :n],
+                              list(head.labels), head.aggregation, tok, unk_id=unk_token_id(tok))
+            expected = [{k: (float(v) if isinstance(v, (np.floating, float)) else v.item() if hasattr(v, "item") else v)
+                         for k, v in e.items()} for e in pipe(text)]
+            agree += _same(served, expected)
+        return {"reference": "transformers pipeline", "rows": len(rows), "agree": agree, "passed": agree == len(rows)}
+
+    def rows(self, outputs: dict[str, np.ndarray]) -> list[dict]:
+        cells = np.asarray(outputs[OUTPUT]).reshape(-1)
+        return [{OUTPUT: json.loads(c.decode("utf-8") if isinstance(c, bytes) else str(c))} for c in cells]
+
+    def summary_line(self, row: dict) -> str:
+        found = row[OUTPUT]
+        return "  ".join(f"{e.get('entity_group', e.get('entity'))}:{e['word']!r} {e['score']:.3f}" for e in found) or "(none)"
+
+
+def _same(served: list[dict], expected: list[dict], atol: float = 1e-4) -> bool:
+    """Same spans, labels and words; scores within atol."""
+    if len(served) != len(expected):
+        return False
+    for a, b in zip(served, expected):
+        if set(a) != set(b) or abs(float(a["score"]) - float(b["score"])) > atol:
+            return False
+        if any(a[k] != b[k] for k in a if k != "score"):
+            return False
+    return True
+
+
+TASK = TokenClassification()
