@@ -121,7 +121,8 @@ class Task(abc.ABC):
     # -- verification ---------------------------------------------------------
     def reference(self, spec: ModelSpec, graph: Any, rows: list[tuple[str, ...]]) -> tuple[str, np.ndarray]:
         """(what was used, the first output) on `rows`: by default the model's own class, each row
-        tokenized by transformers' own tokenizer and run alone, so tokenization is checked too."""
+        tokenized by transformers' own tokenizer and run alone, so tokenization is checked too.
+        Per-token outputs are zero-padded to the longest row."""
         import torch
         from transformers import AutoTokenizer
 
@@ -131,8 +132,13 @@ class Task(abc.ABC):
             for row in rows:
                 enc = tokenizer(*row, truncation=self.truncation or True, max_length=spec.max_length, return_tensors="pt")
                 out = graph(*(enc[n] for n in spec.input_names))
-                outputs.append((out[0] if isinstance(out, tuple) else out).numpy())
-        return "transformers", np.concatenate(outputs)
+                outputs.append((out[0] if isinstance(out, tuple) else out)[0].numpy())
+        if all(o.shape == outputs[0].shape for o in outputs):
+            return "transformers", np.stack(outputs)
+        stacked = np.zeros((len(outputs), max(len(o) for o in outputs)) + outputs[0].shape[1:], dtype=outputs[0].dtype)
+        for r, o in enumerate(outputs):
+            stacked[r, : len(o)] = o
+        return "transformers", stacked
 
     # -- clients --------------------------------------------------------------
     def sample_body(self, text: str = SAMPLE_TEXT) -> str:
@@ -169,6 +175,13 @@ def sample_body(text_inputs: tuple[TensorSpec, ...], text: str = SAMPLE_TEXT) ->
     import json
 
     return json.dumps({"inputs": [{"name": t.name, "shape": [1, 1], "datatype": "BYTES", "data": [text]} for t in text_inputs]})
+
+
+def pair_token_inputs(folder: ModelFolder, tokenizer_inputs: tuple[str, ...]) -> tuple[str, ...]:
+    """A pair's tensors: token_type_ids too where the model has segment embeddings and its tokenizer feeds them."""
+    from ..serving.batching import TOKEN_TYPE_IDS
+
+    return TOKEN_INPUTS + ((TOKEN_TYPE_IDS,) if folder.uses_token_types(tokenizer_inputs) else ())
 
 
 def load_pretrained(auto_class: Any, spec: ModelSpec, eager: bool, allow_missing: tuple[str, ...] = ()) -> Any:

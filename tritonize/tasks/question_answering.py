@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from ..errors import TritonizeError
-from ..serving.batching import ATTENTION_MASK, TOKEN_TYPE_IDS
-from ..spec import TOKEN_INPUTS, GenerateOptions, ModelSpec, TensorSpec
+from ..serving.batching import ATTENTION_MASK
+from ..spec import GenerateOptions, ModelSpec, TensorSpec
 from ..spec import Head as BaseHead
-from .base import FLOAT, Task, load_pretrained, refuse_foreign_flags
+from .base import FLOAT, Task, load_pretrained, pair_token_inputs, refuse_foreign_flags
 
 if TYPE_CHECKING:
     from ..source import ModelFolder
@@ -99,7 +99,7 @@ class QuestionAnswering(Task):
         return Head(question_first=tok.padding_side == "right", cls_token_id=tok.cls_token_id)
 
     def token_inputs(self, folder: ModelFolder, tokenizer_inputs: tuple[str, ...]) -> tuple[str, ...]:
-        return TOKEN_INPUTS + ((TOKEN_TYPE_IDS,) if folder.uses_token_types(tokenizer_inputs) else ())
+        return pair_token_inputs(folder, tokenizer_inputs)
 
     def verification_rows(self) -> list[tuple[str, ...]]:
         return list(PAIRS)
@@ -135,22 +135,6 @@ class QuestionAnswering(Task):
         from transformers import AutoModelForQuestionAnswering
 
         return _graph_class()(load_pretrained(AutoModelForQuestionAnswering, spec, eager)).eval()
-
-    def reference(self, spec: ModelSpec, graph: Any, rows: list[tuple[str, ...]]) -> tuple[str, np.ndarray]:
-        """Start logits of the model's own class on transformers' tokenization (first window), zero-padded."""
-        import torch
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(spec.source, trust_remote_code=spec.trust_remote_code)
-        per_row = []
-        with torch.no_grad():
-            for question, context in rows:
-                enc = tokenizer(question, context, truncation="only_second", max_length=spec.max_length, return_tensors="pt")
-                per_row.append(graph(*(enc[n] for n in spec.input_names))[0][0].numpy())
-        out = np.zeros((len(per_row), max(len(r) for r in per_row)), dtype=np.float32)
-        for r, logits in enumerate(per_row):
-            out[r, : len(logits)] = logits
-        return "transformers", out
 
     def comparable(self, out: np.ndarray, feeds: dict[str, np.ndarray]) -> np.ndarray:
         return out * feeds[ATTENTION_MASK]

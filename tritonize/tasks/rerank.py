@@ -15,10 +15,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import numpy as np
 
 from ..errors import TritonizeError
-from ..serving.batching import TOKEN_TYPE_IDS
-from ..spec import TEXT_INPUT, TOKEN_INPUTS, GenerateOptions, ModelSpec, TensorSpec
+from ..spec import TEXT_INPUT, GenerateOptions, ModelSpec, TensorSpec
 from ..spec import Head as BaseHead
-from .base import FLOAT, Task, load_pretrained, refuse_foreign_flags
+from .base import FLOAT, Task, load_pretrained, pair_token_inputs, refuse_foreign_flags
 
 if TYPE_CHECKING:
     from ..source import ModelFolder
@@ -106,7 +105,7 @@ class Rerank(Task):
         return Head(ACTIVATIONS[path])
 
     def token_inputs(self, folder: ModelFolder, tokenizer_inputs: tuple[str, ...]) -> tuple[str, ...]:
-        return TOKEN_INPUTS + ((TOKEN_TYPE_IDS,) if folder.uses_token_types(tokenizer_inputs) else ())
+        return pair_token_inputs(folder, tokenizer_inputs)
 
     def verification_rows(self) -> list[tuple[str, ...]]:
         return list(PAIRS)

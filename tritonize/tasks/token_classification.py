@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from ..errors import TritonizeError
-from ..serving.batching import ATTENTION_MASK, INPUT_IDS, OFFSETS, SPECIAL_TOKENS_MASK
+from ..serving.batching import ATTENTION_MASK, OFFSETS, SPECIAL_TOKENS_MASK
 from ..spec import TEXT_INPUT, GenerateOptions, ModelSpec, TensorSpec
 from ..spec import Head as BaseHead
 from .base import FLOAT, Task, load_pretrained, refuse_foreign_flags
@@ -101,23 +101,6 @@ class TokenClassification(Task):
         from transformers import AutoModelForTokenClassification
 
         return _graph_class()(load_pretrained(AutoModelForTokenClassification, spec, eager)).eval()
-
-    def reference(self, spec: ModelSpec, graph: Any, rows: list[tuple[str, ...]]) -> tuple[str, np.ndarray]:
-        """The model's own class on transformers' tokenization, one text at a time, zero-padded to the longest."""
-        import torch
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(spec.source, trust_remote_code=spec.trust_remote_code)
-        per_text = []
-        with torch.no_grad():
-            for (text,) in rows:
-                enc = tokenizer(text, truncation=True, max_length=spec.max_length, return_tensors="pt")
-                per_text.append(graph(enc[INPUT_IDS], enc[ATTENTION_MASK])[0].numpy())
-        width = max(len(t) for t in per_text)
-        out = np.zeros((len(per_text), width, per_text[0].shape[-1]), dtype=np.float32)
-        for r, t in enumerate(per_text):
-            out[r, : len(t)] = t
-        return "transformers", out
 
     def comparable(self, out: np.ndarray, feeds: dict[str, np.ndarray]) -> np.ndarray:
         return out * feeds[ATTENTION_MASK][..., None]
