@@ -12,10 +12,10 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+import model_zoo
 import numpy as np
 import pytest
 
-import model_zoo
 from tritonize.client import ServerError, TextClient
 from tritonize.generate import generate
 from tritonize.runtime.base import Endpoints, http_get
@@ -314,9 +314,12 @@ QA_PAIRS = [
 def reference_answer(folder: Path, question: str, context: str) -> dict:
     """The question-answering pipeline, step for step (transformers 5 removed it; see test_serving_question_answering)."""
     from test_serving_question_answering import QAModel, reference_answers
-
-    from tritonize.serving.question_answering import default_doc_stride, default_max_seq_len
     from transformers import AutoTokenizer
+
+    from tritonize.serving.question_answering import (
+        default_doc_stride,
+        default_max_seq_len,
+    )
 
     max_seq_len = default_max_seq_len(AutoTokenizer.from_pretrained(str(folder)).model_max_length)
     answers = reference_answers(QAModel(folder), question, context, max_seq_len=max_seq_len,
@@ -397,3 +400,24 @@ def test_client_script_answers_a_question(served) -> None:
     (row,) = json.loads(result.stdout)["results"]
     assert row["text"] == context
     assert_same_answer(row["answer"], reference_answer(s.folder, question, context))
+
+
+@pytest.mark.parametrize("zoo_id", list(SERVED))
+def test_the_printed_sample_request_works_for_every_task(served, zoo_id: str) -> None:
+    """The body `deploy.py local up` and each repository's README print is answered with 200."""
+    import urllib.request
+
+    from tritonize import tasks
+    from tritonize.manifest import read_manifest
+    from tritonize.runtime.base import sample_curl
+
+    s = served[zoo_id]
+    manifest = read_manifest(s.repository)
+    assert "-H 'Content-Type: application/json'" in sample_curl(s.endpoints, manifest)
+    body = tasks.of(manifest.model.head).sample_body().encode()
+    req = urllib.request.Request(f"{s.endpoints.http}/v2/models/{s.name}/infer", data=body,
+                                 headers={"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(req, timeout=60) as resp:  # noqa: S310 - loopback
+        outputs = json.loads(resp.read())["outputs"]
+    assert [o["name"] for o in outputs] == list(tasks.of(manifest.model.head).output_names)
+    assert s.repository.joinpath("README.md").read_text().count(s.name) >= 1

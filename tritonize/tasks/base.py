@@ -43,6 +43,8 @@ class Task(abc.ABC):
     # logic scripting: one text can become several model rows) and answers; the ensemble is that one step.
     front_module: ClassVar[str] = "tokenizer"
     orchestrates: ClassVar[bool] = False
+    # For a pair task, what curl examples send as the first text (a query, a question).
+    sample_first: ClassVar[str] = ""
 
     # -- model folder -> head ------------------------------------------------
     @abc.abstractmethod
@@ -142,8 +144,9 @@ class Task(abc.ABC):
 
     # -- clients --------------------------------------------------------------
     def sample_body(self, text: str = SAMPLE_TEXT) -> str:
-        """A KServe v2 JSON request with one row, for curl examples."""
-        return sample_body(self.text_inputs, text)
+        """A KServe v2 JSON request with one row, for curl examples (a pair: sample_first, then the text)."""
+        texts = [self.sample_first, text] if len(self.text_inputs) == 2 else [text] * len(self.text_inputs)
+        return sample_body(self.text_inputs, texts)
 
     def client_request(self, top_k: int) -> tuple[list[str] | None, int]:
         """(outputs to ask for, or None for all; Triton classification count per output)."""
@@ -170,11 +173,13 @@ def refuse_foreign_flags(options: GenerateOptions, allowed: tuple[str, ...], wha
         raise TritonizeError(f"{' and '.join(given)} {'does' if len(given) == 1 else 'do'} not apply to {what}")
 
 
-def sample_body(text_inputs: tuple[TensorSpec, ...], text: str = SAMPLE_TEXT) -> str:
-    """A KServe v2 JSON request: the same text in every input, one row."""
+def sample_body(text_inputs: tuple[TensorSpec, ...], texts: list[str] | None = None) -> str:
+    """A KServe v2 JSON request of one row: one text per input (the sample text in each by default)."""
     import json
 
-    return json.dumps({"inputs": [{"name": t.name, "shape": [1, 1], "datatype": "BYTES", "data": [text]} for t in text_inputs]})
+    texts = texts or [SAMPLE_TEXT] * len(text_inputs)
+    return json.dumps({"inputs": [{"name": t.name, "shape": [1, 1], "datatype": "BYTES", "data": [x]}
+                                  for t, x in zip(text_inputs, texts)]})
 
 
 def pair_token_inputs(folder: ModelFolder, tokenizer_inputs: tuple[str, ...]) -> tuple[str, ...]:

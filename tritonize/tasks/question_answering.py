@@ -83,6 +83,7 @@ class QuestionAnswering(Task):
     output_names = (OUTPUT,)
     text_inputs = (TensorSpec(QUESTION_INPUT, "TYPE_STRING", (1,)), TensorSpec(CONTEXT_INPUT, "TYPE_STRING", (1,)))
     truncation = "only_second"
+    sample_first = "What does Triton serve?"
     front_module = "question_answering"  # the first step windows, calls the model step, and decodes
     orchestrates = True
 
@@ -183,12 +184,6 @@ class QuestionAnswering(Task):
     def summary_line(self, row: dict) -> str:
         a = row[OUTPUT]
         return "(no answer)" if not a else f"{a['answer']!r} {a['score']:.3f} [{a['start']}:{a['end']}]"
-
-    def sample_body(self, text: str = "Triton serves raw strings.") -> str:
-        import json
-
-        data = {QUESTION_INPUT: "What does Triton serve?", CONTEXT_INPUT: text}
-        return json.dumps({"inputs": [{"name": n, "shape": [1, 1], "datatype": "BYTES", "data": [v]} for n, v in data.items()]})
 
 
 def _stack_transformers(enc, head: Head, pad_id: int) -> dict[str, np.ndarray]:

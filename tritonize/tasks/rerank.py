@@ -86,6 +86,7 @@ class Rerank(Task):
     output_names = (OUTPUT,)
     text_inputs = (TensorSpec(QUERY_INPUT, "TYPE_STRING", (1,)), TensorSpec(TEXT_INPUT, "TYPE_STRING", (1,)))
     truncation = "only_second"  # the document is cut, never the query
+    sample_first = "what does Triton serve?"
 
     def detect(self, folder: ModelFolder) -> bool:
         return folder.head_class == "ForSequenceClassification" and (folder.is_cross_encoder or folder.num_labels == 1)
@@ -129,12 +130,6 @@ class Rerank(Task):
                              trust_remote_code=spec.trust_remote_code)
         scores = model.predict([tuple(r) for r in rows], batch_size=len(rows), convert_to_numpy=True)
         return "sentence-transformers CrossEncoder", np.asarray(scores, dtype=np.float32).reshape(len(rows), 1)
-
-    def sample_body(self, text: str = "Triton serves raw strings.") -> str:
-        import json
-
-        data = {QUERY_INPUT: "what does Triton serve?", TEXT_INPUT: text}
-        return json.dumps({"inputs": [{"name": n, "shape": [1, 1], "datatype": "BYTES", "data": [v]} for n, v in data.items()]})
 
     def rows(self, outputs: dict[str, np.ndarray]) -> list[dict]:
         return [{OUTPUT: float(v)} for v in np.asarray(outputs[OUTPUT]).reshape(-1)]
