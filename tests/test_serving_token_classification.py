@@ -20,7 +20,6 @@ from typing import Any, Iterator
 
 import pytest
 
-MODULE_PATH = Path(__file__).resolve().parents[1] / "tritonize" / "serving" / "token_classification.py"
 LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
 STRATEGIES = ["none", "simple", "first", "average", "max"]
 MAX_LENGTH = 24
