@@ -154,17 +154,16 @@ def verify(spec: ModelSpec, graph, stages: dict[str, Path], fp16_stages: set[str
     with step(f"Verifying {len(stages)} graph(s) on {len(rows)} inputs"):
         reference_name, reference = task.reference(spec, graph, rows)
         results = {}
-        served = None
         for name, path in stages.items():
             graph_out = run_onnx(path, feeds)
             metrics = compare(reference, task.comparable(graph_out[0], feeds))
-            served = task.served_check(spec, rows, feeds, graph_out)  # the last stage is what gets served
             if name in fp16_stages:
                 check = {"metric": "min_cosine", "threshold": min_cosine, "passed": metrics["min_cosine"] >= min_cosine}
             else:
                 ok = metrics["max_abs"] <= atol and (not task.same_argmax or metrics["argmax_agreement"] == 1.0)
                 check = {"metric": "max_abs", "threshold": atol, "passed": ok}
             results[name] = StageResult(**metrics, **check, precision="fp16" if name in fp16_stages else "fp32")
+        served = task.served_check(spec, graph, rows, graph_out)  # once, on the last stage: what gets served
     lengths = feeds[ATTENTION_MASK].sum(1)
     return VerificationReport(
         reference=reference_name,

@@ -102,7 +102,7 @@ class Task(abc.ABC):
         """Parameters the first step needs beyond the tokenizer's (an orchestrating step: whom to call)."""
         return {}
 
-    def served_check(self, spec: ModelSpec, rows: list[tuple[str, ...]], feeds: dict[str, np.ndarray],
+    def served_check(self, spec: ModelSpec, graph: Any, rows: list[tuple[str, ...]],
                      graph_out: list[np.ndarray]) -> dict | None:
         """The whole answer (post-processing included) against the model's library, where the graph's
         outputs are not yet the answer: {"reference", "rows", "agree", "passed"}; None otherwise."""
@@ -180,6 +180,13 @@ def sample_body(text_inputs: tuple[TensorSpec, ...], texts: list[str] | None = N
     texts = texts or [SAMPLE_TEXT] * len(text_inputs)
     return json.dumps({"inputs": [{"name": t.name, "shape": [1, 1], "datatype": "BYTES", "data": [x]}
                                   for t, x in zip(text_inputs, texts)]})
+
+
+def json_cells(arr: np.ndarray) -> list:
+    """BYTES cells holding one JSON document each (entities, an answer), decoded in order."""
+    import json
+
+    return [json.loads(c.decode("utf-8") if isinstance(c, bytes) else str(c)) for c in np.asarray(arr).reshape(-1)]
 
 
 def pair_token_inputs(folder: ModelFolder, tokenizer_inputs: tuple[str, ...]) -> tuple[str, ...]:

@@ -20,7 +20,7 @@ from ..errors import TritonizeError
 from ..serving.batching import ATTENTION_MASK
 from ..spec import GenerateOptions, ModelSpec, TensorSpec
 from ..spec import Head as BaseHead
-from .base import FLOAT, Task, load_pretrained, pair_token_inputs, refuse_foreign_flags
+from .base import FLOAT, Task, json_cells, load_pretrained, pair_token_inputs, refuse_foreign_flags
 
 if TYPE_CHECKING:
     from ..source import ModelFolder
@@ -140,9 +140,10 @@ class QuestionAnswering(Task):
     def comparable(self, out: np.ndarray, feeds: dict[str, np.ndarray]) -> np.ndarray:
         return out * feeds[ATTENTION_MASK]
 
-    def served_check(self, spec, rows, feeds, graph_out) -> dict:
-        """The served windows and decoding over the exported graph against the pipeline's steps: transformers'
-        own tokenizer call (windows, stride, offsets) and the model's own class."""
+    def served_check(self, spec, graph, rows, graph_out) -> dict:
+        """The served windows and decoding against the pipeline's steps (transformers' own tokenizer call:
+        windows, stride, offsets), both through the model's own class; the exported graph's logits are
+        compared with that class separately."""
         import torch
         from tokenizers import Tokenizer
         from transformers import AutoTokenizer
@@ -153,7 +154,6 @@ class QuestionAnswering(Task):
         max_seq_len, stride = _windows(spec)
         served_tok = qa.window_tokenizer(Tokenizer.from_file(spec.tokenizer_file), max_seq_len, stride, question_first=head.question_first)
         hf = AutoTokenizer.from_pretrained(spec.source, trust_remote_code=spec.trust_remote_code)
-        graph = self.load(spec)
         agree = 0
         for question, context in rows:
             answers = []
@@ -176,10 +176,7 @@ class QuestionAnswering(Task):
         return {"reference": "question-answering pipeline steps", "rows": len(rows), "agree": int(agree), "passed": agree == len(rows)}
 
     def rows(self, outputs: dict[str, np.ndarray]) -> list[dict]:
-        import json
-
-        cells = np.asarray(outputs[OUTPUT]).reshape(-1)
-        return [{OUTPUT: json.loads(c.decode("utf-8") if isinstance(c, bytes) else str(c))} for c in cells]
+        return [{OUTPUT: answer} for answer in json_cells(outputs[OUTPUT])]
 
     def summary_line(self, row: dict) -> str:
         a = row[OUTPUT]

@@ -20,7 +20,7 @@ from ..errors import TritonizeError
 from ..serving.batching import ATTENTION_MASK, OFFSETS, SPECIAL_TOKENS_MASK
 from ..spec import TEXT_INPUT, GenerateOptions, ModelSpec, TensorSpec
 from ..spec import Head as BaseHead
-from .base import FLOAT, Task, load_pretrained, refuse_foreign_flags
+from .base import FLOAT, Task, json_cells, load_pretrained, refuse_foreign_flags
 
 if TYPE_CHECKING:
     from ..source import ModelFolder
@@ -105,7 +105,7 @@ class TokenClassification(Task):
     def comparable(self, out: np.ndarray, feeds: dict[str, np.ndarray]) -> np.ndarray:
         return out * feeds[ATTENTION_MASK][..., None]
 
-    def served_check(self, spec, rows, feeds, graph_out) -> dict:
+    def served_check(self, spec, graph, rows, graph_out) -> dict:
         """The served post-processing on the graph's logits against pipeline("token-classification")."""
         from tokenizers import Tokenizer
         from transformers import pipeline
@@ -129,8 +129,7 @@ class TokenClassification(Task):
         return {"reference": "transformers pipeline", "rows": len(rows), "agree": agree, "passed": agree == len(rows)}
 
     def rows(self, outputs: dict[str, np.ndarray]) -> list[dict]:
-        cells = np.asarray(outputs[OUTPUT]).reshape(-1)
-        return [{OUTPUT: json.loads(c.decode("utf-8") if isinstance(c, bytes) else str(c))} for c in cells]
+        return [{OUTPUT: found} for found in json_cells(outputs[OUTPUT])]
 
     def summary_line(self, row: dict) -> str:
         found = row[OUTPUT]
