@@ -54,12 +54,13 @@ def pad_rows(rows: Sequence[Sequence | np.ndarray], width: int, value: int) -> n
 
     A row's items may be numbers, or pairs (character offsets): the result then has a trailing axis.
     """
-    first = next((np.asarray(row) for row in rows if len(row)), np.zeros((0,)))
-    out = np.full((len(rows), width) + first.shape[1:], value, dtype=np.int64)
+    first = next((row for row in rows if len(row)), None)
+    item_shape = np.shape(first[0]) if first is not None else ()
+    out = np.full((len(rows), width) + item_shape, value, dtype=np.int64)
     for r, row in enumerate(rows):
         n = min(len(row), width)
         if n:
-            out[r, :n] = np.asarray(row[:n])
+            out[r, :n] = row[:n]
     return out
 
 
