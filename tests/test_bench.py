@@ -37,13 +37,13 @@ def test_shipped_corpus_is_varied() -> None:
 
 
 def test_fixed_length_texts_have_exact_token_counts(tiny_embedding_repo) -> None:
-    enc = steps.text_encoder(tiny_embedding_repo.repository)
-    count = corpus.token_counter(enc)
-    w = corpus.build_workloads(["short", "long", "mixed"], count, enc.max_length, corpus.read_corpus(), 16, 48, n_texts=50)
+    chain = steps.in_process(tiny_embedding_repo.repository)
+    w = corpus.build_workloads(["short", "long", "mixed"], chain.lengths, chain.max_length, corpus.read_corpus(), 16, 48, n_texts=50)
     for name, target in (("short", 16), ("long", 48)):
-        assert len(w[name].texts) == 50 and len(set(w[name].texts)) == 50
-        assert {count(t) for t in w[name].texts} == {target}
-    assert w["mixed"].summary()["tokens"]["max"] <= enc.max_length  # truncated as the server truncates
+        assert len(w[name].rows) == 50 and len(set(w[name].rows)) == 50
+        assert all(len(r) == 1 for r in w[name].rows)
+        assert {len(chain.encoder.tokenizer.encode(r[0]).ids) for r in w[name].rows} == {target}
+    assert w["mixed"].summary()["tokens"]["max"] <= chain.max_length  # truncated as the server truncates
 
 
 # -- the baseline server, in process -------------------------------------------
@@ -77,7 +77,7 @@ def test_a_dead_model_loop_fails_every_request_at_once() -> None:
     from starlette.testclient import TestClient
 
     def predict(texts):
-        if "boom" in texts:
+        if ("boom",) in texts:
             raise RuntimeError("model exploded")
         return [{"embedding": [1.0]} for _ in texts]
 
@@ -97,8 +97,8 @@ def test_a_dead_model_loop_fails_every_request_at_once() -> None:
 
 def test_floor_reports_latency_and_both_orders(tiny_embedding_repo) -> None:
     f = floor.Floor(tiny_embedding_repo.repository)
-    texts = corpus.read_corpus()[:64]
-    result = floor.measure(f, texts, requests=20, duration_s=None, fixed_length=False, batches=(1, 8))
+    rows = [(t,) for t in corpus.read_corpus()[:64]]
+    result = floor.measure(f, rows, requests=20, duration_s=None, fixed_length=False, batches=(1, 8))
     assert result["batch1_latency_ms"]["requests"] == 20
     assert result["batch1_latency_ms"]["p50"] > 0
     for order in ("arrival", "sorted"):
@@ -187,6 +187,9 @@ def test_bench_runs_every_system_with_exact_counts(tiny_embedding_repo, tmp_path
         assert f["batch1_latency_ms"]["requests"] == 40
         assert f["arrival"]["rps"] > 0 and f["sorted"]["rps"] > 0
     assert any(t["name"] == "p50 vs floor" for t in doc["targets"])
+    # Every system answered the workloads' first rows as the floor does, before it was timed.
+    assert set(doc["checks"]) == {"triton", "doc", "doc-batched"}
+    assert all(c["passed"] and c["rows"] == 8 for by in doc["checks"].values() for c in by.values())
     assert (out / "bench.png").read_bytes()[:8] == PNG_MAGIC
     printed = capsys.readouterr().out
     assert "Triton gRPC" in printed and "HF doc server" in printed and "floor" in printed

@@ -241,16 +241,6 @@ def test_declared_prompts_are_listed_and_applied_by_the_client(served) -> None:
     assert np.abs(got - plain).max() > 1e-3  # the prompt changed the embedding
 
 
-def test_bench_and_tune_refuse_pairs_with_one_line(served, capsys) -> None:
-    from tritonize.cli import main
-
-    repo = str(served["bert-cross-encoder"].repository)
-    for command in (["bench", "--repository", repo, "--requests", "5"], ["tune", "--repository", repo, "--requests", "5"]):
-        assert main(command) == 2
-        err = capsys.readouterr().err
-        assert "a rerank model takes QUERY, TEXT" in err and "Traceback" not in err
-
-
 NER_TEXTS = [
     "Sarah lives in Berlin.",
     "Angela Merkel and Emmanuel Macron met in New York City.",
@@ -421,3 +411,120 @@ def test_the_printed_sample_request_works_for_every_task(served, zoo_id: str) ->
         outputs = json.loads(resp.read())["outputs"]
     assert [o["name"] for o in outputs] == list(tasks.of(manifest.model.head).output_names)
     assert s.repository.joinpath("README.md").read_text().count(s.name) >= 1
+
+
+# -- bench and tune for every task -------------------------------------------------
+
+BENCHED = ["bert-cross-encoder", "bert-token-cls", "bert-qa"]
+
+
+@pytest.mark.parametrize("zoo_id", BENCHED)
+def test_the_floor_answers_as_the_server_does(served, zoo_id: str) -> None:
+    """The bench's floor runs the repository's steps in-process: the same answers as Triton, whole (entities
+    decoded, every window of a long context), so the floor is never a cheaper part of the work."""
+    from tritonize import tasks
+    from tritonize.bench import check, corpus, floor
+    from tritonize.manifest import read_manifest
+
+    s = served[zoo_id]
+    f = floor.Floor(s.repository)
+    task = tasks.of(read_manifest(s.repository).model.head)
+    mixed = corpus.workloads_for(f.chain, task, ["mixed"], None, 32, 128)["mixed"]
+    long_rows = [r for r in mixed.rows if len(f.chain.lengths(r)) > 1]
+    rows = mixed.rows[:6] + long_rows[:2]
+    if task.orchestrates:
+        assert long_rows  # contexts of several windows are in the workload, and are checked
+    with s.client("grpc") as client:
+        got = [client.infer(dict(zip([t.name for t in task.text_inputs], ([x] for x in row)))) for row in rows]
+    result = check.compare([f.one(row).outputs for row in rows], got)
+    assert result.passed, result.first_mismatch
+    assert set(got[0]) == set(task.output_names)
+
+
+@pytest.mark.parametrize("zoo_id", BENCHED)
+def test_bench_measures_every_task(served, zoo_id: str, tmp_path) -> None:
+    from tritonize.cli import main
+
+    s = served[zoo_id]
+    out = tmp_path / "results"
+    rc = main([
+        "bench", "--repository", str(s.repository), "--url", s.endpoints.http, "--grpc-url", s.endpoints.grpc,
+        "--requests", "20", "--warmup", "3", "--concurrency", "1,2", "--workloads", "short,mixed", "--short-tokens", "32",
+        "--protocols", "grpc,http", "--baselines", "doc-batched,floor", "--output", str(out),
+    ])
+    assert rc == 0
+    doc = json.loads((out / "bench.json").read_text())
+    task = doc["meta"]["task"]
+    pair = task in ("rerank", "question-answering")
+    for wname, w in doc["workloads"].items():
+        assert len(w["example"]) == (2 if pair else 1)
+        assert doc["checks"]["triton"][wname]["passed"] and doc["checks"]["triton"][wname]["rows"] == 8
+        assert doc["checks"]["doc-batched"][wname]["passed"]  # the PyTorch baseline computes the same answers
+    assert doc["workloads"]["short"]["tokens"]["min"] == doc["workloads"]["short"]["tokens"]["max"] == 32
+    systems = {(r["system"], r["workload"], r["concurrency"]) for r in doc["runs"]}
+    assert systems == {(sy, w, c) for sy in ("triton-grpc", "triton-http", "doc-batched")
+                       for w in ("short", "mixed") for c in (1, 2)}
+    for r in doc["runs"]:
+        assert r["completed"] == 20 and r["errors"] == 0, r
+        if r["system"].startswith("triton"):
+            steps = r["steps"]
+            assert steps["ensemble"]["requests"] == 20
+            # Every step a request passes through is counted; the model step sees each row (or window) at least once.
+            assert ("post" in steps) == (task == "token-classification")
+            assert steps["model"]["inferences"] >= 20
+            assert r["breakdown"]["server_ms"] > 0
+        else:
+            assert r["server"]["requests"] == 20 and r["server"]["real_tokens"] > 0
+    for w in ("short", "mixed"):
+        assert doc["floor"][w]["arrival"]["rps"] > 0 and doc["floor"][w]["batch1_latency_ms"]["requests"] == 20
+
+
+def test_tune_measures_question_answering(served, tmp_path) -> None:
+    import shutil
+
+    from tritonize.cli import main
+    from tritonize.manifest import read_manifest
+
+    s = served["bert-qa"]
+    repo = tmp_path / "repo"
+    shutil.copytree(s.repository, repo)
+    rc = main(["tune", "--repository", str(repo), "--grid", "max_queue_delay_us=0,500", "--requests", "15",
+               "--warmup", "3", "--concurrency", "1,2", "--workloads", "mixed", "--dry-run", "--output", str(tmp_path / "out")])
+    assert rc == 0
+    result = json.loads((tmp_path / "out" / "tune.json").read_text())
+    assert len(result["points"]) == 2
+    for point in result["points"]:
+        assert not point["error"]
+        assert [(r["workload"], r["concurrency"], r["completed"], r["errors"]) for r in point["runs"]] == [
+            ("mixed", 1, 15, 0), ("mixed", 2, 15, 0)]
+    assert read_manifest(repo).options.max_queue_delay_us == read_manifest(s.repository).options.max_queue_delay_us
+
+
+def test_async_client_answers_as_the_blocking_one(served) -> None:
+    import asyncio
+
+    from tritonize.client import AsyncTextClient
+
+    s = served["bert-qa"]
+
+    async def ask() -> list:
+        async with AsyncTextClient(s.endpoints.grpc, s.name) as client:
+            return [await client.answer(*QA_PAIRS[0]), *(await client.answers(*zip(*QA_PAIRS[:2])))]
+
+    with s.client("grpc") as client:
+        expected = [client.answer(*QA_PAIRS[0]), *client.answers(*zip(*QA_PAIRS[:2]))]
+    assert asyncio.run(ask()) == expected
+
+
+def test_bench_fails_when_the_server_answers_otherwise(served, tmp_path, capsys) -> None:
+    """Pointed at a server that serves another model, bench says so and exits 1 instead of timing it."""
+    from tritonize.cli import main
+
+    mine, other = served["bert-qa"], served["roberta-qa"]
+    rc = main(["bench", "--repository", str(mine.repository), "--url", other.endpoints.http, "--grpc-url",
+               other.endpoints.grpc, "--model", other.name, "--requests", "5", "--concurrency", "1", "--workloads", "short",
+               "--short-tokens", "32", "--protocols", "grpc", "--baselines", "none", "--output", str(tmp_path)])
+    assert rc == 1
+    assert "Triton's answers differ from the floor's" in capsys.readouterr().err
+    doc = json.loads((tmp_path / "bench.json").read_text())
+    assert not doc["checks"]["triton"]["short"]["passed"]

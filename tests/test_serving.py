@@ -101,6 +101,10 @@ def test_length_groups_stay_within_a_bucket_and_max_rows() -> None:
     lengths = np.array([3, 40, 5, 9, 4, 60])
     groups = batching.length_groups(lengths, np.argsort(lengths, kind="stable"), [8, 16, 64], max_rows=2)
     assert [sorted(lengths[g].tolist()) for g in groups] == [[3, 4], [5], [9], [40, 60]]
+    # Longer than every bucket (the bench's padding estimate replays whole contexts): alone, never stuck.
+    long = np.array([5, 300, 200])
+    groups = batching.length_groups(long, np.argsort(long, kind="stable"), [8, 64], max_rows=4)
+    assert [lengths_.tolist() for lengths_ in (long[g] for g in groups)] == [[5], [200], [300]]
 
 
 def test_config_is_read_as_triton_hands_it_over(repo: Path, encoder: TextEncoder) -> None:

@@ -372,6 +372,13 @@ class AsyncTextClient:
     async def entities(self, texts: Iterable[Text]) -> list[list[dict]]:
         return [row[ENTITIES] for row in TOKEN_CLASSIFICATION.rows(await self.infer(texts, outputs=[ENTITIES]))]
 
+    async def answer(self, question: Text, context: Text) -> dict | None:
+        return (await self.answers([question], [context]))[0]
+
+    async def answers(self, questions: Sequence[Text], contexts: Sequence[Text]) -> list[dict | None]:
+        inputs = {QUESTION_INPUT: list(questions), CONTEXT_INPUT: list(contexts)}
+        return [row[ANSWER] for row in QUESTION_ANSWERING.rows(await self.infer(inputs, outputs=[ANSWER]))]
+
     async def rerank(self, query: Text, documents: Sequence[Text]) -> np.ndarray:
         return (await self.infer(rerank_inputs(query, documents), outputs=[SCORE]))[SCORE].reshape(-1)
 

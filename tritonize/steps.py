@@ -1,20 +1,29 @@
 """A generated repository's Python steps, loaded outside Triton exactly as the server loads them.
 
 The in-process floor of the benchmark and the tests use the served modules
-(`TextEncoder`, `OnnxRunner`) configured from the repository's own configs,
-handed over in the form Triton hands them to a Python model: nothing here
-has settings of its own.
+(`TextEncoder`, `OnnxRunner`, a task's post step or reader) configured from
+the repository's own configs, handed over in the form Triton hands them to
+a Python model: nothing here has settings of its own. `in_process` chains
+them as the ensemble chains them, so the floor computes the whole answer.
 """
 
 from __future__ import annotations
 
+import importlib
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
+from . import tasks
 from .manifest import read_manifest
 from .repository import config_as_triton_passes_it
+from .serving.batching import ATTENTION_MASK
 from .serving.onnx_model import OnnxRunner
 from .serving.tokenizer import TextEncoder
 from .spec import CONFIG_FILE, LOCAL_CONFIG_DIR, LOCAL_CONFIG_NAME, VERSION, repo_paths
+
+Row = tuple[str, ...]  # one request row: a text, or a pair (query and document, question and context)
 
 
 def _step(repo_dir: Path, role: str, config: str) -> tuple[dict, str]:
@@ -31,3 +40,90 @@ def onnx_runner(repo_dir: Path, intra_op_threads: int | None = None, shards: int
     """The local server's model step; `intra_op_threads` and `shards` override its configuration (the floor's layouts)."""
     config, version_dir = _step(repo_dir, "model", f"{LOCAL_CONFIG_DIR}/{LOCAL_CONFIG_NAME}.pbtxt")
     return OnnxRunner.from_config(config, version_dir, threads=intra_op_threads, shards=shards)
+
+
+def _served_module(name: str):
+    return importlib.import_module(f"{__package__}.serving.{name}")
+
+
+@dataclass
+class Answer:
+    """One request's outputs by name, and the tokens the model computed for it (real, and as padded)."""
+
+    outputs: dict[str, np.ndarray]
+    real_tokens: int
+    padded_tokens: int
+
+
+class TokenChain:
+    """Tokenizer step, model step and the task's post step (if any), one request at a time."""
+
+    def __init__(self, repo_dir: Path, intra_op_threads: int | None = None, shards: int | None = None):
+        task = tasks.of(read_manifest(repo_dir).model.head)
+        self.text_inputs = [t.name for t in task.text_inputs]
+        self.encoder = text_encoder(repo_dir)
+        self.runner = onnx_runner(repo_dir, intra_op_threads, shards)
+        self.max_length = self.encoder.max_length
+        self.post = (_served_module(task.post_module).PostStep.from_config(*_step(repo_dir, "post", CONFIG_FILE))
+                     if task.post_module else None)
+
+    def lengths(self, row: Row) -> list[int]:
+        """Tokens of each model row the request row becomes: one, special tokens included, after truncation."""
+        return [len(self.encoder.tokenizer.encode(*row).ids)]
+
+    def count(self, row: Row) -> int:
+        return sum(self.lengths(row))
+
+    def __call__(self, rows: list[Row], runner: OnnxRunner | None = None, pad_to_longest: bool = False) -> Answer:
+        """What the server answers for one request of `rows`: padded to a bucket and regrouped by the served
+        model step; with `runner`, one plain run of the batch padded to its longest row (the floor's batches)."""
+        feeds = self.encoder.encode([r[0] if len(r) == 1 else r for r in rows], width=0 if pad_to_longest else None)
+        if runner is not None:
+            outs = runner.run({n: feeds[n] for n in runner.input_names})
+        else:
+            outs = self.runner.run_grouped([feeds])[0]
+        outputs = dict(zip(self.runner.output_names, outs))
+        if self.post is not None:
+            columns = {name: np.array([r[i] for r in rows], dtype=object).reshape(-1, 1) for i, name in enumerate(self.text_inputs)}
+            outputs = self.post({**columns, **feeds, **outputs})
+        mask = feeds[ATTENTION_MASK]
+        return Answer(outputs, int(mask.sum()), int(mask.size))
+
+
+class ReaderChain:
+    """A first step that windows each row and calls the model step itself (question answering)."""
+
+    def __init__(self, repo_dir: Path, intra_op_threads: int | None = None, shards: int | None = None):
+        task = tasks.of(read_manifest(repo_dir).model.head)
+        config, version_dir = _step(repo_dir, "tokenizer", CONFIG_FILE)
+        self.reader = _served_module(task.front_module).Reader.from_config(config, version_dir)
+        self.output_name = config["output"][0]["name"]
+        self.runner = onnx_runner(repo_dir, intra_op_threads, shards)
+        self.max_length = self.reader.max_seq_len
+
+    def lengths(self, row: Row) -> list[int]:
+        """Tokens of each model row the request row becomes: one per window."""
+        return [len(w) for w in self.reader.windows(*row)]
+
+    def count(self, row: Row) -> int:
+        return sum(self.lengths(row))
+
+    def __call__(self, rows: list[Row], runner: OnnxRunner | None = None, pad_to_longest: bool = False) -> Answer:
+        padded = [0]
+
+        def model(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            padded[0] += int(feeds[ATTENTION_MASK].size)
+            outs = runner.run(feeds) if runner is not None else self.runner.run_grouped([feeds])[0]
+            return dict(zip(self.runner.output_names, outs))
+
+        pairs = [(context, self.reader.windows(question, context)) for question, context in rows]
+        cells = self.reader.answer(pairs, model, width=0 if pad_to_longest else None)
+        real = sum(len(w) for _, ws in pairs for w in ws)
+        return Answer({self.output_name: np.array(cells, dtype=object).reshape(-1, 1)}, real, padded[0])
+
+
+def in_process(repo_dir: Path, intra_op_threads: int | None = None, shards: int | None = None) -> TokenChain | ReaderChain:
+    """The repository's steps chained as its ensemble chains them, in this process."""
+    task = tasks.of(read_manifest(repo_dir).model.head)
+    chain = ReaderChain if task.orchestrates else TokenChain
+    return chain(Path(repo_dir), intra_op_threads, shards)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
@@ -31,7 +32,8 @@ from starlette.routing import Route
 BATCH_WAIT_S = 0.001  # the doc's 1 ms
 MAX_BATCH = 64  # the repository's default max_batch_size; the doc sets no limit
 
-Predict = Callable[[list[str]], list]
+Row = tuple[str, ...]
+Predict = Callable[[list[Row]], list]
 
 
 @dataclass
@@ -55,10 +57,11 @@ class Pipeline:
     """tokenizer + PyTorch model, the part of a `transformers.pipeline` the server needs.
 
     The model is wrapped in the repository's own head (pooling and
-    normalisation, or softmax), so it answers what Triton answers; it is
-    loaded as a pipeline loads it, with transformers' default attention
-    (the export forces the slower eager attention, which would handicap
-    the baseline).
+    normalisation, softmax, a score), so it answers what Triton answers; the
+    task says what a PyTorch server computes for a batch (its decoding too,
+    for entities and answers). It is loaded as a pipeline loads it, with
+    transformers' default attention (the export forces the slower eager
+    attention, which would handicap the baseline).
     """
 
     def __init__(self, model_folder: str, threads: int = 0):
@@ -76,46 +79,50 @@ class Pipeline:
         self.task = tasks.of(spec.head)
         self.model = self.task.load(spec, eager=False)
         self.tokenizer = AutoTokenizer.from_pretrained(spec.source)
+        self.pairs = len(self.task.text_inputs) == 2
         self.counters = Counters()
 
-    def __call__(self, texts: list[str]) -> list:
-        batch = self.tokenizer(
-            texts, padding=True, truncation=True, max_length=self.spec.max_length, return_tensors="pt"
-        )
-        mask = batch["attention_mask"]
-        self.counters.real_tokens += int(mask.sum())
-        self.counters.computed_tokens += int(mask.numel())
-        with self.torch.inference_mode():
-            out = self.model(batch["input_ids"], mask)
-        outputs = out if isinstance(out, tuple) else (out,)
-        columns = [o.tolist() for o in outputs]
-        names = [t.name for t in self.task.graph_outputs(self.spec.head)]
-        return [dict(zip(names, row)) for row in zip(*columns)]
+    def __call__(self, rows: list[tuple[str, ...]]) -> list:
+        answers, real, padded = self.task.doc_answers(self.spec, self.model, self.tokenizer, rows)
+        self.counters.real_tokens += real
+        self.counters.computed_tokens += padded
+        return answers
 
 
 async def server_loop(q: asyncio.Queue, predict: Predict, batch: bool, counters: Counters) -> None:
     """The doc's loop: one request (or one naive batch) at a time, in the event loop."""
     while True:
-        (string, fut) = await q.get()
-        strings, futures = [string], [fut]
+        (row, fut) = await q.get()
+        rows, futures = [row], [fut]
         if batch:
-            while len(strings) < MAX_BATCH:
+            while len(rows) < MAX_BATCH:
                 try:
-                    (string, fut) = await asyncio.wait_for(q.get(), timeout=BATCH_WAIT_S)
+                    (row, fut) = await asyncio.wait_for(q.get(), timeout=BATCH_WAIT_S)
                 except asyncio.TimeoutError:
                     break
-                strings.append(string)
+                rows.append(row)
                 futures.append(fut)
-        outs = predict(strings)  # blocks the event loop, as in the doc
-        counters.requests += len(strings)
+        outs = predict(rows)  # blocks the event loop, as in the doc
+        counters.requests += len(rows)
         counters.batches += 1
         for f, out in zip(futures, outs):
             if not f.done():
                 f.set_result(out)
 
 
-def create_app(predict: Predict, batch: bool = False, counters: Counters | None = None) -> Starlette:
-    """The Starlette app; `predict` maps a list of texts to one JSON-able answer per text."""
+def read_row(payload: bytes, pairs: bool) -> Row:
+    """A request body as a row: the raw UTF-8 text, as in the doc; a pair as a JSON list of two strings."""
+    text = payload.decode("utf-8")
+    if not pairs:
+        return (text,)
+    row = json.loads(text)
+    if not (isinstance(row, list) and len(row) == 2 and all(isinstance(x, str) for x in row)):
+        raise ValueError("send a JSON list of two strings")
+    return tuple(row)
+
+
+def create_app(predict: Predict, batch: bool = False, counters: Counters | None = None, pairs: bool = False) -> Starlette:
+    """The Starlette app; `predict` maps a list of rows (one text, or a pair) to one JSON-able answer per row."""
     counters = counters if counters is not None else getattr(predict, "counters", None) or Counters()
 
     async def homepage(request: Request) -> JSONResponse:
@@ -124,13 +131,15 @@ def create_app(predict: Predict, batch: bool = False, counters: Counters | None 
             return JSONResponse({"error": f"model loop died: {state.dead}"}, status_code=503)
         payload = await request.body()
         try:
-            string = payload.decode("utf-8")
+            row = read_row(payload, pairs)
         except UnicodeDecodeError:
             return JSONResponse({"error": "body is not valid UTF-8"}, status_code=400)
+        except ValueError as exc:
+            return JSONResponse({"error": f"body is not a pair: {exc}"}, status_code=400)
         fut = asyncio.get_running_loop().create_future()
         state.pending.add(fut)
         try:
-            await state.model_queue.put((string, fut))
+            await state.model_queue.put((row, fut))
             output = await fut
         except ModelLoopDied as exc:
             return JSONResponse({"error": str(exc)}, status_code=503)
@@ -185,7 +194,7 @@ def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
     predict = Pipeline(args.model, args.threads)
-    uvicorn.run(create_app(predict, args.batch), host=args.host, port=args.port, log_level="warning", access_log=False)
+    uvicorn.run(create_app(predict, args.batch, pairs=predict.pairs), host=args.host, port=args.port, log_level="warning", access_log=False)
 
 
 if __name__ == "__main__":

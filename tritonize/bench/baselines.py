@@ -79,6 +79,14 @@ class BaselineProcess:
         self.proc = None
 
 
+def ask(url: str, row: tuple[str, ...], timeout_s: float = 60.0) -> dict:
+    """One row's answer from the baseline (the body as the load generator sends it)."""
+    body = row[0] if len(row) == 1 else json.dumps(list(row), ensure_ascii=False)
+    request = urllib.request.Request(url.rstrip("/") + "/", data=body.encode("utf-8"), method="POST")
+    with urllib.request.urlopen(request, timeout=timeout_s) as resp:  # noqa: S310 - loopback
+        return json.loads(resp.read())
+
+
 def counters(url: str) -> dict:
     """The baseline's work counters (requests, batches, real and padded tokens)."""
     with urllib.request.urlopen(f"{url}/stats", timeout=5.0) as resp:  # noqa: S310 - loopback

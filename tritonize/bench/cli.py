@@ -12,7 +12,7 @@ from pathlib import Path
 from ..console import err, out
 from ..errors import TritonizeError
 from . import corpus
-from .runner import Bench, BenchOptions
+from .runner import TRITON_SYSTEM, Bench, BenchOptions
 
 BASELINE_CHOICES = ("doc", "doc-batched", "floor")
 PROTOCOLS = ("grpc", "http")
@@ -112,4 +112,9 @@ def run(args: argparse.Namespace) -> int:
     chart_path = report.write_chart(document, Path(options.output) / CHART_NAME)
     report.print_tables(document, out)
     err.print(f"[green]✓[/] wrote {json_path} and {chart_path}")
+    wrong = {w: c["first_mismatch"] for w, c in document.get("checks", {}).get(TRITON_SYSTEM, {}).items() if not c["passed"]}
+    if wrong:
+        err.print("[red]✗[/] Triton's answers differ from the floor's (the repository's own steps in-process): "
+                  + "; ".join(f"{w}: {m}" for w, m in wrong.items()))
+        return 1
     return 0

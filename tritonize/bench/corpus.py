@@ -1,8 +1,10 @@
-"""Benchmark workloads: texts of an exact token count, and the shipped mixed-length corpus.
+"""Benchmark workloads: rows of an exact token count, and the shipped mixed-length corpus.
 
-Token counts are those of the served tokenizer (special tokens included), so
-a "16-token" text fills the 16 bucket exactly and every system computes the
-same number of tokens for it.
+A row is what one request sends: a text, or for a pair task the task's
+sample first text (a query, a question) and a corpus text. Token counts are
+those the served steps compute for the whole row (special tokens included;
+every window of a question-answering context), so a "16-token" row fills the
+16 bucket exactly and every system computes the same number of tokens for it.
 """
 
 from __future__ import annotations
@@ -23,21 +25,25 @@ DEFAULT_LONG_TOKENS = 128
 DEFAULT_TEXTS = 256
 
 CountTokens = Callable[[str], int]
+Row = tuple[str, ...]
 
 
 @dataclass(frozen=True)
 class Workload:
-    """A named list of texts, sent in this order (the arrival order)."""
+    """A named list of request rows, sent in this order (the arrival order)."""
 
     name: str
-    texts: list[str]
-    tokens: list[int] = field(repr=False)  # per text, after truncation to the model's max length
+    rows: list[Row]
+    tokens: list[int] = field(repr=False)  # per row, after truncation to the model's max length
     description: str = ""
+    # The model rows the request rows become, in order (a question-answering context: one per window).
+    model_rows: list[int] = field(default_factory=list, repr=False)
 
     def summary(self) -> dict:
         t = np.asarray(self.tokens)
         return {
-            "texts": len(self.texts),
+            "rows": len(self.rows),
+            "example": list(self.rows[0]),
             "description": self.description,
             "tokens": {
                 "min": int(t.min()),
@@ -46,7 +52,7 @@ class Workload:
                 "p90": float(np.percentile(t, 90)),
                 "max": int(t.max()),
             },
-            "non_ascii_texts": sum(any(ord(c) > 127 for c in s) for s in self.texts),
+            "non_ascii_rows": sum(any(ord(c) > 127 for c in "".join(r)) for r in self.rows),
         }
 
 
@@ -60,11 +66,6 @@ def read_corpus(path: Path | None = None) -> list[str]:
     if not texts:
         raise TritonizeError(f"corpus file {path} holds no text")
     return texts
-
-
-def token_counter(encoder) -> CountTokens:
-    """Token count of one text with the served tokenizer (TextEncoder), special tokens included."""
-    return lambda text: len(encoder.tokenizer.encode(text).ids)
 
 
 def exact_length_texts(words: list[str], target: int, n: int, count: CountTokens) -> list[str]:
@@ -105,59 +106,47 @@ def exact_length_texts(words: list[str], target: int, n: int, count: CountTokens
             seen.add(text)
             texts.append(text)
     if len(texts) < n:
-        raise TritonizeError(f"could only build {len(texts)} of {n} texts of {target} tokens from the corpus")
+        raise TritonizeError(
+            f"could only build {len(texts)} of {n} distinct texts of {target} tokens from the corpus "
+            f"(a row takes {empty} tokens before its text)",
+            hint="pass a larger --short-tokens or --long-tokens",
+        )
     return texts
 
 
 def build_workloads(
     names: list[str],
-    count: CountTokens,
+    row_lengths: Callable[[Row], list[int]],
     max_length: int,
     corpus: list[str],
     short_tokens: int = DEFAULT_SHORT_TOKENS,
     long_tokens: int = DEFAULT_LONG_TOKENS,
     n_texts: int = DEFAULT_TEXTS,
+    row: Callable[[str], Row] = lambda text: (text,),
 ) -> dict[str, Workload]:
-    """The requested workloads; fixed lengths are capped at the model's max length."""
+    """The requested workloads, one row around each text; fixed lengths are capped at the model's max length."""
     unknown = [n for n in names if n not in WORKLOADS]
     if unknown:
         raise TritonizeError(f"unknown workload(s): {', '.join(unknown)}", hint=f"choose from {', '.join(WORKLOADS)}")
     words = [w for line in corpus for w in line.split()]
+    count: CountTokens = lambda text: sum(row_lengths(row(text)))  # noqa: E731
+    unit = "pairs" if len(row("")) > 1 else "texts"
     result: dict[str, Workload] = {}
     for name in names:
         if name == "mixed":
-            result[name] = Workload(
-                name, list(corpus), [count(t) for t in corpus], f"shipped corpus, {len(corpus)} texts of mixed length"
-            )
-            continue
-        target = min(short_tokens if name == "short" else long_tokens, max_length)
-        texts = exact_length_texts(words, target, n_texts, count)
-        result[name] = Workload(name, texts, [target] * len(texts), f"{len(texts)} texts of exactly {target} tokens")
+            rows = [row(t) for t in corpus]
+            description = f"shipped corpus, {len(rows)} {unit} of mixed length"
+        else:
+            target = min(short_tokens if name == "short" else long_tokens, max_length)
+            rows = [row(t) for t in exact_length_texts(words, target, n_texts, count)]
+            description = f"{len(rows)} {unit} of exactly {target} tokens"
+        lengths = [row_lengths(r) for r in rows]
+        result[name] = Workload(name, rows, [sum(n) for n in lengths], description, [n for ns in lengths for n in ns])
     return result
 
 
-def workloads_for(
-    encoder, names: list[str], corpus_file: Path | None, short_tokens: int, long_tokens: int
-) -> dict[str, Workload]:
-    """The named workloads, counted with the served tokenizer (what bench and tune both measure)."""
-    return build_workloads(names, token_counter(encoder), encoder.max_length, read_corpus(corpus_file), short_tokens, long_tokens)
-
-
-def require_single_text(manifest) -> None:
-    """The workloads are single texts answered by the graph itself (the floor runs the same graph): a model
-    that takes pairs, or whose answer comes from a served step after the graph, is refused with one line."""
-    from .. import tasks
-    from ..spec import TEXT_INPUT
-
-    task = tasks.of(manifest.model.head)
-    names = [t.name for t in task.text_inputs]
-    if names != [TEXT_INPUT]:
-        found = f"takes {', '.join(names)}"
-    elif task.post_module or task.orchestrates:
-        found = "answers through a post-processing step the floor does not run"
-    else:
-        return
-    raise TritonizeError(
-        f"the benchmark sends one {TEXT_INPUT} per request and compares with the graph alone; a {task.name} model {found}",
-        hint="bench and tune measure embedding and classification repositories",
-    )
+def workloads_for(chain, task, names: list[str], corpus_file: Path | None, short_tokens: int,
+                  long_tokens: int) -> dict[str, Workload]:
+    """The named workloads, counted by the served steps run in-process (what bench and tune both measure)."""
+    return build_workloads(names, chain.lengths, chain.max_length, read_corpus(corpus_file), short_tokens, long_tokens,
+                           row=task.row_for)

@@ -1,4 +1,9 @@
-"""The in-process floor: the served tokenizer and ONNX graph, called directly, no server.
+"""The in-process floor: the served steps, called directly, no server.
+
+The floor runs what the repository serves, chained as the ensemble chains
+them (`steps.in_process`): the tokenizer, the ONNX graph and the task's post
+step, or a question-answering context's every window and its decoding, so
+it computes the whole answer, never a part of it.
 
 Batch-1 latency is what one request costs with nothing in between (one
 session, onnxruntime threads on every core, as the server configures it).
@@ -6,7 +11,7 @@ session, onnxruntime threads on every core, as the server configures it).
 Best-batch throughput uses every core in the better of two layouts: one
 session with a thread per core, or one single-threaded session per core fed
 by its own thread. It is measured twice: batches in arrival order, each
-padded to its longest text, and batches of texts sorted by length. The
+padded to its longest row, and batches of rows sorted by length. The
 sorted figure needs the whole workload in advance, so no server can reach
 it: it is the machine's limit for this model and workload.
 """
@@ -22,8 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import steps
-from ..serving.batching import ATTENTION_MASK
-from . import corpus
+from .corpus import Row
 
 DEFAULT_BATCHES = (1, 4, 8, 16, 32, 64)
 MIN_POINT_S = 1.5  # shortest measurement of one (batch size, layout) point
@@ -31,13 +35,13 @@ MIN_POINT_S = 1.5  # shortest measurement of one (batch size, layout) point
 
 @dataclass
 class Throughput:
-    """Texts per second for each batch size, in one order."""
+    """Rows per second for each batch size, in one order."""
 
     order: str  # arrival | sorted
     by_batch: dict[int, float] = field(default_factory=dict)
     waste_by_batch: dict[int, float] = field(default_factory=dict)
     layout_by_batch: dict[int, str] = field(default_factory=dict)  # sessions x threads, e.g. "2x1"
-    best_by_layout: dict[str, float] = field(default_factory=dict)  # best texts/s of each layout
+    best_by_layout: dict[str, float] = field(default_factory=dict)  # best rows/s of each layout
 
     @property
     def best_batch(self) -> int:
@@ -60,61 +64,59 @@ class Throughput:
 
 @dataclass
 class _Tally:
-    texts: int = 0
+    rows: int = 0
     real: int = 0
     computed: int = 0
     elapsed: float = 0.0
 
 
 class Floor:
-    """The repository's own TextEncoder and OnnxRunner, loaded once."""
+    """The repository's own served steps, loaded once."""
 
     def __init__(self, repository: Path, threads: int = 0):
         self.repository = Path(repository)
         self.threads = threads or (os.cpu_count() or 1)
-        self.encoder = steps.text_encoder(repository)
-        self.count = corpus.token_counter(self.encoder)
-        self.runner = steps.onnx_runner(repository, intra_op_threads=self.threads)
+        self.chain = steps.in_process(repository, intra_op_threads=self.threads)
+        self.count = self.chain.count
+        self.runner = self.chain.runner
         self._single: list = []  # single-threaded sessions, made on first use
 
     def layouts(self) -> list[tuple[int, int]]:
         """(sessions, threads per session) that use every core."""
         return [(1, self.threads)] + ([(self.threads, 1)] if self.threads > 1 else [])
 
-    def _runners(self, sessions: int, threads: int) -> list:
+    def _runners(self, sessions: int, threads: int, warm: Row) -> list:
         if sessions == 1:
             return [self.runner]
         while len(self._single) < sessions:
             runner = steps.onnx_runner(self.repository, intra_op_threads=1, shards=0)  # run() only: no shards
-            self._batch(runner, ["warm up"])
+            self._batch(runner, [warm])
             self._single.append(runner)
         return self._single[:sessions]
 
-    def one(self, text: str) -> list[np.ndarray]:
-        """What the server computes for one request: bucketed encode, then the regrouping runner."""
-        return self.runner.run_grouped([self.encoder.encode([text])])[0]
+    def one(self, row: Row) -> steps.Answer:
+        """What the server computes for one request: the whole answer, bucketed and regrouped as served."""
+        return self.chain([row])
 
-    def batch1_latency(self, texts: list[str], requests: int | None, duration_s: float | None, warmup: int = 10) -> list[float]:
+    def batch1_latency(self, rows: list[Row], requests: int | None, duration_s: float | None, warmup: int = 10) -> list[float]:
         for i in range(warmup):
-            self.one(texts[i % len(texts)])
+            self.one(rows[i % len(rows)])
         lat: list[float] = []
         deadline = time.perf_counter() + duration_s if duration_s else None
         i = 0
         while (requests is None or i < requests) and (deadline is None or time.perf_counter() < deadline):
             start = time.perf_counter()
-            self.one(texts[i % len(texts)])
+            self.one(rows[i % len(rows)])
             lat.append((time.perf_counter() - start) * 1e3)
             i += 1
         return lat
 
-    def _batch(self, runner, chunk: list[str]) -> tuple[int, int]:
-        """One batch padded to its longest text; (computed tokens, real tokens)."""
-        feeds = self.encoder.encode(chunk, width=0)
-        lengths = feeds[ATTENTION_MASK].sum(axis=1)
-        runner.run(feeds)
-        return lengths.size * int(lengths.max()), int(lengths.sum())
+    def _batch(self, runner, chunk: list[Row]) -> tuple[int, int]:
+        """One batch padded to its longest row, answered whole; (computed tokens, real tokens)."""
+        answer = self.chain(chunk, runner=runner, pad_to_longest=True)
+        return answer.padded_tokens, answer.real_tokens
 
-    def _rate(self, chunks: list[list[str]], runners: list, budget_s: float | None, max_texts: int | None) -> _Tally:
+    def _rate(self, chunks: list[list[Row]], runners: list, budget_s: float | None, max_rows: int | None) -> _Tally:
         """Feed shuffled chunks to every runner from its own thread until the bound; what got done."""
         visit = np.random.default_rng(0).permutation(len(chunks))
         lock, tally, state = threading.Lock(), _Tally(), {"next": 0, "stop": False}
@@ -124,13 +126,13 @@ class Floor:
             while True:
                 with lock:
                     k = state["next"]
-                    if state["stop"] or k >= len(visit) or (max_texts is not None and tally.texts >= max_texts):
+                    if state["stop"] or k >= len(visit) or (max_rows is not None and tally.rows >= max_rows):
                         return
                     state["next"] = k + 1
                 chunk = chunks[visit[k]]
                 computed, real = self._batch(runner, chunk)
                 with lock:
-                    tally.texts, tally.real, tally.computed = tally.texts + len(chunk), tally.real + real, tally.computed + computed
+                    tally.rows, tally.real, tally.computed = tally.rows + len(chunk), tally.real + real, tally.computed + computed
                     if budget_s is not None and time.perf_counter() - start >= budget_s:
                         state["stop"] = True
 
@@ -144,29 +146,29 @@ class Floor:
 
     def throughput(
         self,
-        texts: list[str],
+        rows: list[Row],
         order: str,
         batches: tuple[int, ...] = DEFAULT_BATCHES,
         budget_s: float | None = None,
-        max_texts: int | None = None,
+        max_rows: int | None = None,
     ) -> Throughput:
-        """Texts per second per batch size (best layout), tokenization included.
+        """Rows per second per batch size (best layout), tokenization and post-processing included.
 
-        Each point runs until `budget_s` or `max_texts` (or every text once).
-        Batches (consecutive texts in the given order) are visited in a fixed
+        Each point runs until `budget_s` or `max_rows` (or every row once).
+        Batches (consecutive rows in the given order) are visited in a fixed
         shuffled order, and the rate is real tokens per second over the
-        workload's mean tokens per text, so a partial pass of a mixed-length
-        workload counts long and short texts at their true weight.
+        workload's mean tokens per row, so a partial pass of a mixed-length
+        workload counts long and short rows at their true weight.
         """
-        counts = [self.count(t) for t in texts]
+        counts = [self.count(r) for r in rows]
         if order == "sorted":
-            texts = [t for _, t in sorted(zip(counts, texts), key=lambda p: p[0])]
+            rows = [r for _, r in sorted(zip(counts, rows), key=lambda p: p[0])]
         mean_tokens = sum(counts) / len(counts)
         result = Throughput(order)
         for b in batches:
-            chunks = [texts[i : i + b] for i in range(0, len(texts), b)]
+            chunks = [rows[i : i + b] for i in range(0, len(rows), b)]
             for sessions, threads in self.layouts():
-                tally = self._rate(chunks, self._runners(sessions, threads), budget_s, max_texts)
+                tally = self._rate(chunks, self._runners(sessions, threads, rows[0]), budget_s, max_rows)
                 rps = tally.real / tally.elapsed / mean_tokens
                 layout = f"{sessions}x{threads}"
                 result.best_by_layout[layout] = max(rps, result.best_by_layout.get(layout, 0.0))
@@ -191,7 +193,7 @@ def latency_summary(lat: list[float]) -> dict:
 
 def measure(
     floor: Floor,
-    texts: list[str],
+    rows: list[Row],
     requests: int | None,
     duration_s: float | None,
     fixed_length: bool,
@@ -202,15 +204,15 @@ def measure(
 
     With a duration, each (batch size, layout) point gets an equal share of
     it, at least MIN_POINT_S; with a request count, each point processes that
-    many texts. `batch1`: latencies already measured (the bench takes them
+    many rows. `batch1`: latencies already measured (the bench takes them
     beside Triton's own concurrency-1 run).
     """
-    lat = batch1 if batch1 else floor.batch1_latency(texts, requests, duration_s)
+    lat = batch1 if batch1 else floor.batch1_latency(rows, requests, duration_s)
     points = len(batches) * len(floor.layouts())
     budget = max(MIN_POINT_S, duration_s / points) if duration_s else None
-    arrival = floor.throughput(texts, "arrival", batches, budget, requests)
-    # Texts of one length gain nothing from sorting.
-    ordered = arrival if fixed_length else floor.throughput(texts, "sorted", batches, budget, requests)
+    arrival = floor.throughput(rows, "arrival", batches, budget, requests)
+    # Rows of one length gain nothing from sorting.
+    ordered = arrival if fixed_length else floor.throughput(rows, "sorted", batches, budget, requests)
     return {
         "threads": floor.threads,
         "batch1_latency_ms": latency_summary(lat),

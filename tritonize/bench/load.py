@@ -1,6 +1,7 @@
-"""A closed-loop asyncio load generator: N workers, each sends its next text when the last answers.
+"""A closed-loop asyncio load generator: N workers, each sends its next row when the last answers.
 
-Texts are handed out from one shared counter, so the server sees them in
+A row is one request: a text, or a pair (query and document, question and
+context). Rows are handed out from one shared counter, so the server sees them in
 workload order. A run is bounded by a request count (exactly that many
 complete) or a duration (no request starts after it). Warm-up requests run
 first at the same concurrency and are not recorded.
@@ -16,8 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..spec import TEXT_INPUT
-
+Row = tuple[str, ...]
 ERROR_SAMPLES = 5
 DEFAULT_TIMEOUT_S = 30.0
 # A request this many times slower than the run's median (and at least STALL_MIN_MS) is a stall:
@@ -27,11 +27,11 @@ STALL_MIN_MS = 50.0
 
 
 class Sender:
-    """Sends one text and returns when the answer has been read; raises on any failure."""
+    """Sends one row and returns when the answer has been read; raises on any failure."""
 
     name = "sender"
 
-    async def send(self, text: str) -> None:
+    async def send(self, row: Row) -> None:
         raise NotImplementedError
 
     async def close(self) -> None:
@@ -39,15 +39,17 @@ class Sender:
 
 
 class TritonGrpc(Sender):
-    """The ensemble over gRPC (tritonclient.grpc.aio), through the project's AsyncTextClient."""
+    """The ensemble over gRPC (tritonclient.grpc.aio), through the project's AsyncTextClient;
+    `inputs` names the ensemble's text inputs, in row order."""
 
-    def __init__(self, url: str, model: str, timeout_s: float = DEFAULT_TIMEOUT_S):
+    def __init__(self, url: str, model: str, inputs: Row, timeout_s: float = DEFAULT_TIMEOUT_S):
         from ..client import AsyncTextClient
 
         self.client = AsyncTextClient(url, model, timeout_s=timeout_s)
+        self.inputs = inputs
 
-    async def send(self, text: str) -> None:
-        await self.client.infer([text])
+    async def send(self, row: Row) -> None:
+        await self.client.infer({name: [text] for name, text in zip(self.inputs, row)})
 
     async def close(self) -> None:
         await self.client.close()
@@ -82,25 +84,29 @@ class _Http(Sender):
 class TritonHttp(_Http):
     """The ensemble over Triton's KServe v2 HTTP/JSON API."""
 
-    def __init__(self, url: str, model: str, timeout_s: float = DEFAULT_TIMEOUT_S):
+    def __init__(self, url: str, model: str, inputs: Row, timeout_s: float = DEFAULT_TIMEOUT_S):
         super().__init__(timeout_s)
         base = url if url.startswith(("http://", "https://")) else f"http://{url}"
         self.url = f"{base.rstrip('/')}/v2/models/{model}/infer"
+        self.inputs = inputs
 
-    async def send(self, text: str) -> None:
-        body = {"inputs": [{"name": TEXT_INPUT, "shape": [1, 1], "datatype": "BYTES", "data": [text]}]}
+    async def send(self, row: Row) -> None:
+        body = {"inputs": [{"name": name, "shape": [1, 1], "datatype": "BYTES", "data": [text]}
+                           for name, text in zip(self.inputs, row)]}
         await self._post(self.url, json.dumps(body).encode())
 
 
 class BaselineHttp(_Http):
-    """The Starlette baseline: the raw UTF-8 text is the body, as in Hugging Face's example."""
+    """The Starlette baseline: the raw UTF-8 text is the body, as in Hugging Face's example; a pair is a
+    JSON list of its two texts."""
 
     def __init__(self, url: str, timeout_s: float = DEFAULT_TIMEOUT_S):
         super().__init__(timeout_s)
         self.url = url.rstrip("/") + "/"
 
-    async def send(self, text: str) -> None:
-        await self._post(self.url, text.encode("utf-8"))
+    async def send(self, row: Row) -> None:
+        body = row[0] if len(row) == 1 else json.dumps(list(row), ensure_ascii=False)
+        await self._post(self.url, body.encode("utf-8"))
 
 
 @dataclass(frozen=True)
@@ -158,8 +164,8 @@ class LoadResult:
 
 
 async def _phase(
-    send: Callable[[str], Awaitable[None]],
-    texts: list[str],
+    send: Callable[[Row], Awaitable[None]],
+    rows: list[Row],
     concurrency: int,
     next_index: list[int],
     requests: int | None,
@@ -175,11 +181,11 @@ async def _phase(
             if deadline is not None and time.perf_counter() >= deadline:
                 return
             issued[0] += 1
-            text = texts[next_index[0] % len(texts)]
+            row = rows[next_index[0] % len(rows)]
             next_index[0] += 1
             start = time.perf_counter()
             try:
-                await send(text)
+                await send(row)
             except Exception as exc:  # noqa: BLE001 - every failure is counted, none stops the run
                 if record is not None:
                     record.errors += 1
@@ -194,23 +200,23 @@ async def _phase(
 
 async def run_load(
     sender: Sender,
-    texts: list[str],
+    rows: list[Row],
     concurrency: int,
     bound: Bound,
     on_measure_start: Callable[[], None] | None = None,
 ) -> LoadResult:
     """Warm up, then measure; `on_measure_start` runs between the two (e.g. a statistics snapshot)."""
-    if not texts:
-        raise ValueError("no texts to send")
+    if not rows:
+        raise ValueError("no rows to send")
     next_index = [0]
     if bound.warmup:
-        await _phase(sender.send, texts, concurrency, next_index, bound.warmup, None, None)
+        await _phase(sender.send, rows, concurrency, next_index, bound.warmup, None, None)
     if on_measure_start:
         on_measure_start()
     result = LoadResult(concurrency)
     cpu0, start = time.process_time(), time.perf_counter()
     deadline = start + bound.duration_s if bound.duration_s is not None else None
-    await _phase(sender.send, texts, concurrency, next_index, bound.requests, deadline, result)
+    await _phase(sender.send, rows, concurrency, next_index, bound.requests, deadline, result)
     result.wall_s = time.perf_counter() - start
     result.client_cpu_s = time.process_time() - cpu0
     return result
@@ -218,7 +224,7 @@ async def run_load(
 
 def measure(
     make_sender: Callable[[], Sender],
-    texts: list[str],
+    rows: list[Row],
     concurrency: int,
     bound: Bound,
     on_measure_start: Callable[[], None] | None = None,
@@ -228,7 +234,7 @@ def measure(
     async def main() -> LoadResult:
         sender = make_sender()
         try:
-            return await run_load(sender, texts, concurrency, bound, on_measure_start)
+            return await run_load(sender, rows, concurrency, bound, on_measure_start)
         finally:
             await sender.close()
 

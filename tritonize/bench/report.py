@@ -21,6 +21,18 @@ def _waste(run: dict) -> str:
     return "-" if w is None else f"{100 * w:.0f}%"
 
 
+ROLE_SHORT = {"tokenizer": "tok"}
+CHECK_LABELS = {"triton": "Triton", "doc": "HF doc server", "doc-batched": "HF doc server, batching"}
+
+
+def _step_roles(document: dict) -> list[str]:
+    """The served steps of the run's repository (tokenizer, model, post), from any Triton run's statistics."""
+    for r in document["runs"]:
+        if r.get("steps"):
+            return [k for k in r["steps"] if k != "ensemble"]
+    return []
+
+
 def _sorted_runs(runs: list[dict]) -> list[dict]:
     rank = {s: i for i, s in enumerate(SYSTEM_ORDER)}
     return sorted(runs, key=lambda r: (rank.get(r["system"], 99), r["concurrency"]))
@@ -33,15 +45,18 @@ def workload_table(document: dict, workload: str) -> Table:
         title=f"{workload}: {info['description']} (tokens p50 {tokens['p50']:g}, max {tokens['max']})",
         title_justify="left",
     )
-    for col in ("system", "conc", "p50 ms", "p95 ms", "p99 ms", "max ms", "req/s", "errors", "stalls", "batch", "queued ms tok/model", "compute ms tok/model", "padding"):
+    roles = _step_roles(document)
+    per_step = "/".join(ROLE_SHORT.get(r, r) for r in roles)
+    for col in ("system", "conc", "p50 ms", "p95 ms", "p99 ms", "max ms", "req/s", "errors", "stalls", "batch",
+                f"queued ms {per_step}", f"compute ms {per_step}", "padding"):
         table.add_column(col, justify="left" if col == "system" else "right", no_wrap=col == "system")
     for r in _sorted_runs([r for r in document["runs"] if r["workload"] == workload]):
         lat = r["latency_ms"]
         steps = r.get("steps")
         if steps:
             batch = f"{steps['model']['avg_batch']:.1f}"
-            queue = f"{steps['tokenizer']['queue_ms']:.2f}/{steps['model']['queue_ms']:.2f}"
-            compute = f"{steps['tokenizer']['compute_ms']:.2f}/{steps['model']['compute_ms']:.2f}"
+            queue = "/".join(f"{steps[k]['queue_ms']:.2f}" for k in roles)
+            compute = "/".join(f"{steps[k]['compute_ms']:.2f}" for k in roles)
         else:
             server = r.get("server") or {}
             batch = f"{server['avg_batch']:.1f}" if server.get("avg_batch") else "-"
@@ -82,9 +97,10 @@ def cpu_table(document: dict) -> Table | None:
     if not rows:
         return None
     steps = rows[0].get("steps") or {}
-    names = [steps.get(k, {}).get("name") for k in ("tokenizer", "model")]
+    roles = _step_roles(document)
+    names = [steps.get(k, {}).get("name") for k in roles]
     table = Table(title="CPU per request (ms, every process of the local server, and the load generator)", title_justify="left")
-    for col in ("system", "workload", "conc", "tritonserver", "tokenizer stub", "model stub", "client", "total", "floor", "idle"):
+    for col in ("system", "workload", "conc", "tritonserver", *(f"{r} stub" for r in roles), "client", "total", "floor", "idle"):
         table.add_column(col, justify="left" if col in ("system", "workload") else "right")
     for r in _sorted_runs(rows):
         c = r["cpu"]
@@ -92,8 +108,8 @@ def cpu_table(document: dict) -> Table | None:
         best = (document.get("floor", {}).get(r["workload"]) or {}).get("arrival")
         # The floor keeps every core busy at its best batch: cores / rate is its CPU per request.
         floor_ms = f"{1e3 * c['cores'] / best['rps']:.2f}" if best and best.get("rps") else "-"
-        table.add_row(r["label"], r["workload"], str(r["concurrency"]), _ms(per.get("tritonserver")), _ms(per.get(names[0])),
-                      _ms(per.get(names[1])), _ms(per.get("client")), _ms(c["total_ms_per_request"]), floor_ms, f"{c['idle_pct']:.0f}%")
+        table.add_row(r["label"], r["workload"], str(r["concurrency"]), _ms(per.get("tritonserver")),
+                      *(_ms(per.get(n)) for n in names), _ms(per.get("client")), _ms(c["total_ms_per_request"]), floor_ms, f"{c['idle_pct']:.0f}%")
     return table
 
 
@@ -118,6 +134,11 @@ def print_tables(document: dict, console: Console) -> None:
         console = Console(file=console.file, width=TABLE_WIDTH, highlight=False, force_terminal=console.is_terminal)
     for workload in document["workloads"]:
         console.print(workload_table(document, workload))
+    for system, by_workload in (document.get("checks") or {}).items():
+        for workload, c in by_workload.items():
+            mark = "[green]agree[/]" if c["passed"] else f"[red]disagree: {c['first_mismatch']}[/]"
+            console.print(f"answers, {workload}: {CHECK_LABELS.get(system, system)} and the floor {mark} on {c['agree']}/{c['rows']} rows "
+                          f"(max-abs {c['max_abs']:.1e})")
     for table in (breakdown_table(document), cpu_table(document), targets_table(document)):
         if table is not None:
             console.print(table)

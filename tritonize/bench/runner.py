@@ -19,16 +19,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import tasks
 from ..console import err
 from ..errors import TritonizeError
 from ..manifest import read_manifest
 from ..runtime.base import Endpoints, ServerOptions
 from ..runtime.process import free_ports
 from ..spec import Overrides, repo_paths
-from . import baselines, corpus, cpu, floor, load, stats
+from . import baselines, check, corpus, cpu, floor, load, stats
 from .targets import evaluate
 
 TRITON_LABELS = {"grpc": "Triton gRPC", "http": "Triton HTTP"}
+TRITON_SYSTEM = "triton"  # the checks: one for both protocols, the same server
 SHARED_CPU_NOTE = (
     "The load generator runs on the same machine and shares its cores with the system under test; "
     "client_cpu_pct is how much of one core it used."
@@ -64,6 +66,17 @@ class BenchOptions:
         return load.Bound(requests=self.requests, duration_s=None if self.requests else self.duration_s, warmup=warmup)
 
 
+def step_models(repository: Path, name: str) -> dict[str, str]:
+    """The Triton models a request passes through, by role: the ensemble first, then each step present."""
+    paths = repo_paths(repository, name)
+    return {role: path.name for role, path in paths.items() if role != "root" and path.is_dir()}
+
+
+def ensemble_roles(steps: dict, task) -> list[str]:
+    """The steps the ensemble calls itself: a step that calls the model step (orchestrates) already times it."""
+    return [role for role in steps if role != "ensemble" and not (task.orchestrates and role == "model")]
+
+
 @contextlib.contextmanager
 def triton_endpoints(options: BenchOptions) -> Iterator[tuple[str, str, int | None]]:
     """(http_url, grpc_url, server PID or None) of the server to measure; starts a local one on free ports if asked."""
@@ -93,16 +106,18 @@ class Bench:
         self.o = options
         repo = Path(options.repository)
         manifest = read_manifest(repo)
-        corpus.require_single_text(manifest)
         self.name = options.model or manifest.name
         self.manifest = manifest
+        self.task = tasks.of(manifest.model.head)
+        self.inputs = tuple(t.name for t in self.task.text_inputs)
         self.floor = floor.Floor(repo)
         self.workloads = corpus.workloads_for(
-            self.floor.encoder, options.workloads, options.corpus_file, options.short_tokens, options.long_tokens
+            self.floor.chain, self.task, options.workloads, options.corpus_file, options.short_tokens, options.long_tokens
         )
-        paths = repo_paths(repo, self.name)
-        self.step_names = [self.name, paths["tokenizer"].name, paths["model"].name]
+        self.steps = step_models(repo, manifest.name)
+        self.steps["ensemble"] = self.name
         self.runs: list[dict] = []
+        self.checks: dict[str, dict] = {}  # per system and workload: its answers against the floor's
         # The floor's batch-1 latencies, taken right around Triton's concurrency-1 run of each workload.
         self.batch1: dict[str, list[float]] = {}
 
@@ -123,32 +138,57 @@ class Bench:
 
     def measure_triton(self) -> None:
         with triton_endpoints(self.o) as (http_url, grpc_url, server_pid):
+            self.check_triton(grpc_url)
             meter = cpu.CpuMeter(server_pid) if server_pid else None
             try:
                 stats.fetch(http_url)
-                snaps: stats.Snapshots | None = stats.Snapshots(http_url, self.step_names)
+                snaps: stats.Snapshots | None = stats.Snapshots(http_url, list(self.steps.values()))
             except OSError:
                 self.say(f"[yellow]no statistics at {http_url}: per-step figures are left out[/]")
                 snaps = None
             for protocol in self.o.protocols:
                 label = TRITON_LABELS[protocol]
                 if protocol == "grpc":
-                    make = lambda: load.TritonGrpc(grpc_url, self.name, self.o.timeout_s)  # noqa: E731
+                    make = lambda: load.TritonGrpc(grpc_url, self.name, self.inputs, self.o.timeout_s)  # noqa: E731
                 else:
-                    make = lambda: load.TritonHttp(http_url, self.name, self.o.timeout_s)  # noqa: E731
+                    make = lambda: load.TritonHttp(http_url, self.name, self.inputs, self.o.timeout_s)  # noqa: E731
                 for wname, w in self.workloads.items():
                     for c in self.o.concurrency:
                         pair = c == 1 and protocol == self.o.protocols[0] and "floor" in self.o.baselines
                         if pair:
                             self._floor_batch1(wname, w)
                         starts = [f for f in (snaps.start if snaps else None, meter.start if meter else None) if f]
-                        result = load.measure(make, w.texts, c, self.o.bound(c), lambda: [f() for f in starts])
+                        result = load.measure(make, w.rows, c, self.o.bound(c), lambda: [f() for f in starts])
                         if pair:
                             self._floor_batch1(wname, w)
                         extra = self._triton_extra(snaps, result, w) if snaps else {}
                         if meter:
                             extra["cpu"] = meter.finish(result.completed, result.client_cpu_s, result.wall_s)
                         self._record(f"triton-{protocol}", label, wname, result, extra)
+
+    def _check(self, system: str, label: str, ask, atol: float) -> None:
+        """The first rows of each workload, answered by `ask(row)` and by the floor, compared."""
+        for wname, w in self.workloads.items():
+            rows = w.rows[: check.ROWS]
+            got = []
+            for row in rows:
+                try:
+                    got.append(ask(row))
+                except Exception as exc:  # noqa: BLE001 - a failed answer is a disagreement, recorded
+                    got.append({"error": f"{type(exc).__name__}: {exc}"[:200]})
+            result = check.compare([check.one_row(self.floor.one(row).outputs) for row in rows], got, atol)
+            self.checks.setdefault(system, {})[wname] = result.to_dict()
+            mark = "[green]agree[/]" if result.passed else f"[red]disagree: {result.first_mismatch}[/]"
+            self.say(f"  answers, {wname}: {label} and the floor {mark} on {result.agree}/{result.rows} rows "
+                     f"(max-abs {result.max_abs:.1e})")
+
+    def check_triton(self, grpc_url: str) -> None:
+        """Triton must answer as the floor does: the same steps, the same graph."""
+        from ..client import TextClient
+
+        with TextClient(grpc_url, self.name, timeout_s=self.o.timeout_s) as client:
+            self._check(TRITON_SYSTEM, "Triton", lambda row: check.one_row(
+                client.infer({name: [text] for name, text in zip(self.inputs, row)})), check.ATOL)
 
     def _floor_batch1(self, wname: str, w: corpus.Workload) -> None:
         """Half the floor's batch-1 measurement: one half just before Triton's concurrency-1 run, one just after.
@@ -159,18 +199,19 @@ class Bench:
         """
         requests = self.o.requests // 2 if self.o.requests else None
         duration = self.o.duration_s / 2 if not self.o.requests and self.o.duration_s else None
-        lat = self.floor.batch1_latency(w.texts, max(1, requests) if requests is not None else None, duration)
+        lat = self.floor.batch1_latency(w.rows, max(1, requests) if requests is not None else None, duration)
         self.batch1.setdefault(wname, []).extend(lat)
 
     def _triton_extra(self, snaps: stats.Snapshots, result: load.LoadResult, w: corpus.Workload) -> dict:
         deltas = snaps.finish(expected=result.completed)
-        ensemble, tok, model = (deltas[n] for n in self.step_names)
+        by_role = {role: deltas[model] for role, model in self.steps.items()}
         client_mean = result.summary()["latency_ms"]["mean"]
+        called = [by_role[r] for r in ensemble_roles(by_role, self.task)]
         return {
-            "steps": {"ensemble": ensemble.to_dict(), "tokenizer": tok.to_dict(), "model": model.to_dict()},
-            "breakdown": stats.overhead_breakdown(client_mean, ensemble, [tok, model]),
+            "steps": {role: d.to_dict() for role, d in by_role.items()},
+            "breakdown": stats.overhead_breakdown(client_mean, by_role["ensemble"], called),
             # Estimated: the workload's rows, in order, batched as Triton batched them on average.
-            "padding_waste": stats.padding_waste(w.tokens, model.avg_batch or 1.0, self.floor.runner),
+            "padding_waste": stats.padding_waste(w.model_rows, by_role["model"].avg_batch or 1.0, self.floor.runner),
         }
 
     def measure_baselines(self) -> None:
@@ -186,12 +227,13 @@ class Bench:
             self.say(f"Starting the baseline: {label}")
             log = Path(self.o.output) / ".run" / f"baseline-{key}.log"
             with baselines.BaselineProcess(str(folder), batch, log) as url:
+                self._check(key, label, lambda row: baselines.ask(url, row), check.TORCH_ATOL)
                 for wname, w in self.workloads.items():
                     for c in self.o.concurrency:
                         before: dict = {}
                         result = load.measure(
                             lambda: load.BaselineHttp(url, self.o.timeout_s),
-                            w.texts,
+                            w.rows,
                             c,
                             self.o.bound(c),
                             lambda: before.update(baselines.counters(url)),
@@ -203,7 +245,7 @@ class Bench:
         result = {}
         for wname, w in self.workloads.items():
             fixed = wname != "mixed"
-            result[wname] = floor.measure(self.floor, w.texts, self.o.requests, self.o.duration_s if not self.o.requests else None,
+            result[wname] = floor.measure(self.floor, w.rows, self.o.requests, self.o.duration_s if not self.o.requests else None,
                                           fixed, batch1=self.batch1.get(wname))
             f = result[wname]
             self.say(
@@ -228,6 +270,7 @@ class Bench:
             "workloads": {n: w.summary() for n, w in self.workloads.items()},
             "runs": self.runs,
             "floor": floor_results,
+            "checks": self.checks,
         }
         document["targets"] = evaluate(document)
         return document
@@ -236,6 +279,8 @@ class Bench:
         o = self.o
         return {
             "model": self.name,
+            "task": self.task.name,
+            "inputs": list(self.inputs),
             "repository": str(Path(o.repository).resolve()),
             "source_model": o.source_model or self.manifest.options.model,
             "config": {f.name: getattr(self.manifest.options, f.name) for f in dataclasses.fields(Overrides)},

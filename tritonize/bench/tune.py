@@ -33,9 +33,10 @@ from ..errors import TritonizeError
 from ..manifest import read_manifest
 from ..runtime.base import ServerOptions
 from ..runtime.process import free_ports
-from ..spec import MANIFEST_FILE, Overrides, repo_paths
+from ..spec import MANIFEST_FILE, Overrides
 from . import corpus, load, stats
 from .cli import add_target_arguments, int_list
+from .runner import step_models
 
 GRID_KEYS = tuple(f.name for f in dataclasses.fields(Overrides))  # what reconfigure may change
 DEFAULT_GRID = {"max_queue_delay_us": [0, 500, 2000], "model_instances": [1, 2]}
@@ -124,12 +125,13 @@ def shadow_repository(repo: Path, target: Path) -> Path:
 
 class Tuner:
     def __init__(self, args: argparse.Namespace):
-        from .. import steps
+        from .. import steps, tasks
 
         self.repo = Path(args.repository)
         manifest = read_manifest(self.repo)
-        corpus.require_single_text(manifest)
         self.manifest = manifest
+        self.task = tasks.of(manifest.model.head)
+        self.inputs = tuple(t.name for t in self.task.text_inputs)
         self.name = args.model or manifest.name
         self.grid = parse_grid(args.grid)
         self.points = [Point(c) for c in grid_points(self.grid, manifest.options.to_dict())]
@@ -138,7 +140,8 @@ class Tuner:
         self.bound = lambda c: load.Bound(requests=args.requests, duration_s=duration,
                                           warmup=args.warmup if args.warmup is not None else max(10, 2 * c))
         self.workloads = corpus.workloads_for(
-            steps.text_encoder(self.repo), args.workloads, args.corpus, args.short_tokens, args.long_tokens
+            steps.in_process(self.repo, intra_op_threads=1, shards=0), self.task, args.workloads, args.corpus,
+            args.short_tokens, args.long_tokens,
         )
         self.timeout_s = args.timeout
         self.budget = args.p99_budget_ms
@@ -153,15 +156,15 @@ class Tuner:
         http, grpc, metrics = free_ports(3)
         options = ServerOptions(repository=shadow, http_port=http, grpc_port=grpc, metrics_port=metrics,
                                 run_dir=workdir / "run")
-        paths = repo_paths(shadow, self.name)
-        names = [self.name, paths["tokenizer"].name, paths["model"].name]
+        names = step_models(shadow, self.manifest.name)
+        names["ensemble"] = self.name
         with LocalRuntime(options, quiet=True) as endpoints:
-            snaps = stats.Snapshots(endpoints.http, names)
+            snaps = stats.Snapshots(endpoints.http, list(names.values()))
             for wname, w in self.workloads.items():
                 for c in self.concurrency:
-                    result = load.measure(lambda: load.TritonGrpc(endpoints.grpc, self.name, self.timeout_s),
-                                          w.texts, c, self.bound(c), snaps.start)
-                    model = snaps.finish(expected=result.completed)[names[2]]
+                    result = load.measure(lambda: load.TritonGrpc(endpoints.grpc, self.name, self.inputs, self.timeout_s),
+                                          w.rows, c, self.bound(c), snaps.start)
+                    model = snaps.finish(expected=result.completed)[names["model"]]
                     point.runs.append({"workload": wname, **result.summary(), "avg_batch": round(model.avg_batch, 2)})
 
     def run(self) -> dict:

@@ -76,6 +76,7 @@ def length_groups(lengths: np.ndarray, order: np.ndarray, buckets: Sequence[int]
         stop = start
         while stop < len(order) and stop - start < max_rows and lengths[order[stop]] <= limit:
             stop += 1
+        stop = max(stop, start + 1)  # a row longer than every bucket still makes progress, alone
         groups.append(order[start:stop])
         start = stop
     return groups

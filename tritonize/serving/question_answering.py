@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,7 +52,7 @@ from tokenizers import Tokenizer
 
 try:
     import triton_python_backend_utils as pb_utils
-except ImportError:  # imported outside Triton: tests and verification use the functions directly
+except ImportError:  # imported outside Triton: tests, verification and the benchmark's floor use Reader
     pb_utils = None
 
 PIPELINE_MAX_SEQ_LEN = 384  # the pipeline never uses more, whatever the model allows
@@ -491,25 +491,27 @@ def _texts(raw: np.ndarray, name: str) -> list[str]:
     return texts
 
 
-class TritonPythonModel:
-    """(QUESTION, CONTEXT) rows -> one JSON answer per row, {"answer", "score", "start", "end"}.
+ModelCall = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
 
-    A context is split into the pipeline's windows here, the windows of every
-    request of an execute() go to the model step in one call (business logic
-    scripting, so they batch there with other work), and each pair's windows
-    are decoded together. Names, the model step, window size, stride and the
-    tokenizer come from the configuration.
+
+class Reader:
+    """(question, context) pairs -> one answer each, in Triton and in-process alike.
+
+    Splits contexts into the pipeline's windows, stacks every window of the
+    given pairs into one batch (padded to a bucket), has `model` compute
+    their start and end logits (at most max_rows windows per call), and
+    decodes each pair's windows together. Everything comes from the
+    configuration; the model call is the caller's: business logic scripting
+    in Triton, the repository's onnxruntime graph in-process.
     """
 
-    def initialize(self, args):
-        config = json.loads(args["model_config"])
-        p = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
-        version_dir = os.path.join(args["model_repository"], args["model_version"])
+    def __init__(self, p: Mapping[str, str], version_dir: str):
         self.question_first = p["question_first"] == "1"
         self.tokenizer = load_window_tokenizer(
             os.path.join(version_dir, p["tokenizer_file"]), int(p["max_seq_len"]), int(p["doc_stride"]),
             question_first=self.question_first,
         )
+        self.max_seq_len = int(p["max_seq_len"])
         self.cls_token_id = int(p["cls_token_id"]) if p.get("cls_token_id") else None
         self.pad_id = int(p["pad_id"])
         self.max_answer_len = int(p.get("max_answer_len", DEFAULT_MAX_ANSWER_LEN))
@@ -519,7 +521,10 @@ class TritonPythonModel:
         self.start_output, self.end_output = p["start_logits"], p["end_logits"]
         self.max_rows = int(p.get("model_max_batch_size", "64"))
         self.question_input, self.context_input = p["question_input"], p["context_input"]
-        self.output_name = config["output"][0]["name"]
+
+    @classmethod
+    def from_config(cls, model_config: Mapping[str, Any], version_dir: str) -> Reader:
+        return cls({k: v["string_value"] for k, v in model_config.get("parameters", {}).items()}, version_dir)
 
     def windows(self, question: str, context: str) -> list[Window]:
         try:
@@ -528,48 +533,76 @@ class TritonPythonModel:
         except Exception as exc:  # noqa: BLE001 - the tokenizer's own words (a question too long to keep)
             raise InvalidPair(str(exc)) from None
 
-    def _logits(self, stacked: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """Start and end logits of stacked windows, from the model step, at most max_rows per call."""
-        starts, ends = [], []
-        for lo in range(0, len(stacked["input_ids"]), self.max_rows):
-            inputs = [pb_utils.Tensor(n, stacked[n][lo : lo + self.max_rows]) for n in self.model_inputs]
-            response = pb_utils.InferenceRequest(
-                model_name=self.model_name, inputs=inputs, requested_output_names=[self.start_output, self.end_output]
-            ).exec()
-            if response.has_error():
-                raise RuntimeError(response.error().message())
-            starts.append(pb_utils.get_output_tensor_by_name(response, self.start_output).as_numpy())
-            ends.append(pb_utils.get_output_tensor_by_name(response, self.end_output).as_numpy())
-        return np.concatenate(starts), np.concatenate(ends)
+    def pairs(self, inputs: Mapping[str, np.ndarray]) -> list[tuple[str, list[Window]]]:
+        """One request's inputs, by name -> (context, its windows) per row; InvalidPair for a bad request."""
+        questions = _texts(inputs[self.question_input], self.question_input)
+        contexts = _texts(inputs[self.context_input], self.context_input)
+        if len(questions) != len(contexts):
+            raise InvalidPair(f"{len(questions)} questions for {len(contexts)} contexts: send one pair per row")
+        if not questions:
+            raise InvalidPair(f"{self.question_input} has no elements")
+        return [(c, self.windows(q, c)) for q, c in zip(questions, contexts)]
+
+    def answer(self, pairs: Sequence[tuple[str, Sequence[Window]]], model: ModelCall, width: int | None = None) -> list[bytes]:
+        """One JSON answer per pair. Windows are padded to the bucket of the longest (to `width`: 0 for the
+        longest itself), as the model step receives them."""
+        flat = [w for _, ws in pairs for w in ws]
+        longest = max(len(w) for w in flat)
+        if width is None:
+            width = next((b for b in self.buckets if b >= longest), longest)
+        stacked = stack_windows(flat, self.pad_id, width or longest)
+        start, end = [], []
+        for lo in range(0, len(flat), self.max_rows):
+            out = model({n: stacked[n][lo : lo + self.max_rows] for n in self.model_inputs})
+            start.append(out[self.start_output])
+            end.append(out[self.end_output])
+        start_logits, end_logits = np.concatenate(start), np.concatenate(end)
+        answers, row = [], 0
+        for context, ws in pairs:
+            part = slice(row, row + len(ws))
+            row += len(ws)
+            found = decode_answer(context, start_logits[part], end_logits[part], {k: v[part] for k, v in stacked.items()},
+                                  max_answer_len=self.max_answer_len, question_first=self.question_first,
+                                  pad_token_id=self.pad_id)
+            answers.append(json.dumps(found, ensure_ascii=False).encode("utf-8"))
+        return answers
+
+
+class TritonPythonModel:
+    """Triton's side of Reader: the windows of every request of an execute() go to the model step in one
+    call (business logic scripting, so they batch there with other work); one error per bad request."""
+
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        self.reader = Reader.from_config(config, os.path.join(args["model_repository"], args["model_version"]))
+        self.input_names = [i["name"] for i in config["input"]]
+        self.output_name = config["output"][0]["name"]
+
+    def _model(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        outputs = [self.reader.start_output, self.reader.end_output]
+        response = pb_utils.InferenceRequest(
+            model_name=self.reader.model_name, inputs=[pb_utils.Tensor(n, a) for n, a in feeds.items()],
+            requested_output_names=outputs,
+        ).exec()
+        if response.has_error():
+            raise RuntimeError(response.error().message())
+        return {n: pb_utils.get_output_tensor_by_name(response, n).as_numpy() for n in outputs}
 
     def execute(self, requests):
         responses = [None] * len(requests)
-        pairs: list[tuple[int, str, list[Window]]] = []  # (request, context, its windows), in order
+        owners, pairs = [], []  # the request of each pair, and the pairs of every valid request, in order
         for i, request in enumerate(requests):
             try:
-                questions = _texts(pb_utils.get_input_tensor_by_name(request, self.question_input).as_numpy(), self.question_input)
-                contexts = _texts(pb_utils.get_input_tensor_by_name(request, self.context_input).as_numpy(), self.context_input)
-                if len(questions) != len(contexts):
-                    raise InvalidPair(f"{len(questions)} questions for {len(contexts)} contexts: send one pair per row")
-                pairs += [(i, c, self.windows(q, c)) for q, c in zip(questions, contexts)]
+                found = self.reader.pairs({n: pb_utils.get_input_tensor_by_name(request, n).as_numpy() for n in self.input_names})
             except InvalidPair as exc:
                 responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc), pb_utils.TritonError.INVALID_ARG))
-                pairs = [p for p in pairs if p[0] != i]
+                continue
+            owners += [i] * len(found)
+            pairs += found
         if pairs:
-            flat = [w for _, _, ws in pairs for w in ws]
-            longest = max(len(w) for w in flat)
-            width = next((b for b in self.buckets if b >= longest), longest)
-            stacked = stack_windows(flat, self.pad_id, width)
-            start, end = self._logits(stacked)
             answers: dict[int, list[bytes]] = {}
-            row = 0
-            for i, context, ws in pairs:
-                part = slice(row, row + len(ws))
-                row += len(ws)
-                found = decode_answer(context, start[part], end[part], {k: v[part] for k, v in stacked.items()},
-                                      max_answer_len=self.max_answer_len, question_first=self.question_first,
-                                      pad_token_id=self.pad_id)
-                answers.setdefault(i, []).append(json.dumps(found, ensure_ascii=False).encode("utf-8"))
+            for i, cell in zip(owners, self.reader.answer(pairs, self._model)):
+                answers.setdefault(i, []).append(cell)
             for i, cells in answers.items():
                 out = np.array(cells, dtype=object).reshape(-1, 1)
                 responses[i] = pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(self.output_name, out)])

@@ -45,10 +45,10 @@ from .batching import ATTENTION_MASK, INPUT_IDS, OFFSETS, SPECIAL_TOKENS_MASK
 
 try:
     import triton_python_backend_utils as pb_utils
-except ImportError:  # imported outside Triton: tests and verification call entities() directly
+except ImportError:  # imported outside Triton: tests, verification and the benchmark's floor use PostStep
     pb_utils = None
 
-__all__ = ["STRATEGIES", "entities", "merge_windows", "unk_token_id", "label_list", "TritonPythonModel"]
+__all__ = ["STRATEGIES", "entities", "merge_windows", "unk_token_id", "label_list", "PostStep", "TritonPythonModel"]
 
 STRATEGIES = ("none", "simple", "first", "average", "max")
 
@@ -319,20 +319,28 @@ def _text(item: Any) -> str:
     return item if isinstance(item, str) else bytes(item).decode("utf-8", errors="replace")
 
 
-class TritonPythonModel:
-    """The step after the model: each text, its encoding (from the tokenizer step) and its logits ->
-    one JSON list of entities per text. Names, labels, aggregation and the tokenizer come from the config."""
+class PostStep:
+    """The step after the model, in Triton and in-process alike: each text, its encoding (from the
+    tokenizer step) and its logits -> one JSON list of entities per text. Names, labels, aggregation
+    and the tokenizer come from the configuration."""
 
-    def initialize(self, args):
-        config = json.loads(args["model_config"])
-        p = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
-        version_dir = os.path.join(args["model_repository"], args["model_version"])
-        self.tokenizer = Tokenizer.from_file(os.path.join(version_dir, p["tokenizer_file"]))
-        self.labels = json.loads(p["labels"])
-        self.aggregation = p["aggregation"]
-        self.text_input, self.logits_input = p["text_input"], p["logits_input"]
-        self.output_name = config["output"][0]["name"]
+    def __init__(self, tokenizer_file: str, labels: list[str], aggregation: str, text_input: str,
+                 logits_input: str, output_name: str):
+        self.tokenizer = Tokenizer.from_file(tokenizer_file)
+        self.labels, self.aggregation = labels, aggregation
+        self.text_input, self.logits_input, self.output_name = text_input, logits_input, output_name
         self.unk_id = unk_token_id(self.tokenizer)
+
+    @classmethod
+    def from_config(cls, model_config: dict, version_dir: str) -> PostStep:
+        p = {k: v["string_value"] for k, v in model_config.get("parameters", {}).items()}
+        return cls(os.path.join(version_dir, p["tokenizer_file"]), json.loads(p["labels"]), p["aggregation"],
+                   p["text_input"], p["logits_input"], model_config["output"][0]["name"])
+
+    def __call__(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """One request's inputs, by name -> its output, by name."""
+        return {self.output_name: self.answer(inputs[self.text_input], inputs[INPUT_IDS], inputs[ATTENTION_MASK],
+                                              inputs[OFFSETS], inputs[SPECIAL_TOKENS_MASK], inputs[self.logits_input])}
 
     def answer(self, texts, ids, mask, offsets, special, logits) -> np.ndarray:
         """[N, 1] BYTES: the JSON entities of each text, from its real (unpadded) tokens."""
@@ -345,11 +353,19 @@ class TritonPythonModel:
             out[r, 0] = json.dumps(found, ensure_ascii=False).encode("utf-8")
         return out
 
+
+class TritonPythonModel:
+    """Triton's side of PostStep: reads the inputs its configuration names, answers each request."""
+
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        version_dir = os.path.join(args["model_repository"], args["model_version"])
+        self.step = PostStep.from_config(config, version_dir)
+        self.input_names = [i["name"] for i in config["input"]]
+
     def execute(self, requests):
         responses = []
         for request in requests:
-            get = lambda name: pb_utils.get_input_tensor_by_name(request, name).as_numpy()  # noqa: E731
-            answer = self.answer(get(self.text_input), get(INPUT_IDS), get(ATTENTION_MASK), get(OFFSETS),
-                                 get(SPECIAL_TOKENS_MASK), get(self.logits_input))
-            responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(self.output_name, answer)]))
+            outputs = self.step({n: pb_utils.get_input_tensor_by_name(request, n).as_numpy() for n in self.input_names})
+            responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(n, a) for n, a in outputs.items()]))
         return responses

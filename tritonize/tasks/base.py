@@ -142,11 +142,31 @@ class Task(abc.ABC):
             stacked[r, : len(o)] = o
         return "transformers", stacked
 
+    # -- benchmark --------------------------------------------------------------
+    def doc_answers(self, spec: ModelSpec, model: Any, tokenizer: Any, rows: list[tuple[str, ...]]) -> tuple[list, int, int]:
+        """What a hand-written PyTorch server computes for one batch of rows (the benchmark's doc baseline):
+        (one JSON-able answer per row, {output name: value} as the ensemble names them, real tokens,
+        padded tokens). By default: transformers' tokenizer (pairs as pairs), one batch padded to its
+        longest row, the graph's outputs."""
+        import torch
+
+        batch = tokenizer(*(list(c) for c in zip(*rows)), padding=True, truncation=self.truncation or True,
+                          max_length=spec.max_length, return_tensors="pt")
+        with torch.inference_mode():
+            out = model(*(batch[n] for n in spec.input_names))
+        columns = [o.tolist() for o in (out if isinstance(out, tuple) else (out,))]
+        names = [t.name for t in self.graph_outputs(spec.head)]
+        mask = batch["attention_mask"]
+        return [dict(zip(names, r)) for r in zip(*columns)], int(mask.sum()), int(mask.numel())
+
     # -- clients --------------------------------------------------------------
+    def row_for(self, text: str) -> tuple[str, ...]:
+        """A request row around one text: a pair task puts its sample first text (a query, a question) before it."""
+        return (self.sample_first, text) if len(self.text_inputs) == 2 else (text,)
+
     def sample_body(self, text: str = SAMPLE_TEXT) -> str:
         """A KServe v2 JSON request with one row, for curl examples (a pair: sample_first, then the text)."""
-        texts = [self.sample_first, text] if len(self.text_inputs) == 2 else [text] * len(self.text_inputs)
-        return sample_body(self.text_inputs, texts)
+        return sample_body(self.text_inputs, list(self.row_for(text)))
 
     def client_request(self, top_k: int) -> tuple[list[str] | None, int]:
         """(outputs to ask for, or None for all; Triton classification count per output)."""

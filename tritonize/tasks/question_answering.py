@@ -175,6 +175,35 @@ class QuestionAnswering(Task):
                 (served["start"], served["end"]) == (expected["start"], expected["end"]) and abs(served["score"] - expected["score"]) <= 1e-4
         return {"reference": "question-answering pipeline steps", "rows": len(rows), "agree": int(agree), "passed": agree == len(rows)}
 
+    def doc_answers(self, spec, model, tokenizer, rows) -> tuple[list, int, int]:
+        """The pipeline's steps on PyTorch (transformers 5 has no question-answering pipeline): transformers'
+        tokenizer makes every pair's windows, the model scores them in one batch, the pipeline's decoding."""
+        import torch
+
+        from ..serving import question_answering as qa
+
+        head: Head = spec.head  # type: ignore[assignment]
+        max_seq_len, stride = _windows(spec)
+        questions, contexts = [r[0] for r in rows], [r[1] for r in rows]
+        first, second = (questions, contexts) if head.question_first else (contexts, questions)
+        enc = tokenizer(first, second, truncation="only_second" if head.question_first else "only_first",
+                        max_length=max_seq_len, stride=stride, return_overflowing_tokens=True,
+                        return_offsets_mapping=True, padding="longest")
+        stacked = _stack_transformers(enc, head, spec.pad_token_id)
+        with torch.inference_mode():
+            start, end = model(*(torch.from_numpy(stacked[n]) for n in spec.input_names))
+        owner = np.asarray(enc["overflow_to_sample_mapping"])
+        answers = []
+        for i, context in enumerate(contexts):
+            part = owner == i
+            answers.append({OUTPUT: qa.decode_answer(context, start.numpy()[part], end.numpy()[part],
+                                                     {k: v[part] for k, v in stacked.items()},
+                                                     max_answer_len=head.max_answer_len,
+                                                     question_first=head.question_first,
+                                                     pad_token_id=spec.pad_token_id)})
+        mask = stacked[ATTENTION_MASK]
+        return answers, int(mask.sum()), int(mask.size)
+
     def rows(self, outputs: dict[str, np.ndarray]) -> list[dict]:
         return [{OUTPUT: answer} for answer in json_cells(outputs[OUTPUT])]
 

@@ -128,6 +128,27 @@ class TokenClassification(Task):
             agree += _same(served, expected)
         return {"reference": "transformers pipeline", "rows": len(rows), "agree": agree, "passed": agree == len(rows)}
 
+    def doc_answers(self, spec, model, tokenizer, rows) -> tuple[list, int, int]:
+        """The pipeline's steps on PyTorch: transformers' tokenizer, the model's logits, the pipeline's decoding."""
+        import torch
+
+        from ..serving.token_classification import entities
+
+        head: Head = spec.head  # type: ignore[assignment]
+        texts = [r[0] for r in rows]
+        batch = tokenizer(texts, padding=True, truncation=True, max_length=spec.max_length, return_tensors="pt")
+        with torch.inference_mode():
+            logits = model(batch["input_ids"], batch["attention_mask"]).numpy()
+        mask = batch["attention_mask"].numpy()
+        answers = []
+        for r, text in enumerate(texts):
+            keep = mask[r].nonzero()[0]
+            enc = batch.encodings[r]
+            answers.append({OUTPUT: entities(text, [enc.ids[i] for i in keep], [enc.offsets[i] for i in keep],
+                                             [enc.special_tokens_mask[i] for i in keep], logits[r, keep],
+                                             list(head.labels), head.aggregation, tokenizer.backend_tokenizer)})
+        return answers, int(mask.sum()), int(mask.size)
+
     def rows(self, outputs: dict[str, np.ndarray]) -> list[dict]:
         return [{OUTPUT: found} for found in json_cells(outputs[OUTPUT])]
 

@@ -1,0 +1,98 @@
+"""Before a server is timed, its answers are checked against the floor's: a fast wrong answer is no result.
+
+The floor runs the repository's own steps in-process (`steps.in_process`), so
+Triton must answer the same rows with the same outputs: numbers within a
+tolerance (batching changes the order of float sums, nothing more), JSON
+answers (entities, spans) equal in every field but scores, which get the
+same tolerance. The PyTorch baselines are checked the same way with a
+tolerance for PyTorch against onnxruntime, and their agreement is recorded.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+ATOL = 1e-4
+TORCH_ATOL = 1e-3  # PyTorch against the exported graph on onnxruntime
+ROWS = 8  # checked per workload
+
+
+@dataclass
+class Check:
+    """How many of a workload's first rows a system answered as the floor does."""
+
+    rows: int = 0
+    agree: int = 0
+    max_abs: float = 0.0
+    first_mismatch: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.rows > 0 and self.agree == self.rows
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "passed": self.passed}
+
+
+def _cell(value):
+    """A BYTES cell as the JSON document it holds (or its text); anything else as it is."""
+    if isinstance(value, (bytes, np.bytes_)):
+        value = bytes(value).decode("utf-8", errors="replace")
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def difference(expected, got) -> float | None:
+    """The largest absolute difference between two answers' numbers; None when anything else differs."""
+    if isinstance(expected, np.ndarray) or isinstance(got, np.ndarray):
+        a, b = np.asarray(expected), np.asarray(got)
+        if a.shape != b.shape:
+            return None
+        if a.dtype == object or b.dtype == object:
+            diffs = [difference(_cell(x), _cell(y)) for x, y in zip(a.reshape(-1), b.reshape(-1))]
+            return None if any(d is None for d in diffs) else max(diffs, default=0.0)
+        return float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)), initial=0.0))
+    if isinstance(expected, dict) and isinstance(got, dict):
+        if set(expected) != set(got):
+            return None
+        return difference([expected[k] for k in sorted(expected)], [got[k] for k in sorted(got)])
+    if isinstance(expected, (list, tuple)) and isinstance(got, (list, tuple)):
+        if len(expected) != len(got):
+            return None
+        diffs = [difference(x, y) for x, y in zip(expected, got)]
+        return None if any(d is None for d in diffs) else max(diffs, default=0.0)
+    if isinstance(expected, bool) or isinstance(got, bool) or expected is None or got is None:
+        return 0.0 if expected == got else None
+    if isinstance(expected, (int, float)) and isinstance(got, (int, float)):
+        if isinstance(expected, int) and isinstance(got, int):  # offsets, indices: exact
+            return 0.0 if expected == got else None
+        return abs(float(expected) - float(got))
+    return 0.0 if expected == got else None
+
+
+def one_row(outputs: dict[str, np.ndarray]) -> dict:
+    """A one-row request's outputs as JSON-able values (what a JSON server answers for the row)."""
+    return {name: _cell(a.reshape(-1)[0]) if a.dtype == object else a[0].tolist() for name, a in outputs.items()}
+
+
+def compare(expected: list[dict], got: list[dict], atol: float = ATOL) -> Check:
+    """Per row, every output the floor gives must be in the answer and agree within atol."""
+    check = Check(rows=len(expected))
+    for i, (e, g) in enumerate(zip(expected, got)):
+        missing = [name for name in e if name not in g]
+        d = None if missing else difference({k: e[k] for k in e}, {k: g[k] for k in e})
+        if d is not None:
+            check.max_abs = max(check.max_abs, d)
+        if d is not None and d <= atol:
+            check.agree += 1
+        elif not check.first_mismatch:
+            check.first_mismatch = f"row {i}: " + (f"missing {missing}" if missing else
+                                                   "differs beyond numbers" if d is None else f"max-abs {d:.2e} > {atol:g}")
+    return check
