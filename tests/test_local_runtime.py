@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tritonize.errors import TritonizeError
-from tritonize.runtime import local, process
+from tritonize.runtime import local, process, supervisor
 from tritonize.runtime.base import http_get
 from tritonize.runtime.local import LocalRuntime
 from tritonize.runtime.process import group_processes, relevant_log_lines
@@ -194,6 +194,9 @@ def test_deploy_local_cli(tiny_embedding_repo, local_options, tmp_path) -> None:
 
         status = deploy("status", *flags)
         assert status.returncode == 0 and "READY" in status.stdout
+        # Ready because a real inference answered, and a supervisor watches the server.
+        assert f"health: {tiny_embedding_repo.name} answered in" in status.stdout
+        assert "supervised: 0 restart(s) so far" in status.stdout
 
         logs = deploy("logs", *flags, "--tail", "20")
         assert logs.returncode == 0 and "HTTPService" in logs.stdout
@@ -204,6 +207,8 @@ def test_deploy_local_cli(tiny_embedding_repo, local_options, tmp_path) -> None:
         down = deploy("down", *flags)
     assert down.returncode == 0, down.stderr
     assert pid is not None and group_processes(pid) == []
+    watcher = supervisor.read_state(o.run_dir / f"local-{o.http_port}")
+    assert watcher is not None and watcher.state == "stopped" and not watcher.alive()
     again = deploy("down", *flags)
     assert again.returncode == 0 and "no local Triton server is running" in again.stderr
     assert deploy("status", *flags).returncode == 1

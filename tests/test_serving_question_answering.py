@@ -162,14 +162,21 @@ class QAModel:
 
 @pytest.fixture(scope="module")
 def qa_module(tmp_path_factory) -> ModuleType:
-    """The module as a Triton repository gets it: a lone file imported by path."""
-    copy = tmp_path_factory.mktemp("served") / "question_answering.py"
-    shutil.copy(MODULE_FILE, copy)
-    spec = importlib.util.spec_from_file_location("served_question_answering", copy)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+    """The module as a Triton repository gets it: model.py in a version folder with the served modules it
+    imports beside it, imported as Triton's stub imports it (the folder as a package)."""
+    from tritonize import serving
+
+    root = tmp_path_factory.mktemp("served")
+    version = root / "served_qa_1"
+    version.mkdir()
+    for name, source in serving.step_files("question_answering", "model.py").items():
+        shutil.copy(source, version / name)
+    assert (version / "model.py").read_bytes() == MODULE_FILE.read_bytes()
+    sys.path.insert(0, str(root))
+    try:
+        return importlib.import_module("served_qa_1.model")
+    finally:
+        sys.path.remove(str(root))
 
 
 @pytest.fixture(scope="module")

@@ -13,11 +13,11 @@ import sys
 
 from . import generate
 from .bench import cli as bench_cli
-from .bench import tune
+from .bench import stress, tune
 from .errors import TritonizeError
 from .runtime import cli as runtime_cli
 
-COMMANDS = (generate, runtime_cli, bench_cli, tune)
+COMMANDS = (generate, runtime_cli, bench_cli, tune, stress)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -12,8 +12,10 @@ the server and its error can be checked). Server-side failures raise
 from __future__ import annotations
 
 import asyncio
+import random
 import threading
 import time
+from collections.abc import Iterator
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -55,6 +57,17 @@ class ServerError(TritonizeError):
         message = exc.message() if hasattr(exc, "message") and callable(exc.message) else str(exc)
         status = exc.status() if hasattr(exc, "status") and callable(exc.status) else None
         return cls(message or str(exc), str(status) if status is not None else None)
+
+
+def is_unavailable(error: ServerError) -> bool:
+    """The server refused the request because it is full (a step's queue): worth trying again later."""
+    return bool(error.status) and ("UNAVAILABLE" in error.status or error.status == "503")
+
+
+def backoff_delays(retries: int, base_s: float, cap_s: float = 2.0) -> Iterator[float]:
+    """Seconds to wait before each retry: exponential, with full jitter so that refused clients spread out."""
+    for attempt in range(retries):
+        yield random.uniform(0.0, min(cap_s, base_s * 2**attempt))
 
 
 @dataclass
@@ -145,6 +158,8 @@ class TextClient:
         protocol: Protocol = "grpc",
         timeout_s: float = 60.0,
         input_name: str = INPUT_NAME,
+        retries: int = 0,
+        backoff_s: float = 0.05,
     ):
         if protocol not in DEFAULT_URLS:
             raise ValueError(f"protocol must be 'grpc' or 'http', not {protocol!r}")
@@ -153,8 +168,9 @@ class TextClient:
         self.url, self._ssl = split_url(url or DEFAULT_URLS[protocol], protocol)
         self.model = model
         self.protocol: Protocol = protocol
-        self.timeout_s = timeout_s
+        self.timeout_s = timeout_s  # per request
         self.input_name = input_name
+        self.retries, self.backoff_s = retries, backoff_s  # opt-in: retry UNAVAILABLE (a full queue) with backoff
         self._local = threading.local()
         self._clients: list = []
         self._lock = threading.Lock()
@@ -227,6 +243,17 @@ class TextClient:
         (a reranker's QUERY and TEXT). With top_k > 0 the named outputs come
         back as classification strings "score:index:label", top_k per text.
         """
+        delays = backoff_delays(self.retries, self.backoff_s)
+        while True:
+            try:
+                return self._infer_once(texts, outputs, top_k)
+            except ServerError as exc:
+                delay = next(delays, None) if is_unavailable(exc) else None
+                if delay is None:
+                    raise
+                time.sleep(delay)
+
+    def _infer_once(self, texts: Texts, outputs: Sequence[str] | None, top_k: int) -> dict[str, np.ndarray]:
         m = self._module
         inputs, requested = build_request(m, named(texts, self.input_name), outputs, top_k)
         client = self._client()
@@ -304,13 +331,16 @@ class AsyncTextClient:
         model: str = "",
         timeout_s: float = 60.0,
         input_name: str = INPUT_NAME,
+        retries: int = 0,
+        backoff_s: float = 0.05,
     ):
         if not model:
             raise TritonizeError("no model name", hint="pass --model NAME (the ensemble's name)")
         self.url, self._ssl = split_url(url or DEFAULT_URLS["grpc"], "grpc")
         self.model = model
-        self.timeout_s = timeout_s
+        self.timeout_s = timeout_s  # per request
         self.input_name = input_name
+        self.retries, self.backoff_s = retries, backoff_s  # opt-in: retry UNAVAILABLE (a full queue) with backoff
         self._client = None
 
     def _get(self):
@@ -352,7 +382,18 @@ class AsyncTextClient:
         return [o.name for o in meta.outputs]
 
     async def infer(self, texts: Texts, outputs: Sequence[str] | None = None, top_k: int = 0) -> dict[str, np.ndarray]:
-        """One request, as TextClient.infer."""
+        """One request, as TextClient.infer (retries included)."""
+        delays = backoff_delays(self.retries, self.backoff_s)
+        while True:
+            try:
+                return await self._infer_once(texts, outputs, top_k)
+            except ServerError as exc:
+                delay = next(delays, None) if is_unavailable(exc) else None
+                if delay is None:
+                    raise
+                await asyncio.sleep(delay)
+
+    async def _infer_once(self, texts: Texts, outputs: Sequence[str] | None, top_k: int) -> dict[str, np.ndarray]:
         import tritonclient.grpc as grpcclient
         from tritonclient.utils import InferenceServerException
 

@@ -40,6 +40,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tensorrt", action=argparse.BooleanOptionalAction, default=None, help="TensorRT accelerator in the container (needs --device gpu)")
     p.add_argument("--max-batch-size", type=int, help=f"(default: {d.max_batch_size})")
     p.add_argument("--max-queue-delay-us", type=int, help=f"dynamic batching delay (default: {d.max_queue_delay_us})")
+    p.add_argument("--max-queue-size", type=int, help="requests each step holds waiting before it answers UNAVAILABLE / 503 "
+                   "(default: max batch size x the step's instances; 0: no bound)")
+    p.add_argument("--max-text-bytes", type=int, help="bytes of one text the server accepts (default: 64 per token of the "
+                   "max length, at least 16 KiB; 0: no bound)")
+    p.add_argument("--cut-long-texts", action=argparse.BooleanOptionalAction, default=None,
+                   help="keep the first --max-text-bytes of a longer text instead of refusing it")
     p.add_argument("--tokenizer-instances", type=int, help=f"(default: {d.tokenizer_instances})")
     p.add_argument("--model-instances", type=int, help=f"(default: {d.model_instances})")
     p.add_argument("--buckets", type=_int_list, help="padding lengths, e.g. 16,32,64,128 (default: powers of two up to the max length)")

@@ -42,9 +42,13 @@ from .spec import (
     RepoSpec,
     StepSpec,
     TensorRTSpec,
+    default_max_text_bytes,
+    default_queue_size,
     normalise_buckets,
     step_names,
 )
+from .serving.health import HEALTH_FILE
+from .serving.texts import CUT, REJECT
 from .verify import VerificationReport
 
 
@@ -63,8 +67,10 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str) -> RepoSpec:
     ):
         if value < 1:
             raise TritonizeError(f"{label} must be at least 1 (got {value})")
-    if options.max_queue_delay_us < 0:
-        raise TritonizeError(f"--max-queue-delay-us must be 0 or more (got {options.max_queue_delay_us})")
+    for label, value in (("--max-queue-delay-us", options.max_queue_delay_us), ("--max-queue-size", options.max_queue_size),
+                         ("--max-text-bytes", options.max_text_bytes)):
+        if value is not None and value < 0:
+            raise TritonizeError(f"{label} must be 0 or more (got {value})")
     if options.tensorrt and options.device != "gpu":
         raise TritonizeError("--tensorrt needs --device gpu", hint="TensorRT runs on NVIDIA GPUs only")
     if not name or not all(c.isalnum() or c in "_-." for c in name):
@@ -80,6 +86,8 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str) -> RepoSpec:
             max_queue_delay_us=options.max_queue_delay_us,
             instance_count=instances,
             kind=kind,  # type: ignore[arg-type]
+            max_queue_size=(default_queue_size(options.max_batch_size, instances) if options.max_queue_size is None
+                            else options.max_queue_size),
         )
 
     return RepoSpec(
@@ -103,6 +111,8 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str) -> RepoSpec:
         post_parameters=task.post_parameters(model),
         orchestrated=task.orchestrates,
         front_parameters=task.front_parameters(model, names["model"], options.max_batch_size),
+        max_text_bytes=default_max_text_bytes(model.max_length) if options.max_text_bytes is None else options.max_text_bytes,
+        long_texts=CUT if options.cut_long_texts else REJECT,
     )
 
 
@@ -140,6 +150,7 @@ def render(repo: RepoSpec, manifest: Manifest, report: VerificationReport) -> li
         (MANIFEST_FILE, "repository/tritonize.yaml.j2", {"options": manifest.to_dict()}),
         (VERIFICATION_FILE, "repository/verification.json.j2", {"report": report.to_dict()}),
         (README_FILE, "repository/README.md.j2", {}),
+        (HEALTH_FILE, "repository/health.json.j2", {"health_json": health_check(repo)}),
     ]
     if repo.post_step:
         layout.append((f"{repo.post_step.name}/{CONFIG_FILE}", "post/config.pbtxt.j2", {"step": repo.post_step}))
@@ -154,6 +165,13 @@ def render(repo: RepoSpec, manifest: Manifest, report: VerificationReport) -> li
             raise TritonizeError(f"template {template} failed to render: {exc}") from exc
         files.append(RenderedFile(path, text))
     return files
+
+
+def health_check(repo: RepoSpec) -> str:
+    """health.json: the one-row request the health check sends through the ensemble, and what it must answer."""
+    request = json.loads(tasks.of(repo.model.head).sample_body())
+    return json.dumps({"model": repo.name, "request": request, "outputs": [t.name for t in repo.outputs]},
+                      indent=2, ensure_ascii=False)
 
 
 def served_files(repo: RepoSpec) -> dict[str, Path]:

@@ -118,9 +118,16 @@ class GenerateOptions:
     # 0: no wait at low load (each step would add the full delay); batches still form under load
     # because requests queue while an instance is busy. `tritonize tune` measures the alternatives.
     max_queue_delay_us: int = 0
+    # Requests a step holds waiting; beyond it Triton answers UNAVAILABLE (gRPC) / 503 at once.
+    # None: max batch size x the step's instances; 0: no bound.
+    max_queue_size: int | None = None
     tokenizer_instances: int = 1
     model_instances: int = 1
     buckets: list[int] | None = None
+    # Bytes of one text the first step accepts (None: from the max length); beyond it the text is
+    # refused, or with cut_long_texts kept up to the limit.
+    max_text_bytes: int | None = None
+    cut_long_texts: bool = False
     opset: int = 17
     trust_remote_code: bool = False
     force: bool = False
@@ -138,13 +145,17 @@ class GenerateOptions:
 
 @dataclass(frozen=True)
 class Overrides:
-    """What `reconfigure` (and so `tritonize tune`) may change without re-exporting: batching and placement."""
+    """What `reconfigure` (and so `tritonize tune`) may change without re-exporting: batching, placement
+    and the bounds on texts and queues."""
 
     max_batch_size: int | None = None
     max_queue_delay_us: int | None = None
+    max_queue_size: int | None = None
     tokenizer_instances: int | None = None
     model_instances: int | None = None
     buckets: list[int] | None = None
+    max_text_bytes: int | None = None
+    cut_long_texts: bool | None = None
 
     @classmethod
     def of(cls, changes: dict) -> Overrides:
@@ -172,6 +183,7 @@ class StepSpec:
     max_queue_delay_us: int
     instance_count: int
     kind: InstanceKind
+    max_queue_size: int = 0  # 0: no bound
 
 
 @dataclass(frozen=True)
@@ -237,6 +249,8 @@ class RepoSpec:
     post_parameters: dict[str, str] = field(default_factory=dict)
     orchestrated: bool = False  # the first step calls the model step itself and answers (question answering)
     front_parameters: dict[str, str] = field(default_factory=dict)
+    max_text_bytes: int = 0  # per text, checked by the first step before it tokenizes; 0: no bound
+    long_texts: str = "reject"  # over max_text_bytes: reject | cut (serving/texts.py)
 
     @property
     def pad_token_id(self) -> int:
@@ -278,6 +292,8 @@ class RepoSpec:
             "max_length": str(self.model.max_length),
             "buckets": ",".join(map(str, self.buckets)),
             "pad_id": str(self.pad_token_id),
+            "max_text_bytes": str(self.max_text_bytes),
+            "long_texts": self.long_texts,
         }
         return params | ({"truncation": self.truncation} if self.truncation else {}) | self.front_parameters
 
@@ -325,6 +341,21 @@ def normalise_buckets(buckets: list[int] | tuple[int, ...] | None, max_length: i
     if not kept or kept[-1] != max_length:
         kept.append(max_length)
     return tuple(kept)
+
+
+# A text's byte limit, from the tokens the model reads: real text runs 3-12 bytes per token, so a text over
+# 64 bytes per token holds several times more than the model reads (it would be truncated anyway).
+TEXT_BYTES_PER_TOKEN = 64
+MIN_TEXT_BYTES = 16 * 1024
+
+
+def default_max_text_bytes(max_length: int) -> int:
+    return max(MIN_TEXT_BYTES, TEXT_BYTES_PER_TOKEN * max_length)
+
+
+def default_queue_size(max_batch_size: int, instances: int) -> int:
+    """One full batch per instance waiting: what the step clears in one round of executions."""
+    return max_batch_size * instances
 
 
 def step_names(name: str) -> dict[str, str]:

@@ -68,6 +68,8 @@ class ServerStatus:
     endpoints: Endpoints | None = None
     models: list[ModelState] = field(default_factory=list)
     detail: str = ""
+    health: str = ""  # the health check's outcome: a tiny inference through the ensemble
+    restarts: int | None = None  # by the local supervisor; None when nothing supervises the server
 
 
 class Runtime(abc.ABC):
@@ -136,9 +138,10 @@ def wait_ready(
         time.sleep(poll_s)
 
 
-def repository_models(endpoints: Endpoints) -> list[ModelState]:
-    """The repository index, as the running server reports it."""
-    req = urllib.request.Request(f"{endpoints.http}/v2/repository/index", data=b"{}", method="POST")
+def repository_models(endpoints: Endpoints, headers: dict[str, str] | None = None) -> list[ModelState]:
+    """The repository index, as the running server reports it (`headers`: the admin key where the
+    repository API is restricted)."""
+    req = urllib.request.Request(f"{endpoints.http}/v2/repository/index", data=b"{}", method="POST", headers=headers or {})
     try:
         with urllib.request.urlopen(req, timeout=3.0) as resp:  # noqa: S310
             rows = json.loads(resp.read() or b"[]")

@@ -80,6 +80,10 @@ def run(args: argparse.Namespace) -> int:
     elif args.action == "status":
         status = runtime.status()
         out.print(f"running: {status.running}   ready: {status.ready}" + (f"   {status.detail}" if status.detail else ""))
+        if status.health:
+            out.print(f"health: {status.health}")
+        if status.restarts is not None:
+            out.print(f"supervised: {status.restarts} restart(s) so far")
         for m in status.models:
             out.print(f"  {m.name:<32} v{m.version or '-':<4} {m.state}" + (f"  ({m.reason})" if m.reason else ""))
         return 0 if status.ready else 1

@@ -13,6 +13,7 @@ The `docker` SDK is imported lazily so that building the CLI stays fast.
 from __future__ import annotations
 
 import argparse
+import base64
 import io
 import json
 import os
@@ -20,12 +21,14 @@ import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..console import err
 from ..errors import TritonizeError
 from ..paths import TEMPLATES_DIR
+from ..serving import SERVING_DIR
+from ..serving.health import HEALTH_FILE
 from . import process
 from .base import (
     Endpoints,
@@ -69,10 +72,14 @@ ULIMITS = (("memlock", -1, -1), ("stack", 67108864, 67108864))
 SECURITY_OPT = ("no-new-privileges:true",)
 ENVIRONMENT = {"PYTHONDONTWRITEBYTECODE": "1"}  # the repository is mounted read-only
 EXIT_TIMEOUT_S = 30  # Triton drains in-flight requests this long after SIGTERM
+HEALTH_SCRIPT = "/opt/tritonize/health.py"  # tritonize/serving/health.py, baked into the image
 HEALTHCHECK = {
-    "test": ("curl", "-fsS", f"http://127.0.0.1:{CONTAINER_PORTS['http']}/v2/health/ready"),
+    # A tiny inference through the ensemble (the repository's health.json), not /v2/health/ready:
+    # Triton's ready endpoint keeps answering 200 after a Python stub has died.
+    "test": ("python3", HEALTH_SCRIPT, "--url", f"http://127.0.0.1:{CONTAINER_PORTS['http']}",
+             "--file", f"/models/{HEALTH_FILE}", "--timeout", "8"),
     "interval": "10s",
-    "timeout": "3s",
+    "timeout": "10s",
     "start_period": "300s",  # first load may build TensorRT engines
     "retries": 3,
 }
@@ -143,6 +150,9 @@ def render_dockerfile(release: str = DEFAULT_TRITON_RELEASE) -> str:
         label_prefix=LABEL_PREFIX,
         ports=[str(p) for p in CONTAINER_PORTS.values()],
         healthcheck=HEALTHCHECK,
+        health_dir=str(PurePosixPath(HEALTH_SCRIPT).parent),
+        health_script=HEALTH_SCRIPT,
+        health_b64=base64.b64encode((SERVING_DIR / "health.py").read_bytes()).decode("ascii"),
         command_json=json.dumps(list(triton_command(ServerOptions()))),
     )
 

@@ -9,6 +9,11 @@ stops it together with its Python-backend stub processes.
 Each server gets an instance directory `<run_dir>/local-<http_port>/` holding
 its state (pid, endpoints, repository), its log and its backend
 directory, so several servers can run side by side on different ports.
+
+`deploy.py local up` also starts a supervisor beside the server
+(supervisor.py): Triton 2.51 neither notices nor recovers a dead Python stub,
+so the supervisor restarts the server when a stub dies or the health check
+(a tiny inference through the ensemble) keeps failing.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from rich.markup import escape
 
 from ..console import err
 from ..errors import TritonizeError
+from ..serving.health import HEALTH_FILE, probe_file
 from ..spec import LOCAL_CONFIG_NAME
 from . import process
 from .base import (
@@ -44,6 +50,13 @@ from .base import (
 
 DEFAULT_HTTP_PORT = ServerOptions().http_port
 STATE_FILE = "server.json"
+# APIs that change the server or read beyond inference (log settings, traces, the repository's load/unload,
+# shared-memory registration): restricted to clients that send this header with the instance's key.
+RESTRICTED_APIS = ("logging", "trace", "model-repository", "shared-memory")
+ADMIN_HEADER = "tritonize-admin-key"
+GRPC_HEADER_PREFIX = "triton-grpc-protocol-"  # what Triton expects before a restricted gRPC protocol's header
+ADMIN_KEY_FILE = "admin.key"
+DRAIN_QUIET_S = 0.5  # nothing waiting in any step and nothing finished for this long: the server has drained
 LOG_FILE = "tritonserver.log"
 STUB_NAME = "triton_python_backend_stub"
 DEFAULT_STOP_TIMEOUT_S = 30.0  # Triton's own --exit-timeout-secs default
@@ -157,6 +170,62 @@ class Instance:
         return ticks is not None and ticks == self.start_ticks and not process.is_zombie(self.pid)
 
 
+def admin_key(directory: Path) -> str:
+    """An instance's key for the restricted APIs: made once, readable by this user only."""
+    path = Path(directory) / ADMIN_KEY_FILE
+    if not path.is_file():
+        import secrets
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(24))
+    return path.read_text().strip()
+
+
+def activity(endpoints: Endpoints) -> tuple[int, int] | None:
+    """(requests waiting in any step's queue, requests finished by any model so far), from Triton's metrics;
+    None when the metrics do not answer."""
+    code, body = http_get(endpoints.metrics, timeout=2.0)
+    if code != 200:
+        return None
+    waiting = finished = 0
+    for line in body.decode(errors="replace").splitlines():
+        name = line.split("{", 1)[0]
+        if name == "nv_inference_pending_request_count":
+            waiting += int(float(line.rsplit(" ", 1)[1]))
+        elif name in ("nv_inference_request_success", "nv_inference_request_failure"):
+            finished += int(float(line.rsplit(" ", 1)[1]))
+    return waiting, finished
+
+
+def drain(endpoints: Endpoints, timeout_s: float, quiet_s: float = DRAIN_QUIET_S) -> float:
+    """Wait (at most timeout_s) until nothing waits in any step and nothing has finished for quiet_s; the seconds
+    spent.
+
+    On SIGTERM Triton 2.51 refuses new requests to every model, the steps of an ensemble included, so a
+    request still between two steps would fail: `down` lets the server go quiet first. A request that is
+    computed in one step for longer than quiet_s, with nothing else moving, can still be caught.
+    """
+    start = time.monotonic()
+    last, quiet_since = None, time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        now = activity(endpoints)
+        if now is None:
+            break
+        if now[0] or now != last:
+            last, quiet_since = now, time.monotonic()
+        elif time.monotonic() - quiet_since >= quiet_s:
+            break
+        time.sleep(0.05)
+    return time.monotonic() - start
+
+
+def dead_stubs(pgid: int) -> list[int]:
+    """Python-backend stubs of the server that have died (zombies: Triton 2.51 does not reap them)."""
+    return [pid for pid in process.group_zombies(pgid) if pid != pgid]
+
+
 def reach_host(host: str) -> str:
     """The address clients use: loopback when the server binds every interface."""
     return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
@@ -195,11 +264,13 @@ class LocalRuntime(Runtime):
         tritonserver: Path | None = None,
         quiet: bool = False,
         stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S,
+        supervise: bool = False,
     ):
         super().__init__(options)
         self.tritonserver = tritonserver
         self.stop_timeout_s = stop_timeout_s
         self.quiet = quiet
+        self.supervise = supervise
         self.directory = instance_dir(options.run_dir, options.http_port).resolve()
         self._proc: subprocess.Popen | None = None
 
@@ -217,9 +288,12 @@ class LocalRuntime(Runtime):
 
     def __exit__(self, *exc: object) -> None:
         # Only the server this object started: never another one found in run_dir.
+        self._stop_supervisor(self.directory)
         inst = read_instance(self.directory)
         if inst and (inst.alive() or process.group_processes(inst.pid)):  # a crashed server's stubs too
-            self._stop(inst, self.stop_timeout_s)
+            dead = dead_stubs(inst.pid)
+            spent = 0.0 if dead or not inst.alive() else drain(inst.endpoints, self.stop_timeout_s)
+            self._stop(inst, 0.0 if dead else max(self.stop_timeout_s - spent, 1.0))
         self._forget(self.directory)
 
     def _say(self, message: str) -> None:
@@ -261,6 +335,8 @@ class LocalRuntime(Runtime):
             f"--grpc-port={o.grpc_port}",
             f"--metrics-port={o.metrics_port}",
             f"--model-control-mode={o.model_control}",
+            f"--http-restricted-api={','.join(RESTRICTED_APIS)}:{ADMIN_HEADER}={self.admin_key()}",
+            f"--grpc-restricted-protocol={','.join(RESTRICTED_APIS)}:{ADMIN_HEADER}={self.admin_key()}",
         ]
         if o.model_control == "explicit":
             cmd.append("--load-model=*")  # serve the whole repository, as in mode "none"
@@ -302,9 +378,25 @@ class LocalRuntime(Runtime):
 
         self.directory.mkdir(parents=True, exist_ok=True)
         backend_dir = self._prepare_backend(install)
+        endpoints = self._start(self.command(install, backend_dir), install)
+        if self.supervise:
+            self._start_supervisor()
+        return endpoints
+
+    def restart(self, inst: Instance) -> Endpoints:
+        """Stop a faulty server (at once when a stub is dead: Triton could not drain through it) and start
+        it again with the command it was started with. The supervisor calls this."""
+        self._stop(inst, 0.0 if dead_stubs(inst.pid) else 5.0)
+        self._forget(self.directory)
+        install = find_install(self.tritonserver)
+        check_ports(self.options)
+        return self._start(inst.command, install)
+
+    def _start(self, cmd: list[str], install: TritonInstall) -> Endpoints:
+        """Spawn the server, record it, and wait until it is ready (stopped again if it never is)."""
+        o = self.options
         if self.log_file.exists():
             self.log_file.replace(self.log_file.with_suffix(".log.1"))
-        cmd = self.command(install, backend_dir)
         with open(self.log_file, "wb") as log:
             # Own session: one signal to the group stops the server and its stubs.
             # cwd is the instance directory, so nothing in the user's cwd shadows a package.
@@ -363,6 +455,49 @@ class LocalRuntime(Runtime):
             raise self._failure(exc, proc.poll()) from None
         self._say(f"[green]✓[/] {title} [dim]({time.monotonic() - start:.1f}s)[/]")
 
+    def admin_key(self) -> str:
+        return admin_key(self.directory)
+
+    def admin_headers(self, protocol: str = "http") -> dict[str, str]:
+        """The header a client sends to use the restricted APIs of this server (gRPC prefixes Triton's name)."""
+        return {(GRPC_HEADER_PREFIX if protocol == "grpc" else "") + ADMIN_HEADER: self.admin_key()}
+
+    # the supervisor
+    def _start_supervisor(self) -> None:
+        from . import supervisor
+
+        (self.directory / supervisor.STATE_FILE).unlink(missing_ok=True)
+        env = dict(os.environ)
+        root = str(Path(__file__).resolve().parents[2])  # the child imports this package from where this one did
+        env["PYTHONPATH"] = process.join_path(root, env.get("PYTHONPATH"))
+        with open(self.directory / supervisor.LOG_FILE, "ab") as log:
+            subprocess.Popen([sys.executable, "-m", "tritonize.runtime.supervisor", str(self.directory)],
+                             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                             cwd=self.directory, start_new_session=True)
+        deadline = time.monotonic() + 10.0
+        while supervisor.read_state(self.directory) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self._say("[green]✓[/] supervisor watching the server (restarts it if a stub dies or it stops answering)")
+
+    def _stop_supervisor(self, directory: Path) -> None:
+        """Stop the supervisor before the server, so that it does not restart what is being stopped."""
+        from . import supervisor
+
+        state = supervisor.read_state(directory)
+        if state is None or not state.alive():
+            return
+        self._signal_pid(state.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 200.0  # it may be waiting for a restarted server to become ready
+        while state.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if state.alive():
+            self._signal_pid(state.pid, signal.SIGKILL)
+
+    @staticmethod
+    def _signal_pid(pid: int, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
     def _last_log_line(self, width: int) -> str:
         """What the server is doing now, from its log, for the progress line."""
         for line in reversed(process.tail_lines(self.log_file, 5).splitlines()):
@@ -393,7 +528,16 @@ class LocalRuntime(Runtime):
             self._say(f"no local Triton server is running (run dir {self.options.run_dir})")
             return False
         directory, inst = found
-        self._stop(inst, self.stop_timeout_s if timeout_s is None else timeout_s)
+        self._stop_supervisor(directory)
+        inst = read_instance(directory) or inst  # the supervisor may have restarted it meanwhile
+        dead = dead_stubs(inst.pid)
+        if dead:
+            self._say(f"[yellow]a Python stub of this server has died ({', '.join(map(str, dead))}): "
+                      "nothing can drain through it, so the server stops at once[/]")
+        timeout = self.stop_timeout_s if timeout_s is None else timeout_s
+        if not dead:
+            timeout -= drain(inst.endpoints, timeout)
+        self._stop(inst, 0.0 if dead else max(timeout, 1.0))
         self._forget(directory)
         return True
 
@@ -403,12 +547,13 @@ class LocalRuntime(Runtime):
         (directory / STATE_FILE).unlink(missing_ok=True)
 
     def _stop(self, inst: Instance, timeout_s: float) -> None:
-        """SIGTERM to the group (Triton drains in-flight requests), SIGKILL after timeout_s."""
+        """SIGTERM to the group (Triton drains in-flight requests), SIGKILL after timeout_s (0: at once)."""
         start = time.monotonic()
         pgid = inst.pid  # the server leads its own session and process group
-        self._signal(pgid, signal.SIGTERM)
+        self._signal(pgid, signal.SIGTERM if timeout_s > 0 else signal.SIGKILL)
         if not self._wait_gone(inst, pgid, timeout_s):
-            self._say(f"[yellow]Triton did not stop within {timeout_s:.0f}s; killing it[/]")
+            if timeout_s > 0:
+                self._say(f"[yellow]Triton did not stop within {timeout_s:.0f}s; killing it[/]")
             self._signal(pgid, signal.SIGKILL)
             self._wait_gone(inst, pgid, 10.0)
         self._say(f"[green]✓[/] Triton stopped (pid {inst.pid}) [dim]({time.monotonic() - start:.1f}s)[/]")
@@ -429,18 +574,37 @@ class LocalRuntime(Runtime):
         return False
 
     def status(self) -> ServerStatus:
+        """Ready only when a tiny inference through the ensemble answers: Triton's own ready endpoint
+        keeps saying ready after a stub has died."""
+        from . import supervisor
+
         found = self._instance()
         if found is None:
+            state = supervisor.read_state(self.directory)
+            if state and state.alive() and state.state == "restarting":
+                return ServerStatus(True, False, detail=f"restarting ({state.last_reason})", restarts=state.restarts)
             return ServerStatus(False, False, detail=f"not running (nothing in {self.options.run_dir})")
         directory, inst = found
         endpoints = inst.endpoints
         code, _ = http_get(f"{endpoints.http}/v2/health/ready")
+        health_file = Path(inst.repository) / HEALTH_FILE
+        if health_file.is_file():
+            probe = probe_file(endpoints.http, str(health_file))
+            answered, health = probe.ok, probe.detail
+        else:
+            answered, health = True, f"unchecked: no {HEALTH_FILE} in the repository (regenerate it to get one)"
+        state = supervisor.read_state(directory)
+        watched = state is not None and state.alive()
+        dead = dead_stubs(inst.pid)
+        detail = f"pid {inst.pid}, HTTP {endpoints.http}, gRPC {endpoints.grpc}, log {directory / LOG_FILE}"
         return ServerStatus(
             running=True,
-            ready=code == 200,
+            ready=code == 200 and answered and not dead,
             endpoints=endpoints,
-            models=repository_models(endpoints),
-            detail=f"pid {inst.pid}, HTTP {endpoints.http}, gRPC {endpoints.grpc}, log {directory / LOG_FILE}",
+            models=repository_models(endpoints, {ADMIN_HEADER: admin_key(directory)}),
+            detail=detail,
+            health=(f"a Python stub has died (pid {', '.join(map(str, dead))}); " if dead else "") + health,
+            restarts=state.restarts if watched else None,
         )
 
     def logs(self, tail: int | None = None) -> str:
@@ -465,6 +629,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_STOP_TIMEOUT_S,
         help="`down`: seconds to let in-flight requests drain before SIGKILL (default: %(default)s)",
     )
+    parser.add_argument(
+        "--no-supervise",
+        action="store_true",
+        help="`up`: start no supervisor (by default one restarts the server when a stub dies or it stops answering)",
+    )
 
 
 def from_args(options: ServerOptions, args: argparse.Namespace) -> Runtime:
@@ -472,4 +641,5 @@ def from_args(options: ServerOptions, args: argparse.Namespace) -> Runtime:
         options,
         tritonserver=getattr(args, "tritonserver", None),
         stop_timeout_s=getattr(args, "stop_timeout", DEFAULT_STOP_TIMEOUT_S),
+        supervise=not getattr(args, "no_supervise", False),
     )

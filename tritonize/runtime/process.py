@@ -75,9 +75,9 @@ def is_zombie(pid: int) -> bool:
         return False
 
 
-def group_processes(pgid: int) -> list[int]:
-    """Live (non-zombie) processes in a process group: the server and its backend stubs."""
-    pids = []
+def _group(pgid: int) -> list[tuple[int, str]]:
+    """(pid, state) of every process in a process group."""
+    found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -85,9 +85,19 @@ def group_processes(pgid: int) -> list[int]:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            pids.append(int(entry.name))
-    return sorted(pids)
+        if int(fields[2]) == pgid:
+            found.append((int(entry.name), fields[0]))
+    return sorted(found)
+
+
+def group_processes(pgid: int) -> list[int]:
+    """Live (non-zombie) processes in a process group: the server and its backend stubs."""
+    return [pid for pid, state in _group(pgid) if state != "Z"]
+
+
+def group_zombies(pgid: int) -> list[int]:
+    """Dead processes of a group that their parent has not reaped (a killed Python-backend stub)."""
+    return [pid for pid, state in _group(pgid) if state == "Z"]
 
 
 def reap(pid: int) -> None:

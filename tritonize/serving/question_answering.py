@@ -50,6 +50,8 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
+from .texts import REJECT, InvalidText, decode
+
 try:
     import triton_python_backend_utils as pb_utils
 except ImportError:  # imported outside Triton: tests, verification and the benchmark's floor use Reader
@@ -474,21 +476,8 @@ def decode_answer(
 # --- 3. the served step -------------------------------------------------------
 
 
-class InvalidPair(ValueError):
-    """A request's question or context cannot be answered: reported to that request only."""
-
-
-def _texts(raw: np.ndarray, name: str) -> list[str]:
-    texts = []
-    for i, item in enumerate(raw.reshape(-1)):
-        try:
-            text = item if isinstance(item, str) else bytes(item).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise InvalidPair(f"{name}[{i}] is not valid UTF-8 (byte {exc.start}): send UTF-8 encoded text") from None
-        if not text.strip():
-            raise InvalidPair(f"{name}[{i}] is empty: send at least one non-blank character")
-        texts.append(text)
-    return texts
+class InvalidPair(InvalidText):
+    """A request's question and context cannot be answered together: reported to that request only."""
 
 
 ModelCall = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
@@ -521,6 +510,7 @@ class Reader:
         self.start_output, self.end_output = p["start_logits"], p["end_logits"]
         self.max_rows = int(p.get("model_max_batch_size", "64"))
         self.question_input, self.context_input = p["question_input"], p["context_input"]
+        self.max_text_bytes, self.long_texts = int(p.get("max_text_bytes", "0")), p.get("long_texts", REJECT)
 
     @classmethod
     def from_config(cls, model_config: Mapping[str, Any], version_dir: str) -> Reader:
@@ -534,13 +524,11 @@ class Reader:
             raise InvalidPair(str(exc)) from None
 
     def pairs(self, inputs: Mapping[str, np.ndarray]) -> list[tuple[str, list[Window]]]:
-        """One request's inputs, by name -> (context, its windows) per row; InvalidPair for a bad request."""
-        questions = _texts(inputs[self.question_input], self.question_input)
-        contexts = _texts(inputs[self.context_input], self.context_input)
+        """One request's inputs, by name -> (context, its windows) per row; InvalidText for a bad request."""
+        questions, contexts = (decode(inputs[name], name, self.max_text_bytes, self.long_texts)
+                               for name in (self.question_input, self.context_input))
         if len(questions) != len(contexts):
             raise InvalidPair(f"{len(questions)} questions for {len(contexts)} contexts: send one pair per row")
-        if not questions:
-            raise InvalidPair(f"{self.question_input} has no elements")
         return [(c, self.windows(q, c)) for q, c in zip(questions, contexts)]
 
     def answer(self, pairs: Sequence[tuple[str, Sequence[Window]]], model: ModelCall, width: int | None = None) -> list[bytes]:
@@ -594,7 +582,7 @@ class TritonPythonModel:
         for i, request in enumerate(requests):
             try:
                 found = self.reader.pairs({n: pb_utils.get_input_tensor_by_name(request, n).as_numpy() for n in self.input_names})
-            except InvalidPair as exc:
+            except InvalidText as exc:
                 responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc), pb_utils.TritonError.INVALID_ARG))
                 continue
             owners += [i] * len(found)

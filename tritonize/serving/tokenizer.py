@@ -20,15 +20,12 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from .batching import ENCODING_FIELDS, bucket_for, pad_rows, pad_value, parse_buckets
+from .texts import REJECT, InvalidText, decode
 
 try:
     import triton_python_backend_utils as pb_utils
 except ImportError:  # imported outside Triton: tests, verification and the benchmark use TextEncoder
     pb_utils = None
-
-
-class InvalidText(ValueError):
-    """A request's text cannot be tokenized: reported to that request only."""
 
 
 def parameters(model_config: dict) -> dict[str, str]:
@@ -40,7 +37,7 @@ class TextEncoder:
     """tokenizer.json with the model's max length, and bucketed padding."""
 
     def __init__(self, tokenizer_file: str, max_length: int, buckets: list[int], pad_id: int, outputs: tuple[str, ...],
-                 truncation: str = "longest_first"):
+                 truncation: str = "longest_first", max_text_bytes: int = 0, long_texts: str = REJECT):
         unknown = [name for name in outputs if name not in ENCODING_FIELDS]
         if unknown:
             raise ValueError(f"cannot produce {unknown}: a tokenizer gives {sorted(ENCODING_FIELDS)}")
@@ -53,6 +50,7 @@ class TextEncoder:
         self.buckets = parse_buckets(",".join(map(str, buckets)), max_length)
         self.pad_id = pad_id
         self.outputs = tuple(outputs)
+        self.max_text_bytes, self.long_texts = max_text_bytes, long_texts
 
     @classmethod
     def from_config(cls, model_config: dict, version_dir: str) -> TextEncoder:
@@ -65,29 +63,16 @@ class TextEncoder:
             int(p["pad_id"]),
             tuple(o["name"] for o in model_config["output"]),
             p.get("truncation", "longest_first"),
+            int(p.get("max_text_bytes", "0")),
+            p.get("long_texts", REJECT),
         )
 
     def bucket(self, length: int) -> int:
         return bucket_for(length, self.buckets)
 
-    @staticmethod
-    def decode(raw: np.ndarray, name: str) -> list[str]:
-        """BYTES elements -> str; invalid UTF-8 and empty texts are the caller's error."""
-        texts = []
-        for i, item in enumerate(raw.reshape(-1)):
-            if isinstance(item, str):
-                text = item
-            else:
-                try:
-                    text = bytes(item).decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    raise InvalidText(f"{name}[{i}] is not valid UTF-8 (byte {exc.start}): send UTF-8 encoded text") from None
-            if not text.strip():
-                raise InvalidText(f"{name}[{i}] is empty: send at least one non-blank character")
-            texts.append(text)
-        if not texts:
-            raise InvalidText(f"{name} has no elements")
-        return texts
+    def decode(self, raw: np.ndarray, name: str) -> list[str]:
+        """BYTES elements -> str, each within the byte limit (serving/texts.py)."""
+        return decode(raw, name, self.max_text_bytes, self.long_texts)
 
     def encode(self, texts: list, width: int | None = None) -> dict[str, np.ndarray]:
         """One request's texts (or (first, second) pairs) -> its token tensors, padded to one bucket (or to `width`)."""

@@ -1,0 +1,258 @@
+"""`tritonize stress`: open-loop overload against a server, and what a bounded server must show under it.
+
+Requests arrive at a fixed mean rate (Poisson arrivals) whether or not the
+earlier ones were answered, as real traffic does: a closed loop slows down
+with the server and never overloads it. The rate is a multiple of the
+capacity measured first (closed loop, concurrency 16, same rows). Each
+request ends one way:
+
+- answered, and then checked against the floor's answer for its row (a wrong
+  answer is counted, never hidden among the fast ones);
+- rejected: UNAVAILABLE / 503 because a step's queue is full;
+- failed in any other way;
+- hung: no answer within the timeout.
+
+Readiness (`/v2/health/ready`) is polled every POLL_S throughout.
+
+    tritonize stress -r triton_repo --start-local --factor 4 --duration 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .. import tasks
+from ..console import err, out
+from ..errors import TritonizeError
+from ..manifest import read_manifest
+from . import check, corpus, floor, load
+from .cli import choice_list
+
+POLL_S = 0.5
+DEFAULT_FACTOR = 4.0
+DEFAULT_DURATION_S = 30.0
+CAPACITY_S = 5.0
+CAPACITY_CONCURRENCY = 16
+DEFAULT_TIMEOUT_S = 30.0
+ROWS = 64  # distinct rows sent (each answer is checked against the floor's)
+MAX_LAG_MS = 20.0  # p99 of how late requests leave, beyond which the generator did not keep the rate
+JSON_NAME = "stress.json"
+TABLE_WIDTH = 150
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    return round(float(np.percentile(values, q)), 2) if values else None
+
+
+@dataclass
+class Outcome:
+    """Every request of the open-loop phase, by how it ended (latencies in ms)."""
+
+    rate_rps: float
+    duration_s: float
+    sent: int = 0
+    answered: list[float] = field(default_factory=list)
+    rejected: list[float] = field(default_factory=list)
+    failed: list[float] = field(default_factory=list)
+    hung: int = 0
+    wrong: int = 0
+    ready_polls: int = 0
+    not_ready_polls: int = 0
+    lag_ms: list[float] = field(default_factory=list)  # how late each request left against its arrival time
+    samples: dict[str, str] = field(default_factory=dict)  # one message per way of ending
+
+    def summary(self) -> dict:
+        return {
+            "offered_rps": round(self.sent / self.duration_s, 1),
+            "target_rps": round(self.rate_rps, 1),
+            "sent": self.sent,
+            "answered": len(self.answered),
+            "rejected": len(self.rejected),
+            "failed": len(self.failed),
+            "hung": self.hung,
+            "wrong": self.wrong,
+            "answered_rps": round(len(self.answered) / self.duration_s, 1),
+            "answered_ms": {"p50": _percentile(self.answered, 50), "p99": _percentile(self.answered, 99),
+                            "max": _percentile(self.answered, 100)},
+            "rejected_ms": {"p50": _percentile(self.rejected, 50), "p99": _percentile(self.rejected, 99),
+                            "max": _percentile(self.rejected, 100)},
+            "ready_polls": self.ready_polls,
+            "not_ready_polls": self.not_ready_polls,
+            # A generator that falls behind offers less than the rate and times its own queueing:
+            # its figures then say more about the client than the server.
+            "generator_lag_ms": {"p50": _percentile(self.lag_ms, 50), "p99": _percentile(self.lag_ms, 99)},
+            "generator_kept_up": bool(self.lag_ms) and float(np.percentile(self.lag_ms, 99)) <= MAX_LAG_MS,
+            "samples": self.samples,
+        }
+
+
+class Stress:
+    def __init__(self, repository: Path, http_url: str, grpc_url: str, model: str = "", workload: str = "mixed",
+                 timeout_s: float = DEFAULT_TIMEOUT_S):
+        manifest = read_manifest(repository)
+        self.name = model or manifest.name
+        self.task = tasks.of(manifest.model.head)
+        self.inputs = tuple(t.name for t in self.task.text_inputs)
+        self.http_url, self.grpc_url, self.timeout_s = http_url, grpc_url, timeout_s
+        f = floor.Floor(repository)
+        rows = corpus.workloads_for(f.chain, self.task, [workload], None, corpus.DEFAULT_SHORT_TOKENS,
+                                    corpus.DEFAULT_LONG_TOKENS)[workload].rows
+        self.rows = rows[:ROWS]
+        self.expected = [check.one_row(f.one(row).outputs) for row in self.rows]
+        self.workload = workload
+
+    def capacity(self) -> float:
+        """Answers per second of a closed loop at concurrency 16: the rate the factor multiplies."""
+        bound = load.Bound(duration_s=CAPACITY_S, warmup=2 * CAPACITY_CONCURRENCY)
+        result = load.measure(lambda: load.TritonGrpc(self.grpc_url, self.name, self.inputs, self.timeout_s),
+                              self.rows, CAPACITY_CONCURRENCY, bound)
+        if result.errors:
+            raise TritonizeError(f"the capacity run had {result.errors} errors: {result.error_samples[:1]}")
+        return result.completed / result.wall_s
+
+    def run(self, rate_rps: float, duration_s: float, seed: int = 0) -> Outcome:
+        return asyncio.run(self._open_loop(rate_rps, duration_s, seed))
+
+    async def _open_loop(self, rate_rps: float, duration_s: float, seed: int) -> Outcome:
+        import aiohttp
+
+        from ..client import AsyncTextClient, ServerError, is_unavailable
+
+        outcome = Outcome(rate_rps, duration_s)
+        client = AsyncTextClient(self.grpc_url, self.name, timeout_s=self.timeout_s)
+        rng = np.random.default_rng(seed)
+        stop = asyncio.Event()
+
+        async def one(k: int) -> None:
+            row = self.rows[k % len(self.rows)]
+            start = time.perf_counter()
+            try:
+                got = await client.infer({name: [text] for name, text in zip(self.inputs, row)})
+            except ServerError as exc:
+                ms = (time.perf_counter() - start) * 1e3
+                if is_unavailable(exc):
+                    outcome.rejected.append(ms)
+                    outcome.samples.setdefault("rejected", exc.message[:200])
+                elif "Deadline" in (exc.status or "") or ms >= self.timeout_s * 1e3:
+                    outcome.hung += 1
+                    outcome.samples.setdefault("hung", exc.message[:200])
+                else:
+                    outcome.failed.append(ms)
+                    outcome.samples.setdefault("failed", f"{exc.status}: {exc.message[:200]}")
+                return
+            outcome.answered.append((time.perf_counter() - start) * 1e3)
+            if not check.compare([self.expected[k % len(self.rows)]], [check.one_row(got)]).passed:
+                outcome.wrong += 1
+
+        async def poll(session) -> None:
+            url = f"{self.http_url if self.http_url.startswith('http') else 'http://' + self.http_url}/v2/health/ready"
+            while not stop.is_set():
+                try:
+                    async with session.get(url) as resp:
+                        ok = resp.status == 200
+                except (aiohttp.ClientError, asyncio.TimeoutError):
+                    ok = False
+                outcome.ready_polls += ok
+                outcome.not_ready_polls += not ok
+                try:
+                    await asyncio.wait_for(stop.wait(), POLL_S)
+                except asyncio.TimeoutError:
+                    pass
+
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
+            await client.is_ready()  # connect before the clock starts
+            poller = asyncio.create_task(poll(session))
+            pending: set[asyncio.Task] = set()
+            start = time.perf_counter()
+            next_at = start
+            k = 0
+            while next_at - start < duration_s:
+                delay = next_at - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                outcome.lag_ms.append(max(0.0, (time.perf_counter() - next_at) * 1e3))
+                task = asyncio.create_task(one(k))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+                k += 1
+                next_at += rng.exponential(1.0 / rate_rps)
+            outcome.sent = k
+            outcome.duration_s = duration_s
+            if pending:
+                await asyncio.wait(set(pending), timeout=self.timeout_s + 5)
+            stop.set()
+            await poller
+        await client.close()
+        return outcome
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("stress", help="open-loop overload: rejections, latency bounds, readiness and correctness")
+    p.add_argument("--repository", "-r", type=Path, default=Path("triton_repo"))
+    p.add_argument("--model", default="", help="the ensemble's name (default: from tritonize.yaml)")
+    p.add_argument("--url", default="127.0.0.1:8000", help="Triton's HTTP endpoint (readiness is polled there)")
+    p.add_argument("--grpc-url", default="127.0.0.1:8001")
+    p.add_argument("--start-local", action="store_true", help="start a local Triton on free ports for the run")
+    p.add_argument("--workload", type=choice_list(corpus.WORKLOADS), default=["mixed"], help="short, long or mixed")
+    p.add_argument("--factor", type=float, default=DEFAULT_FACTOR, help="arrival rate over the measured capacity (default: %(default)s)")
+    p.add_argument("--rate", type=float, default=None, help="arrival rate in requests/s, instead of factor x capacity")
+    p.add_argument("--duration", type=float, default=DEFAULT_DURATION_S, help="seconds of open-loop load (default: %(default)s)")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds before a request counts as hung")
+    p.add_argument("--output", "-o", type=Path, default=Path("bench_results"), help=f"folder for {JSON_NAME}")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from .runner import BenchOptions, triton_endpoints
+
+    if args.duration <= 0 or (args.rate is not None and args.rate <= 0) or args.factor <= 0:
+        raise TritonizeError("--duration, --rate and --factor must be positive")
+    options = BenchOptions(repository=args.repository, http_url=args.url, grpc_url=args.grpc_url,
+                           start_local=args.start_local, output=args.output)
+    with triton_endpoints(options) as (http_url, grpc_url, _):
+        stress = Stress(args.repository, http_url, grpc_url, args.model, args.workload[0], args.timeout)
+        capacity = None
+        if args.rate is None:
+            err.print(f"Measuring capacity ({CAPACITY_S:g} s closed loop, concurrency {CAPACITY_CONCURRENCY})...")
+            capacity = stress.capacity()
+            err.print(f"  capacity {capacity:.1f} req/s")
+        rate = args.rate or args.factor * capacity
+        err.print(f"Open loop at {rate:.1f} req/s for {args.duration:g} s ({stress.workload} rows)...")
+        outcome = stress.run(rate, args.duration)
+    document = {"model": stress.name, "task": stress.task.name, "workload": stress.workload,
+                "capacity_rps": round(capacity, 1) if capacity else None, "factor": args.factor if capacity else None,
+                "timeout_s": args.timeout, **outcome.summary()}
+    args.output.mkdir(parents=True, exist_ok=True)
+    path = args.output / JSON_NAME
+    path.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+    print_summary(document)
+    err.print(f"[green]✓[/] wrote {path}")
+    return 0 if document["wrong"] == 0 and document["hung"] == 0 else 1
+
+
+def print_summary(d: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"stress: {d['model']} ({d['task']}), {d['workload']} rows, open loop", title_justify="left")
+    for col in ("offered req/s", "answered", "answered req/s", "rejected", "failed", "hung", "wrong",
+                "answered p50/p99 ms", "rejected p50/p99 ms", "ready polls"):
+        table.add_column(col, justify="right")
+    a, r = d["answered_ms"], d["rejected_ms"]
+    table.add_row(f"{d['offered_rps']:.1f}", str(d["answered"]), f"{d['answered_rps']:.1f}", str(d["rejected"]),
+                  str(d["failed"]), str(d["hung"]), str(d["wrong"]), f"{a['p50']}/{a['p99']}", f"{r['p50']}/{r['p99']}",
+                  f"{d['ready_polls']}/{d['ready_polls'] + d['not_ready_polls']}")
+    console = out if out.width >= TABLE_WIDTH else Console(file=out.file, width=TABLE_WIDTH, highlight=False)
+    console.print(table)
+    for kind, message in d["samples"].items():
+        out.print(f"  {kind}: {message}", markup=False)
+    if not d["generator_kept_up"]:
+        out.print(f"[yellow]the load generator fell behind (p99 {d['generator_lag_ms']['p99']} ms late): it offered less "
+                  "than the rate and its latencies include its own queueing; lower --rate or --factor[/]")
