@@ -390,3 +390,35 @@ def test_bad_requests_get_a_clear_error_and_the_server_keeps_serving(served, cas
     assert (code == 500) if case == "malformed JSON" else (400 <= code < 500)
     assert error
     assert _post(f"{endpoints.http}/v2/models/{name}/infer", _body("still serving"))[0] == 200
+
+
+@pytest.mark.e2e
+@pytest.mark.usefixtures("local_triton")
+def test_clients_retry_a_full_queue_when_asked(tiny_embedding_repo, local_options, tmp_path) -> None:
+    """A step that holds one waiting request refuses a burst; a client with retries gets every answer."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    repo = tmp_path / "repo"
+    shutil.copytree(tiny_embedding_repo.repository, repo)
+    reconfigure(repo, Overrides(max_queue_size=1, max_batch_size=1))
+    texts = ["burst " * 150] * 48
+
+    def burst(endpoint: str, retries: int) -> list:
+        def one(text: str):
+            with TextClient(endpoint, tiny_embedding_repo.name, retries=retries, backoff_s=0.02) as client:
+                try:
+                    return client.embed([text])
+                except ServerError as exc:
+                    return exc
+
+        with ThreadPoolExecutor(16) as pool:
+            return list(pool.map(one, texts))
+
+    with LocalRuntime(local_options(repo, tmp_path / "run"), quiet=True) as endpoints:
+        plain = burst(endpoints.grpc, 0)
+        patient = burst(endpoints.grpc, 10)
+    refused = [r for r in plain if isinstance(r, ServerError)]
+    print(f"burst of 48 at concurrency 16, queue of 1: {len(refused)} refused without retries, "
+          f"{sum(isinstance(r, ServerError) for r in patient)} with 10 retries")
+    assert refused and all(is_unavailable(r) for r in refused)
+    assert not any(isinstance(r, ServerError) for r in patient)
