@@ -180,6 +180,13 @@ def test_bench_runs_every_system_with_exact_counts(tiny_embedding_repo, tmp_path
             per = r["cpu"]["ms_per_request"]
             assert {"tritonserver", "client", r["steps"]["tokenizer"]["name"], r["steps"]["model"]["name"]} <= set(per)
             assert per[r["steps"]["model"]["name"]] > 0 and 0 <= r["cpu"]["idle_pct"] <= 100
+            # The served steps' own counters saw exactly the measured texts and their tokens.
+            served = r["served"]
+            assert served["tritonize_texts_total"] == 40
+            expected_tokens = {"short": 40 * 16, "mixed": None}[r["workload"]]
+            if expected_tokens:
+                assert served["tritonize_tokens_total"] == expected_tokens
+            assert served["padding_waste"] >= 0
         else:
             assert r["server"]["requests"] == 40
     for w in ("short", "mixed"):
@@ -193,7 +200,7 @@ def test_bench_runs_every_system_with_exact_counts(tiny_embedding_repo, tmp_path
     assert (out / "bench.png").read_bytes()[:8] == PNG_MAGIC
     printed = capsys.readouterr().out
     assert "Triton gRPC" in printed and "HF doc server" in printed and "floor" in printed
-    assert "CPU per request" in printed
+    assert "CPU per request" in printed and "What the served steps counted" in printed
 
 
 @pytest.mark.e2e

@@ -66,6 +66,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_target_arguments(p, d.duration_s, d.workloads)
     p.add_argument("--url", default="127.0.0.1:8000", help="Triton's HTTP endpoint (also read for statistics)")
     p.add_argument("--grpc-url", default="127.0.0.1:8001", help="Triton's gRPC endpoint")
+    p.add_argument("--metrics-url", default="127.0.0.1:8002", help="Triton's metrics endpoint (the served steps' counters)")
     p.add_argument("--start-local", action="store_true", help="start a local Triton on free ports for this run, and stop it after")
     p.add_argument("--concurrency", type=int_list, default=[1, 4, 16], help="comma-separated (default: 1,4,16)")
     p.add_argument("--protocols", type=choice_list(PROTOCOLS), default=list(PROTOCOLS), help="grpc,http (default: both)")
@@ -86,6 +87,7 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
         model=args.model,
         http_url=args.url,
         grpc_url=args.grpc_url,
+        metrics_url=args.metrics_url,
         start_local=args.start_local,
         concurrency=args.concurrency,
         workloads=args.workloads,

@@ -113,6 +113,29 @@ def cpu_table(document: dict) -> Table | None:
     return table
 
 
+def served_table(document: dict) -> Table | None:
+    """What the served steps counted on Triton's metrics port, per measurement (serving/metrics.py)."""
+    rows = [r for r in document["runs"] if r.get("served")]
+    if not rows:
+        return None
+    shaped = [k for k in ("tritonize_windows_total", "tritonize_entities_total") if any(k in r["served"] for r in rows)]
+    table = Table(title="What the served steps counted (tritonize_* metrics, deltas per measurement)", title_justify="left")
+    for col in ("system", "workload", "conc", "texts", "tokens", "padding", "truncated", "cut", "unknown tokens",
+                "rejected", *(k.removeprefix("tritonize_").removesuffix("_total") for k in shaped)):
+        table.add_column(col, justify="left" if col in ("system", "workload") else "right")
+    for r in _sorted_runs(rows):
+        c = r["served"]
+        count = lambda key: f"{c.get(key, 0):.0f}"  # noqa: E731
+        rejected = sum(v for k, v in c.items() if k.startswith("tritonize_inputs_rejected_total"))
+        waste = c.get("padding_waste")
+        rate = c.get("unknown_token_rate")
+        table.add_row(r["label"], r["workload"], str(r["concurrency"]), count("tritonize_texts_total"),
+                      count("tritonize_tokens_total"), "-" if waste is None else f"{100 * waste:.0f}%",
+                      count("tritonize_texts_truncated_total"), count("tritonize_texts_cut_total"),
+                      "-" if rate is None else f"{100 * rate:.2f}%", f"{rejected:.0f}", *(count(k) for k in shaped))
+    return table
+
+
 def targets_table(document: dict) -> Table | None:
     targets = document.get("targets") or []
     if not targets:
@@ -139,7 +162,7 @@ def print_tables(document: dict, console: Console) -> None:
             mark = "[green]agree[/]" if c["passed"] else f"[red]disagree: {c['first_mismatch']}[/]"
             console.print(f"answers, {workload}: {CHECK_LABELS.get(system, system)} and the floor {mark} on {c['agree']}/{c['rows']} rows "
                           f"(max-abs {c['max_abs']:.1e})")
-    for table in (breakdown_table(document), cpu_table(document), targets_table(document)):
+    for table in (breakdown_table(document), cpu_table(document), served_table(document), targets_table(document)):
         if table is not None:
             console.print(table)
     console.print(f"[dim]{document['meta']['note']}[/]")

@@ -45,6 +45,7 @@ class BenchOptions:
     model: str = ""  # the ensemble's name; default: tritonize.yaml's name
     http_url: str = "127.0.0.1:8000"
     grpc_url: str = "127.0.0.1:8001"
+    metrics_url: str = "127.0.0.1:8002"
     start_local: bool = False
     concurrency: list[int] = field(default_factory=lambda: [1, 4, 16])
     workloads: list[str] = field(default_factory=lambda: list(corpus.WORKLOADS))
@@ -78,10 +79,11 @@ def ensemble_roles(steps: dict, task) -> list[str]:
 
 
 @contextlib.contextmanager
-def triton_endpoints(options: BenchOptions) -> Iterator[tuple[str, str, int | None]]:
-    """(http_url, grpc_url, server PID or None) of the server to measure; starts a local one on free ports if asked."""
+def triton_endpoints(options: BenchOptions) -> Iterator[tuple[str, str, str, int | None]]:
+    """(http_url, grpc_url, metrics_url, server PID or None) of the server to measure; starts a local one on free
+    ports if asked."""
     if not options.start_local:
-        yield options.http_url, options.grpc_url, None
+        yield options.http_url, options.grpc_url, options.metrics_url, None
         return
     from ..runtime.local import LocalRuntime
 
@@ -96,7 +98,7 @@ def triton_endpoints(options: BenchOptions) -> Iterator[tuple[str, str, int | No
     runtime = LocalRuntime(server, quiet=options.quiet)
     with runtime as endpoints:
         endpoints: Endpoints
-        yield endpoints.http, endpoints.grpc, runtime.server_pid
+        yield endpoints.http, endpoints.grpc, endpoints.metrics, runtime.server_pid
 
 
 class Bench:
@@ -137,7 +139,7 @@ class Bench:
         return run
 
     def measure_triton(self) -> None:
-        with triton_endpoints(self.o) as (http_url, grpc_url, server_pid):
+        with triton_endpoints(self.o) as (http_url, grpc_url, metrics_url, server_pid):
             self.check_triton(grpc_url)
             meter = cpu.CpuMeter(server_pid) if server_pid else None
             try:
@@ -146,6 +148,12 @@ class Bench:
             except OSError:
                 self.say(f"[yellow]no statistics at {http_url}: per-step figures are left out[/]")
                 snaps = None
+            try:
+                stats.served_counters(metrics_url)
+                served: stats.ServedCounters | None = stats.ServedCounters(metrics_url)
+            except (OSError, ValueError):
+                self.say(f"[yellow]no metrics at {metrics_url}: the served steps' counters are left out[/]")
+                served = None
             for protocol in self.o.protocols:
                 label = TRITON_LABELS[protocol]
                 if protocol == "grpc":
@@ -157,13 +165,16 @@ class Bench:
                         pair = c == 1 and protocol == self.o.protocols[0] and "floor" in self.o.baselines
                         if pair:
                             self._floor_batch1(wname, w)
-                        starts = [f for f in (snaps.start if snaps else None, meter.start if meter else None) if f]
+                        starts = [f for f in (snaps.start if snaps else None, meter.start if meter else None,
+                                              served.start if served else None) if f]
                         result = load.measure(make, w.rows, c, self.o.bound(c), lambda: [f() for f in starts])
                         if pair:
                             self._floor_batch1(wname, w)
                         extra = self._triton_extra(snaps, result, w) if snaps else {}
                         if meter:
                             extra["cpu"] = meter.finish(result.completed, result.client_cpu_s, result.wall_s)
+                        if served:
+                            extra["served"] = served.finish()
                         self._record(f"triton-{protocol}", label, wname, result, extra)
 
     def _check(self, system: str, label: str, ask, atol: float) -> None:

@@ -136,3 +136,44 @@ def padding_waste(token_counts: list[int], batch: float, runner) -> dict[str, fl
         computed += sum(len(p) * int(lengths[p].max()) for p in runner.plan(lengths))
     real = sum(token_counts)
     return {"batch": size, "computed_tokens": computed, "real_tokens": real, "waste": round((computed - real) / real, 4)}
+
+
+def served_counters(metrics_url: str, timeout_s: float = 5.0) -> dict[str, float]:
+    """The served steps' tritonize_* counters (serving/metrics.py), summed over steps; rejections per reason
+    as "tritonize_inputs_rejected_total/<reason>"."""
+    url = metrics_url if metrics_url.startswith(("http://", "https://")) else f"http://{metrics_url}"
+    if not url.rstrip("/").endswith("/metrics"):
+        url = url.rstrip("/") + "/metrics"
+    with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 - the server's own metrics port
+        text = resp.read().decode(errors="replace")
+    totals: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith("tritonize_"):
+            continue
+        series, value = line.rsplit(" ", 1)
+        name, _, labels = series.partition("{")
+        reason = next((part.split("=", 1)[1].strip('"') for part in labels.rstrip("}").split(",")
+                       if part.startswith("reason=")), None)
+        key = f"{name}/{reason}" if reason else name
+        totals[key] = totals.get(key, 0.0) + float(value)
+    return totals
+
+
+class ServedCounters:
+    """What the served steps counted during one measurement: deltas of their tritonize_* counters."""
+
+    def __init__(self, metrics_url: str):
+        self.metrics_url = metrics_url
+        self.before: dict[str, float] = {}
+
+    def start(self) -> None:
+        self.before = served_counters(self.metrics_url)
+
+    def finish(self) -> dict:
+        after = served_counters(self.metrics_url)
+        delta = {k: round(v - self.before.get(k, 0.0), 3) for k, v in after.items() if v - self.before.get(k, 0.0)}
+        tokens = delta.get("tritonize_tokens_total", 0.0)
+        if tokens:
+            delta["padding_waste"] = round(delta.get("tritonize_padded_tokens_total", tokens) / tokens - 1, 4)
+            delta["unknown_token_rate"] = round(delta.get("tritonize_unknown_tokens_total", 0.0) / tokens, 6)
+        return delta

@@ -216,7 +216,7 @@ def run(args: argparse.Namespace) -> int:
         raise TritonizeError("--duration, --rate and --factor must be positive")
     options = BenchOptions(repository=args.repository, http_url=args.url, grpc_url=args.grpc_url,
                            start_local=args.start_local, output=args.output)
-    with triton_endpoints(options) as (http_url, grpc_url, _):
+    with triton_endpoints(options) as (http_url, grpc_url, _, _):
         stress = Stress(args.repository, http_url, grpc_url, args.model, args.workload[0], args.timeout)
         capacity = None
         if args.rate is None:

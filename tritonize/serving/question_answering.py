@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
+from .metrics import StepMetrics
 from .texts import REJECT, InvalidText, decode
 
 try:
@@ -523,22 +524,28 @@ class Reader:
         except Exception as exc:  # noqa: BLE001 - the tokenizer's own words (a question too long to keep)
             raise InvalidPair(str(exc)) from None
 
-    def pairs(self, inputs: Mapping[str, np.ndarray]) -> list[tuple[str, list[Window]]]:
+    def pairs(self, inputs: Mapping[str, np.ndarray], counts: dict | None = None) -> list[tuple[str, list[Window]]]:
         """One request's inputs, by name -> (context, its windows) per row; InvalidText for a bad request."""
-        questions, contexts = (decode(inputs[name], name, self.max_text_bytes, self.long_texts)
+        questions, contexts = (decode(inputs[name], name, self.max_text_bytes, self.long_texts, counts)
                                for name in (self.question_input, self.context_input))
         if len(questions) != len(contexts):
-            raise InvalidPair(f"{len(questions)} questions for {len(contexts)} contexts: send one pair per row")
+            raise InvalidPair(f"{len(questions)} questions for {len(contexts)} contexts: send one pair per row",
+                              "rows_mismatch")
         return [(c, self.windows(q, c)) for q, c in zip(questions, contexts)]
 
-    def answer(self, pairs: Sequence[tuple[str, Sequence[Window]]], model: ModelCall, width: int | None = None) -> list[bytes]:
+    def answer(self, pairs: Sequence[tuple[str, Sequence[Window]]], model: ModelCall, width: int | None = None,
+               counts: dict | None = None) -> list[bytes]:
         """One JSON answer per pair. Windows are padded to the bucket of the longest (to `width`: 0 for the
-        longest itself), as the model step receives them."""
+        longest itself), as the model step receives them. With `counts`, adds what the step's metrics count."""
         flat = [w for _, ws in pairs for w in ws]
         longest = max(len(w) for w in flat)
         if width is None:
             width = next((b for b in self.buckets if b >= longest), longest)
         stacked = stack_windows(flat, self.pad_id, width or longest)
+        if counts is not None:
+            for key, value in (("texts", len(pairs)), ("windows", len(flat)), ("tokens", sum(len(w) for w in flat)),
+                               ("padded", stacked["input_ids"].size), ("truncated", sum(len(ws) > 1 for _, ws in pairs))):
+                counts[key] = counts.get(key, 0) + value
         start, end = [], []
         for lo in range(0, len(flat), self.max_rows):
             out = model({n: stacked[n][lo : lo + self.max_rows] for n in self.model_inputs})
@@ -565,6 +572,7 @@ class TritonPythonModel:
         self.reader = Reader.from_config(config, os.path.join(args["model_repository"], args["model_version"]))
         self.input_names = [i["name"] for i in config["input"]]
         self.output_name = config["output"][0]["name"]
+        self.metrics = StepMetrics(config["name"])
 
     def _model(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         outputs = [self.reader.start_output, self.reader.end_output]
@@ -578,20 +586,23 @@ class TritonPythonModel:
 
     def execute(self, requests):
         responses = [None] * len(requests)
-        owners, pairs = [], []  # the request of each pair, and the pairs of every valid request, in order
+        owners, pairs, counts = [], [], {}  # the request of each pair, and the pairs of every valid request, in order
         for i, request in enumerate(requests):
             try:
-                found = self.reader.pairs({n: pb_utils.get_input_tensor_by_name(request, n).as_numpy() for n in self.input_names})
+                found = self.reader.pairs({n: pb_utils.get_input_tensor_by_name(request, n).as_numpy()
+                                           for n in self.input_names}, counts)
             except InvalidText as exc:
+                self.metrics.rejected(exc.reason)
                 responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc), pb_utils.TritonError.INVALID_ARG))
                 continue
             owners += [i] * len(found)
             pairs += found
         if pairs:
             answers: dict[int, list[bytes]] = {}
-            for i, cell in zip(owners, self.reader.answer(pairs, self._model)):
+            for i, cell in zip(owners, self.reader.answer(pairs, self._model, counts=counts)):
                 answers.setdefault(i, []).append(cell)
             for i, cells in answers.items():
                 out = np.array(cells, dtype=object).reshape(-1, 1)
                 responses[i] = pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(self.output_name, out)])
+        self.metrics.record(counts)
         return responses

@@ -42,6 +42,8 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from .batching import ATTENTION_MASK, INPUT_IDS, OFFSETS, SPECIAL_TOKENS_MASK
+from .metrics import StepMetrics
+from .texts import unk_token_id
 
 try:
     import triton_python_backend_utils as pb_utils
@@ -59,25 +61,6 @@ def label_list(id2label: Mapping[Any, str] | Sequence[str]) -> list[str]:
         by_id = {int(k): str(v) for k, v in id2label.items()}
         return [by_id[i] for i in range(len(by_id))]
     return [str(v) for v in id2label]
-
-
-def unk_token_id(tokenizer: Tokenizer, unk_token: str | Mapping[str, Any] | None = None) -> int | None:
-    """The id the pipeline compares tokens with to spot unknown words (``tokenizer.unk_token_id``).
-
-    Pass ``unk_token`` from ``tokenizer_config.json`` when there is one (it may be
-    an AddedToken dict); otherwise the tokenizer model's own unknown token is
-    used. Compute it once when the served model loads.
-    """
-    if isinstance(unk_token, Mapping):
-        unk_token = unk_token.get("content")
-    if unk_token is None:
-        unk_token = getattr(tokenizer.model, "unk_token", None)
-    if unk_token is not None:
-        return tokenizer.token_to_id(str(unk_token))
-    # Unigram keeps an id, not a token, and the Python binding does not expose it.
-    model = json.loads(tokenizer.to_str()).get("model", {})
-    unk = model.get("unk_id")
-    return int(unk) if unk is not None else None
 
 
 def _softmax(logits: np.ndarray) -> np.ndarray:
@@ -330,6 +313,7 @@ class PostStep:
         self.labels, self.aggregation = labels, aggregation
         self.text_input, self.logits_input, self.output_name = text_input, logits_input, output_name
         self.unk_id = unk_token_id(self.tokenizer)
+        self.found = 0  # entities in the last answer, for the step's metrics
 
     @classmethod
     def from_config(cls, model_config: dict, version_dir: str) -> PostStep:
@@ -345,12 +329,14 @@ class PostStep:
     def answer(self, texts, ids, mask, offsets, special, logits) -> np.ndarray:
         """[N, 1] BYTES: the JSON entities of each text, from its real (unpadded) tokens."""
         out = np.empty((len(ids), 1), dtype=object)
+        self.found = 0
         for r in range(len(ids)):
             n = int(mask[r].sum())
             found = entities(_text(texts.reshape(-1)[r]), ids[r, :n].tolist(), [tuple(o) for o in offsets[r, :n].tolist()],
                              special[r, :n].tolist(), logits[r, :n], self.labels, self.aggregation, self.tokenizer,
                              unk_id=self.unk_id)
             out[r, 0] = json.dumps(found, ensure_ascii=False).encode("utf-8")
+            self.found += len(found)
         return out
 
 
@@ -362,10 +348,12 @@ class TritonPythonModel:
         version_dir = os.path.join(args["model_repository"], args["model_version"])
         self.step = PostStep.from_config(config, version_dir)
         self.input_names = [i["name"] for i in config["input"]]
+        self.metrics = StepMetrics(config["name"])
 
     def execute(self, requests):
         responses = []
         for request in requests:
             outputs = self.step({n: pb_utils.get_input_tensor_by_name(request, n).as_numpy() for n in self.input_names})
+            self.metrics.record({"entities": self.step.found})
             responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(n, a) for n, a in outputs.items()]))
         return responses

@@ -19,8 +19,9 @@ import os
 import numpy as np
 from tokenizers import Tokenizer
 
-from .batching import ENCODING_FIELDS, bucket_for, pad_rows, pad_value, parse_buckets
-from .texts import REJECT, InvalidText, decode
+from .batching import ATTENTION_MASK, ENCODING_FIELDS, INPUT_IDS, bucket_for, pad_rows, pad_value, parse_buckets
+from .metrics import StepMetrics
+from .texts import REJECT, InvalidText, decode, unk_token_id
 
 try:
     import triton_python_backend_utils as pb_utils
@@ -51,6 +52,7 @@ class TextEncoder:
         self.pad_id = pad_id
         self.outputs = tuple(outputs)
         self.max_text_bytes, self.long_texts = max_text_bytes, long_texts
+        self.unk_id = unk_token_id(self.tokenizer)
 
     @classmethod
     def from_config(cls, model_config: dict, version_dir: str) -> TextEncoder:
@@ -70,18 +72,20 @@ class TextEncoder:
     def bucket(self, length: int) -> int:
         return bucket_for(length, self.buckets)
 
-    def decode(self, raw: np.ndarray, name: str) -> list[str]:
+    def decode(self, raw: np.ndarray, name: str, counts: dict | None = None) -> list[str]:
         """BYTES elements -> str, each within the byte limit (serving/texts.py)."""
-        return decode(raw, name, self.max_text_bytes, self.long_texts)
+        return decode(raw, name, self.max_text_bytes, self.long_texts, counts)
 
     def encode(self, texts: list, width: int | None = None) -> dict[str, np.ndarray]:
         """One request's texts (or (first, second) pairs) -> its token tensors, padded to one bucket (or to `width`)."""
         return self.encode_many([texts], width)[0]
 
-    def encode_many(self, groups: list[list], width: int | None = None) -> list[dict[str, np.ndarray]]:
+    def encode_many(self, groups: list[list], width: int | None = None,
+                    counts: dict | None = None) -> list[dict[str, np.ndarray]]:
         """Several requests' texts (or pairs) in one batched encode, each request padded to its bucket.
 
-        width=0 pads each request to its own longest text instead of a bucket.
+        width=0 pads each request to its own longest text instead of a bucket. With `counts`, adds what the
+        step's metrics count: texts, tokens, padded tokens, truncated texts, unknown tokens.
         """
         try:
             encodings = self.tokenizer.encode_batch([t for g in groups for t in g])
@@ -93,19 +97,31 @@ class TextEncoder:
             start += len(g)
             longest = max(len(e.ids) for e in rows)
             w = width if width else (longest if width == 0 else self.bucket(longest))
-            results.append({
+            tensors = {
                 name: pad_rows([getattr(e, ENCODING_FIELDS[name]) for e in rows], w, pad_value(name, self.pad_id))
                 for name in self.outputs
-            })
+            }
+            results.append(tensors)
+            if counts is not None:
+                self._count(counts, rows, tensors)
         return results
 
-    def rows(self, inputs: dict[str, np.ndarray], names: list[str]) -> list:
+    def _count(self, counts: dict, rows: list, tensors: dict[str, np.ndarray]) -> None:
+        """What the step's metrics count for one request, mostly from the padded arrays (cheap)."""
+        mask = tensors[ATTENTION_MASK]
+        unknown = int(((tensors[INPUT_IDS] == self.unk_id) & (mask == 1)).sum()) if self.unk_id is not None else 0
+        for key, value in (("texts", len(rows)), ("tokens", int(mask.sum())), ("padded", int(mask.size)),
+                           ("truncated", sum(1 for e in rows if e.overflowing)), ("unknown", unknown)):
+            counts[key] = counts.get(key, 0) + value
+
+    def rows(self, inputs: dict[str, np.ndarray], names: list[str], counts: dict | None = None) -> list:
         """One request's inputs -> texts, or (first, second) pairs when the step has two inputs."""
-        columns = [self.decode(inputs[name], name) for name in names]
+        columns = [self.decode(inputs[name], name, counts) for name in names]
         if len(columns) == 1:
             return columns[0]
         if len({len(c) for c in columns}) != 1:
-            raise InvalidText(f"{' and '.join(names)} must hold the same number of rows, got {[len(c) for c in columns]}")
+            raise InvalidText(f"{' and '.join(names)} must hold the same number of rows, got {[len(c) for c in columns]}",
+                              "rows_mismatch")
         return list(zip(*columns))
 
 
@@ -114,37 +130,44 @@ def _error(message: str):
 
 
 class TritonPythonModel:
-    """Reads its input names and outputs from the configuration; one error per bad request."""
+    """Reads its input names and outputs from the configuration; one error per bad request; counts what it
+    tokenized and refused on Triton's metrics port (serving/metrics.py)."""
 
     def initialize(self, args):
         config = json.loads(args["model_config"])
         version_dir = os.path.join(args["model_repository"], args["model_version"])
         self.encoder = TextEncoder.from_config(config, version_dir)
         self.input_names = [i["name"] for i in config["input"]]
+        self.metrics = StepMetrics(config["name"])
+
+    def _refuse(self, exc: InvalidText):
+        self.metrics.rejected(exc.reason)
+        return _error(str(exc))
 
     def execute(self, requests):
         responses = [None] * len(requests)
-        valid, groups = [], []
+        valid, groups, counts = [], [], {}
         for i, request in enumerate(requests):
             inputs = {n: pb_utils.get_input_tensor_by_name(request, n).as_numpy() for n in self.input_names}
             try:
-                groups.append(self.encoder.rows(inputs, self.input_names))
+                groups.append(self.encoder.rows(inputs, self.input_names, counts))
                 valid.append(i)
             except InvalidText as exc:
-                responses[i] = _error(str(exc))
+                responses[i] = self._refuse(exc)
         try:
-            encoded = self.encoder.encode_many(groups) if groups else []
+            encoded = self.encoder.encode_many(groups, counts=counts) if groups else []
         except InvalidText:
             # One request the tokenizer cannot encode: find it, and answer the others.
             encoded = []
             for i, group in list(zip(valid, groups)):
                 try:
-                    encoded.append(self.encoder.encode(group))
+                    encoded.append(self.encoder.encode_many([group], counts=counts)[0])
                 except InvalidText as exc:
-                    responses[i] = _error(str(exc))
+                    responses[i] = self._refuse(exc)
                     valid.remove(i)
         for i, tensors in zip(valid, encoded):
             responses[i] = pb_utils.InferenceResponse(
                 output_tensors=[pb_utils.Tensor(name, arr) for name, arr in tensors.items()]
             )
+        self.metrics.record(counts)
         return responses

@@ -1,0 +1,51 @@
+"""The served steps' counters on Triton's metrics port, against what the same steps count in-process."""
+
+from __future__ import annotations
+
+import urllib.request
+
+import pytest
+
+from tritonize import steps
+from tritonize.client import ServerError, TextClient
+from tritonize.runtime.local import LocalRuntime
+from tritonize.serving.metrics import COUNTED
+
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("local_triton")]
+
+
+def scrape(url: str) -> dict[tuple[str, str], float]:
+    """tritonize_* series from a Prometheus text page: (name, labels) -> value."""
+    with urllib.request.urlopen(url, timeout=5) as resp:  # noqa: S310 - loopback
+        text = resp.read().decode()
+    found = {}
+    for line in text.splitlines():
+        if line.startswith("tritonize_"):
+            series, value = line.rsplit(" ", 1)
+            name, _, labels = series.partition("{")
+            found[(name, labels.rstrip("}"))] = float(value)
+    return found
+
+
+def test_the_tokenizer_step_counts_what_it_tokenized_and_refused(tiny_embedding_repo, local_options, tmp_path) -> None:
+    texts = ["hello world", "Ünïcödé café 🚀 ☃", "many words in a row " * 40]  # the last is truncated at 64 tokens
+    name = tiny_embedding_repo.name
+    step = f'model="{name}_tokenizer"'
+    with LocalRuntime(local_options(tiny_embedding_repo.repository, tmp_path / "run"), quiet=True) as endpoints:
+        with TextClient(endpoints.grpc, name) as client:
+            for text in texts:
+                client.embed([text])
+            for bad in ([""], [b"\xff bad"], [""]):
+                with pytest.raises(ServerError):
+                    client.embed(bad)
+        metrics = scrape(endpoints.metrics)
+    counts: dict = {}
+    encoder = steps.text_encoder(tiny_embedding_repo.repository)
+    for text in texts:  # one request each, as sent
+        encoder.encode_many([[text]], counts=counts)
+    assert counts["truncated"] == 1 and counts["unknown"] > 0  # the case is exercised
+    for key, value in counts.items():
+        assert metrics[(COUNTED[key], step)] == value, key
+    assert metrics[("tritonize_inputs_rejected_total", f'{step},reason="empty"')] == 2
+    assert metrics[("tritonize_inputs_rejected_total", f'{step},reason="invalid_utf8"')] == 1
+    assert metrics[("tritonize_inputs_rejected_total", f'{step},reason="too_large"')] == 0

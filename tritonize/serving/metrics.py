@@ -1,0 +1,71 @@
+"""What the served steps count, on Triton's metrics port: texts, tokens, padding, truncation, rejections.
+
+Served: copied verbatim next to the steps that import it. Inside Triton the
+counters are the Python backend's metrics API (`pb_utils.MetricFamily`), so
+they appear beside Triton's own `nv_*` metrics; outside Triton (tests, the
+benchmark's floor) every call is a no-op. Names follow Prometheus
+conventions: `tritonize_` prefix, `_total` for counters, the unit in the name.
+Every series carries the step's model name as `model`.
+"""
+
+from __future__ import annotations
+
+try:
+    import triton_python_backend_utils as pb_utils
+except ImportError:  # imported outside Triton: nothing to export to
+    pb_utils = None
+
+# name -> help text; every one a counter.
+COUNTERS = {
+    "tritonize_texts_total": "Texts the step accepted (a pair counts once).",
+    "tritonize_tokens_total": "Tokens the texts became, special tokens included, after truncation.",
+    "tritonize_padded_tokens_total": "Tokens the model step computes for them: padded to the bucket.",
+    "tritonize_texts_truncated_total": "Texts longer than the max length, truncated (or split into windows).",
+    "tritonize_texts_cut_total": "Texts over the byte limit whose first bytes were kept (--cut-long-texts).",
+    "tritonize_unknown_tokens_total": "Tokens the tokenizer could only map to its unknown token.",
+    "tritonize_inputs_rejected_total": "Requests refused with INVALID_ARG, by reason.",
+    "tritonize_windows_total": "Question-answering windows sent to the model step.",
+    "tritonize_entities_total": "Entities the token-classification step returned.",
+}
+REASONS = ("too_large", "invalid_utf8", "empty", "no_elements", "rows_mismatch", "tokenizer")
+# What the steps count in one execute() (their `counts` dicts) -> the counter each key feeds.
+COUNTED = {
+    "texts": "tritonize_texts_total",
+    "tokens": "tritonize_tokens_total",
+    "padded": "tritonize_padded_tokens_total",
+    "truncated": "tritonize_texts_truncated_total",
+    "cut": "tritonize_texts_cut_total",
+    "unknown": "tritonize_unknown_tokens_total",
+    "windows": "tritonize_windows_total",
+    "entities": "tritonize_entities_total",
+}
+
+
+class StepMetrics:
+    """One step's counters. Families are kept on the object: a family that is dropped fails later updates."""
+
+    def __init__(self, model: str):
+        self.enabled = pb_utils is not None and hasattr(pb_utils, "MetricFamily")
+        self._families, self._series = {}, {}
+        if not self.enabled:
+            return
+        for name, description in COUNTERS.items():
+            self._families[name] = pb_utils.MetricFamily(name=name, description=description,
+                                                         kind=pb_utils.MetricFamily.COUNTER)
+        for name in COUNTERS:
+            if name != "tritonize_inputs_rejected_total":
+                self._series[name] = self._families[name].Metric(labels={"model": model})
+        for reason in REASONS:
+            self._series[("rejected", reason)] = self._families["tritonize_inputs_rejected_total"].Metric(
+                labels={"model": model, "reason": reason})
+
+    def record(self, counts: dict) -> None:
+        """Add one execute()'s counts (keys of COUNTED)."""
+        if self.enabled:
+            for key, value in counts.items():
+                if value:
+                    self._series[COUNTED[key]].increment(float(value))
+
+    def rejected(self, reason: str) -> None:
+        if self.enabled:
+            self._series[("rejected", reason if reason in REASONS else "tokenizer")].increment(1.0)
