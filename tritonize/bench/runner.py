@@ -120,6 +120,7 @@ class Bench:
         self.steps["ensemble"] = self.name
         self.runs: list[dict] = []
         self.checks: dict[str, dict] = {}  # per system and workload: its answers against the floor's
+        self._expected: dict[str, list[dict]] = {}
         # The floor's batch-1 latencies, taken right around Triton's concurrency-1 run of each workload.
         self.batch1: dict[str, list[float]] = {}
 
@@ -177,6 +178,13 @@ class Bench:
                             extra["served"] = served.finish()
                         self._record(f"triton-{protocol}", label, wname, result, extra)
 
+    def _floor_answers(self, wname: str) -> list[dict]:
+        """The floor's answers to a workload's first rows: computed once, compared with every system."""
+        if wname not in self._expected:
+            rows = self.workloads[wname].rows[: check.ROWS]
+            self._expected[wname] = [check.one_row(self.floor.one(row).outputs) for row in rows]
+        return self._expected[wname]
+
     def _check(self, system: str, label: str, ask, atol: float) -> None:
         """The first rows of each workload, answered by `ask(row)` and by the floor, compared."""
         for wname, w in self.workloads.items():
@@ -187,7 +195,7 @@ class Bench:
                     got.append(ask(row))
                 except Exception as exc:  # noqa: BLE001 - a failed answer is a disagreement, recorded
                     got.append({"error": f"{type(exc).__name__}: {exc}"[:200]})
-            result = check.compare([check.one_row(self.floor.one(row).outputs) for row in rows], got, atol)
+            result = check.compare(self._floor_answers(wname), got, atol)
             self.checks.setdefault(system, {})[wname] = result.to_dict()
             mark = "[green]agree[/]" if result.passed else f"[red]disagree: {result.first_mismatch}[/]"
             self.say(f"  answers, {wname}: {label} and the floor {mark} on {result.agree}/{result.rows} rows "
