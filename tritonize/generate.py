@@ -16,7 +16,8 @@ from . import repository, tasks
 from .console import err, step
 from .errors import TritonizeError
 from .manifest import RESOLVED_KEY
-from .spec import DEVICES, PRECISIONS, TOKENIZER_FILE, VERSION, GenerateOptions
+from .manifest import find_manifest
+from .spec import DEVICES, MANIFEST_FILE, PRECISIONS, TOKENIZER_FILE, GenerateOptions
 from .tasks.embedding import POOLINGS
 from .tasks.token_classification import AGGREGATIONS
 
@@ -51,6 +52,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--buckets", type=_int_list, help="padding lengths, e.g. 16,32,64,128 (default: powers of two up to the max length)")
     p.add_argument("--opset", type=int, help=f"ONNX opset, 17 or later (default: {d.opset})")
     p.add_argument("--trust-remote-code", action="store_true", default=None, help="allow code shipped in the model folder to run")
+    p.add_argument("--version", type=int, help="version folder to write; into an existing repository, a version above "
+                   "its own joins it with that repository's options (switch with `deploy.py local switch`)")
     p.add_argument("--force", action="store_true", default=None, help="replace an output directory not written by tritonize")
     p.add_argument("--skip-verify", action="store_true", default=None, help="do not compare the ONNX graph with PyTorch")
     p.add_argument("--atol", type=float, help=f"max-abs tolerance for fp32 graphs (default: {d.atol})")
@@ -66,7 +69,7 @@ def _int_list(text: str) -> list[int]:
 
 
 def resolve_options(args: argparse.Namespace) -> GenerateOptions:
-    """defaults <- YAML file <- flags typed on the command line."""
+    """defaults <- (a new version: the repository's own options) <- YAML file <- flags typed on the command line."""
     values: dict = {}
     if args.config:
         if not args.config.is_file():
@@ -87,6 +90,8 @@ def resolve_options(args: argparse.Namespace) -> GenerateOptions:
         value = getattr(args, key, None)
         if value is not None:
             values[key] = value
+    if values.get("version") is not None:
+        values = {**_repository_options(values.get("output") or GenerateOptions.output), **values}
     options = GenerateOptions(**values)
     if not options.model:
         raise TritonizeError("no model given", hint="pass --model PATH, or set model: in the --config file")
@@ -95,6 +100,18 @@ def resolve_options(args: argparse.Namespace) -> GenerateOptions:
         if value is not None and value not in allowed:
             raise TritonizeError(f"{key} must be one of {', '.join(allowed)} (got {value!r})")
     return options
+
+
+# What a new version takes from the model folder or the command line, never from the version before it.
+NOT_INHERITED = ("model", "version", "force", "skip_verify", "trust_remote_code")
+
+
+def _repository_options(output: str) -> dict:
+    """The options an existing repository was generated with: a new version must fit its configs."""
+    current = find_manifest(output)
+    if current is None:
+        return {}
+    return {k: v for k, v in current.options.to_dict().items() if k not in NOT_INHERITED}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -111,11 +128,17 @@ def generate(options: GenerateOptions) -> Path:
     name = options.name or source.default_name(options.model)
     repo = repository.plan(options, spec, name)
     output = Path(options.output)
-    repository.check_output(output, options.force)  # fail before minutes of export, not after
+    joined = repository.joins(output, options)  # fail before minutes of export, not after
+    if joined is None:
+        repository.check_output(output, options.force)
     err.print(
         f"[bold]{name}[/]: {spec.architecture}, task {spec.task}, {repo.description}"
         f", max length {spec.max_length}, buckets {list(repo.buckets)}"
     )
+    if joined is not None:  # the configs a version shares with the others, checked before minutes of export
+        repository.check_joins(repository.render(repo, repository.manifest(options, repo), verify.VerificationReport.skipped_report()), output)
+        err.print(f"version {repo.version} joins {output} (versions {', '.join(map(str, repository.versions(output)))}), "
+                  f"with the options in its {MANIFEST_FILE}")
     staging = repository.staging_dir(output)
     try:
         graph = export.load_torch_model(spec)
@@ -136,16 +159,23 @@ def generate(options: GenerateOptions) -> Path:
             report.export_seconds = {k: round(v, 2) for k, v in artifacts.seconds.items()}
             verify.check(report)
         files = repository.render(repo, repository.manifest(options, repo), report)
-        binaries = {f"{repo.model_name}/{VERSION}/{f.name}": f for f in artifacts.files_for(artifacts.onnx)}
+        binaries = {f"{repo.model_name}/{repo.version}/{f.name}": f for f in artifacts.files_for(artifacts.onnx)}
         for python_step in (repo.tokenizer_step, repo.post_step):  # each step that tokenizes or decodes words
             if python_step is not None:
-                binaries[f"{python_step.name}/{VERSION}/{TOKENIZER_FILE}"] = Path(spec.tokenizer_file)
+                binaries[f"{python_step.name}/{repo.version}/{TOKENIZER_FILE}"] = Path(spec.tokenizer_file)
         binaries.update(repository.served_files(repo))
-        with step(f"Writing the repository to {output}"):
-            repository.write(files, binaries, output, staging, force=options.force)
+        if joined is not None:
+            with step(f"Adding version {repo.version} to {output}"):
+                repository.add_version(files, binaries, output, staging, repo.version)
+        else:
+            with step(f"Writing the repository to {output}"):
+                repository.write(files, binaries, output, staging, force=options.force, version=repo.version)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     summary = report.summary()
     err.print(f"[bold green]Repository ready[/] at {output}" + (f"  (vs {report.reference}: {summary})" if summary else ""))
-    err.print(f"Serve it: python deploy.py local up --repository {output}")
+    if joined is not None:
+        err.print(f"Switch a running server to it: python deploy.py local switch --repository {output}")
+    else:
+        err.print(f"Serve it: python deploy.py local up --repository {output}")
     return output

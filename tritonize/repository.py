@@ -23,7 +23,7 @@ from tritonclient.grpc import model_config_pb2
 
 from . import serving, tasks
 from .errors import TritonizeError
-from .manifest import Manifest, read_manifest
+from .manifest import Manifest, find_manifest, read_manifest
 from .paths import TEMPLATES_DIR
 from .spec import (
     CONFIG_FILE,
@@ -35,7 +35,7 @@ from .spec import (
     README_FILE,
     SERVED_ENTRY,
     VERIFICATION_FILE,
-    VERSION,
+    FIRST_VERSION,
     GenerateOptions,
     ModelSpec,
     Overrides,
@@ -71,6 +71,8 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str) -> RepoSpec:
                          ("--max-text-bytes", options.max_text_bytes)):
         if value is not None and value < 0:
             raise TritonizeError(f"{label} must be 0 or more (got {value})")
+    if options.version is not None and options.version < 1:
+        raise TritonizeError(f"--version must be at least 1 (got {options.version})")
     if options.tensorrt and options.device != "gpu":
         raise TritonizeError("--tensorrt needs --device gpu", hint="TensorRT runs on NVIDIA GPUs only")
     if not name or not all(c.isalnum() or c in "_-." for c in name):
@@ -113,6 +115,7 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str) -> RepoSpec:
         front_parameters=task.front_parameters(model, names["model"], options.max_batch_size),
         max_text_bytes=default_max_text_bytes(model.max_length) if options.max_text_bytes is None else options.max_text_bytes,
         long_texts=CUT if options.cut_long_texts else REJECT,
+        version=options.version or FIRST_VERSION,
     )
 
 
@@ -151,6 +154,8 @@ def render(repo: RepoSpec, manifest: Manifest, report: VerificationReport) -> li
         (VERIFICATION_FILE, "repository/verification.json.j2", {"report": report.to_dict()}),
         (README_FILE, "repository/README.md.j2", {}),
         (HEALTH_FILE, "repository/health.json.j2", {"health_json": health_check(repo)}),
+        # Each version keeps the report of its own graph; the one at the top is the served version's.
+        (f"{m}/{repo.version}/{VERIFICATION_FILE}", "repository/verification.json.j2", {"report": report.to_dict()}),
     ]
     if repo.post_step:
         layout.append((f"{repo.post_step.name}/{CONFIG_FILE}", "post/config.pbtxt.j2", {"step": repo.post_step}))
@@ -177,7 +182,7 @@ def health_check(repo: RepoSpec) -> str:
 def served_files(repo: RepoSpec) -> dict[str, Path]:
     """Each Python step's module as model.py, and the served modules it imports, copied byte for byte."""
     return {
-        f"{step.name}/{VERSION}/{target}": source
+        f"{step.name}/{repo.version}/{target}": source
         for step in repo.steps
         for target, source in serving.step_files(step.module, SERVED_ENTRY).items()
     }
@@ -250,6 +255,7 @@ def write(
     output: Path,
     staging: Path,
     force: bool = False,
+    version: int = FIRST_VERSION,
 ) -> Path:
     """Assemble the repository in `staging`, then swap it in place of `output`.
 
@@ -276,7 +282,7 @@ def write(
             shutil.copy2(source, target)
     # Version directories must exist even where there is no file (the ensemble).
     for model_dir in {f.path.split("/")[0] for f in files if f.path.endswith(CONFIG_FILE)}:
-        (root / model_dir / VERSION).mkdir(exist_ok=True)
+        (root / model_dir / str(version)).mkdir(exist_ok=True)
     if not output.exists():
         os.replace(root, output)
         return output
@@ -289,6 +295,113 @@ def write(
         os.replace(retired, output)
         _move_dotfiles(root, output)
         raise
+    return output
+
+
+def versions(output: Path) -> list[int]:
+    """The version folders of a repository, read from its ensemble's folder (every step has the same)."""
+    current = find_manifest(output)
+    folder = Path(output) / current.name if current else None
+    if folder is None or not folder.is_dir():
+        return []
+    return sorted(int(p.name) for p in folder.iterdir() if p.is_dir() and p.name.isdigit())
+
+
+def joins(output: Path, options: GenerateOptions) -> Manifest | None:
+    """The manifest of the repository a new version joins, or None where generate writes a whole repository.
+
+    A version joins only above every version already there: a version folder a server may have loaded is
+    never rewritten in place.
+    """
+    if options.version is None:
+        return None
+    current = find_manifest(output)
+    if current is None:
+        return None
+    present = versions(output)
+    if present and options.version <= present[-1]:
+        raise TritonizeError(
+            f"{output} already has version(s) {', '.join(map(str, present))}: version {options.version} would rewrite "
+            "what a server may be serving",
+            hint=f"pass --version {present[-1] + 1}",
+        )
+    if options.name and options.name != current.name:
+        raise TritonizeError(f"{output} serves {current.name!r}; a new version keeps the name (got --name {options.name})")
+    return current
+
+
+def _comparable(config: model_config_pb2.ModelConfig) -> dict:
+    """A config without what versions may change: the version policy and the ensemble's pinned versions."""
+    copy = model_config_pb2.ModelConfig()
+    copy.CopyFrom(config)
+    copy.ClearField("version_policy")
+    for step in copy.ensemble_scheduling.step:
+        step.model_version = -1
+    return json_format.MessageToDict(copy, preserving_proto_field_name=True)
+
+
+def _first_difference(old: object, new: object, path: str = "") -> str:
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in sorted(set(old) | set(new)):
+            if old.get(key) != new.get(key):
+                return _first_difference(old.get(key), new.get(key), f"{path}.{key}" if path else key)
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        for i, (a, b) in enumerate(zip(old, new)):
+            if a != b:
+                return _first_difference(a, b, f"{path}[{i}]")
+    return f"{path}: {json.dumps(old)[:80]} -> {json.dumps(new)[:80]}"
+
+
+def check_joins(files: list[RenderedFile], output: Path) -> None:
+    """A new version must fit the configs the repository's versions share (Triton keeps one config per model,
+    not per version): the same steps, tensors, batching and parameters, and the same labels."""
+    for f in files:
+        target = Path(output) / f.path
+        if f.path.endswith(".pbtxt"):
+            if not target.is_file():
+                raise TritonizeError(f"this version needs {f.path}, which {output} does not have",
+                                     hint="generate it as a new repository (another --output or --name)")
+            old, new = (_comparable(parse_config(t, f.path)) for t in (target.read_text(), f.text))
+            if old != new:
+                raise TritonizeError(
+                    f"this version cannot join {output}: {f.path} differs in {_first_difference(old, new)}",
+                    hint="versions of one repository share their configs; generate a new repository (another --output)",
+                )
+        elif f.path.endswith(LABELS_FILE) and (not target.is_file() or target.read_text() != f.text):
+            raise TritonizeError(f"this version cannot join {output}: its labels differ from {f.path}",
+                                 hint="generate a new repository (another --output)")
+
+
+def add_version(files: list[RenderedFile], binaries: dict[str, Path], output: Path, staging: Path, version: int) -> Path:
+    """Add version folders beside those of a repository, which a server may be serving.
+
+    Order keeps every moment servable: each new version folder is assembled in `staging` and renamed in
+    (no server loads it yet), then the step configs, the ensemble's config (pinning the new version) and
+    last the manifest are replaced file by file.
+    """
+    output = Path(output)
+    validate(files)
+    check_joins(files, output)
+    root = staging / "version"
+    for rel, source in binaries.items():
+        target = root / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if staging in Path(source).parents:
+            os.replace(source, target)
+        else:
+            shutil.copy2(source, target)
+    models = sorted({f.path.split("/")[0] for f in files if f.path.endswith(CONFIG_FILE)})
+    for model_dir in models:
+        (root / model_dir / str(version)).mkdir(parents=True, exist_ok=True)
+        os.replace(root / model_dir / str(version), output / model_dir / str(version))
+    ensemble = next(f.path for f in files if f.path.endswith(CONFIG_FILE) and parse_config(f.text).platform == "ensemble")
+    last = {ensemble: 1, MANIFEST_FILE: 2}
+    for f in sorted(files, key=lambda f: last.get(f.path, 0)):
+        target = output / f.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.name + ".tmp")
+        tmp.write_text(f.text, encoding="utf-8")
+        os.replace(tmp, target)
     return output
 
 

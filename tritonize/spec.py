@@ -33,7 +33,7 @@ TOKEN_EXTRAS: dict[str, tuple[int, ...]] = {OFFSETS: (-1, 2), SPECIAL_TOKENS_MAS
 CONFIG_FILE = "config.pbtxt"
 LOCAL_CONFIG_NAME = "local"  # configs/local.pbtxt: the local server's runtime of the model step
 LOCAL_CONFIG_DIR = "configs"
-VERSION = "1"
+FIRST_VERSION = 1  # a new repository's version folders are 1/
 MODEL_FILE = "model.onnx"
 TOKENIZER_FILE = "tokenizer.json"
 LABELS_FILE = "labels.txt"
@@ -134,6 +134,9 @@ class GenerateOptions:
     skip_verify: bool = False
     atol: float = 1e-4
     min_cosine_fp16: float = 0.999
+    # The version folder this model becomes in every step. None: FIRST_VERSION for a new repository; a
+    # higher number joins an existing repository beside the version it serves (`deploy.py local switch`).
+    version: int | None = None
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -251,6 +254,7 @@ class RepoSpec:
     front_parameters: dict[str, str] = field(default_factory=dict)
     max_text_bytes: int = 0  # per text, checked by the first step before it tokenizes; 0: no bound
     long_texts: str = "reject"  # over max_text_bytes: reject | cut (serving/texts.py)
+    version: int = FIRST_VERSION  # the version folder of every step; the ensemble pins its steps to it
 
     @property
     def pad_token_id(self) -> int:

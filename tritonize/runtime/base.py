@@ -99,6 +99,14 @@ class Runtime(abc.ABC):
     def logs(self, tail: int | None = None) -> str:
         """The server's log, the last `tail` lines (all with None)."""
 
+    def switch(self):
+        """Serve the version the repository now names, refusing no request (`runtime/versions.py`)."""
+        raise TritonizeError(
+            f"{type(self).__name__} does not switch versions in a running server",
+            hint="roll a new server over instead (docs/operate.md, 'Versions'): start it on the new repository, "
+                 "wait for its health check, then stop the old one",
+        )
+
 
 def http_get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
     """GET without raising on HTTP errors; (0, b"") when nothing answers."""

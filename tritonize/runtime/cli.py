@@ -18,7 +18,7 @@ RUNTIMES = {
     "local": (local, "the tritonserver binary from the nvidia-pytriton wheel (no Docker)"),
     "docker": (docker, "NVIDIA's Triton container, through the docker SDK"),
 }
-ACTIONS = ("up", "down", "status", "logs")
+ACTIONS = ("up", "down", "status", "logs", "switch")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -87,6 +87,13 @@ def run(args: argparse.Namespace) -> int:
         for m in status.models:
             out.print(f"  {m.name:<32} v{m.version or '-':<4} {m.state}" + (f"  ({m.reason})" if m.reason else ""))
         return 0 if status.ready else 1
+    elif args.action == "switch":
+        done = runtime.switch()
+        if done.changed:
+            out.print(f"[bold green]Serving version {done.version}[/] (was {', '.join(map(str, done.previous)) or '-'}): "
+                      f"loaded in {done.load_s:.1f}s, old version retired in {done.retire_s:.1f}s")
+        else:
+            out.print(f"already serving version {done.version} only")
     elif args.action == "logs":
         out.print(runtime.logs(args.tail), end="", markup=False, highlight=False, soft_wrap=True)
     return 0

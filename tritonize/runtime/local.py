@@ -36,7 +36,7 @@ from ..console import err
 from ..errors import TritonizeError
 from ..serving.health import HEALTH_FILE, probe_file
 from ..spec import LOCAL_CONFIG_NAME
-from . import process
+from . import process, versions
 from .base import (
     Endpoints,
     Runtime,
@@ -457,6 +457,20 @@ class LocalRuntime(Runtime):
 
     def admin_key(self) -> str:
         return admin_key(self.directory)
+
+    def switch(self) -> versions.Switch:
+        """Serve the version the repository now names (after `generate --version N`), refusing no request."""
+        found = self._instance()
+        if found is None:
+            raise TritonizeError(f"no local server on port {self.options.http_port}", hint="start one: deploy.py local up")
+        directory, inst = found
+        if "--model-control-mode=explicit" not in inst.command:
+            raise TritonizeError(
+                f"the server on port {inst.http_port} runs without model control, so it cannot load a version",
+                hint="start it with `deploy.py local up --model-control explicit` (the API needs the instance's admin key)",
+            )
+        return versions.switch(inst.endpoints.http, Path(inst.repository), self.config_name,
+                               {ADMIN_HEADER: admin_key(directory)}, self._say)
 
     def admin_headers(self, protocol: str = "http") -> dict[str, str]:
         """The header a client sends to use the restricted APIs of this server (gRPC prefixes Triton's name)."""

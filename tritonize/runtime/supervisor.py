@@ -149,7 +149,8 @@ class Supervisor:
         write_state(self.directory, self.state)
         start = time.monotonic()
         options = ServerOptions(repository=Path(inst.repository), host=inst.host, http_port=inst.http_port,
-                                grpc_port=inst.grpc_port, metrics_port=inst.metrics_port, run_dir=self.directory.parent)
+                                grpc_port=inst.grpc_port, metrics_port=inst.metrics_port, run_dir=self.directory.parent,
+                                model_control="explicit" if "--model-control-mode=explicit" in inst.command else "none")
         runtime = LocalRuntime(options, tritonserver=Path(inst.command[0]), quiet=True)
         try:
             runtime.restart(inst)

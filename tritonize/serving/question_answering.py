@@ -570,6 +570,9 @@ class TritonPythonModel:
     def initialize(self, args):
         config = json.loads(args["model_config"])
         self.reader = Reader.from_config(config, os.path.join(args["model_repository"], args["model_version"]))
+        # The model step of this step's own version: while a server switches versions both are loaded, and
+        # a request must not mix them.
+        self.version = int(args["model_version"])
         self.input_names = [i["name"] for i in config["input"]]
         self.output_name = config["output"][0]["name"]
         self.metrics = StepMetrics(config["name"])
@@ -578,7 +581,7 @@ class TritonPythonModel:
         outputs = [self.reader.start_output, self.reader.end_output]
         response = pb_utils.InferenceRequest(
             model_name=self.reader.model_name, inputs=[pb_utils.Tensor(n, a) for n, a in feeds.items()],
-            requested_output_names=outputs,
+            requested_output_names=outputs, model_version=self.version,
         ).exec()
         if response.has_error():
             raise RuntimeError(response.error().message())

@@ -1,0 +1,133 @@
+"""Model versions: `generate --version N` joins a repository beside the version it serves, and
+`deploy.py local switch` moves a running server to it without refusing a request (counted under load)."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tritonize.cli import main
+from tritonize.manifest import read_manifest
+from tritonize.repository import parse_config, versions
+from tritonize.runtime.local import LocalRuntime
+from tritonize.steps import in_process
+
+TEXTS = ["a new version of the model", "zero downtime", "the quick brown fox jumps over the lazy dog"]
+
+
+@pytest.fixture(scope="module")
+def second_model(tmp_path_factory) -> Path:
+    from tiny_models import build_embedding_model
+
+    return build_embedding_model(tmp_path_factory.mktemp("v2") / "src", seed=1)
+
+
+def copy_of(tiny_embedding_repo, tmp_path: Path) -> Path:
+    repo = tmp_path / "repo"
+    shutil.copytree(tiny_embedding_repo.repository, repo, ignore=shutil.ignore_patterns("__pycache__"))
+    return repo
+
+
+def floor(repo: Path) -> np.ndarray:
+    chain = in_process(repo)
+    return np.concatenate([chain([(t,)]).outputs["embedding"] for t in TEXTS])
+
+
+def test_a_version_joins_beside_the_served_one_and_never_rewrites_one(tiny_embedding_repo, second_model, tmp_path, capsys) -> None:
+    repo = copy_of(tiny_embedding_repo, tmp_path)
+    name = tiny_embedding_repo.name
+    before = {p: p.read_bytes() for p in repo.rglob("*") if p.is_file() and "/1/" in str(p)}
+    assert main(["generate", "--model", str(second_model), "--output", str(repo), "--version", "2"]) == 0
+    assert versions(repo) == [1, 2]
+    assert {p: p.read_bytes() for p in before} == before  # version 1 untouched, byte for byte
+    assert (repo / f"{name}_model/2/model.onnx").is_file() and (repo / f"{name}_tokenizer/2/tokenizer.json").is_file()
+    assert (repo / f"{name}_model/2/verification.json").is_file() and (repo / f"{name}_model/1/verification.json").is_file()
+    ensemble = parse_config((repo / name / "config.pbtxt").read_text())
+    assert [s.model_version for s in ensemble.ensemble_scheduling.step] == [2, 2]
+    assert list(ensemble.version_policy.specific.versions) == [2]
+    manifest = read_manifest(repo)
+    assert manifest.options.version == 2 and manifest.model.source == str(second_model)
+    assert not np.allclose(floor(repo), floor(tiny_embedding_repo.repository), atol=1e-3)  # the other model is served
+
+    capsys.readouterr()
+    assert main(["generate", "--model", str(second_model), "--output", str(repo), "--version", "2"]) == 2
+    assert "already has version(s) 1, 2" in capsys.readouterr().err
+    # A version whose configs differ cannot join: refused before the export, nothing written.
+    assert main(["generate", "--model", str(second_model), "--output", str(repo), "--version", "3", "--max-batch-size", "8"]) == 2
+    assert "differs in max_batch_size: 64 -> 8" in capsys.readouterr().err
+    assert versions(repo) == [1, 2] and not (repo / f"{name}_model/3").exists()
+
+
+@pytest.mark.e2e
+def test_a_running_server_switches_versions_under_load_without_a_failed_request(
+    tiny_embedding_repo, second_model, local_options, local_triton, tmp_path
+) -> None:
+    import tritonclient.http as httpclient
+
+    repo = copy_of(tiny_embedding_repo, tmp_path)
+    name = tiny_embedding_repo.name
+    old = floor(repo)
+    runtime = LocalRuntime(local_options(repo, tmp_path / "run", model_control="explicit"), quiet=True)
+    answers: list[tuple[float, str, int, np.ndarray]] = []  # (sent at, version label, text index, vector)
+    failures: list[str] = []
+    stop = threading.Event()
+
+    def send(worker: int) -> None:
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{runtime.options.http_port}")
+        i = worker
+        while not stop.is_set():
+            k = i % len(TEXTS)
+            text = httpclient.InferInput("TEXT", [1, 1], "BYTES")
+            text.set_data_from_numpy(np.array([[TEXTS[k].encode()]], dtype=object))
+            sent = time.monotonic()
+            try:
+                result = client.infer(name, [text])
+                answers.append((sent, result.get_response()["model_version"], k, result.as_numpy("embedding")[0]))
+            except Exception as exc:  # noqa: BLE001 - every failure is counted and shown
+                failures.append(str(exc)[:200])
+            i += 1
+
+    with runtime:
+        workers = [threading.Thread(target=send, args=(w,)) for w in range(4)]
+        for w in workers:
+            w.start()
+        time.sleep(1.0)
+        # The new version is written while the server serves the old one from the same folder.
+        assert main(["generate", "--model", str(second_model), "--output", str(repo), "--version", "2"]) == 0
+        new = floor(repo)
+        time.sleep(0.5)
+        done = runtime.switch()
+        switched = time.monotonic()
+        time.sleep(1.5)
+        stop.set()
+        for w in workers:
+            w.join()
+        index = {(m["name"], m["version"]) for m in runtime_index(runtime) if m.get("state") == "READY"}
+        again = runtime.switch()
+
+    assert failures == []
+    assert done.changed and done.version == 2 and done.previous == (1,)
+    assert not again.changed
+    assert index == {(name, "2"), (f"{name}_tokenizer", "2"), (f"{name}_model", "2")}
+    by_version = {"1": old, "2": new}
+    assert not np.allclose(old, new, atol=1e-3)
+    for _, label, k, vector in answers:  # every answer is one version's whole answer, and says which
+        np.testing.assert_allclose(vector, by_version[label][k], atol=1e-5)
+    after = [label for sent, label, _, _ in answers if sent > switched]
+    before = [label for sent, label, _, _ in answers if sent < switched - 5]
+    assert len(after) > 20 and set(after) == {"2"}
+    assert before and set(before) == {"1"}
+    print(f"\nswitch under load: {len(answers)} answers, 0 failed; {sum(a[1] == '1' for a in answers)} from version 1, "
+          f"{sum(a[1] == '2' for a in answers)} from version 2; loaded in {done.load_s}s, retired in {done.retire_s}s")
+
+
+def runtime_index(runtime: LocalRuntime) -> list[dict]:
+    import tritonclient.http as httpclient
+
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{runtime.options.http_port}")
+    return client.get_model_repository_index(headers=runtime.admin_headers())
