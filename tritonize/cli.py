@@ -16,8 +16,9 @@ from .bench import cli as bench_cli
 from .bench import stress, tune
 from .errors import TritonizeError
 from .runtime import cli as runtime_cli
+from .runtime import k8s
 
-COMMANDS = (generate, runtime_cli, bench_cli, tune, stress)
+COMMANDS = (generate, runtime_cli, k8s, bench_cli, tune, stress)
 
 
 def build_parser() -> argparse.ArgumentParser:

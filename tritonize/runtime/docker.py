@@ -112,11 +112,14 @@ def release_is_patched(release: str) -> bool:
 # --------------------------------------------------------------------------- image
 
 
-def triton_command(options: ServerOptions) -> tuple[str, ...]:
-    """The tritonserver command line inside the container (ports are the container's own)."""
+def triton_command(
+    options: ServerOptions, models_dir: str = MODELS_DIR, ports: dict[str, int] | None = None
+) -> tuple[str, ...]:
+    """The tritonserver command line inside the container (ports are the container's own; KServe's differ)."""
+    ports = ports or CONTAINER_PORTS
     command = [
         "tritonserver",
-        f"--model-repository={MODELS_DIR}",
+        f"--model-repository={models_dir}",
         f"--model-control-mode={options.model_control}",
     ]
     if options.model_control == "explicit":
@@ -124,9 +127,9 @@ def triton_command(options: ServerOptions) -> tuple[str, ...]:
     command += [
         "--strict-readiness=true",
         f"--exit-timeout-secs={EXIT_TIMEOUT_S}",
-        f"--http-port={CONTAINER_PORTS['http']}",
-        f"--grpc-port={CONTAINER_PORTS['grpc']}",
-        f"--metrics-port={CONTAINER_PORTS['metrics']}",
+        f"--http-port={ports['http']}",
+        f"--grpc-port={ports['grpc']}",
+        f"--metrics-port={ports['metrics']}",
         f"--log-verbose={options.log_verbose}",
     ]
     return tuple(command)

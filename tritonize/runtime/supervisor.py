@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..serving.health import HEALTH_FILE, probe_file
+from ..serving.health import BUSY, HEALTH_FILE, probe_file
 from . import process
 
 STATE_FILE = "supervisor.json"
@@ -35,7 +35,6 @@ POLL_S = 1.0
 CHECK_S = 5.0
 CHECK_TIMEOUT_S = 10.0
 FAILURES = 3  # failed health checks in a row before a restart
-BUSY = 503  # the server refused the check because its queues are full: alive
 
 
 @dataclass

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 HEALTH_FILE = "health.json"
 DEFAULT_URL = "http://127.0.0.1:8000"
 DEFAULT_TIMEOUT_S = 5.0
+BUSY = 503  # Triton refused the check because its queues are full: the server answered, it sheds load
 
 
 @dataclass(frozen=True)
@@ -77,8 +78,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", default=DEFAULT_URL, help="Triton's HTTP endpoint (default: %(default)s)")
     parser.add_argument("--file", default=HEALTH_FILE, help="the repository's health.json (default: %(default)s)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds (default: %(default)s)")
+    parser.add_argument(
+        "--busy-ok", action="store_true",
+        help=f"count HTTP {BUSY} (full queues) as healthy: an overloaded server is alive, and failing the "
+        "check would move its load onto the other replicas (Kubernetes probes)",
+    )
     args = parser.parse_args(argv)
     result = probe_file(args.url, args.file, args.timeout)
+    if not result.ok and args.busy_ok and result.code == BUSY:
+        print(f"healthy (busy): {result.detail}")
+        return 0
     print(("healthy: " if result.ok else "unhealthy: ") + result.detail)
     return 0 if result.ok else 1
 
