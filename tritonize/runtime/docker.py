@@ -31,6 +31,7 @@ from ..serving import SERVING_DIR
 from ..serving.health import HEALTH_FILE
 from . import process
 from .base import (
+    METRICS_CONFIG,
     Endpoints,
     ModelState,
     Runtime,
@@ -127,6 +128,7 @@ def triton_command(options: ServerOptions) -> tuple[str, ...]:
         f"--http-port={CONTAINER_PORTS['http']}",
         f"--grpc-port={CONTAINER_PORTS['grpc']}",
         f"--metrics-port={CONTAINER_PORTS['metrics']}",
+        *(f"--metrics-config={setting}" for setting in METRICS_CONFIG),
         f"--log-verbose={options.log_verbose}",
     ]
     return tuple(command)
