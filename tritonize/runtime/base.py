@@ -33,6 +33,11 @@ class ServerOptions:
     log_verbose: int = 0
 
 
+# Triton's --metrics-config settings, for every runtime: latency summaries (p50 to p99.9 per model, over a
+# sliding window) beside the cumulative counters, so that percentiles come from Triton's own metrics.
+METRICS_CONFIG = ("summary_latencies=true",)
+
+
 @dataclass(frozen=True)
 class Endpoints:
     host: str
@@ -70,6 +75,8 @@ class ServerStatus:
     detail: str = ""
     health: str = ""  # the health check's outcome: a tiny inference through the ensemble
     restarts: int | None = None  # by the local supervisor; None when nothing supervises the server
+    prometheus: str | None = None  # the URL of a Prometheus that scrapes this server (local --monitoring)
+    monitoring: str = ""  # that Prometheus's state, in a line
 
 
 class Runtime(abc.ABC):

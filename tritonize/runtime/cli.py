@@ -13,6 +13,7 @@ from pathlib import Path
 from ..console import out
 from . import docker, local
 from .base import Endpoints, Runtime, ServerOptions, sample_curl, served_manifest
+from .monitoring import sample_query
 
 RUNTIMES = {
     "local": (local, "the tritonserver binary from the nvidia-pytriton wheel (no Docker)"),
@@ -84,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
             out.print(f"health: {status.health}")
         if status.restarts is not None:
             out.print(f"supervised: {status.restarts} restart(s) so far")
+        if status.monitoring:
+            out.print(f"monitoring: {status.monitoring}", markup=False, highlight=False, soft_wrap=True)
         for m in status.models:
             out.print(f"  {m.name:<32} v{m.version or '-':<4} {m.state}" + (f"  ({m.reason})" if m.reason else ""))
         return 0 if status.ready else 1
@@ -105,7 +108,13 @@ def print_summary(endpoints: Endpoints, repository: Path, runtime: Runtime) -> N
     out.print(f"  HTTP     {endpoints.http}")
     out.print(f"  gRPC     {endpoints.grpc}")
     out.print(f"  metrics  {endpoints.metrics}")
-    for m in runtime.status().models:
+    status = runtime.status()
+    if status.prometheus:
+        out.print(f"  Prometheus {status.prometheus}")
+    for m in status.models:
         out.print(f"  model    {m.name} [{m.state}]")
     out.print("Try it:")
     out.print("  " + sample_curl(endpoints, manifest), markup=False, highlight=False, soft_wrap=True)
+    if status.prometheus:
+        out.print("Requests per second per model, through Prometheus:")
+        out.print("  " + sample_query(status.prometheus), markup=False, highlight=False, soft_wrap=True)

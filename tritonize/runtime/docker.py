@@ -31,6 +31,7 @@ from ..serving import SERVING_DIR
 from ..serving.health import HEALTH_FILE
 from . import process
 from .base import (
+    METRICS_CONFIG,
     Endpoints,
     ModelState,
     Runtime,
@@ -130,6 +131,7 @@ def triton_command(
         f"--http-port={ports['http']}",
         f"--grpc-port={ports['grpc']}",
         f"--metrics-port={ports['metrics']}",
+        *(f"--metrics-config={setting}" for setting in METRICS_CONFIG),
         f"--log-verbose={options.log_verbose}",
     ]
     return tuple(command)

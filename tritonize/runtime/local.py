@@ -14,6 +14,10 @@ directory, so several servers can run side by side on different ports.
 (supervisor.py): Triton 2.51 neither notices nor recovers a dead Python stub,
 so the supervisor restarts the server when a stub dies or the health check
 (a tiny inference through the ensemble) keeps failing.
+
+`deploy.py local up --monitoring` also starts a Prometheus that scrapes the
+server (monitoring.py), with its state under the same instance directory;
+`down` stops it with the server and `status` reports it.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from ..serving.health import HEALTH_FILE, probe_file
 from ..spec import LOCAL_CONFIG_NAME
 from . import process, versions
 from .base import (
+    METRICS_CONFIG,
     Endpoints,
     Runtime,
     ServerOptions,
@@ -47,6 +52,8 @@ from .base import (
     require_repository,
     wait_ready,
 )
+from .monitoring import DEFAULT_PORT as DEFAULT_PROMETHEUS_PORT
+from .monitoring import DEFAULT_SCRAPE_INTERVAL_S, FIRST_SCRAPE_S, INSTALL_HINT, LocalPrometheus, MonitoringOptions
 
 DEFAULT_HTTP_PORT = ServerOptions().http_port
 STATE_FILE = "server.json"
@@ -226,11 +233,6 @@ def dead_stubs(pgid: int) -> list[int]:
     return [pid for pid in process.group_zombies(pgid) if pid != pgid]
 
 
-def reach_host(host: str) -> str:
-    """The address clients use: loopback when the server binds every interface."""
-    return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
-
-
 def instance_dir(run_dir: Path, http_port: int) -> Path:
     return Path(run_dir) / f"local-{http_port}"
 
@@ -265,12 +267,14 @@ class LocalRuntime(Runtime):
         quiet: bool = False,
         stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S,
         supervise: bool = False,
+        monitoring: MonitoringOptions | None = None,
     ):
         super().__init__(options)
         self.tritonserver = tritonserver
         self.stop_timeout_s = stop_timeout_s
         self.quiet = quiet
         self.supervise = supervise
+        self.monitoring = monitoring  # None: `up` starts no Prometheus
         self.directory = instance_dir(options.run_dir, options.http_port).resolve()
         self._proc: subprocess.Popen | None = None
 
@@ -295,6 +299,26 @@ class LocalRuntime(Runtime):
             spent = 0.0 if dead or not inst.alive() else drain(inst.endpoints, self.stop_timeout_s)
             self._stop(inst, 0.0 if dead else max(self.stop_timeout_s - spent, 1.0))
         self._forget(self.directory)
+        self._stop_prometheus(self.directory)
+
+    # the Prometheus beside it
+    def prometheus(self, directory: Path | None = None) -> LocalPrometheus:
+        return LocalPrometheus(directory or self.directory, self.monitoring, self.options.host)
+
+    def _report_first_scrape(self, prometheus: LocalPrometheus) -> None:
+        """Prometheus runs either way; whether it could scrape the server is said, not raised."""
+        every = prometheus.options.scrape_interval_s
+        target = prometheus.wait_scraped(FIRST_SCRAPE_S + 2 * every)
+        if target and target.get("health") == "up":
+            self._say(f"[green]✓[/] Prometheus {prometheus.url} scrapes the metrics port every {every:g}s")
+        else:
+            why = (target or {}).get("lastError") or "no scrape yet"
+            self._say(f"[yellow]Prometheus {prometheus.url} runs, but has not scraped the metrics port: {why}; "
+                      f"see {prometheus.log_file}[/]")
+
+    def _stop_prometheus(self, directory: Path) -> None:
+        if self.prometheus(directory).stop():
+            self._say(f"[green]✓[/] Prometheus stopped (its data stays in {directory / 'prometheus'})")
 
     def _say(self, message: str) -> None:
         if not self.quiet:
@@ -335,6 +359,7 @@ class LocalRuntime(Runtime):
             f"--grpc-port={o.grpc_port}",
             f"--metrics-port={o.metrics_port}",
             f"--model-control-mode={o.model_control}",
+            *(f"--metrics-config={setting}" for setting in METRICS_CONFIG),
             f"--http-restricted-api={','.join(RESTRICTED_APIS)}:{ADMIN_HEADER}={self.admin_key()}",
             f"--grpc-restricted-protocol={','.join(RESTRICTED_APIS)}:{ADMIN_HEADER}={self.admin_key()}",
         ]
@@ -372,7 +397,10 @@ class LocalRuntime(Runtime):
                 f"a local Triton server is already running (pid {running.pid}, HTTP {running.endpoints.http})",
                 hint="stop it with `deploy.py local down`, or pick other ports",
             )
+        self._stop_prometheus(self.directory)  # one left by a server of this instance that died
         check_ports(o)
+        prometheus = self.prometheus() if self.monitoring else None
+        binary = prometheus.check(taken=(o.http_port, o.grpc_port, o.metrics_port)) if prometheus else None
         install = find_install(self.tritonserver)
         check_install(install)
 
@@ -381,6 +409,13 @@ class LocalRuntime(Runtime):
         endpoints = self._start(self.command(install, backend_dir), install)
         if self.supervise:
             self._start_supervisor()
+        if prometheus:
+            try:
+                prometheus.start(f"{process.url_host(endpoints.host)}:{endpoints.metrics_port}", binary)
+            except BaseException:
+                self.__exit__()  # no half stack: the server goes too
+                raise
+            self._report_first_scrape(prometheus)
         return endpoints
 
     def restart(self, inst: Instance) -> Endpoints:
@@ -414,7 +449,7 @@ class LocalRuntime(Runtime):
             start_ticks=process.start_ticks(self._proc.pid),
             repository=str(Path(o.repository).resolve()),
             host=o.host,
-            reach_host=reach_host(o.host),
+            reach_host=process.reach_host(o.host),
             http_port=o.http_port,
             grpc_port=o.grpc_port,
             metrics_port=o.metrics_port,
@@ -540,6 +575,7 @@ class LocalRuntime(Runtime):
         found = self._instance()
         if found is None:
             self._say(f"no local Triton server is running (run dir {self.options.run_dir})")
+            self._stop_prometheus(self.directory)
             return False
         directory, inst = found
         self._stop_supervisor(directory)
@@ -553,6 +589,7 @@ class LocalRuntime(Runtime):
             timeout -= drain(inst.endpoints, timeout)
         self._stop(inst, 0.0 if dead else max(timeout, 1.0))
         self._forget(directory)
+        self._stop_prometheus(directory)  # after the server: the drain shows in its last scrapes
         return True
 
     @staticmethod
@@ -609,6 +646,7 @@ class LocalRuntime(Runtime):
             answered, health = True, f"unchecked: no {HEALTH_FILE} in the repository (regenerate it to get one)"
         state = supervisor.read_state(directory)
         watched = state is not None and state.alive()
+        prometheus = self.prometheus(directory).running()
         dead = dead_stubs(inst.pid)
         detail = f"pid {inst.pid}, HTTP {endpoints.http}, gRPC {endpoints.grpc}, log {directory / LOG_FILE}"
         return ServerStatus(
@@ -619,6 +657,8 @@ class LocalRuntime(Runtime):
             detail=detail,
             health=(f"a Python stub has died (pid {', '.join(map(str, dead))}); " if dead else "") + health,
             restarts=state.restarts if watched else None,
+            prometheus=prometheus.url if prometheus else None,
+            monitoring=self.prometheus(directory).describe(),
         )
 
     def logs(self, tail: int | None = None) -> str:
@@ -648,6 +688,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="`up`: start no supervisor (by default one restarts the server when a stub dies or it stops answering)",
     )
+    g = parser.add_argument_group("monitoring")
+    g.add_argument(
+        "--monitoring",
+        action="store_true",
+        help=f"`up`: also start a Prometheus that scrapes the metrics port (needs the binary: {INSTALL_HINT})",
+    )
+    g.add_argument("--prometheus-port", type=int, default=DEFAULT_PROMETHEUS_PORT,
+                   help="`up --monitoring`: Prometheus's port, on --host (default: %(default)s)")
+    g.add_argument("--scrape-interval", type=float, default=DEFAULT_SCRAPE_INTERVAL_S,
+                   help="`up --monitoring`: seconds between scrapes (default: %(default)s)")
 
 
 def from_args(options: ServerOptions, args: argparse.Namespace) -> Runtime:
@@ -656,4 +706,8 @@ def from_args(options: ServerOptions, args: argparse.Namespace) -> Runtime:
         tritonserver=getattr(args, "tritonserver", None),
         stop_timeout_s=getattr(args, "stop_timeout", DEFAULT_STOP_TIMEOUT_S),
         supervise=not getattr(args, "no_supervise", False),
+        monitoring=MonitoringOptions(
+            port=getattr(args, "prometheus_port", DEFAULT_PROMETHEUS_PORT),
+            scrape_interval_s=getattr(args, "scrape_interval", DEFAULT_SCRAPE_INTERVAL_S),
+        ) if getattr(args, "monitoring", False) else None,
     )

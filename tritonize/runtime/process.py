@@ -44,6 +44,16 @@ def free_ports(n: int = 3, host: str = "127.0.0.1") -> list[int]:
             s.close()
 
 
+def reach_host(host: str) -> str:
+    """The address clients use: loopback when a server binds every interface."""
+    return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+
+
+def url_host(host: str) -> str:
+    """A host as it goes into a URL or a host:port pair (IPv6 in brackets)."""
+    return f"[{host}]" if ":" in host else host
+
+
 def port_in_use(host: str, port: int) -> bool:
     """True when something listens on host:port (TIME_WAIT leftovers do not count)."""
     bind_host = "" if host in ("0.0.0.0", "::") else host
