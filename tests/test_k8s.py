@@ -379,7 +379,9 @@ def test_pod_is_restricted_and_drains_before_it_is_killed(cpu_repo) -> None:
 
 
 def test_init_container_fetches_checks_and_unpacks(cpu_repo, tmp_path) -> None:
-    script = k8s.k8s_spec(k8s.K8sOptions(repository=cpu_repo, source=k8s.INIT, url="https://x/r.tar.gz")).fetch.script
+    fetching = k8s.k8s_spec(k8s.K8sOptions(repository=cpu_repo, source=k8s.INIT, url="https://x/r.tar.gz")).fetch
+    script = fetching.script
+    assert script == (Path(k8s.__file__).parent / "fetch_repository.py").read_text()  # the module, verbatim
     archive = tmp_path / "repo.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
         tar.add(cpu_repo, arcname=".")
@@ -387,7 +389,7 @@ def test_init_container_fetches_checks_and_unpacks(cpu_repo, tmp_path) -> None:
 
     def fetch(url: str, dest: Path, *sha: str) -> subprocess.CompletedProcess[str]:
         dest.mkdir()
-        argv = [sys.executable, "-c", script, url, str(dest), *sha]
+        argv = [sys.executable, "-c", script, url, str(dest), fetching.health_file, *sha]
         return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
 
     ok = fetch(archive.as_uri(), tmp_path / "ok", digest.upper())

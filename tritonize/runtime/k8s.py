@@ -73,7 +73,7 @@ DOCKERFILE = "Dockerfile"
 APPLIED = (DEPLOYMENT, SERVICE, HPA, PDB)  # what `kubectl apply -k` applies; the rest needs more installed
 ALL_FILES = (*APPLIED, KUSTOMIZATION, ADAPTER_RULES, INFERENCE_SERVICE, DOCKERFILE)
 TEMPLATE_DIR = "k8s"
-FETCH_SCRIPT = "fetch_repository.py.j2"  # the init container's program (standard library only)
+FETCH_SCRIPT = Path(__file__).with_name("fetch_repository.py")  # the init container's program, copied verbatim
 
 LABEL_PREFIX = docker.LABEL_PREFIX  # ai.tritonize: image labels and pod annotations
 MANAGED_BY = "tritonize"
@@ -162,6 +162,7 @@ class Fetch:
     url: str
     sha256: str
     script: str
+    health_file: str = HEALTH_FILE  # what the archive must hold at its top
 
 
 @dataclass(frozen=True)
@@ -372,7 +373,7 @@ def _storage(options: K8sOptions) -> _Storage:
             storage_uri=f"pvc://{options.pvc}",
         )
     if options.source == INIT:
-        script = _template(FETCH_SCRIPT).render(health_file=HEALTH_FILE)
+        script = FETCH_SCRIPT.read_text()
         return _Storage(
             volumes=({"name": "models", "emptyDir": {}},),
             mounts=({"name": "models", "mountPath": MODELS_DIR, "readOnly": True},),

@@ -11,17 +11,20 @@ the instance's admin key), then:
 3. waits until the old ensemble has gone, then loads each step from its own config again, which retires
    the old version.
 
-At no moment is a step the ensemble names missing, and no request mixes two versions.
+Triton 2.51 reloads an ensemble's steps from their folders whenever it loads the ensemble, whatever
+config a step was last loaded with; so in step 1 the steps' config files themselves name both
+versions for the time of the switch, and step 3 puts back what `generate` wrote. At no moment is a
+step the ensemble names missing, and no request mixes two versions.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-
-from google.protobuf import json_format
 
 from ..errors import TritonizeError
 from ..manifest import read_manifest
@@ -29,6 +32,7 @@ from ..repository import parse_config
 from ..spec import CONFIG_FILE, FIRST_VERSION, LOCAL_CONFIG_DIR, repo_paths
 
 READY = "READY"
+STILL_SERVING = (READY, "UNLOADING")
 RETIRE_TIMEOUT_S = 120.0
 
 
@@ -47,18 +51,31 @@ def served_version(repository: Path) -> int:
     return read_manifest(repository).options.version or FIRST_VERSION
 
 
-def step_config(folder: Path, config_name: str | None):
-    """The config the server reads for a step: configs/<name>.pbtxt where the runtime selects one and it exists."""
+def config_file(folder: Path, config_name: str | None) -> Path:
+    """The config the server reads for a model: configs/<name>.pbtxt where the runtime selects one and it exists."""
     named = folder / LOCAL_CONFIG_DIR / f"{config_name}.pbtxt" if config_name else None
-    path = named if named is not None and named.is_file() else folder / CONFIG_FILE
-    return parse_config(path.read_text(), str(path))
+    return named if named is not None and named.is_file() else folder / CONFIG_FILE
 
 
-def ready_versions(client, headers: dict[str, str]) -> dict[str, set[int]]:
-    """Every model's READY versions, from the repository index."""
+def with_versions(text: str, versions: list[int]) -> str:
+    """A config's text serving `versions`: its version_policy line replaced (added where it has none)."""
+    policy = f"version_policy: {{ specific: {{ versions: [ {', '.join(map(str, versions))} ] }} }}"
+    changed, found = re.subn(r"^version_policy:.*$", policy, text, flags=re.MULTILINE)
+    return changed if found else text.rstrip("\n") + "\n" + policy + "\n"
+
+
+def replace_text(path: Path, text: str) -> None:
+    parse_config(text, str(path))  # never leave a config Triton cannot read
+    tmp = path.with_name(path.name + ".switch")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def ready_versions(client, headers: dict[str, str], states: tuple[str, ...] = (READY,)) -> dict[str, set[int]]:
+    """Every model's versions in one of `states` (READY by default), from the repository index."""
     found: dict[str, set[int]] = {}
     for row in client.get_model_repository_index(headers=headers):
-        if row.get("state") == READY and str(row.get("version", "")).isdigit():
+        if row.get("state") in states and str(row.get("version", "")).isdigit():
             found.setdefault(row["name"], set()).add(int(row["version"]))
     return found
 
@@ -82,10 +99,9 @@ def switch(
         raise TritonizeError(f"{repository} names version {target}, but {paths['ensemble'].name}/{target}/ is missing")
     client = httpclient.InferenceServerClient(http_url.removeprefix("http://"), network_timeout=600.0)
 
-    def load(name: str, config=None) -> None:
+    def load(name: str) -> None:
         try:
-            client.load_model(name, headers=headers,
-                              config=json_format.MessageToJson(config) if config is not None else None)
+            client.load_model(name, headers=headers)
         except InferenceServerException as exc:
             raise TritonizeError(f"loading {name} failed: {str(exc.message())[:300]}",
                                  hint="the server keeps serving what it served; read `deploy.py local logs`") from None
@@ -101,23 +117,29 @@ def switch(
     if before.get(manifest.name) == {target} and all(before.get(s.name) == {target} for s in steps):
         return Switch(target, (), 0.0, 0.0, changed=False)
     start = time.monotonic()
-    for folder in steps:  # 1. both versions of each step
-        config = step_config(folder, config_name)
-        both = sorted(before.get(folder.name, set()) | {target})
-        config.version_policy.specific.versions[:] = both
-        say(f"loading {folder.name} versions {', '.join(map(str, both))}")
-        load(folder.name, config)
-    say(f"loading {manifest.name} version {target}")  # 2. new requests go to the new version
-    load(manifest.name)
-    loaded = time.monotonic()
-    deadline = loaded + RETIRE_TIMEOUT_S  # 3. once the old ensemble has gone, each step keeps its new version only
-    while set(previous) & ready_versions(client, headers).get(manifest.name, set()):
-        if time.monotonic() > deadline:
-            raise TritonizeError(f"the old version of {manifest.name} still answers after {RETIRE_TIMEOUT_S:.0f}s")
-        time.sleep(0.1)
+    written = {folder: config_file(folder, config_name) for folder in steps}
+    originals = {folder: path.read_text() for folder, path in written.items()}
+    try:
+        for folder in steps:  # 1. both versions of each step
+            both = sorted(before.get(folder.name, set()) | {target})
+            replace_text(written[folder], with_versions(originals[folder], both))
+            say(f"loading {folder.name} versions {', '.join(map(str, both))}")
+            load(folder.name)
+        say(f"loading {manifest.name} version {target}")  # 2. new requests go to the new version
+        load(manifest.name)
+        loaded = time.monotonic()
+        deadline = loaded + RETIRE_TIMEOUT_S  # 3. once the old ensemble has gone, each step keeps its new version only
+        # UNLOADING still runs the requests it holds: they need the old steps until it is gone.
+        while set(previous) & ready_versions(client, headers, STILL_SERVING).get(manifest.name, set()):
+            if time.monotonic() > deadline:
+                raise TritonizeError(f"the old version of {manifest.name} still answers after {RETIRE_TIMEOUT_S:.0f}s")
+            time.sleep(0.1)
+    finally:
+        for folder, path in written.items():  # what generate wrote, whatever happened
+            replace_text(path, originals[folder])
     for folder in steps:
         say(f"retiring the other versions of {folder.name}")
-        load(folder.name, step_config(folder, config_name))
+        load(folder.name)
     now = ready_versions(client, headers)
     wrong = {name: sorted(v) for name, v in now.items() if name in {manifest.name, *(s.name for s in steps)} and v != {target}}
     if wrong:
