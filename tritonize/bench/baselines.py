@@ -1,4 +1,4 @@
-"""Run the Starlette baseline as a child process on a free loopback port, and stop it after."""
+"""Run a baseline server as a child process on a free loopback port, and stop it after."""
 
 from __future__ import annotations
 
@@ -21,31 +21,38 @@ BASELINES = {
 START_TIMEOUT_S = 180.0
 
 
-class BaselineProcess:
-    """`with BaselineProcess(folder, batch) as url:` serves the model at url until the block ends."""
+class ChildServer:
+    """`with server as url:` runs `command(port)` until the block ends; ready once GET `health` answers 200.
 
-    def __init__(self, model_folder: str, batch: bool, log_file: Path, threads: int = 0, host: str = "127.0.0.1"):
-        self.model_folder, self.batch, self.threads, self.host = model_folder, batch, threads, host
-        self.log_file = Path(log_file)
+    One lifecycle for every baseline, so each is started, waited for and
+    stopped the same way, and its log kept in one file.
+    """
+
+    label = "the baseline server"
+    health = "/health"
+
+    def __init__(self, log_file: Path, host: str = "127.0.0.1"):
+        self.log_file, self.host = Path(log_file), host
         self.proc: subprocess.Popen | None = None
         self.url = ""
+
+    def command(self, port: int) -> list[str]:
+        raise NotImplementedError
+
+    def env(self) -> dict[str, str]:
+        return dict(os.environ)
+
+    def cwd(self) -> Path | None:
+        return None
 
     def __enter__(self) -> str:
         port = free_ports(1, self.host)[0]
         self.url = f"http://{self.host}:{port}"
-        cmd = [sys.executable, "-m", "tritonize.bench.baseline_server", "--model", self.model_folder,
-               "--host", self.host, "--port", str(port)]
-        if self.batch:
-            cmd.append("--batch")
-        if self.threads:
-            cmd += ["--threads", str(self.threads)]
+        cmd = self.command(port)
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ)
-        # The child imports this package from wherever this process did.
-        root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         with open(self.log_file, "wb") as log:
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env)
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                         env=self.env(), cwd=self.cwd())
         try:
             self._wait()
         except BaseException:
@@ -57,12 +64,17 @@ class BaselineProcess:
         start = time.monotonic()
         while time.monotonic() - start < START_TIMEOUT_S:
             if self.proc is not None and self.proc.poll() is not None:
-                tail = self.log_file.read_text(errors="replace")[-1500:]
-                raise TritonizeError(f"the baseline server exited with code {self.proc.returncode}:\n{tail}")
-            if http_get(f"{self.url}/health", timeout=1.0)[0] == 200:
+                raise TritonizeError(f"{self.label} exited with code {self.proc.returncode}:\n{self.log_tail()}")
+            if http_get(f"{self.url}{self.health}", timeout=1.0)[0] == 200:
                 return
             time.sleep(0.25)
-        raise TritonizeError(f"the baseline server was not ready after {START_TIMEOUT_S:.0f}s", hint=f"read {self.log_file}")
+        raise TritonizeError(f"{self.label} was not ready after {START_TIMEOUT_S:.0f}s", hint=f"read {self.log_file}")
+
+    def log_tail(self, chars: int = 1500) -> str:
+        try:
+            return self.log_file.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
@@ -77,6 +89,30 @@ class BaselineProcess:
             self.proc.kill()
             self.proc.wait(timeout=5)
         self.proc = None
+
+
+class BaselineProcess(ChildServer):
+    """`with BaselineProcess(folder, batch) as url:` serves the model at url until the block ends."""
+
+    def __init__(self, model_folder: str, batch: bool, log_file: Path, threads: int = 0, host: str = "127.0.0.1"):
+        super().__init__(log_file, host)
+        self.model_folder, self.batch, self.threads = model_folder, batch, threads
+
+    def command(self, port: int) -> list[str]:
+        cmd = [sys.executable, "-m", "tritonize.bench.baseline_server", "--model", self.model_folder,
+               "--host", self.host, "--port", str(port)]
+        if self.batch:
+            cmd.append("--batch")
+        if self.threads:
+            cmd += ["--threads", str(self.threads)]
+        return cmd
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        # The child imports this package from wherever this process did.
+        root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        return env
 
 
 def ask(url: str, row: tuple[str, ...], timeout_s: float = 60.0) -> dict:

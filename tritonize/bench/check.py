@@ -6,6 +6,8 @@ tolerance (batching changes the order of float sums, nothing more), JSON
 answers (entities, spans) equal in every field but scores, which get the
 same tolerance. The PyTorch baselines are checked the same way with a
 tolerance for PyTorch against onnxruntime, and their agreement is recorded.
+A server that is not ours (Infinity) may scale an embedding differently (it
+always normalises), so its embeddings are compared by cosine instead.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import numpy as np
 ATOL = 1e-4
 TORCH_ATOL = 1e-3  # PyTorch against the exported graph on onnxruntime
 ROWS = 8  # checked per workload
+MIN_COSINE = 0.999  # an embedding from another server against the floor's
 
 
 @dataclass
@@ -28,6 +31,7 @@ class Check:
     agree: int = 0
     max_abs: float = 0.0
     first_mismatch: str = ""
+    min_cosine: float | None = None  # set when compared by cosine
 
     @property
     def passed(self) -> bool:
@@ -96,3 +100,40 @@ def compare(expected: list[dict], got: list[dict], atol: float = ATOL) -> Check:
             check.first_mismatch = f"row {i}: " + (f"missing {missing}" if missing else
                                                    "differs beyond numbers" if d is None else f"max-abs {d:.2e} > {atol:g}")
     return check
+
+
+def cosine(a, b) -> float:
+    a, b = np.asarray(a, dtype=np.float64).reshape(-1), np.asarray(b, dtype=np.float64).reshape(-1)
+    norms = np.linalg.norm(a) * np.linalg.norm(b)
+    return float(a @ b / norms) if norms > 0 else 0.0
+
+
+def compare_cosine(expected: list[dict], got: list[dict], output: str, minimum: float = MIN_COSINE) -> Check:
+    """Per row, the answer's `output` vector must point where the floor's does: cosine at least `minimum`."""
+    check = Check(rows=len(expected))
+    cosines: list[float] = []
+    for i, (e, g) in enumerate(zip(expected, got)):
+        want, vector = np.asarray(e[output], dtype=np.float64), g.get(output)
+        if vector is None:
+            why = g.get("error") or f"no {output!r} in the answer"
+        elif np.asarray(vector).size != want.size:
+            why = f"{np.asarray(vector).size} numbers, the floor has {want.size}"
+        else:
+            c = cosine(want, vector)
+            cosines.append(c)
+            check.max_abs = max(check.max_abs, float(np.max(np.abs(want - np.asarray(vector, dtype=np.float64)))))
+            if c >= minimum:
+                check.agree += 1
+                continue
+            why = f"cosine {c:.4f} < {minimum:g}"
+        if not check.first_mismatch:
+            check.first_mismatch = f"row {i}: {why}"
+    check.min_cosine = round(min(cosines), 6) if cosines else 0.0
+    return check
+
+
+def describe(check: dict) -> str:
+    """How close the answers were: the smallest cosine, or the largest absolute difference."""
+    if check.get("min_cosine") is not None:
+        return f"min cosine {check['min_cosine']:.6f}"
+    return f"max-abs {check['max_abs']:.1e}"

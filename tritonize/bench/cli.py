@@ -1,4 +1,4 @@
-"""`tritonize bench`: Triton against the Hugging Face doc server and the in-process floor, in one run.
+"""`tritonize bench`: Triton against the Hugging Face doc server, Infinity and the in-process floor, in one run.
 
     tritonize bench --repository triton_repo --start-local
     tritonize bench --repository triton_repo --url 127.0.0.1:8000 --grpc-url 127.0.0.1:8001 --requests 500
@@ -11,10 +11,10 @@ from pathlib import Path
 
 from ..console import err, out
 from ..errors import TritonizeError
-from . import corpus
-from .runner import TRITON_SYSTEM, Bench, BenchOptions
+from . import corpus, infinity
+from .runner import ALL_BASELINES, TRITON_SYSTEM, Bench, BenchOptions
 
-BASELINE_CHOICES = ("doc", "doc-batched", "floor")
+BASELINE_CHOICES = ALL_BASELINES
 PROTOCOLS = ("grpc", "http")
 JSON_NAME, CHART_NAME = "bench.json", "bench.png"
 
@@ -61,7 +61,7 @@ def add_target_arguments(p: argparse.ArgumentParser, duration_s: float, workload
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("bench", help="measure Triton against a FastAPI-style server and the in-process floor")
+    p = sub.add_parser("bench", help="measure Triton against a Starlette server, Infinity and the in-process floor")
     d = BenchOptions(repository=Path("."))
     add_target_arguments(p, d.duration_s, d.workloads)
     p.add_argument("--url", default="127.0.0.1:8000", help="Triton's HTTP endpoint (also read for statistics)")
@@ -70,8 +70,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--start-local", action="store_true", help="start a local Triton on free ports for this run, and stop it after")
     p.add_argument("--concurrency", type=int_list, default=[1, 4, 16], help="comma-separated (default: 1,4,16)")
     p.add_argument("--protocols", type=choice_list(PROTOCOLS), default=list(PROTOCOLS), help="grpc,http (default: both)")
-    p.add_argument("--baselines", type=choice_list(BASELINE_CHOICES, allow_none=True), default=list(BASELINE_CHOICES),
-                   help="doc,doc-batched,floor or none (default: all)")
+    p.add_argument("--baselines", type=choice_list(BASELINE_CHOICES, allow_none=True), default=None,
+                   help=f"{','.join(BASELINE_CHOICES)} or none (default: all; Infinity's only where it is installed)")
+    p.add_argument("--infinity-python", default=None,
+                   help=f"the interpreter of Infinity's virtualenv (default: {infinity.venv_python(infinity.VENV)}; "
+                        f"install: {infinity.INSTALL_HINT})")
     p.add_argument("--source-model", default=None, help="model folder the baselines load (default: tritonize.yaml's model)")
     p.add_argument("--output", "-o", type=Path, default=Path("bench_results"), help="folder for bench.json and bench.png")
     p.set_defaults(func=run)
@@ -92,7 +95,9 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
         concurrency=args.concurrency,
         workloads=args.workloads,
         protocols=args.protocols,
-        baselines=args.baselines,
+        baselines=list(BASELINE_CHOICES) if args.baselines is None else args.baselines,
+        baselines_asked=args.baselines is not None,
+        infinity_python=args.infinity_python,
         duration_s=None if args.requests else (args.duration or BenchOptions.duration_s),
         requests=args.requests,
         warmup=args.warmup,
@@ -114,6 +119,11 @@ def run(args: argparse.Namespace) -> int:
     chart_path = report.write_chart(document, Path(options.output) / CHART_NAME)
     report.print_tables(document, out)
     err.print(f"[green]✓[/] wrote {json_path} and {chart_path}")
+    for system, by_workload in document.get("checks", {}).items():
+        differ = {w: c["first_mismatch"] for w, c in by_workload.items() if not c["passed"]}
+        if system != TRITON_SYSTEM and differ:
+            err.print(f"[yellow]![/] {report.label_of(system)}'s answers differ from the floor's, so its figures "
+                      "are not for the same answers: " + "; ".join(f"{w}: {m}" for w, m in differ.items()))
     wrong = {w: c["first_mismatch"] for w, c in document.get("checks", {}).get(TRITON_SYSTEM, {}).items() if not c["passed"]}
     if wrong:
         err.print("[red]✗[/] Triton's answers differ from the floor's (the repository's own steps in-process): "

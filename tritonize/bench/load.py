@@ -73,8 +73,8 @@ class _Http(Sender):
     async def close(self) -> None:
         await self.session.close()
 
-    async def _post(self, url: str, body: bytes) -> None:
-        async with self.session.post(url, data=body) as resp:
+    async def _post(self, url: str, body: bytes, headers: dict[str, str] | None = None) -> None:
+        async with self.session.post(url, data=body, headers=headers) as resp:
             payload = await resp.read()
             if resp.status != 200:
                 raise RuntimeError(f"HTTP {resp.status}: {payload[:200].decode(errors='replace')}")
@@ -107,6 +107,22 @@ class BaselineHttp(_Http):
     async def send(self, row: Row) -> None:
         body = row[0] if len(row) == 1 else json.dumps(list(row), ensure_ascii=False)
         await self._post(self.url, body.encode("utf-8"))
+
+
+JSON_HEADERS = {"Content-Type": "application/json"}  # FastAPI reads a body as JSON only when told so
+
+
+class InfinityHttp(_Http):
+    """Infinity's OpenAI-style /embeddings: one text per request, as every other system gets it."""
+
+    def __init__(self, url: str, model: str, timeout_s: float = DEFAULT_TIMEOUT_S):
+        super().__init__(timeout_s)
+        self.url = url.rstrip("/") + "/embeddings"
+        self.model = model
+
+    async def send(self, row: Row) -> None:
+        body = {"model": self.model, "input": [row[0]]}
+        await self._post(self.url, json.dumps(body, ensure_ascii=False).encode("utf-8"), JSON_HEADERS)
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,12 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-SYSTEM_ORDER = ("triton-grpc", "triton-http", "doc", "doc-batched")
-COLORS = {"triton-grpc": "#76b900", "triton-http": "#2a7ab0", "doc": "#c0392b", "doc-batched": "#e67e22", "floor": "#555555"}
+from . import check, infinity
+from .baselines import BASELINES
+
+SYSTEM_ORDER = ("triton-grpc", "triton-http", "doc", "doc-batched", *infinity.ENGINES)
+COLORS = {"triton-grpc": "#76b900", "triton-http": "#2a7ab0", "doc": "#c0392b", "doc-batched": "#e67e22",
+          "infinity": "#8e44ad", "infinity-onnx": "#d35fb7", "floor": "#555555"}
 
 
 def _ms(x: float | None) -> str:
@@ -22,7 +26,12 @@ def _waste(run: dict) -> str:
 
 
 ROLE_SHORT = {"tokenizer": "tok"}
-CHECK_LABELS = {"triton": "Triton", "doc": "HF doc server", "doc-batched": "HF doc server, batching"}
+CHECK_LABELS = {"triton": "Triton", **{k: label for k, (label, _) in BASELINES.items()},
+                **{k: e.label for k, e in infinity.ENGINES.items()}}
+
+
+def label_of(system: str) -> str:
+    return CHECK_LABELS.get(system, system)
 
 
 def _step_roles(document: dict) -> list[str]:
@@ -160,8 +169,10 @@ def print_tables(document: dict, console: Console) -> None:
     for system, by_workload in (document.get("checks") or {}).items():
         for workload, c in by_workload.items():
             mark = "[green]agree[/]" if c["passed"] else f"[red]disagree: {c['first_mismatch']}[/]"
-            console.print(f"answers, {workload}: {CHECK_LABELS.get(system, system)} and the floor {mark} on {c['agree']}/{c['rows']} rows "
-                          f"(max-abs {c['max_abs']:.1e})")
+            console.print(f"answers, {workload}: {label_of(system)} and the floor {mark} on {c['agree']}/{c['rows']} rows "
+                          f"({check.describe(c)})")
+    for system, reason in (document.get("skipped") or {}).items():
+        console.print(f"[yellow]{label_of(system)}: skipped: {reason}[/]")
     for table in (breakdown_table(document), cpu_table(document), served_table(document), targets_table(document)):
         if table is not None:
             console.print(table)
@@ -213,7 +224,9 @@ def write_chart(document: dict, path: Path) -> Path:
         lat_ax.legend(fontsize=6)
         thr_ax.legend(fontsize=6)
     meta = document["meta"]
-    fig.suptitle(f"{meta['model']}: Triton vs the Hugging Face doc server vs the in-process floor "
+    others = [label_of(s) for s in SYSTEM_ORDER[2:] if any(r["system"] == s for r in document["runs"])]
+    others += ["the in-process floor"] if document.get("floor") else []
+    fig.suptitle(f"{meta['model']}: Triton" + "".join(f" vs {o}" for o in others) + " "
                  f"({meta['machine']['cpus']} CPUs, load generator on the same machine)", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

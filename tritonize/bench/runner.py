@@ -26,11 +26,14 @@ from ..manifest import read_manifest
 from ..runtime.base import Endpoints, ServerOptions
 from ..runtime.process import free_ports
 from ..spec import Overrides, repo_paths
-from . import baselines, check, corpus, cpu, floor, load, stats
+from . import baselines, check, corpus, cpu, floor, infinity, load, stats
+from .report import label_of
 from .targets import evaluate
 
 TRITON_LABELS = {"grpc": "Triton gRPC", "http": "Triton HTTP"}
 TRITON_SYSTEM = "triton"  # the checks: one for both protocols, the same server
+FLOOR = "floor"
+ALL_BASELINES = (*baselines.BASELINES, *infinity.ENGINES, FLOOR)
 SHARED_CPU_NOTE = (
     "The load generator runs on the same machine and shares its cores with the system under test; "
     "client_cpu_pct is how much of one core it used."
@@ -50,7 +53,10 @@ class BenchOptions:
     concurrency: list[int] = field(default_factory=lambda: [1, 4, 16])
     workloads: list[str] = field(default_factory=lambda: list(corpus.WORKLOADS))
     protocols: list[str] = field(default_factory=lambda: ["grpc", "http"])
-    baselines: list[str] = field(default_factory=lambda: ["doc", "doc-batched", "floor"])
+    baselines: list[str] = field(default_factory=lambda: list(ALL_BASELINES))
+    # Named by the user: a baseline that is not installed is then an error, not a skip.
+    baselines_asked: bool = False
+    infinity_python: str | None = None  # default: .venv-infinity/bin/python
     duration_s: float | None = 10.0
     requests: int | None = None
     warmup: int | None = None  # default: 2 x concurrency, at least 10
@@ -120,6 +126,8 @@ class Bench:
         self.steps["ensemble"] = self.name
         self.runs: list[dict] = []
         self.checks: dict[str, dict] = {}  # per system and workload: its answers against the floor's
+        self.skipped: dict[str, str] = {}  # per baseline asked for but not measured: why, in one line
+        self.infinity: dict = {}  # the Infinity install measured, and each engine's warnings
         self._expected: dict[str, list[dict]] = {}
         # The floor's batch-1 latencies, taken right around Triton's concurrency-1 run of each workload.
         self.batch1: dict[str, list[float]] = {}
@@ -163,7 +171,7 @@ class Bench:
                     make = lambda: load.TritonHttp(http_url, self.name, self.inputs, self.o.timeout_s)  # noqa: E731
                 for wname, w in self.workloads.items():
                     for c in self.o.concurrency:
-                        pair = c == 1 and protocol == self.o.protocols[0] and "floor" in self.o.baselines
+                        pair = c == 1 and protocol == self.o.protocols[0] and FLOOR in self.o.baselines
                         if pair:
                             self._floor_batch1(wname, w)
                         starts = [f for f in (snaps.start if snaps else None, meter.start if meter else None,
@@ -185,8 +193,9 @@ class Bench:
             self._expected[wname] = [check.one_row(self.floor.one(row).outputs) for row in rows]
         return self._expected[wname]
 
-    def _check(self, system: str, label: str, ask, atol: float) -> None:
-        """The first rows of each workload, answered by `ask(row)` and by the floor, compared."""
+    def _check(self, system: str, label: str, ask, atol: float | None = None) -> None:
+        """The first rows of each workload, answered by `ask(row)` and by the floor, compared: numbers within
+        `atol`, or (atol None) the embedding by cosine."""
         for wname, w in self.workloads.items():
             rows = w.rows[: check.ROWS]
             got = []
@@ -195,11 +204,13 @@ class Bench:
                     got.append(ask(row))
                 except Exception as exc:  # noqa: BLE001 - a failed answer is a disagreement, recorded
                     got.append({"error": f"{type(exc).__name__}: {exc}"[:200]})
-            result = check.compare(self._floor_answers(wname), got, atol)
+            expected = self._floor_answers(wname)
+            result = (check.compare(expected, got, atol) if atol is not None
+                      else check.compare_cosine(expected, got, infinity.ANSWER))
             self.checks.setdefault(system, {})[wname] = result.to_dict()
             mark = "[green]agree[/]" if result.passed else f"[red]disagree: {result.first_mismatch}[/]"
             self.say(f"  answers, {wname}: {label} and the floor {mark} on {result.agree}/{result.rows} rows "
-                     f"(max-abs {result.max_abs:.1e})")
+                     f"({check.describe(result.to_dict())})")
 
     def check_triton(self, grpc_url: str) -> None:
         """Triton must answer as the floor does: the same steps, the same graph."""
@@ -234,12 +245,7 @@ class Bench:
         }
 
     def measure_baselines(self) -> None:
-        folder = self.o.source_model or self.manifest.options.model
-        if not folder or not Path(folder).is_dir():
-            raise TritonizeError(
-                f"the baselines need the model folder the repository was generated from ({folder!r} not found)",
-                hint="pass --source-model FOLDER, or --baselines floor",
-            )
+        folder = self.source_folder()
         for key, (label, batch) in baselines.BASELINES.items():
             if key not in self.o.baselines:
                 continue
@@ -273,15 +279,78 @@ class Bench:
             )
         return result
 
+    def skip(self, system: str, reason: str) -> None:
+        self.skipped[system] = reason
+        self.say(f"[yellow]{label_of(system)}: skipped: {reason}[/]")
+
+    def find_infinity(self) -> infinity.Install | None:
+        """The Infinity to measure, before anything is timed: a missing one asked for by name fails the run at
+        once; one only implied by the default baselines is skipped, in one line."""
+        wanted = [k for k in infinity.ENGINES if k in self.o.baselines]
+        if not wanted:
+            return None
+        if self.task.name != infinity.TASK:
+            for key in wanted:
+                self.skip(key, f"Infinity serves embeddings here; this repository's task is {self.task.name}")
+            return None
+        try:
+            return infinity.locate(self.o.infinity_python)
+        except infinity.Unavailable as exc:
+            if self.o.baselines_asked or self.o.infinity_python:
+                raise TritonizeError(str(exc), hint=f"install it: {infinity.INSTALL_HINT}") from None
+            for key in wanted:
+                self.skip(key, f"{exc}: {infinity.INSTALL_HINT}")
+            return None
+
+    def measure_infinity(self, install: infinity.Install) -> None:
+        """Each Infinity engine asked for, started on the source folder with Infinity's defaults; checked, then
+        measured as the doc server is. An engine that does not start is skipped with its reason."""
+        folder = self.source_folder()
+        head = self.manifest.model.head  # an embedding head: find_infinity skipped every other task
+        self.infinity = {**install.to_dict(), "engines": {}}
+        for key, engine in infinity.ENGINES.items():
+            if key not in self.o.baselines:
+                continue
+            self.say(f"Starting the baseline: {engine.label} (Infinity {install.version})")
+            work = Path(self.o.output) / ".run" / f"baseline-{key}"
+            server = infinity.InfinityServer(install, engine, str(folder), self.name, head.pooling, work)
+            with contextlib.ExitStack() as stack:
+                try:
+                    url = stack.enter_context(server)
+                except infinity.Unavailable as exc:
+                    self.skip(key, f"its {engine.engine} engine did not start: {exc}")
+                    continue
+                self._check(key, engine.label, lambda row: infinity.ask(url, self.name, row))
+                for wname, w in self.workloads.items():
+                    for c in self.o.concurrency:
+                        result = load.measure(lambda: load.InfinityHttp(url, self.name, self.o.timeout_s),
+                                              w.rows, c, self.o.bound(c))
+                        self._record(key, engine.label, wname, result, {})
+                self.infinity["engines"][key] = {"engine": engine.engine, "warnings": server.warnings()}
+
+    def source_folder(self) -> Path:
+        folder = self.o.source_model or self.manifest.options.model
+        if not folder or not Path(folder).is_dir():
+            raise TritonizeError(
+                f"the baselines need the model folder the repository was generated from ({folder!r} not found)",
+                hint="pass --source-model FOLDER, or --baselines floor",
+            )
+        return Path(folder)
+
     # -- the whole run -------------------------------------------------------
     def run(self) -> dict:
         started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        if any(b != FLOOR for b in self.o.baselines):
+            self.source_folder()  # before anything is timed
+        install = self.find_infinity()
         self.say(f"[bold]Triton[/] ({', '.join(self.o.protocols)})")
         self.measure_triton()
         if any(b in baselines.BASELINES for b in self.o.baselines):
             self.measure_baselines()
+        if install is not None:
+            self.measure_infinity(install)
         floor_results = {}
-        if "floor" in self.o.baselines:
+        if FLOOR in self.o.baselines:
             self.say("[bold]In-process floor[/] (same tokenizer and ONNX graph, no server)")
             floor_results = self.measure_floor()
         document = {
@@ -290,6 +359,7 @@ class Bench:
             "runs": self.runs,
             "floor": floor_results,
             "checks": self.checks,
+            "skipped": self.skipped,
         }
         document["targets"] = evaluate(document)
         return document
@@ -309,6 +379,7 @@ class Bench:
             "concurrency": o.concurrency,
             "protocols": o.protocols,
             "baselines": o.baselines,
+            **({"infinity": self.infinity} if self.infinity else {}),
             "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
             "note": SHARED_CPU_NOTE,
         }
