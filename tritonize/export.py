@@ -142,6 +142,23 @@ def convert_fp16(source: Path, path: Path, external: bool) -> Path:
     return path
 
 
+def quantize_int8(source: Path, path: Path) -> Path:
+    """onnxruntime's dynamic quantization: int8 weights of every MatMul, one scale per output channel, activations
+    quantized at run time. Per-channel scales keep the per-text cosine of small encoders above 0.96 where
+    per-tensor scales fall to 0.55-0.77 (all-MiniLM-L6-v2, the shipped corpus); gathers (the embedding tables)
+    stay fp32."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        quantize_dynamic(
+            str(source), str(path), weight_type=QuantType.QInt8, per_channel=True, op_types_to_quantize=["MatMul"],
+            extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},  # shapes through contrib ops of fused graphs
+        )
+    return path
+
+
 def export(
     spec: ModelSpec,
     workdir: Path,
@@ -149,6 +166,7 @@ def export(
     opset: int = 17,
     optimize: bool = False,
     fp16: bool = False,
+    int8: bool = False,
     use_gpu: bool = False,
     graph=None,
     external_threshold: int = EXTERNAL_DATA_THRESHOLD,
@@ -178,4 +196,10 @@ def export(
             current = convert_fp16(reference, _stage_path(workdir, "fp16"), external)
         seconds["fp16"] = time.perf_counter() - t
         stages["fp16"] = current
+    if int8:
+        t = time.perf_counter()
+        with step("Quantizing to int8 (dynamic, per channel)"):
+            current = quantize_int8(current, _stage_path(workdir, "int8"))
+        seconds["int8"] = time.perf_counter() - t
+        stages["int8"] = current
     return Artifacts(onnx=current, stages=stages, seconds=seconds)

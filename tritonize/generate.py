@@ -58,6 +58,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--skip-verify", action="store_true", default=None, help="do not compare the ONNX graph with PyTorch")
     p.add_argument("--atol", type=float, help=f"max-abs tolerance for fp32 graphs (default: {d.atol})")
     p.add_argument("--min-cosine-fp16", type=float, help=f"cosine tolerance for fp16 graphs (default: {d.min_cosine_fp16})")
+    p.add_argument("--min-cosine-int8", type=float, help=f"per-text cosine an int8 graph keeps of fp32 (default: {d.min_cosine_int8})")
     p.set_defaults(func=run)
 
 
@@ -148,6 +149,7 @@ def generate(options: GenerateOptions) -> Path:
             opset=options.opset,
             optimize=options.optimize,
             fp16=options.precision == "fp16",
+            int8=options.precision == "int8",
             use_gpu=options.device == "gpu",
             graph=graph,
         )
@@ -155,7 +157,8 @@ def generate(options: GenerateOptions) -> Path:
             report = verify.VerificationReport.skipped_report()
         else:
             fp16_stages = {"fp16"} | ({"optimize"} if options.precision == "fp16" else set())
-            report = verify.verify(spec, graph, artifacts.stages, fp16_stages, options.atol, options.min_cosine_fp16)
+            report = verify.verify(spec, graph, artifacts.stages, fp16_stages, options.atol, options.min_cosine_fp16,
+                                   options.min_cosine_int8)
             report.export_seconds = {k: round(v, 2) for k, v in artifacts.seconds.items()}
             verify.check(report)
         files = repository.render(repo, repository.manifest(options, repo), report)

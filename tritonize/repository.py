@@ -78,6 +78,14 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str) -> RepoSpec:
     if not name or not all(c.isalnum() or c in "_-." for c in name):
         raise TritonizeError(f"invalid model name {name!r}", hint="use letters, digits, '_', '-' or '.'")
     task = tasks.of(model.head)
+    if options.precision == "int8":
+        if options.device != "cpu":
+            raise TritonizeError("--precision int8 is for CPU deployments (onnxruntime's dynamic quantization)",
+                                 hint="use --device cpu, or --precision fp16 on a GPU")
+        if task.int8_figure is None:
+            offered = ", ".join(t.name for t in tasks.TASKS.values() if t.int8_figure)
+            raise TritonizeError(f"--precision int8 is offered for {offered}, where verification measures what it "
+                                 f"keeps; not for {task.name}", hint="serve it in fp32")
     names = step_names(name)
 
     def step(role: str, module: str, instances: int, kind: str) -> StepSpec:

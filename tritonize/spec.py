@@ -17,11 +17,11 @@ from typing import ClassVar, Literal
 from .serving.batching import ATTENTION_MASK, INPUT_IDS, OFFSETS, SPECIAL_TOKENS_MASK
 
 Device = Literal["cpu", "gpu"]
-Precision = Literal["fp32", "fp16"]
+Precision = Literal["fp32", "fp16", "int8"]
 InstanceKind = Literal["KIND_CPU", "KIND_GPU"]
 
 DEVICES: tuple[str, ...] = ("cpu", "gpu")
-PRECISIONS: tuple[str, ...] = ("fp32", "fp16")
+PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8")
 
 # -- names: tensors ------------------------------------------------------------
 TEXT_INPUT = "TEXT"  # the raw strings users send, BYTES [N, 1]
@@ -134,6 +134,9 @@ class GenerateOptions:
     skip_verify: bool = False
     atol: float = 1e-4
     min_cosine_fp16: float = 0.999
+    # int8 (onnxruntime dynamic quantization, CPU): per-text cosine against the fp32 graph, and the task's
+    # own figure on the shipped corpus (embeddings: top-10 retrieval overlap; classifiers: argmax agreement).
+    min_cosine_int8: float = 0.99
     # The version folder this model becomes in every step. None: FIRST_VERSION for a new repository; a
     # higher number joins an existing repository beside the version it serves (`deploy.py local switch`).
     version: int | None = None

@@ -4,7 +4,9 @@ The sentences are fixed and varied: short, long, cut at the max length,
 non-ASCII. They are tokenized by the served tokenizer code itself. The task
 says what the reference is (sentence-transformers' encode, or the model's
 own transformers class) and whether the argmax must agree too.
-Tolerances: max-abs for fp32 graphs, cosine for fp16 graphs.
+Tolerances: max-abs for fp32 graphs, cosine for fp16 graphs. An int8 graph is held to a per-text cosine
+against the reference and, on the shipped corpus, to what its task keeps of the fp32 graph (embeddings:
+top-10 retrieval overlap; classifiers: argmax agreement).
 """
 
 from __future__ import annotations
@@ -50,10 +52,13 @@ class StageResult:
     mean_abs: float
     min_cosine: float
     argmax_agreement: float
-    metric: str  # which check applied: max_abs (fp32) or min_cosine (fp16)
+    metric: str  # which check applied: max_abs (fp32) or min_cosine (fp16, int8)
     threshold: float
     passed: bool
     precision: str
+    # int8 only: what the task keeps of the fp32 graph on the shipped corpus
+    # {"figure": ..., "value": ..., "threshold": ..., "rows": ...}
+    kept: dict | None = None
 
     @property
     def value(self) -> float:
@@ -101,7 +106,11 @@ class VerificationReport:
 
     def summary(self) -> str:
         """One line per stage for the generate output ('' when skipped)."""
-        return "  ".join(f"{n}: max-abs {r.max_abs:.2e}, cosine {r.min_cosine:.6f}" for n, r in self.stages.items())
+        return "  ".join(
+            f"{n}: max-abs {r.max_abs:.2e}, cosine {r.min_cosine:.6f}"
+            + (f", {r.kept['figure']} {r.kept['value']:.3f} on {r.kept['rows']} corpus texts" if r.kept else "")
+            for n, r in self.stages.items()
+        )
 
 
 def pad_token_id(tokenizer_file: str, fallback: int = 0) -> int:
@@ -145,7 +154,45 @@ def compare(reference: np.ndarray, candidate: np.ndarray) -> dict[str, float]:
     }
 
 
-def verify(spec: ModelSpec, graph, stages: dict[str, Path], fp16_stages: set[str], atol: float, min_cosine: float) -> VerificationReport:
+# int8 must keep this much of its task's figure on the shipped corpus (top-10 overlap, argmax agreement).
+INT8_MIN_KEPT = {"top-10 retrieval overlap": 0.9, "argmax agreement": 0.99}
+INT8_STAGE = "int8"
+
+
+def corpus_rows(spec: ModelSpec) -> list[tuple[str, ...]]:
+    from .bench.corpus import MIXED_CORPUS
+
+    task = tasks.of(spec.head)
+    return [task.row_for(line.strip()) for line in MIXED_CORPUS.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def run_rows(spec: ModelSpec, path: Path, rows: list, batch: int = 32) -> np.ndarray:
+    """The graph's first output on many rows, in length-sorted batches (little padding), in row order."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    lengths = tokenize(spec, rows)[ATTENTION_MASK].sum(1)
+    order = np.argsort(lengths, kind="stable")
+    out: list = [None] * len(rows)
+    for lo in range(0, len(rows), batch):
+        part = order[lo : lo + batch]
+        for i, value in zip(part, session.run(None, tokenize(spec, [rows[i] for i in part]))[0]):
+            out[i] = value
+    return np.stack(out)
+
+
+def int8_kept(spec: ModelSpec, fp32: Path, int8: Path) -> dict:
+    """What the int8 graph keeps of the fp32 graph on the shipped corpus, as its task measures it."""
+    task = tasks.of(spec.head)
+    rows = corpus_rows(spec)
+    value = task.int8_kept(run_rows(spec, fp32, rows), run_rows(spec, int8, rows))
+    threshold = INT8_MIN_KEPT[task.int8_figure]
+    return {"figure": task.int8_figure, "value": round(value, 4), "threshold": threshold, "rows": len(rows),
+            "passed": value >= threshold}
+
+
+def verify(spec: ModelSpec, graph, stages: dict[str, Path], fp16_stages: set[str], atol: float, min_cosine: float,
+           min_cosine_int8: float = 0.99) -> VerificationReport:
     """Compare each ONNX stage with the task's reference; the report says which check applied and whether it passed."""
     task = tasks.of(spec.head)
     start = time.perf_counter()
@@ -157,12 +204,18 @@ def verify(spec: ModelSpec, graph, stages: dict[str, Path], fp16_stages: set[str
         for name, path in stages.items():
             graph_out = run_onnx(path, feeds)
             metrics = compare(reference, task.comparable(graph_out[0], feeds))
-            if name in fp16_stages:
+            kept = None
+            if name == INT8_STAGE:
+                kept = int8_kept(spec, stages["export"], path)
+                check = {"metric": "min_cosine", "threshold": min_cosine_int8,
+                         "passed": metrics["min_cosine"] >= min_cosine_int8 and kept["passed"]}
+            elif name in fp16_stages:
                 check = {"metric": "min_cosine", "threshold": min_cosine, "passed": metrics["min_cosine"] >= min_cosine}
             else:
                 ok = metrics["max_abs"] <= atol and (not task.same_argmax or metrics["argmax_agreement"] == 1.0)
                 check = {"metric": "max_abs", "threshold": atol, "passed": ok}
-            results[name] = StageResult(**metrics, **check, precision="fp16" if name in fp16_stages else "fp32")
+            precision = INT8_STAGE if name == INT8_STAGE else "fp16" if name in fp16_stages else "fp32"
+            results[name] = StageResult(**metrics, **check, precision=precision, kept=kept)
         served = task.served_check(spec, graph, rows, graph_out)  # once, on the last stage: what gets served
     lengths = feeds[ATTENTION_MASK].sum(1)
     return VerificationReport(
@@ -193,9 +246,11 @@ def check(report: VerificationReport) -> None:
         detail = "; ".join(
             f"{name}: {r.metric} {r.value:.3g} vs {r.threshold:.3g}"
             + (f", argmax agreement {r.argmax_agreement:.2f}" if same_argmax else "")
+            + (f", {r.kept['figure']} {r.kept['value']:.3g} vs {r.kept['threshold']:.3g} on the corpus" if r.kept else "")
             for name, r in failed.items()
         )
         raise TritonizeError(
             f"verification against {report.reference} failed ({detail})",
-            hint="loosen with --atol / --min-cosine-fp16 if this is expected, or drop --optimize/--precision fp16",
+            hint="loosen with --atol / --min-cosine-fp16 / --min-cosine-int8 if this is expected, "
+                 "or drop --optimize / --precision",
         )

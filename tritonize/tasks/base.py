@@ -45,6 +45,9 @@ class Task(abc.ABC):
     orchestrates: ClassVar[bool] = False
     # For a pair task, what curl examples send as the first text (a query, a question).
     sample_first: ClassVar[str] = ""
+    # What int8 must keep of the fp32 graph on the shipped corpus, in words; None: int8 is not offered,
+    # because nothing here measures what this task's answers lose to it.
+    int8_figure: ClassVar[str | None] = None
 
     # -- model folder -> head ------------------------------------------------
     @abc.abstractmethod
@@ -107,6 +110,10 @@ class Task(abc.ABC):
         """The whole answer (post-processing included) against the model's library, where the graph's
         outputs are not yet the answer: {"reference", "rows", "agree", "passed"}; None otherwise."""
         return None
+
+    def int8_kept(self, fp32: np.ndarray, int8: np.ndarray) -> float:
+        """The share of `int8_figure` the int8 graph keeps, from both graphs' first output on the corpus rows."""
+        raise NotImplementedError(f"{self.name} offers no int8")
 
     def comparable(self, out: np.ndarray, feeds: dict[str, np.ndarray]) -> np.ndarray:
         """The graph's first output as verification compares it (per-token outputs drop padded positions)."""

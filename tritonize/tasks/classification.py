@@ -91,6 +91,12 @@ class Classification(Task):
             )
         return Head(labels=tuple(str(id2label[k]) for k in sorted(id2label, key=lambda k: int(k))))
 
+    int8_figure = "argmax agreement"
+
+    def int8_kept(self, fp32: np.ndarray, int8: np.ndarray) -> float:
+        """The share of corpus texts given the same label."""
+        return float((fp32.argmax(-1) == int8.argmax(-1)).mean())
+
     def describe(self, head: Head) -> str:  # type: ignore[override]
         return f"{len(head.labels)} labels"
 
