@@ -99,3 +99,15 @@ def test_the_local_server_answers_what_the_int8_graph_computes(int8_repo, local_
     # texts batched beside it (docs/benchmark.md, int8); the direction stays.
     cosines = (alone * together).sum(1) / np.linalg.norm(alone, axis=1) / np.linalg.norm(together, axis=1)
     assert cosines.min() > 0.9999
+
+
+def test_runtimes_measures_both_runtimes_on_each_graph(int8_repo, tiny_embedding_repo, tmp_path) -> None:
+    pytest.importorskip("openvino")
+    assert main(["runtimes", "-r", str(tiny_embedding_repo.repository), "-r", str(int8_repo), "--seconds", "0.2",
+                 "-o", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "runtimes.json").read_text())["rows"]
+    assert {(r["graph"].split()[-1], r["runtime"]) for r in rows} == {
+        (p, rt) for p in ("(fp32)", "(int8)") for rt in ("onnxruntime", "openvino")}
+    assert all(r["ms_per_batch"] > 0 for r in rows)
+    fp32 = [r for r in rows if r["graph"].endswith("(fp32)")]
+    assert max(r["max_abs_vs_onnxruntime"] for r in fp32) < 1e-4  # the same graph computes the same answer

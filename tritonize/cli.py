@@ -13,12 +13,12 @@ import sys
 
 from . import generate
 from .bench import cli as bench_cli
-from .bench import stress, tune
+from .bench import runtimes, stress, tune
 from .errors import TritonizeError
 from .runtime import cli as runtime_cli
 from .runtime import k8s
 
-COMMANDS = (generate, runtime_cli, k8s, bench_cli, tune, stress)
+COMMANDS = (generate, runtime_cli, k8s, bench_cli, tune, stress, runtimes)
 
 
 def build_parser() -> argparse.ArgumentParser:
