@@ -38,6 +38,7 @@ import yaml
 
 from tritonize.cli import main
 from tritonize.errors import TritonizeError
+from tritonize.serving.health import HEALTH_FILE
 from tritonize.runtime import docker, k8s
 from tritonize.serving import SERVING_DIR
 from tritonize.spec import MANIFEST_FILE, step_names
@@ -247,7 +248,7 @@ def test_probes_run_the_health_script_on_the_repository_health_file(source, cpu_
         else:
             (init,) = deployment["spec"]["template"]["spec"]["initContainers"]
             assert init["volumeMounts"] == [{"name": mount["name"], "mountPath": k8s.MODELS_DIR}]
-            assert init["command"][-3:] == [SOURCES[k8s.INIT]["url"], k8s.MODELS_DIR, "ab" * 32]
+            assert init["command"][-4:] == [SOURCES[k8s.INIT]["url"], k8s.MODELS_DIR, HEALTH_FILE, "ab" * 32]
         assert k8s.DOCKERFILE not in rendered
 
 

@@ -23,7 +23,7 @@ from ..errors import TritonizeError
 from ..spec import MODEL_FILE
 from . import corpus
 
-SHAPES = {"short, batch 1": (16, 1), "short, batch 16": (16, 16), "long, batch 8": (128, 8)}  # (tokens, rows)
+SHAPES = {"short, batch 1": (16, 1), "short, batch 16": (16, 16), "long, batch 8": (128, 8)}  # (tokens, rows) per batch
 ROUNDS = 5
 
 
@@ -41,7 +41,10 @@ def feeds_for(repository: Path, tokens: int, rows: int) -> dict[str, np.ndarray]
     """`rows` distinct corpus texts of exactly `tokens` tokens, as the tokenizer step hands them to the model step."""
     from ..steps import text_encoder
 
+    from ..manifest import read_manifest
+
     encoder = text_encoder(repository)
+    tokens = min(tokens, read_manifest(repository).model.max_length)  # "long" is the max length where that is shorter
     words = " ".join(corpus.read_corpus()).split()
     texts = corpus.exact_length_texts(words, tokens, rows, lambda t: int(encoder.encode([t], width=0)["attention_mask"].sum()))
     return encoder.encode(texts, width=0)
