@@ -14,7 +14,7 @@ import yaml
 
 from . import tasks
 from .errors import TritonizeError
-from .spec import MANIFEST_FILE, GenerateOptions, ModelSpec
+from .spec import FIRST_VERSION, MANIFEST_FILE, GenerateOptions, ModelSpec
 
 # Key that records what was read from the model folder (informational for --config, which ignores it).
 RESOLVED_KEY = "resolved_model"
@@ -28,6 +28,11 @@ class Manifest:
     @property
     def name(self) -> str:
         return self.options.name or ""
+
+    @property
+    def version(self) -> int:
+        """The version folder every model of the repository serves (repositories from before versions: 1)."""
+        return self.options.version or FIRST_VERSION
 
     def to_dict(self) -> dict:
         data = self.options.to_dict()

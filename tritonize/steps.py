@@ -21,7 +21,7 @@ from .repository import config_as_triton_passes_it
 from .serving.batching import ATTENTION_MASK
 from .serving.onnx_model import OnnxRunner
 from .serving.tokenizer import TextEncoder
-from .spec import CONFIG_FILE, FIRST_VERSION, LOCAL_CONFIG_DIR, LOCAL_CONFIG_NAME, repo_paths
+from .spec import CONFIG_FILE, LOCAL_CONFIG_DIR, LOCAL_CONFIG_NAME, repo_paths
 
 Row = tuple[str, ...]  # one request row: a text, or a pair (query and document, question and context)
 
@@ -29,7 +29,7 @@ Row = tuple[str, ...]  # one request row: a text, or a pair (query and document,
 def _step(repo_dir: Path, role: str, config: str) -> tuple[dict, str]:
     manifest = read_manifest(repo_dir)
     folder = repo_paths(repo_dir, manifest.name)[role]
-    return config_as_triton_passes_it(folder / config), str(folder / str(manifest.options.version or FIRST_VERSION))
+    return config_as_triton_passes_it(folder / config), str(folder / str(manifest.version))
 
 
 def text_encoder(repo_dir: Path) -> TextEncoder:

@@ -124,8 +124,7 @@ def run(args: argparse.Namespace) -> int:
     graphs = {}
     for repo in args.repository:
         manifest = read_manifest(repo)
-        version = manifest.options.version or 1
-        graphs[f"{manifest.name} ({manifest.options.precision})"] = repo_paths(repo, manifest.name)["model"] / str(version) / MODEL_FILE
+        graphs[f"{manifest.name} ({manifest.options.precision})"] = repo_paths(repo, manifest.name)["model"] / str(manifest.version) / MODEL_FILE
     threads = args.threads or os.cpu_count() or 1
     rows = measure(graphs, args.repository[0], threads, args.seconds)
     out.print(f"Model step in-process, {threads} thread(s), median ms per batch (per row); OpenVINO / onnxruntime speed")

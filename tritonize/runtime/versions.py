@@ -29,7 +29,7 @@ from pathlib import Path
 from ..errors import TritonizeError
 from ..manifest import read_manifest
 from ..repository import parse_config
-from ..spec import CONFIG_FILE, FIRST_VERSION, LOCAL_CONFIG_DIR, repo_paths
+from ..spec import CONFIG_FILE, LOCAL_CONFIG_DIR, repo_paths
 
 READY = "READY"
 STILL_SERVING = (READY, "UNLOADING")
@@ -45,10 +45,6 @@ class Switch:
     load_s: float  # both versions of every step loaded
     retire_s: float  # the old versions gone
     changed: bool
-
-
-def served_version(repository: Path) -> int:
-    return read_manifest(repository).options.version or FIRST_VERSION
 
 
 def config_file(folder: Path, config_name: str | None) -> Path:
@@ -92,7 +88,7 @@ def switch(
 
     repository = Path(repository)
     manifest = read_manifest(repository)
-    target = served_version(repository)
+    target = manifest.version
     paths = repo_paths(repository, manifest.name)
     steps = [paths[role] for role in ("model", "post", "tokenizer") if paths[role].is_dir()]
     if not (paths["ensemble"] / str(target)).is_dir():
