@@ -15,8 +15,7 @@ import yaml
 from . import repository, tasks
 from .console import err, step
 from .errors import TritonizeError
-from .manifest import RESOLVED_KEY
-from .manifest import find_manifest
+from .manifest import RESOLVED_KEY, find_manifest
 from .spec import DEVICES, MANIFEST_FILE, PRECISIONS, TOKENIZER_FILE, GenerateOptions
 from .tasks.embedding import POOLINGS
 from .tasks.token_classification import AGGREGATIONS
