@@ -257,6 +257,24 @@ def _move_dotfiles(source: Path, target: Path) -> None:
             os.replace(hidden, target / hidden.name)
 
 
+def _place(binaries: dict[str, Path], root: Path, staging: Path) -> None:
+    """Each file to its repository-relative path under `root`: moved when this run made it in `staging`, else copied."""
+    for rel, source in binaries.items():
+        target = root / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if staging in Path(source).parents:  # made by this run: move, do not copy
+            os.replace(source, target)
+        else:
+            shutil.copy2(source, target)
+
+
+def replace_file(path: Path, text: str) -> None:
+    """Write beside, then rename over: a server loading the model reads the old file or the new one, never half."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
 def write(
     files: list[RenderedFile],
     binaries: dict[str, Path],
@@ -281,13 +299,7 @@ def write(
         target = root / f.path
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(f.text, encoding="utf-8")
-    for rel, source in binaries.items():
-        target = root / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if staging in Path(source).parents:  # made by this run: move, do not copy
-            os.replace(source, target)
-        else:
-            shutil.copy2(source, target)
+    _place(binaries, root, staging)
     # Version directories must exist even where there is no file (the ensemble).
     for model_dir in {f.path.split("/")[0] for f in files if f.path.endswith(CONFIG_FILE)}:
         (root / model_dir / str(version)).mkdir(exist_ok=True)
@@ -388,28 +400,20 @@ def add_version(files: list[RenderedFile], binaries: dict[str, Path], output: Pa
     last the manifest are replaced file by file.
     """
     output = Path(output)
-    validate(files)
+    configs = validate(files)
     check_joins(files, output)
     root = staging / "version"
-    for rel, source in binaries.items():
-        target = root / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if staging in Path(source).parents:
-            os.replace(source, target)
-        else:
-            shutil.copy2(source, target)
+    _place(binaries, root, staging)
     models = sorted({f.path.split("/")[0] for f in files if f.path.endswith(CONFIG_FILE)})
     for model_dir in models:
         (root / model_dir / str(version)).mkdir(parents=True, exist_ok=True)
         os.replace(root / model_dir / str(version), output / model_dir / str(version))
-    ensemble = next(f.path for f in files if f.path.endswith(CONFIG_FILE) and parse_config(f.text).platform == "ensemble")
+    ensemble = next(path for path, config in configs.items() if config.platform == "ensemble")
     last = {ensemble: 1, MANIFEST_FILE: 2}
     for f in sorted(files, key=lambda f: last.get(f.path, 0)):
         target = output / f.path
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(target.name + ".tmp")
-        tmp.write_text(f.text, encoding="utf-8")
-        os.replace(tmp, target)
+        replace_file(target, f.text)
     return output
 
 
@@ -441,8 +445,5 @@ def reconfigure(repo_dir: Path, overrides: Overrides) -> RepoSpec:
     files = [f for f in render(repo, manifest(options, repo), report) if f.path.endswith(".pbtxt") or f.path == MANIFEST_FILE]
     validate(files)
     for f in files:
-        target = repo_dir / f.path
-        tmp = target.with_name(target.name + ".tmp")
-        tmp.write_text(f.text, encoding="utf-8")
-        os.replace(tmp, target)
+        replace_file(repo_dir / f.path, f.text)
     return repo

@@ -127,11 +127,19 @@ def pad_token_id(tokenizer_file: str, fallback: int = 0) -> int:
     return fallback
 
 
+def encoder_for(spec: ModelSpec) -> TextEncoder:
+    """The served tokenizer with the model's max length, padding to the longest row."""
+    truncation = tasks.of(spec.head).truncation or "longest_first"
+    return TextEncoder(spec.tokenizer_file, spec.max_length, [spec.max_length], spec.pad_token_id, spec.input_names, truncation)
+
+
+def encode(encoder: TextEncoder, rows: list) -> dict[str, np.ndarray]:
+    return encoder.encode([r[0] if len(r) == 1 else tuple(r) for r in rows], width=0)
+
+
 def tokenize(spec: ModelSpec, rows: list) -> dict[str, np.ndarray]:
     """The served tokenizer's encoding of texts (or pairs) with the model's max length, padded to the longest."""
-    truncation = tasks.of(spec.head).truncation or "longest_first"
-    encoder = TextEncoder(spec.tokenizer_file, spec.max_length, [spec.max_length], spec.pad_token_id, spec.input_names, truncation)
-    return encoder.encode([r[0] if len(r) == 1 else tuple(r) for r in rows], width=0)
+    return encode(encoder_for(spec), rows)
 
 
 def run_onnx(path: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -159,33 +167,36 @@ INT8_MIN_KEPT = {"top-10 retrieval overlap": 0.9, "argmax agreement": 0.99}
 INT8_STAGE = "int8"
 
 
-def corpus_rows(spec: ModelSpec) -> list[tuple[str, ...]]:
-    from .bench.corpus import MIXED_CORPUS
-
-    task = tasks.of(spec.head)
-    return [task.row_for(line.strip()) for line in MIXED_CORPUS.read_text(encoding="utf-8").splitlines() if line.strip()]
+Batch = tuple[np.ndarray, dict[str, np.ndarray]]  # row indices, and their feeds
 
 
-def run_rows(spec: ModelSpec, path: Path, rows: list, batch: int = 32) -> np.ndarray:
-    """The graph's first output on many rows, in length-sorted batches (little padding), in row order."""
+def length_sorted_batches(spec: ModelSpec, rows: list, size: int = 32) -> list[Batch]:
+    """Rows tokenized once, in batches of similar length (little padding), for every graph to run."""
+    encoder = encoder_for(spec)
+    order = np.argsort(encode(encoder, rows)[ATTENTION_MASK].sum(1), kind="stable")
+    parts = [order[lo : lo + size] for lo in range(0, len(rows), size)]
+    return [(part, encode(encoder, [rows[i] for i in part])) for part in parts]
+
+
+def run_batches(path: Path, batches: list[Batch]) -> np.ndarray:
+    """The graph's first output on every batch's rows, back in row order."""
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    lengths = tokenize(spec, rows)[ATTENTION_MASK].sum(1)
-    order = np.argsort(lengths, kind="stable")
-    out: list = [None] * len(rows)
-    for lo in range(0, len(rows), batch):
-        part = order[lo : lo + batch]
-        for i, value in zip(part, session.run(None, tokenize(spec, [rows[i] for i in part]))[0]):
-            out[i] = value
-    return np.stack(out)
+    out: dict[int, np.ndarray] = {}
+    for part, feeds in batches:
+        out.update(zip(part.tolist(), session.run(None, feeds)[0]))
+    return np.stack([out[i] for i in range(len(out))])
 
 
 def int8_kept(spec: ModelSpec, fp32: Path, int8: Path) -> dict:
     """What the int8 graph keeps of the fp32 graph on the shipped corpus, as its task measures it."""
+    from .bench.corpus import read_corpus
+
     task = tasks.of(spec.head)
-    rows = corpus_rows(spec)
-    value = task.int8_kept(run_rows(spec, fp32, rows), run_rows(spec, int8, rows))
+    rows = [task.row_for(text) for text in read_corpus()]
+    batches = length_sorted_batches(spec, rows)
+    value = task.int8_kept(run_batches(fp32, batches), run_batches(int8, batches))
     threshold = INT8_MIN_KEPT[task.int8_figure]
     return {"figure": task.int8_figure, "value": round(value, 4), "threshold": threshold, "rows": len(rows),
             "passed": value >= threshold}

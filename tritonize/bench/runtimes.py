@@ -37,17 +37,21 @@ class Measured:
     max_abs_vs_onnxruntime: float
 
 
-def feeds_for(repository: Path, tokens: int, rows: int) -> dict[str, np.ndarray]:
-    """`rows` distinct corpus texts of exactly `tokens` tokens, as the tokenizer step hands them to the model step."""
+def shape_feeds(repository: Path) -> dict[str, dict[str, np.ndarray]]:
+    """For each shape, `rows` distinct corpus texts of exactly `tokens` tokens, as the tokenizer step hands them to
+    the model step; every graph runs the same feeds."""
+    from ..manifest import read_manifest
     from ..steps import text_encoder
 
-    from ..manifest import read_manifest
-
     encoder = text_encoder(repository)
-    tokens = min(tokens, read_manifest(repository).model.max_length)  # "long" is the max length where that is shorter
+    max_length = read_manifest(repository).model.max_length  # "long" is the max length where that is shorter
     words = " ".join(corpus.read_corpus()).split()
-    texts = corpus.exact_length_texts(words, tokens, rows, lambda t: int(encoder.encode([t], width=0)["attention_mask"].sum()))
-    return encoder.encode(texts, width=0)
+
+    def count(text: str) -> int:
+        return int(encoder.encode([text], width=0)["attention_mask"].sum())
+
+    return {shape: encoder.encode(corpus.exact_length_texts(words, min(tokens, max_length), rows, count), width=0)
+            for shape, (tokens, rows) in SHAPES.items()}
 
 
 def onnxruntime_session(path: Path, threads: int) -> Callable[[dict], np.ndarray]:
@@ -89,10 +93,11 @@ def time_it(run: Callable[[dict], np.ndarray], feeds: dict, seconds: float) -> l
 
 def measure(graphs: dict[str, Path], repository: Path, threads: int, seconds: float) -> list[Measured]:
     found: list[Measured] = []
+    feeds_by_shape = shape_feeds(repository)
     for graph, path in graphs.items():
         sessions = {name: make(path, threads) for name, make in RUNTIMES.items()}
-        for shape, (tokens, rows) in SHAPES.items():
-            feeds = feeds_for(repository, tokens, rows)
+        for shape, (_, rows) in SHAPES.items():
+            feeds = feeds_by_shape[shape]
             answers = {name: run(feeds) for name, run in sessions.items()}
             samples: dict[str, list[float]] = {name: [] for name in sessions}
             for _ in range(ROUNDS):  # alternate, so both see the same machine

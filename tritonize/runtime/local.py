@@ -171,6 +171,11 @@ class Instance:
     def endpoints(self) -> Endpoints:
         return Endpoints(self.reach_host, self.http_port, self.grpc_port, self.metrics_port)
 
+    @property
+    def model_control(self) -> str:
+        """none | explicit, as the server was started (explicit: the load API is on)."""
+        return "explicit" if "--model-control-mode=explicit" in self.command else "none"
+
     def alive(self) -> bool:
         process.reap(self.pid)
         ticks = process.start_ticks(self.pid)
@@ -499,7 +504,7 @@ class LocalRuntime(Runtime):
         if found is None:
             raise TritonizeError(f"no local server on port {self.options.http_port}", hint="start one: deploy.py local up")
         directory, inst = found
-        if "--model-control-mode=explicit" not in inst.command:
+        if inst.model_control != "explicit":
             raise TritonizeError(
                 f"the server on port {inst.http_port} runs without model control, so it cannot load a version",
                 hint="start it with `deploy.py local up --model-control explicit` (the API needs the instance's admin key)",

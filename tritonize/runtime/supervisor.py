@@ -122,7 +122,7 @@ class Supervisor:
         if not inst.alive():
             return "tritonserver exited"
         # With explicit model control a stub also ends when its model is unloaded: the health check decides.
-        live = stub_models(inst.pid) if "--model-control-mode=explicit" not in inst.command else {}
+        live = stub_models(inst.pid) if inst.model_control != "explicit" else {}
         dead = sorted({name for pid, name in self.stubs.items() if pid not in live})
         self.stubs = {**{p: n for p, n in self.stubs.items() if p in live}, **live}
         if dead:
@@ -149,7 +149,7 @@ class Supervisor:
         start = time.monotonic()
         options = ServerOptions(repository=Path(inst.repository), host=inst.host, http_port=inst.http_port,
                                 grpc_port=inst.grpc_port, metrics_port=inst.metrics_port, run_dir=self.directory.parent,
-                                model_control="explicit" if "--model-control-mode=explicit" in inst.command else "none")
+                                model_control=inst.model_control)
         runtime = LocalRuntime(options, tritonserver=Path(inst.command[0]), quiet=True)
         try:
             runtime.restart(inst)

@@ -19,7 +19,6 @@ step the ensemble names missing, and no request mixes two versions.
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections.abc import Callable
@@ -28,7 +27,7 @@ from pathlib import Path
 
 from ..errors import TritonizeError
 from ..manifest import read_manifest
-from ..repository import parse_config
+from ..repository import parse_config, replace_file
 from ..spec import CONFIG_FILE, LOCAL_CONFIG_DIR, repo_paths
 
 READY = "READY"
@@ -62,9 +61,7 @@ def with_versions(text: str, versions: list[int]) -> str:
 
 def replace_text(path: Path, text: str) -> None:
     parse_config(text, str(path))  # never leave a config Triton cannot read
-    tmp = path.with_name(path.name + ".switch")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    replace_file(path, text)
 
 
 def ready_versions(client, headers: dict[str, str], states: tuple[str, ...] = (READY,)) -> dict[str, set[int]]:
