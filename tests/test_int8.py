@@ -111,3 +111,35 @@ def test_runtimes_measures_both_runtimes_on_each_graph(int8_repo, tiny_embedding
     assert all(r["ms_per_batch"] > 0 for r in rows)
     fp32 = [r for r in rows if r["graph"].endswith("(fp32)")]
     assert max(r["max_abs_vs_onnxruntime"] for r in fp32) < 1e-4  # the same graph computes the same answer
+
+
+@pytest.mark.e2e
+def test_bench_measures_the_int8_repository_beside_fp32_in_one_run(int8_repo, tiny_embedding_repo, local_triton,
+                                                                     tmp_path) -> None:
+    """`bench --compare`: the int8 target's two figures come from one run, each repository on its own server."""
+    out = tmp_path / "results"
+    assert main(["bench", "-r", str(tiny_embedding_repo.repository), "--start-local", "--compare", str(int8_repo),
+                 "--requests", "32", "--warmup", "5", "--concurrency", "16", "--workloads", "short", "--short-tokens", "16",
+                 "--protocols", "grpc", "--baselines", "none", "-o", str(out)]) == 0
+    doc = json.loads((out / "bench.json").read_text())
+    assert doc["meta"]["precision"] == "fp32"
+    assert doc["compared"] == {"int8": {"repository": str(int8_repo.resolve()), "model": "emb8", "precision": "int8"}}
+    runs = {r["system"]: r for r in doc["runs"]}
+    assert set(runs) == {"triton-grpc", "triton-grpc/int8"}
+    int8 = runs["triton-grpc/int8"]
+    # Measured on its own server: its counters saw exactly its requests, its model step is the int8 repository's.
+    assert int8["completed"] == 32 and int8["errors"] == 0 and int8["steps"]["ensemble"]["requests"] == 32
+    assert int8["steps"]["model"]["name"] == "emb8_model" and int8["cpu"]["ms_per_request"]["emb8_model"] > 0
+    assert int8["label"] == "Triton gRPC int8"
+    # Checked against its own graph in-process, not against the fp32 floor.
+    assert all(c["passed"] for c in doc["checks"]["triton/int8"].values())
+    [target] = [t for t in doc["targets"] if t["name"] == "int8 vs fp32 throughput"]
+    assert target["value"] == int8["throughput_rps"]
+    assert target["limit"] == pytest.approx(2.0 * runs["triton-grpc"]["throughput_rps"], abs=0.01)
+
+
+def test_bench_refuses_to_compare_another_task(tiny_embedding_repo, tiny_classifier_repo, tmp_path, capsys) -> None:
+    rc = main(["bench", "-r", str(tiny_embedding_repo.repository), "--compare", str(tiny_classifier_repo.repository),
+               "--baselines", "none", "-o", str(tmp_path)])
+    assert rc != 0 and not (tmp_path / "bench.json").exists()
+    assert "its task is classification" in capsys.readouterr().err

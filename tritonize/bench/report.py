@@ -30,8 +30,33 @@ CHECK_LABELS = {"triton": "Triton", **{k: label for k, (label, _) in BASELINES.i
                 **{k: e.label for k, e in infinity.ENGINES.items()}}
 
 
+COMPARED_COLORS = ("#009e9e", "#b8860b", "#4b0082", "#7f8c8d")
+
+
+def _base(system: str) -> tuple[str, str]:
+    """(the system, the compared repository's tag or ''): triton-grpc/int8 -> (triton-grpc, int8)."""
+    base, _, tag = system.partition("/")
+    return base, tag
+
+
 def label_of(system: str) -> str:
-    return CHECK_LABELS.get(system, system)
+    base, tag = _base(system)
+    return CHECK_LABELS.get(base, base) + (f" {tag}" if tag else "")
+
+
+def _rank(system: str) -> tuple[int, str]:
+    """The measured repository's systems in SYSTEM_ORDER, each compared repository's right after its own."""
+    base, tag = _base(system)
+    order = {s: i for i, s in enumerate(SYSTEM_ORDER)}
+    return order.get(base, 99), tag
+
+
+def _color(document: dict, system: str) -> str | None:
+    base, tag = _base(system)
+    if not tag:
+        return COLORS.get(system)
+    tags = list(document.get("compared") or {})
+    return COMPARED_COLORS[tags.index(tag) % len(COMPARED_COLORS)] if tag in tags else None
 
 
 def _step_roles(document: dict) -> list[str]:
@@ -43,8 +68,7 @@ def _step_roles(document: dict) -> list[str]:
 
 
 def _sorted_runs(runs: list[dict]) -> list[dict]:
-    rank = {s: i for i, s in enumerate(SYSTEM_ORDER)}
-    return sorted(runs, key=lambda r: (rank.get(r["system"], 99), r["concurrency"]))
+    return sorted(runs, key=lambda r: (_rank(r["system"]), r["concurrency"]))
 
 
 def workload_table(document: dict, workload: str) -> Table:
@@ -105,16 +129,16 @@ def cpu_table(document: dict) -> Table | None:
     rows = [r for r in document["runs"] if r.get("cpu", {}).get("ms_per_request")]
     if not rows:
         return None
-    steps = rows[0].get("steps") or {}
     roles = _step_roles(document)
-    names = [steps.get(k, {}).get("name") for k in roles]
     table = Table(title="CPU per request (ms, every process of the local server, and the load generator)", title_justify="left")
     for col in ("system", "workload", "conc", "tritonserver", *(f"{r} stub" for r in roles), "client", "total", "floor", "idle"):
         table.add_column(col, justify="left" if col in ("system", "workload") else "right")
     for r in _sorted_runs(rows):
         c = r["cpu"]
         per = c["ms_per_request"]
-        best = (document.get("floor", {}).get(r["workload"]) or {}).get("arrival")
+        names = [(r.get("steps") or {}).get(k, {}).get("name") for k in roles]  # a compared repository's own
+        # The floor is the measured repository's graph: no figure beside a compared one's rows.
+        best = None if _base(r["system"])[1] else (document.get("floor", {}).get(r["workload"]) or {}).get("arrival")
         # The floor keeps every core busy at its best batch: cores / rate is its CPU per request.
         floor_ms = f"{1e3 * c['cores'] / best['rps']:.2f}" if best and best.get("rps") else "-"
         table.add_row(r["label"], r["workload"], str(r["concurrency"]), _ms(per.get("tritonserver")),
@@ -197,10 +221,10 @@ def write_chart(document: dict, path: Path) -> Path:
     for col, w in enumerate(workloads):
         lat_ax, thr_ax = axes[0][col], axes[1][col]
         runs = [r for r in document["runs"] if r["workload"] == w]
-        for system in [s for s in SYSTEM_ORDER if any(r["system"] == s for r in runs)]:
+        for system in sorted({r["system"] for r in runs}, key=_rank):
             rs = sorted((r for r in runs if r["system"] == system), key=lambda r: r["concurrency"])
             xs = [r["concurrency"] for r in rs]
-            color, label = COLORS.get(system), rs[0]["label"]
+            color, label = _color(document, system), rs[0]["label"]
             lat_ax.plot(xs, [r["latency_ms"]["p50"] for r in rs], "o-", color=color, label=f"{label} p50")
             lat_ax.plot(xs, [r["latency_ms"]["p99"] for r in rs], "x:", color=color, alpha=0.7, label=f"{label} p99")
             thr_ax.plot(xs, [r["throughput_rps"] for r in rs], "o-", color=color, label=label)
@@ -224,7 +248,8 @@ def write_chart(document: dict, path: Path) -> Path:
         lat_ax.legend(fontsize=6)
         thr_ax.legend(fontsize=6)
     meta = document["meta"]
-    others = [label_of(s) for s in SYSTEM_ORDER[2:] if any(r["system"] == s for r in document["runs"])]
+    others = [label_of(s) for s in sorted({r["system"] for r in document["runs"]}, key=_rank)
+              if _base(s)[0] not in SYSTEM_ORDER[:2]]
     others += ["the in-process floor"] if document.get("floor") else []
     fig.suptitle(f"{meta['model']}: Triton" + "".join(f" vs {o}" for o in others) + " "
                  f"({meta['machine']['cpus']} CPUs, load generator on the same machine)", fontsize=10)

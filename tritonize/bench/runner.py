@@ -22,7 +22,7 @@ from pathlib import Path
 from .. import tasks
 from ..console import err
 from ..errors import TritonizeError
-from ..manifest import read_manifest
+from ..manifest import Manifest, read_manifest
 from ..runtime.base import Endpoints, ServerOptions
 from ..runtime.process import free_ports
 from ..spec import Overrides, repo_paths
@@ -32,6 +32,7 @@ from .targets import evaluate
 
 TRITON_LABELS = {"grpc": "Triton gRPC", "http": "Triton HTTP"}
 TRITON_SYSTEM = "triton"  # the checks: one for both protocols, the same server
+COMPARED_SEP = "/"  # a compared repository's systems: triton/int8, triton-grpc/int8, ...
 FLOOR = "floor"
 ALL_BASELINES = (*baselines.BASELINES, *infinity.ENGINES, FLOOR)
 SHARED_CPU_NOTE = (
@@ -66,11 +67,29 @@ class BenchOptions:
     short_tokens: int = corpus.DEFAULT_SHORT_TOKENS
     long_tokens: int = corpus.DEFAULT_LONG_TOKENS
     timeout_s: float = load.DEFAULT_TIMEOUT_S
+    # More repositories of the same task (int8 beside fp32, say): Triton only, each on its own local server.
+    compare: list[Path] = field(default_factory=list)
     quiet: bool = False
 
     def bound(self, concurrency: int) -> load.Bound:
         warmup = self.warmup if self.warmup is not None else max(10, 2 * concurrency)
         return load.Bound(requests=self.requests, duration_s=None if self.requests else self.duration_s, warmup=warmup)
+
+
+def compared_system(system: str, tag: str) -> str:
+    return f"{system}{COMPARED_SEP}{tag}"
+
+
+def is_triton(system: str) -> bool:
+    """Triton's own checks, for the repository measured and for every compared one."""
+    return system.split(COMPARED_SEP)[0] == TRITON_SYSTEM
+
+
+def compare_tag(main: Manifest, other: Manifest, folder: Path, taken: set[str]) -> str:
+    """How a compared repository is named in the run: its precision where that differs from the measured
+    repository's, else its folder's name."""
+    tag = other.options.precision if other.options.precision != main.options.precision else folder.resolve().name
+    return tag if tag not in taken else f"{tag}-{len(taken) + 1}"
 
 
 def step_models(repository: Path, name: str) -> dict[str, str]:
@@ -131,6 +150,7 @@ class Bench:
         self._expected: dict[str, list[dict]] = {}
         # The floor's batch-1 latencies, taken right around Triton's concurrency-1 run of each workload.
         self.batch1: dict[str, list[float]] = {}
+        self.compared_meta: dict[str, dict] = {}  # per compared repository's tag: its folder, name and precision
 
     def say(self, message: str) -> None:
         if not self.o.quiet:
@@ -328,6 +348,30 @@ class Bench:
                         self._record(key, engine.label, wname, result, {})
                 self.infinity["engines"][key] = {"engine": engine.engine, "warnings": server.warnings()}
 
+    def compared(self, folder: Path) -> tuple[str, Bench]:
+        """A repository to measure beside this one: same task and inputs, or refused in one line."""
+        sub = Bench(dataclasses.replace(self.o, repository=folder, model="", start_local=True, baselines=[], compare=[],
+                                        output=Path(self.o.output) / f"compare-{len(self.compared_meta) + 1}"))
+        if sub.task.name != self.task.name or sub.inputs != self.inputs:
+            raise TritonizeError(f"--compare {folder}: its task is {sub.task.name} with inputs {', '.join(sub.inputs)}; "
+                                 f"the repository measured is {self.task.name} with {', '.join(self.inputs)}",
+                                 hint="compare repositories of the same task, e.g. int8 beside fp32")
+        tag = compare_tag(self.manifest, sub.manifest, folder, set(self.compared_meta))
+        self.compared_meta[tag] = {"repository": str(folder.resolve()), "model": sub.name,
+                                   "precision": sub.manifest.options.precision}
+        return tag, sub
+
+    def measure_compared(self, tag: str, sub: Bench) -> None:
+        """Triton on the compared repository, its answers checked against its own graph in-process; its runs
+        and checks join this run's under systems named with the tag."""
+        self.say(f"[bold]Triton, {tag}[/] ({self.compared_meta[tag]['repository']}, a local server)")
+        sub.measure_triton()
+        for run in sub.runs:
+            run.update(system=compared_system(run["system"], tag), label=f"{run['label']} {tag}")
+            self.runs.append(run)
+        for system, by_workload in sub.checks.items():
+            self.checks[compared_system(system, tag)] = by_workload
+
     def source_folder(self) -> Path:
         folder = self.o.source_model or self.manifest.options.model
         if not folder or not Path(folder).is_dir():
@@ -343,8 +387,11 @@ class Bench:
         if any(b != FLOOR for b in self.o.baselines):
             self.source_folder()  # before anything is timed
         install = self.find_infinity()
+        compared = [self.compared(Path(folder)) for folder in self.o.compare]  # refused before anything is timed
         self.say(f"[bold]Triton[/] ({', '.join(self.o.protocols)})")
         self.measure_triton()
+        for tag, other in compared:
+            self.measure_compared(tag, other)
         if any(b in baselines.BASELINES for b in self.o.baselines):
             self.measure_baselines()
         if install is not None:
@@ -360,6 +407,7 @@ class Bench:
             "floor": floor_results,
             "checks": self.checks,
             "skipped": self.skipped,
+            "compared": self.compared_meta,
         }
         document["targets"] = evaluate(document)
         return document
@@ -369,6 +417,7 @@ class Bench:
         return {
             "model": self.name,
             "task": self.task.name,
+            "precision": self.manifest.options.precision,
             "inputs": list(self.inputs),
             "repository": str(Path(o.repository).resolve()),
             "source_model": o.source_model or self.manifest.options.model,

@@ -13,6 +13,10 @@ LATENCY_SLACK_MS = {"short": 2.0, "long": 3.0}  # p50 over the floor's batch-1 p
 TAIL_RATIO = 2.0  # p99 over p50, at concurrency 1, fixed-length texts
 FLOOR_SHARE = {"short": 0.9, "long": 0.9, "mixed": 0.75}  # of the floor's best batch (mixed: length-sorted)
 BASELINE_RATIO = {"short": 1.5, "long": 1.2, "mixed": 1.5}  # over the doc server with batching
+PEER_RATIO = {"short": 1.5, "long": 1.2, "mixed": 1.5}  # over Infinity's engines, the peer a user would pick
+PEERS = ("infinity", "infinity-onnx")
+# A compared repository of this precision over the measured fp32 one (bench --compare), by workload.
+PRECISION_RATIO = {"int8": {"short": 2.0, "mixed": 2.0}}
 LOADED = 16  # the concurrency of the throughput targets
 TRITON = "triton-grpc"
 
@@ -56,10 +60,36 @@ def evaluate(document: dict) -> list[dict]:
             rps = loaded["throughput_rps"]
             found.append(Target("throughput vs floor", w, LOADED, rps, round(limit, 2), rps >= limit,
                                 f">= {FLOOR_SHARE[w]:g} x floor best batch ({order})"))
-        batched = _find(runs, "doc-batched", w, LOADED)
-        if loaded and batched:
-            limit = BASELINE_RATIO[w] * batched["throughput_rps"]
-            rps = loaded["throughput_rps"]
-            found.append(Target("throughput vs doc + batching", w, LOADED, rps, round(limit, 2), rps >= limit,
-                                f">= {BASELINE_RATIO[w]:g} x doc server with batching"))
+        found += _ratios(loaded, [("doc-batched", "doc + batching", BASELINE_RATIO, "doc server with batching")]
+                         + [(p, p, PEER_RATIO, p) for p in PEERS], runs, w)
+        found += _precision(document, loaded, w)
     return [asdict(t) for t in found]
+
+
+def _ratios(loaded: dict | None, others: list[tuple[str, str, dict, str]], runs: list[dict], w: str) -> list[Target]:
+    """Triton's throughput at LOADED over each other system's, measured in the same run."""
+    found = []
+    for system, name, ratio, described in others:
+        other = _find(runs, system, w, LOADED)
+        if loaded and other and w in ratio:
+            limit = ratio[w] * other["throughput_rps"]
+            rps = loaded["throughput_rps"]
+            found.append(Target(f"throughput vs {name}", w, LOADED, rps, round(limit, 2), rps >= limit,
+                                f">= {ratio[w]:g} x {described}"))
+    return found
+
+
+def _precision(document: dict, loaded: dict | None, w: str) -> list[Target]:
+    """Each compared repository whose precision has a target, over the measured fp32 repository."""
+    if document.get("meta", {}).get("precision") != "fp32":
+        return []
+    found = []
+    for tag, info in (document.get("compared") or {}).items():
+        ratio = PRECISION_RATIO.get(info.get("precision"), {})
+        mine = _find(document.get("runs", []), f"{TRITON}/{tag}", w, LOADED)
+        if loaded and mine and w in ratio:
+            limit = ratio[w] * loaded["throughput_rps"]
+            rps = mine["throughput_rps"]
+            found.append(Target(f"{tag} vs fp32 throughput", w, LOADED, rps, round(limit, 2), rps >= limit,
+                                f">= {ratio[w]:g} x fp32 Triton (the measured repository)"))
+    return found
