@@ -46,6 +46,17 @@ def test_fixed_length_texts_have_exact_token_counts(tiny_embedding_repo) -> None
     assert w["mixed"].summary()["tokens"]["max"] <= chain.max_length  # truncated as the server truncates
 
 
+def test_the_floor_at_a_batch_it_did_not_measure() -> None:
+    """The CPU table's split of the gap: between the floor at the step's own batch and its best batch."""
+    from tritonize.bench.report import floor_rate_at
+
+    by_batch = {"1": 200.0, "4": 272.0, "16": 296.0, "64": 343.0}
+    assert floor_rate_at(by_batch, 4) == 272.0
+    assert floor_rate_at(by_batch, 8) == pytest.approx(284.0)  # halfway between 4 and 16 in log2
+    assert floor_rate_at(by_batch, 0.5) == 200.0 and floor_rate_at(by_batch, 500) == 343.0
+    assert floor_rate_at({}, 8) is None and floor_rate_at(by_batch, None) is None
+
+
 # -- the baseline server, in process -------------------------------------------
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from rich.console import Console
@@ -131,19 +132,41 @@ def cpu_table(document: dict) -> Table | None:
         return None
     roles = _step_roles(document)
     table = Table(title="CPU per request (ms, every process of the local server, and the load generator)", title_justify="left")
-    for col in ("system", "workload", "conc", "tritonserver", *(f"{r} stub" for r in roles), "client", "total", "floor", "idle"):
+    for col in ("system", "workload", "conc", "tritonserver", *(f"{r} stub" for r in roles), "client", "total", "floor",
+                "floor at its batch", "idle"):
         table.add_column(col, justify="left" if col in ("system", "workload") else "right")
     for r in _sorted_runs(rows):
         c = r["cpu"]
         per = c["ms_per_request"]
         names = [(r.get("steps") or {}).get(k, {}).get("name") for k in roles]  # a compared repository's own
         # The floor is the measured repository's graph: no figure beside a compared one's rows.
-        best = None if _base(r["system"])[1] else (document.get("floor", {}).get(r["workload"]) or {}).get("arrival")
+        # Mixed lengths: the length-sorted floor, as the targets take it (the model step regroups rows by length).
+        order = "sorted" if r["workload"] == "mixed" else "arrival"
+        best = None if _base(r["system"])[1] else (document.get("floor", {}).get(r["workload"]) or {}).get(order)
         # The floor keeps every core busy at its best batch: cores / rate is its CPU per request.
         floor_ms = f"{1e3 * c['cores'] / best['rps']:.2f}" if best and best.get("rps") else "-"
+        # The same floor at the batch the model step averaged: what is left above it is per-call overhead,
+        # what lies between it and the best batch is batch formation.
+        at = floor_rate_at(best.get("by_batch") or {}, (r.get("steps") or {}).get("model", {}).get("avg_batch")) if best else None
         table.add_row(r["label"], r["workload"], str(r["concurrency"]), _ms(per.get("tritonserver")),
-                      *(_ms(per.get(n)) for n in names), _ms(per.get("client")), _ms(c["total_ms_per_request"]), floor_ms, f"{c['idle_pct']:.0f}%")
+                      *(_ms(per.get(n)) for n in names), _ms(per.get("client")), _ms(c["total_ms_per_request"]), floor_ms,
+                      f"{1e3 * c['cores'] / at:.2f}" if at else "-", f"{c['idle_pct']:.0f}%")
     return table
+
+
+def floor_rate_at(by_batch: dict[str, float], batch: float | None) -> float | None:
+    """The floor's rate at a batch size it did not measure: linear in log2(batch) between the two it measured
+    around it (at either end, the nearest)."""
+    points = sorted((int(b), rps) for b, rps in by_batch.items() if rps)
+    if not points or not batch:
+        return None
+    if batch <= points[0][0] or batch >= points[-1][0]:
+        return points[0][1] if batch <= points[0][0] else points[-1][1]
+    for (b0, r0), (b1, r1) in zip(points, points[1:]):
+        if b0 <= batch <= b1:
+            t = (math.log2(batch) - math.log2(b0)) / (math.log2(b1) - math.log2(b0))
+            return r0 + t * (r1 - r0)
+    return None
 
 
 def served_table(document: dict) -> Table | None:
@@ -251,7 +274,8 @@ def write_chart(document: dict, path: Path) -> Path:
     others = [label_of(s) for s in sorted({r["system"] for r in document["runs"]}, key=_rank)
               if _base(s)[0] not in SYSTEM_ORDER[:2]]
     others += ["the in-process floor"] if document.get("floor") else []
-    fig.suptitle(f"{meta['model']}: Triton" + "".join(f" vs {o}" for o in others) + " "
+    tags = list(document.get("compared") or {})
+    fig.suptitle(f"{meta['model']}: Triton" + (f" (and {', '.join(tags)})" if tags else "") + "".join(f" vs {o}" for o in others) + " "
                  f"({meta['machine']['cpus']} CPUs, load generator on the same machine)", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
