@@ -57,6 +57,29 @@ def test_the_floor_at_a_batch_it_did_not_measure() -> None:
     assert floor_rate_at({}, 8) is None and floor_rate_at(by_batch, None) is None
 
 
+def test_targets_over_the_peer_and_over_fp32_come_only_from_what_the_run_measured() -> None:
+    from tritonize.bench.targets import evaluate
+
+    def run(system: str, workload: str, rps: float) -> dict:
+        return {"system": system, "workload": workload, "concurrency": 16, "throughput_rps": rps}
+
+    doc = {"meta": {"precision": "fp32"}, "compared": {"int8": {"precision": "int8"}},
+           "runs": [run("triton-grpc", "short", 300.0), run("infinity", "short", 150.0),
+                    run("triton-grpc/int8", "short", 500.0), run("triton-grpc", "long", 30.0),
+                    run("infinity", "long", 26.0), run("triton-grpc/int8", "long", 60.0)]}
+    found = {(t["name"], t["workload"]): t for t in evaluate(doc)}
+    assert found[("throughput vs infinity", "short")]["passed"]  # 300 >= 1.5 x 150
+    assert not found[("throughput vs infinity", "long")]["passed"]  # 30 < 1.2 x 26
+    assert found[("int8 vs fp32 throughput", "short")] | {"passed": None} == {
+        "name": "int8 vs fp32 throughput", "workload": "short", "concurrency": 16, "value": 500.0, "limit": 600.0,
+        "passed": None, "rule": ">= 2 x fp32 Triton (the measured repository)"}
+    assert not found[("int8 vs fp32 throughput", "short")]["passed"]
+    assert ("int8 vs fp32 throughput", "long") not in found  # no int8 target on long texts
+    assert ("throughput vs infinity-onnx", "short") not in found  # not measured, not judged
+    doc["meta"]["precision"] = "fp16"
+    assert not any(t["name"].startswith("int8 vs") for t in evaluate(doc))  # only over an fp32 repository
+
+
 # -- the baseline server, in process -------------------------------------------
 
 

@@ -66,17 +66,18 @@ def evaluate(document: dict) -> list[dict]:
     return [asdict(t) for t in found]
 
 
+def _over(name: str, w: str, faster: dict | None, slower: dict | None, ratio: float, described: str) -> list[Target]:
+    """`faster`'s throughput at LOADED at least `ratio` x `slower`'s, both measured in this run."""
+    if not faster or not slower:
+        return []
+    limit, rps = ratio * slower["throughput_rps"], faster["throughput_rps"]
+    return [Target(name, w, LOADED, rps, round(limit, 2), rps >= limit, f">= {ratio:g} x {described}")]
+
+
 def _ratios(loaded: dict | None, others: list[tuple[str, str, dict, str]], runs: list[dict], w: str) -> list[Target]:
-    """Triton's throughput at LOADED over each other system's, measured in the same run."""
-    found = []
-    for system, name, ratio, described in others:
-        other = _find(runs, system, w, LOADED)
-        if loaded and other and w in ratio:
-            limit = ratio[w] * other["throughput_rps"]
-            rps = loaded["throughput_rps"]
-            found.append(Target(f"throughput vs {name}", w, LOADED, rps, round(limit, 2), rps >= limit,
-                                f">= {ratio[w]:g} x {described}"))
-    return found
+    """Triton's throughput over each other system's."""
+    return [t for system, name, ratio, described in others if w in ratio
+            for t in _over(f"throughput vs {name}", w, loaded, _find(runs, system, w, LOADED), ratio[w], described)]
 
 
 def _precision(document: dict, loaded: dict | None, w: str) -> list[Target]:
@@ -86,10 +87,7 @@ def _precision(document: dict, loaded: dict | None, w: str) -> list[Target]:
     found = []
     for tag, info in (document.get("compared") or {}).items():
         ratio = PRECISION_RATIO.get(info.get("precision"), {})
-        mine = _find(document.get("runs", []), f"{TRITON}/{tag}", w, LOADED)
-        if loaded and mine and w in ratio:
-            limit = ratio[w] * loaded["throughput_rps"]
-            rps = mine["throughput_rps"]
-            found.append(Target(f"{tag} vs fp32 throughput", w, LOADED, rps, round(limit, 2), rps >= limit,
-                                f">= {ratio[w]:g} x fp32 Triton (the measured repository)"))
+        if w in ratio:
+            mine = _find(document.get("runs", []), f"{TRITON}/{tag}", w, LOADED)
+            found += _over(f"{tag} vs fp32 throughput", w, mine, loaded, ratio[w], "fp32 Triton (the measured repository)")
     return found
