@@ -32,11 +32,12 @@ CHECK_LABELS = {"triton": "Triton", **{k: label for k, (label, _) in BASELINES.i
 
 
 COMPARED_COLORS = ("#009e9e", "#b8860b", "#4b0082", "#7f8c8d")
+COMPARED_SEP = "/"  # a compared repository's systems (bench --compare): triton/int8, triton-grpc/int8, ...
 
 
 def _base(system: str) -> tuple[str, str]:
     """(the system, the compared repository's tag or ''): triton-grpc/int8 -> (triton-grpc, int8)."""
-    base, _, tag = system.partition("/")
+    base, _, tag = system.partition(COMPARED_SEP)
     return base, tag
 
 

@@ -27,12 +27,11 @@ from ..runtime.base import Endpoints, ServerOptions
 from ..runtime.process import free_ports
 from ..spec import Overrides, repo_paths
 from . import baselines, check, corpus, cpu, floor, infinity, load, stats
-from .report import label_of
+from .report import COMPARED_SEP, label_of
 from .targets import evaluate
 
 TRITON_LABELS = {"grpc": "Triton gRPC", "http": "Triton HTTP"}
 TRITON_SYSTEM = "triton"  # the checks: one for both protocols, the same server
-COMPARED_SEP = "/"  # a compared repository's systems: triton/int8, triton-grpc/int8, ...
 FLOOR = "floor"
 ALL_BASELINES = (*baselines.BASELINES, *infinity.ENGINES, FLOOR)
 SHARED_CPU_NOTE = (
