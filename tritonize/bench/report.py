@@ -31,30 +31,35 @@ CHECK_LABELS = {"triton": "Triton", **{k: label for k, (label, _) in BASELINES.i
                 **{k: e.label for k, e in infinity.ENGINES.items()}}
 
 
+SYSTEM_RANK = {s: i for i, s in enumerate(SYSTEM_ORDER)}
 COMPARED_COLORS = ("#009e9e", "#b8860b", "#4b0082", "#7f8c8d")
 COMPARED_SEP = "/"  # a compared repository's systems (bench --compare): triton/int8, triton-grpc/int8, ...
 
 
-def _base(system: str) -> tuple[str, str]:
+def compared_system(system: str, tag: str) -> str:
+    """A compared repository's name for one of its systems: (triton-grpc, int8) -> triton-grpc/int8."""
+    return f"{system}{COMPARED_SEP}{tag}"
+
+
+def split_system(system: str) -> tuple[str, str]:
     """(the system, the compared repository's tag or ''): triton-grpc/int8 -> (triton-grpc, int8)."""
     base, _, tag = system.partition(COMPARED_SEP)
     return base, tag
 
 
 def label_of(system: str) -> str:
-    base, tag = _base(system)
+    base, tag = split_system(system)
     return CHECK_LABELS.get(base, base) + (f" {tag}" if tag else "")
 
 
 def _rank(system: str) -> tuple[int, str]:
     """The measured repository's systems in SYSTEM_ORDER, each compared repository's right after its own."""
-    base, tag = _base(system)
-    order = {s: i for i, s in enumerate(SYSTEM_ORDER)}
-    return order.get(base, 99), tag
+    base, tag = split_system(system)
+    return SYSTEM_RANK.get(base, 99), tag
 
 
 def _color(document: dict, system: str) -> str | None:
-    base, tag = _base(system)
+    base, tag = split_system(system)
     if not tag:
         return COLORS.get(system)
     tags = list(document.get("compared") or {})
@@ -143,7 +148,7 @@ def cpu_table(document: dict) -> Table | None:
         # The floor is the measured repository's graph: no figure beside a compared one's rows.
         # Mixed lengths: the length-sorted floor, as the targets take it (the model step regroups rows by length).
         order = "sorted" if r["workload"] == "mixed" else "arrival"
-        best = None if _base(r["system"])[1] else (document.get("floor", {}).get(r["workload"]) or {}).get(order)
+        best = None if split_system(r["system"])[1] else (document.get("floor", {}).get(r["workload"]) or {}).get(order)
         # The floor keeps every core busy at its best batch: cores / rate is its CPU per request.
         floor_ms = f"{1e3 * c['cores'] / best['rps']:.2f}" if best and best.get("rps") else "-"
         # The same floor at the batch the model step averaged: what is left above it is per-call overhead,
@@ -273,7 +278,7 @@ def write_chart(document: dict, path: Path) -> Path:
         thr_ax.legend(fontsize=6)
     meta = document["meta"]
     others = [label_of(s) for s in sorted({r["system"] for r in document["runs"]}, key=_rank)
-              if _base(s)[0] not in SYSTEM_ORDER[:2]]
+              if split_system(s)[0] not in SYSTEM_ORDER[:2]]
     others += ["the in-process floor"] if document.get("floor") else []
     tags = list(document.get("compared") or {})
     fig.suptitle(f"{meta['model']}: Triton" + (f" (and {', '.join(tags)})" if tags else "") + "".join(f" vs {o}" for o in others) + " "

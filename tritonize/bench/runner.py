@@ -27,7 +27,7 @@ from ..runtime.base import Endpoints, ServerOptions
 from ..runtime.process import free_ports
 from ..spec import Overrides, repo_paths
 from . import baselines, check, corpus, cpu, floor, infinity, load, stats
-from .report import COMPARED_SEP, label_of
+from .report import compared_system, label_of, split_system
 from .targets import evaluate
 
 TRITON_LABELS = {"grpc": "Triton gRPC", "http": "Triton HTTP"}
@@ -75,13 +75,9 @@ class BenchOptions:
         return load.Bound(requests=self.requests, duration_s=None if self.requests else self.duration_s, warmup=warmup)
 
 
-def compared_system(system: str, tag: str) -> str:
-    return f"{system}{COMPARED_SEP}{tag}"
-
-
 def is_triton(system: str) -> bool:
     """Triton's own checks, for the repository measured and for every compared one."""
-    return system.split(COMPARED_SEP)[0] == TRITON_SYSTEM
+    return split_system(system)[0] == TRITON_SYSTEM
 
 
 def compare_tag(main: Manifest, other: Manifest, folder: Path, taken: set[str]) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from .report import COMPARED_SEP
+from .report import compared_system
 
 LATENCY_SLACK_MS = {"short": 2.0, "long": 3.0}  # p50 over the floor's batch-1 p50, at concurrency 1
 TAIL_RATIO = 2.0  # p99 over p50, at concurrency 1, fixed-length texts
@@ -90,6 +90,6 @@ def _precision(document: dict, loaded: dict | None, w: str) -> list[Target]:
     for tag, info in (document.get("compared") or {}).items():
         ratio = PRECISION_RATIO.get(info.get("precision"), {})
         if w in ratio:
-            mine = _find(document.get("runs", []), f"{TRITON}{COMPARED_SEP}{tag}", w, LOADED)
+            mine = _find(document.get("runs", []), compared_system(TRITON, tag), w, LOADED)
             found += _over(f"{tag} vs fp32 throughput", w, mine, loaded, ratio[w], "fp32 Triton (the measured repository)")
     return found
