@@ -322,16 +322,15 @@ def test_dockerfile_adds_only_pinned_tokenizers() -> None:
     # Two: the pinned tokenizers, and the health script written from its base64.
     assert len(runs) == 2 and sum("base64 -d" in r for r in runs) == 1
     (run,) = [r for r in runs if "base64 -d" not in r]
-    requirements = re.findall(r"'([^']*)' > /tmp/requirements.txt", run)
-    assert len(requirements) == 1
-    req = requirements[0].split()
-    assert req[0] == f"tokenizers=={dk.TOKENIZERS_VERSION}"
-    assert sorted(req[1:]) == sorted(f"--hash=sha256:{h}" for h in dk.TOKENIZERS_SHA256)
+    requirements = re.findall(r"'([^']*)'", run.split(" > /tmp/requirements.txt")[0])[1:]  # after printf's format
+    pins = dk.image_pins()
+    assert [r.split()[0] for r in requirements] == ["tokenizers==" + pins[0].version] == [p.requirement for p in pins]
+    assert sorted(requirements[0].split()[1:]) == sorted(f"--hash=sha256:{h}" for h in pins[0].hashes)
     for flag in ("--no-deps", "--require-hashes", "--only-binary=:all:", "--no-cache-dir"):
         assert flag in run
     assert run.count("pip install") == 1
     # `up` rebuilds an image whose label shows another pin.
-    assert f'{dk.LABEL_PREFIX}.tokenizers="{dk.TOKENIZERS_VERSION}"' in text
+    assert f'{dk.LABEL_PREFIX}.pins="tokenizers=={pins[0].version}"' in text
     body = "\n".join(line for line in lines if "base64 -d" not in line).lower()
     for heavy in ("torch", "transformers", "onnxruntime", "apt-get", "tensorflow"):
         assert heavy not in body
@@ -353,15 +352,13 @@ def test_dockerfile_release_is_a_parameter() -> None:
         dk.render_dockerfile("25.12; rm -rf /")
 
 
-def test_tokenizers_pin_reads_what_the_generator_writes() -> None:
-    """tokenizer.json is written locally; the image's tokenizers must not be older."""
+def test_tokenizers_pin_is_the_generators() -> None:
+    """tokenizer.json is written by this environment's tokenizers: the image carries the same release, hash-pinned."""
     import tokenizers
 
-    def key(version: str) -> tuple[int, ...]:
-        return tuple(int(p) for p in re.findall(r"\d+", version)[:2])
-
-    assert key(dk.TOKENIZERS_VERSION) >= key(tokenizers.__version__)
-    assert all(re.fullmatch(r"[0-9a-f]{64}", h) for h in dk.TOKENIZERS_SHA256)
+    (pin,) = dk.image_pins()
+    assert pin.requirement == f"tokenizers=={tokenizers.__version__}"
+    assert len(pin.hashes) >= 2 and all(re.fullmatch(r"[0-9a-f]{64}", h) for h in pin.hashes)
 
 
 # --------------------------------------------------------------------------- container spec

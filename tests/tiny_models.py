@@ -78,13 +78,23 @@ def _config(max_position: int = 128, **extra):
     )
 
 
-def build_embedding_model(folder: Path, max_length: int = 64, seed: int = 0, sentence_transformers: bool = True) -> Path:
+def build_embedding_model(folder: Path, max_length: int = 64, seed: int = 0, sentence_transformers: bool = True,
+                          outliers: float = 0.0) -> Path:
+    """outliers > 0: each output channel of every linear layer gets one weight that many times its largest, so
+    int8's per-channel scale leaves the other weights a few levels at most: a model whose int8 error is large
+    by construction, whatever a runtime's rounding."""
     import torch
     from transformers import BertModel
 
     torch.manual_seed(seed)
     folder = Path(folder)
-    BertModel(_config()).eval().save_pretrained(folder)
+    model = BertModel(_config()).eval()
+    if outliers:
+        with torch.no_grad():
+            for layer in model.modules():
+                if isinstance(layer, torch.nn.Linear):
+                    layer.weight[:, 0] = outliers * layer.weight.abs().amax(dim=1)
+    model.save_pretrained(folder)
     build_tokenizer(folder, max_length)
     if sentence_transformers:
         (folder / "modules.json").write_text(

@@ -27,6 +27,7 @@ from typing import Any
 from ..console import err
 from ..errors import TritonizeError
 from ..paths import TEMPLATES_DIR
+from ..lockfile import SERVING_IMAGE_LOCK, Pin, read_lock
 from ..serving import SERVING_DIR
 from ..serving.health import HEALTH_FILE
 from . import process
@@ -53,13 +54,6 @@ DEFAULT_TRITON_RELEASE = "25.10"
 MIN_TRITON_RELEASE = "25.08"
 BASE_REPOSITORY = "nvcr.io/nvidia/tritonserver"
 
-# tokenizers for the image's Python (3.12 in 25.x): abi3 manylinux wheels, no
-# sdist build. Same version as the generator, so tokenizer.json always parses.
-TOKENIZERS_VERSION = "0.23.3"
-TOKENIZERS_SHA256 = (
-    "376851d22bcf9d650a5c3090bb83e6cf9e895fbf0595369fa4cd43c1f69b5f87",  # manylinux_2_17_x86_64
-    "ec82e80e65a862275b97c3d90b7a523df8d9519ee48aeb4e9625b2cc909274e0",  # manylinux_2_17_aarch64
-)
 
 IMAGE_REPOSITORY = "tritonize-tritonserver"
 CONTAINER_NAME = "tritonize-triton"
@@ -88,6 +82,17 @@ LABEL_PREFIX = "ai.tritonize"
 TEMPLATE = TEMPLATES_DIR / "docker" / "Dockerfile.j2"
 
 _RELEASE_RE = re.compile(r"^(\d{2})\.(\d{2})$")
+
+
+def image_pins() -> tuple[Pin, ...]:
+    """What the serving image adds to NVIDIA's (tokenizers, the version the generator uses), from its lock:
+    wheels for the image's Python, every file's hash (`make lock` refreshes it)."""
+    return tuple(read_lock(SERVING_IMAGE_LOCK).values())
+
+
+def pins_label(pins: tuple[Pin, ...]) -> str:
+    """The image's label value: an image whose label differs was built from another lock and is rebuilt."""
+    return " ".join(pin.requirement for pin in pins)
 
 
 def base_image(release: str = DEFAULT_TRITON_RELEASE) -> str:
@@ -150,8 +155,8 @@ def render_dockerfile(release: str = DEFAULT_TRITON_RELEASE) -> str:
         release=release,
         min_release=MIN_TRITON_RELEASE,
         base_repository=BASE_REPOSITORY,
-        tokenizers_version=TOKENIZERS_VERSION,
-        tokenizers_sha256=TOKENIZERS_SHA256,
+        pins=image_pins(),
+        pins_label=pins_label(image_pins()),
         label_prefix=LABEL_PREFIX,
         ports=[str(p) for p in CONTAINER_PORTS.values()],
         healthcheck=HEALTHCHECK,
@@ -420,9 +425,9 @@ class DockerRuntime(Runtime):
         if not opts.build:
             try:
                 labels = client.images.get(image).labels or {}
-                if opts.image or labels.get(f"{LABEL_PREFIX}.tokenizers") == TOKENIZERS_VERSION:
+                if opts.image or labels.get(f"{LABEL_PREFIX}.pins") == pins_label(image_pins()):
                     return
-                err.print(f"{image} has another tokenizers pin; rebuilding")
+                err.print(f"{image} was built from another lock; rebuilding")
             except ImageNotFound:
                 pass
         with _Progress(f"building {image} from {base_image(opts.release)}") as progress:
