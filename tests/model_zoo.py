@@ -498,14 +498,14 @@ def _labelled(labels) -> dict:
 
 
 def build_hf_model(folder: Path, family: str, head: str = "base", labels=None, model_max_length: int | str | None = "auto",
-                   seed: int = SEED, tokenizer_extra: dict | None = None) -> Path:
+                   seed: int = SEED, tokenizer_extra: dict | None = None, config_extra: dict | None = None) -> Path:
     """A transformers folder: tokenizer + AutoModel / AutoModelFor<head> saved with save_pretrained."""
     import torch
     import transformers
 
     folder = Path(folder)
     tokenizer = build_tokenizer(folder, family, model_max_length=model_max_length, **(tokenizer_extra or {}))
-    extra = _labelled(labels) if labels else {}
+    extra = {**(_labelled(labels) if labels else {}), **(config_extra or {})}
     config = _config(family, tokenizer, **extra)
     torch.manual_seed(seed)
     auto = getattr(transformers, HEAD_CLASSES[head])
@@ -660,6 +660,11 @@ def _entries() -> list[ZooEntry]:
     for fam in ENCODERS + ["qwen2", "qwen3"]:
         e.append(ZooEntry(f"{fam}-seq-cls", fam, "classification", "hf",
                           partial(build_sequence_classifier, family=fam), "3 labels"))
+    for fam in ["bert", "xlm-roberta"]:
+        e.append(ZooEntry(f"{fam}-seq-cls-multilabel", fam, "classification", "hf",
+                          partial(build_sequence_classifier, family=fam,
+                                  config_extra={"problem_type": "multi_label_classification"}),
+                          "toxicity-like: problem_type multi_label_classification, a sigmoid per label"))
     e.append(ZooEntry("mpnet-seq-cls-nomaxlen", "mpnet", "classification", "hf",
                       partial(build_sequence_classifier, family="mpnet", model_max_length=None),
                       "tokenizer_config.json declares no model_max_length"))

@@ -83,6 +83,7 @@ SERVED = {
     "roberta-token-cls": {"aggregation": "first"},
     "bert-qa": {},
     "roberta-qa": {},
+    "bert-seq-cls-multilabel": {},
 }
 
 
@@ -109,6 +110,29 @@ def served(local_options, tmp_path_factory):
     finally:
         for runtime in runtimes:
             runtime.down()
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_multi_label_scores_are_the_pipelines_sigmoids(served, protocol: str) -> None:
+    """problem_type multi_label_classification: a sigmoid per label, as transformers' pipeline applies it;
+    Triton's classification extension ranks those independent scores."""
+    from transformers import pipeline
+
+    s = served["bert-seq-cls-multilabel"]
+    texts = [DOCUMENTS[0], "short", "Ünïcödé café"]
+    pipe = pipeline("text-classification", model=str(s.folder), device="cpu")
+    expected = [{d["label"]: d["score"] for d in row} for row in pipe(texts, top_k=None)]
+    with s.client(protocol) as client:
+        assert client.task().name == "classification"
+        probabilities = client.infer(texts, outputs=["probabilities"])["probabilities"]
+        ranked = client.classify(texts, top_k=len(expected[0]))
+    id2label = json.loads((s.folder / "config.json").read_text())["id2label"]
+    order = [id2label[str(i)] for i in range(len(id2label))]
+    assert max(abs(p.sum() - 1.0) for p in probabilities) > 0.05  # independent scores, not a softmax
+    for row, want, top in zip(probabilities, expected, ranked):
+        assert np.abs(row - np.array([want[label] for label in order])).max() <= ATOL
+        assert [t.label for t in top] == sorted(want, key=want.get, reverse=True)
+        assert max(abs(t.score - want[t.label]) for t in top) <= ATOL
 
 
 def cross_encoder_scores(folder: Path, pairs: list[tuple[str, str]]) -> np.ndarray:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import model_zoo
@@ -22,7 +23,7 @@ from tritonize.spec import GenerateOptions
 # The zoo's task names -> what tritonize serves them as.
 SERVED_AS = {"embedding": "embedding", "classification": "classification", "reranker": "rerank",
              "token-classification": "token-classification", "question-answering": "question-answering"}
-REFERENCE = {"embedding": "sentence-transformers", "classification": "transformers",
+REFERENCE = {"embedding": "sentence-transformers", "classification": "transformers pipeline",
              "rerank": "sentence-transformers CrossEncoder", "token-classification": "transformers",
              "question-answering": "transformers"}
 # Where a served step follows (or drives) the graph: the whole answer against the model's library.
@@ -51,6 +52,44 @@ def test_every_folder_is_served_exactly(entry, zoo_root: Path, tmp_path: Path) -
     local = parse_config((model_dir / "configs" / "local.pbtxt").read_text())
     assert container.platform == "onnxruntime_onnx" and local.backend == "python"
     assert [(o.name, list(o.dims)) for o in container.output] == [(o.name, list(o.dims)) for o in local.output]
+
+
+def test_a_multi_label_head_is_served_with_a_sigmoid_per_label(zoo_root: Path, tmp_path: Path) -> None:
+    """The pipeline, the model's own class and the repository's graph agree: sigmoid(logits), not a softmax."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
+
+    from tritonize.steps import in_process
+
+    folder = model_zoo.build("bert-seq-cls-multilabel", zoo_root)
+    repo = generate(GenerateOptions(model=str(folder), name="zoo", output=str(tmp_path / "repo")))
+    report = json.loads((repo / "verification.json").read_text())
+    assert report["output"] == "probabilities" and report["reference"] == "transformers pipeline"
+    texts = ["a short text", "Ünïcödé café, naïve", "The quick brown fox jumps over the lazy dog."]
+    served = np.concatenate([in_process(repo)([(t,)]).outputs["probabilities"] for t in texts])
+    tokenizer, model = AutoTokenizer.from_pretrained(folder), AutoModelForSequenceClassification.from_pretrained(folder)
+    with torch.no_grad():
+        sigmoid = torch.sigmoid(model(**tokenizer(texts, padding=True, return_tensors="pt")).logits).numpy()
+    by_label = [{d["label"]: d["score"] for d in row} for row in pipeline("text-classification", model=str(folder))(
+        texts, top_k=None)]
+    piped = np.array([[row[model.config.id2label[i]] for i in range(model.config.num_labels)] for row in by_label])
+    assert np.abs(served - sigmoid).max() <= 1e-5 and np.abs(served - piped).max() <= 1e-5
+    assert np.abs(served.sum(1) - 1).max() > 0.05
+
+
+@pytest.mark.parametrize("problem_type", ["regression", "multi_class_ranking"])
+def test_a_problem_type_not_served_is_refused_in_one_line(problem_type: str, zoo_root: Path, tmp_path: Path) -> None:
+    import shutil
+
+    folder = tmp_path / "cls"
+    shutil.copytree(model_zoo.build("bert-seq-cls", zoo_root), folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "problem_type": problem_type}))
+    with pytest.raises(TritonizeError) as info:
+        generate(GenerateOptions(model=str(folder), name="zoo", output=str(tmp_path / "repo")))
+    message = str(info.value)
+    assert f"problem_type {problem_type!r}" in message and "multi_label_classification (sigmoid)" in message
+    assert "\n" not in message and not (tmp_path / "repo").exists()
 
 
 @pytest.mark.parametrize("layout", ["sbert_ce_default_activation_function", "sentence_transformers"])

@@ -214,7 +214,7 @@ def verify(spec: ModelSpec, graph, stages: dict[str, Path], fp16_stages: set[str
         results = {}
         for name, path in stages.items():
             graph_out = run_onnx(path, feeds)
-            metrics = compare(reference, task.comparable(graph_out[0], feeds))
+            metrics = compare(reference, task.comparable(graph_out[task.verified_output], feeds))
             kept = None
             if name == INT8_STAGE:
                 kept = int8_kept(spec, stages["export"], path)
@@ -232,7 +232,7 @@ def verify(spec: ModelSpec, graph, stages: dict[str, Path], fp16_stages: set[str
     return VerificationReport(
         reference=reference_name,
         task=task.name,
-        output=task.output_names[0],
+        output=task.output_names[task.verified_output],
         sentences=len(rows),
         token_lengths={"min": int(lengths.min()), "max": int(lengths.max()), "max_length": spec.max_length},
         truncated=int((lengths >= spec.max_length).sum()),

@@ -33,6 +33,8 @@ class Task(abc.ABC):
     text_inputs: ClassVar[tuple[TensorSpec, ...]] = (TensorSpec(TEXT_INPUT, "TYPE_STRING", (1,)),)
     # Verification also demands the same argmax as the reference on every sentence.
     same_argmax: ClassVar[bool] = False
+    # Which of the graph's outputs verification compares with the reference (output_names' order).
+    verified_output: ClassVar[int] = 0
     # How the tokenizer step cuts a text (or a pair) at the max length; None: the tokenizer's default.
     truncation: ClassVar[str | None] = None
     # A served module (tritonize/serving/<name>.py) that turns the graph's outputs into the task's answer,

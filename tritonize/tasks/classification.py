@@ -1,15 +1,16 @@
-"""Sequence classification: TEXT in, `logits` and `probabilities` (softmax in the graph) out.
+"""Sequence classification: TEXT in, `logits` and `probabilities` out.
 
-Labels come from the folder's id2label and are written to labels.txt next to
-the configs that name them, so Triton's classification extension can answer
-"score:index:label" top-k strings. Reference: the model's own
-`AutoModelForSequenceClassification`.
+`probabilities` is what transformers' text-classification pipeline applies for the folder's `problem_type`:
+a softmax over the labels (single-label, the default), or a sigmoid per label (multi-label: toxicity,
+emotions), computed in the graph. Labels come from the folder's id2label and are written to labels.txt next
+to the configs that name them, so Triton's classification extension can answer "score:index:label" top-k
+strings. Reference: the pipeline itself (`top_k=None`), on the probabilities users read.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 
@@ -22,12 +23,21 @@ if TYPE_CHECKING:
     from ..source import ModelFolder
 
 LOGITS, PROBABILITIES = "logits", "probabilities"
+Activation = Literal["softmax", "sigmoid"]
+# config.json's problem_type -> what the text-classification pipeline applies to the logits. Any other value
+# (regression, or one this table does not know) is refused: its scores would mean something else.
+PROBLEM_TYPES: dict[str | None, Activation] = {
+    None: "softmax",
+    "single_label_classification": "softmax",
+    "multi_label_classification": "sigmoid",
+}
 
 
 @dataclass(frozen=True)
 class Head(BaseHead):
     task: ClassVar[str] = "classification"
     labels: tuple[str, ...]  # index order
+    activation: Activation = "softmax"  # repositories written before multi-label support were all softmax
 
 
 @dataclass(frozen=True)
@@ -57,14 +67,17 @@ def _graph_class():
     import torch
 
     class ClassifierGraph(torch.nn.Module):
-        """logits and their softmax, so clients need no post-processing."""
+        """logits and their probabilities (the head's activation), so clients need no post-processing."""
 
-        def __init__(self, model):
+        def __init__(self, model, activation: Activation):
             super().__init__()
             self.model = model
+            self.activation = activation
 
         def forward(self, input_ids, attention_mask):
             logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits
+            if self.activation == "sigmoid":
+                return logits, torch.sigmoid(logits)
             return logits, torch.softmax(logits, dim=-1)
 
     return ClassifierGraph
@@ -77,6 +90,7 @@ class Classification(Task):
     head_type = Head
     output_names = (LOGITS, PROBABILITIES)
     same_argmax = True
+    verified_output = 1  # probabilities: the activation is checked against the pipeline's, not only the logits
 
     def detect(self, folder: ModelFolder) -> bool:
         return folder.head_class == "ForSequenceClassification" and folder.num_labels >= 2 and not folder.is_cross_encoder
@@ -89,7 +103,12 @@ class Classification(Task):
                 "a classification model needs at least two labels (id2label in config.json)",
                 hint="set id2label/label2id in config.json",
             )
-        return Head(labels=tuple(str(id2label[k]) for k in sorted(id2label, key=lambda k: int(k))))
+        problem_type = folder.config.get("problem_type")
+        if problem_type not in PROBLEM_TYPES:
+            known = ", ".join(f"{k} ({v})" for k, v in PROBLEM_TYPES.items() if k)
+            raise TritonizeError(f"config.json declares problem_type {problem_type!r}; tritonize serves {known}")
+        return Head(labels=tuple(str(id2label[k]) for k in sorted(id2label, key=lambda k: int(k))),
+                    activation=PROBLEM_TYPES[problem_type])
 
     int8_figure = "argmax agreement"
 
@@ -98,7 +117,8 @@ class Classification(Task):
         return float((fp32.argmax(-1) == int8.argmax(-1)).mean())
 
     def describe(self, head: Head) -> str:  # type: ignore[override]
-        return f"{len(head.labels)} labels"
+        return f"{len(head.labels)} labels, " + ("a sigmoid per label (multi-label)" if head.activation == "sigmoid"
+                                                  else "softmax over the labels")
 
     def labels(self, head: Head) -> tuple[str, ...]:  # type: ignore[override]
         return head.labels
@@ -113,7 +133,23 @@ class Classification(Task):
     def load(self, spec: ModelSpec, eager: bool = True) -> Any:
         from transformers import AutoModelForSequenceClassification
 
-        return _graph_class()(load_pretrained(AutoModelForSequenceClassification, spec, eager)).eval()
+        model = load_pretrained(AutoModelForSequenceClassification, spec, eager)
+        return _graph_class()(model, spec.head.activation).eval()  # type: ignore[attr-defined]
+
+    def reference(self, spec: ModelSpec, graph: Any, rows: list[tuple[str, ...]]) -> tuple[str, np.ndarray]:
+        """The text-classification pipeline's scores for every label (`top_k=None`), in label order: it decides
+        softmax or sigmoid from the folder by itself, so a wrong activation here cannot verify."""
+        from transformers import pipeline
+
+        pipe = pipeline("text-classification", model=spec.source, device="cpu",
+                        trust_remote_code=spec.trust_remote_code)
+        index = {label: i for i, label in enumerate(spec.head.labels)}  # type: ignore[attr-defined]
+        scores = np.zeros((len(rows), len(index)), dtype=np.float32)
+        answers = pipe([row[0] for row in rows], top_k=None, truncation=True, max_length=spec.max_length)
+        for r, answer in enumerate(answers):
+            for item in answer:
+                scores[r, index[item["label"]]] = item["score"]
+        return "transformers pipeline", scores
 
     def client_request(self, top_k: int) -> tuple[list[str] | None, int]:
         return [PROBABILITIES], max(1, top_k)
