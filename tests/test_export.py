@@ -67,7 +67,8 @@ def test_classifier_outputs_logits_and_probabilities(cls_spec, tmp_path: Path) -
     assert logits.shape == probs.shape == (2, 3)
     assert np.allclose(probs.sum(1), 1.0, atol=1e-6)
     report = verify.verify(cls_spec, graph, artifacts.stages, set(), atol=1e-4, min_cosine=0.999)
-    assert report.reference == "transformers" and report.stages["export"].argmax_agreement == 1.0
+    assert report.reference == "transformers pipeline" and report.output == "probabilities"
+    assert report.stages["export"].argmax_agreement == 1.0
 
 
 @pytest.mark.parametrize("optimize, fp16, stage", [(True, False, "optimize"), (False, True, "fp16"), (True, True, "optimize")])

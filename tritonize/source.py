@@ -8,14 +8,12 @@ detected) reads its own head from it. Every refusal here is a one-line
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 from . import tasks
 from .errors import TritonizeError
-from .serving.batching import TOKEN_TYPE_IDS
+from .folder import ModelFolder, pad_token_id, read_json
 from .spec import TOKENIZER_FILE, GenerateOptions, ModelSpec
 
 # Families whose PyTorch graphs export to ONNX with (input_ids, attention_mask[, token_type_ids]).
@@ -41,13 +39,6 @@ OFFSET_POSITION_TYPES = {"roberta", "xlm-roberta", "camembert", "mpnet"}
 GENERIC_FOLDER_NAMES = {"model", "models", "weights", "checkpoint", "export"}
 
 
-def _read_json(path: Path) -> dict | list:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise TritonizeError(f"cannot read {path}: {exc}") from exc
-
-
 def resolve_model_dir(model: str) -> Path:
     """A local directory, or a hub id downloaded once into the Hugging Face cache."""
     if not model:
@@ -70,85 +61,6 @@ def resolve_model_dir(model: str) -> Path:
     raise TritonizeError(f"model folder {path} does not exist", hint="check the --model path")
 
 
-@dataclass(frozen=True)
-class ModelFolder:
-    """A model folder read once: its sentence-transformers modules, if any, and the transformer's config."""
-
-    root: Path
-    modules: list[dict] | None  # modules.json of a sentence-transformers folder
-    transformer_dir: Path  # the folder with config.json and the weights
-    config: dict
-    st_config: dict  # config_sentence_transformers.json ({} without one)
-
-    @property
-    def architecture(self) -> str:
-        return (self.config.get("architectures") or [""])[0]
-
-    @property
-    def head_class(self) -> str:
-        """"ForSequenceClassification", "ForTokenClassification", ... or "" for a bare encoder."""
-        arch = self.architecture
-        return arch[arch.index("For"):] if "For" in arch else ""
-
-    @property
-    def num_labels(self) -> int:
-        return len(self.config.get("id2label") or {}) or int(self.config.get("num_labels") or 0)
-
-    @property
-    def is_cross_encoder(self) -> bool:
-        """Saved by sentence-transformers' CrossEncoder (old layout: a marker in config.json; new: model_type)."""
-        return (
-            self.st_config.get("model_type") == "CrossEncoder"
-            or "sbert_ce_default_activation_function" in self.config
-            or "sentence_transformers" in self.config and "activation_fn" in self.config.get("sentence_transformers", {})
-        )
-
-    def uses_token_types(self, tokenizer_inputs: tuple[str, ...]) -> bool:
-        """Pairs need token_type_ids where the model has segment embeddings and its tokenizer feeds them
-        (transformers passes the model only its tokenizer's model_input_names)."""
-        return int(self.config.get("type_vocab_size") or 0) > 1 and TOKEN_TYPE_IDS in tokenizer_inputs
-
-    @property
-    def model_type(self) -> str:
-        return str(self.config.get("model_type", ""))
-
-    @staticmethod
-    def json(path: Path) -> dict | list:
-        return _read_json(path)
-
-    @staticmethod
-    def module_kind(module: dict) -> str:
-        """"sentence_transformers.models.Pooling" -> "Pooling"."""
-        return str(module.get("type", "")).rsplit(".", 1)[-1]
-
-    def module_dir(self, module: dict) -> Path:
-        return self.root / module.get("path", "")
-
-    @classmethod
-    def read(cls, root: Path) -> ModelFolder:
-        modules = None
-        if (root / "modules.json").is_file():
-            modules = _read_json(root / "modules.json")
-            if not isinstance(modules, list):
-                raise TritonizeError(f"{root / 'modules.json'} is not a sentence-transformers module list")
-        transformer_dir = root
-        for module in modules or ():
-            if cls.module_kind(module) == "Transformer":
-                transformer_dir = root / module.get("path", "")
-        config_path = transformer_dir / "config.json"
-        if not config_path.is_file():
-            raise TritonizeError(
-                f"no config.json in {transformer_dir}: not a transformers model folder",
-                hint="pass a folder saved with save_pretrained() or a sentence-transformers folder",
-            )
-        config = _read_json(config_path)
-        if not isinstance(config, dict):
-            raise TritonizeError(f"{config_path} is not a JSON object")
-        st_path = root / "config_sentence_transformers.json"
-        st_config = _read_json(st_path) if st_path.is_file() else {}
-        return cls(root, modules, transformer_dir, config, st_config if isinstance(st_config, dict) else {})
-
-
 def _max_position_limit(config: dict) -> int:
     limit = int(config.get("max_position_embeddings") or 512)
     if config.get("model_type") in OFFSET_POSITION_TYPES:
@@ -161,12 +73,12 @@ def _declared_max_length(root: Path, transformer_dir: Path, config: dict) -> int
     limit = _max_position_limit(config)
     for folder in dict.fromkeys((root, transformer_dir)):
         st = folder / "sentence_bert_config.json"
-        declared = _read_json(st).get("max_seq_length") if st.is_file() else None
+        declared = read_json(st).get("max_seq_length") if st.is_file() else None
         if declared:
             return min(int(declared), limit)
     tok_cfg = transformer_dir / "tokenizer_config.json"
     if tok_cfg.is_file():
-        declared = _read_json(tok_cfg).get("model_max_length")
+        declared = read_json(tok_cfg).get("model_max_length")
         if isinstance(declared, (int, float)) and 0 < declared < 100_000:
             return min(int(declared), limit)
     return limit
@@ -200,8 +112,6 @@ def _served_tokenizer(transformer_dir: Path, trust_remote_code: bool) -> tuple[s
     tok.backend_tokenizer.save(str(cache / TOKENIZER_FILE))
     pad_id = tok.pad_token_id
     if pad_id is None:
-        from .verify import pad_token_id
-
         pad_id = pad_token_id(str(cache / TOKENIZER_FILE))
     return str(cache / TOKENIZER_FILE), int(pad_id), tuple(tok.model_input_names)
 

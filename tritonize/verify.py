@@ -24,24 +24,6 @@ from .serving.batching import ATTENTION_MASK
 from .serving.tokenizer import TextEncoder
 from .spec import ModelSpec
 
-SENTENCES = [
-    "Hello!",
-    "Triton serves raw strings.",
-    "The quick brown fox jumps over the lazy dog.",
-    "A man is eating food.",
-    "Machine learning engineers deploy transformer models to production every day.",
-    "Ünïcödé: café, naïve, Zürich, São Paulo, Kraków.",
-    "日本語のテキストも正しくトークン化されるべきです。",
-    "Ein Satz auf Deutsch, um mehrsprachige Eingaben zu prüfen.",
-    "Emoji and symbols 🚀✨ — “quotes”, ‘apostrophes’ and ∑ math ≤ ≥.",
-    "   leading and trailing whitespace   ",
-    "What is the capital of France? Paris is the capital of France.",
-    " ".join(["This sentence is repeated to produce a long input that is cut at the maximum length."] * 40),
-    " ".join(f"word{i}" for i in range(300)),
-    "short",
-    "The server keeps serving after bad input, and batching merges requests of the same length.",
-    "Dynamic batching, ensembles and Python backends are features of the Triton Inference Server.",
-]
 
 
 @dataclass
@@ -111,20 +93,6 @@ class VerificationReport:
             + (f", {r.kept['figure']} {r.kept['value']:.3f} on {r.kept['rows']} corpus texts" if r.kept else "")
             for n, r in self.stages.items()
         )
-
-
-def pad_token_id(tokenizer_file: str, fallback: int = 0) -> int:
-    """The id the tokenizer pads with (its own padding setting, else a [PAD]/<pad> token)."""
-    from tokenizers import Tokenizer
-
-    tok = Tokenizer.from_file(tokenizer_file)
-    if tok.padding and tok.padding.get("pad_id") is not None:
-        return int(tok.padding["pad_id"])
-    for token in ("[PAD]", "<pad>", "<PAD>"):
-        token_id = tok.token_to_id(token)
-        if token_id is not None:
-            return int(token_id)
-    return fallback
 
 
 def encoder_for(spec: ModelSpec) -> TextEncoder:

@@ -14,7 +14,7 @@ from . import classification, embedding, question_answering, rerank, token_class
 from .base import Task
 
 if TYPE_CHECKING:
-    from ..source import ModelFolder
+    from ..folder import ModelFolder
 
 # Each folder is claimed by at most one task's detect(); the order is only the order of listings.
 TASKS: dict[str, Task] = {

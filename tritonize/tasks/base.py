@@ -18,10 +18,31 @@ import numpy as np
 from ..spec import TEXT_INPUT, TOKEN_INPUTS, GenerateOptions, Head, ModelSpec, TensorSpec
 
 if TYPE_CHECKING:
-    from ..source import ModelFolder
+    from ..folder import ModelFolder
 
 SAMPLE_TEXT = "Triton serves raw strings."
 FLOAT = "TYPE_FP32"  # fp16 graphs keep fp32 inputs and outputs (keep_io_types), so clients never see fp16
+
+
+# What verification feeds every one-text task: short, long, cut at the max length, non-ASCII.
+SENTENCES = [
+    "Hello!",
+    "Triton serves raw strings.",
+    "The quick brown fox jumps over the lazy dog.",
+    "A man is eating food.",
+    "Machine learning engineers deploy transformer models to production every day.",
+    "Ünïcödé: café, naïve, Zürich, São Paulo, Kraków.",
+    "日本語のテキストも正しくトークン化されるべきです。",
+    "Ein Satz auf Deutsch, um mehrsprachige Eingaben zu prüfen.",
+    "Emoji and symbols 🚀✨ — “quotes”, ‘apostrophes’ and ∑ math ≤ ≥.",
+    "   leading and trailing whitespace   ",
+    "What is the capital of France? Paris is the capital of France.",
+    " ".join(["This sentence is repeated to produce a long input that is cut at the maximum length."] * 40),
+    " ".join(f"word{i}" for i in range(300)),
+    "short",
+    "The server keeps serving after bad input, and batching merges requests of the same length.",
+    "Dynamic batching, ensembles and Python backends are features of the Triton Inference Server.",
+]
 
 
 class Task(abc.ABC):
@@ -66,8 +87,6 @@ class Task(abc.ABC):
 
     def verification_rows(self) -> list[tuple[str, ...]]:
         """What verification feeds the graph and the reference: one text per row, or pairs."""
-        from ..verify import SENTENCES
-
         return [(s,) for s in SENTENCES]
 
     @abc.abstractmethod

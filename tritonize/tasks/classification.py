@@ -20,7 +20,7 @@ from ..spec import Head as BaseHead
 from .base import FLOAT, Task, load_pretrained, refuse_foreign_flags
 
 if TYPE_CHECKING:
-    from ..source import ModelFolder
+    from ..folder import ModelFolder
 
 LOGITS, PROBABILITIES = "logits", "probabilities"
 Activation = Literal["softmax", "sigmoid"]

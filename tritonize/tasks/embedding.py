@@ -21,7 +21,7 @@ from ..spec import Head as BaseHead
 from .base import FLOAT, Task, load_pretrained, refuse_foreign_flags
 
 if TYPE_CHECKING:
-    from ..source import ModelFolder
+    from ..folder import ModelFolder
 
 POOLINGS: tuple[str, ...] = ("mean", "cls")  # what --pooling can ask for
 OUTPUT = "embedding"

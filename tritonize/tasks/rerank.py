@@ -20,7 +20,7 @@ from ..spec import Head as BaseHead
 from .base import FLOAT, Task, load_pretrained, pair_token_inputs, refuse_foreign_flags
 
 if TYPE_CHECKING:
-    from ..source import ModelFolder
+    from ..folder import ModelFolder
 
 QUERY_INPUT = "QUERY"
 OUTPUT = "score"

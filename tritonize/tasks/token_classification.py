@@ -23,7 +23,7 @@ from ..spec import Head as BaseHead
 from .base import FLOAT, Task, json_cells, load_pretrained, refuse_foreign_flags
 
 if TYPE_CHECKING:
-    from ..source import ModelFolder
+    from ..folder import ModelFolder
 
 OUTPUT = "entities"
 LOGITS = "logits"

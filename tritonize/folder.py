@@ -1,0 +1,114 @@
+"""A model folder read once: the floor beneath the tasks and the stages.
+
+The tasks decide from a `ModelFolder` what a folder's head is; `source` (which asks the tasks), `export` and
+`verify` stand above them. Nothing here imports a task or a stage.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import TritonizeError
+from .serving.batching import TOKEN_TYPE_IDS
+
+
+def read_json(path: Path) -> dict | list:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise TritonizeError(f"cannot read {path}: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class ModelFolder:
+    """A model folder read once: its sentence-transformers modules, if any, and the transformer's config."""
+
+    root: Path
+    modules: list[dict] | None  # modules.json of a sentence-transformers folder
+    transformer_dir: Path  # the folder with config.json and the weights
+    config: dict
+    st_config: dict  # config_sentence_transformers.json ({} without one)
+
+    @property
+    def architecture(self) -> str:
+        return (self.config.get("architectures") or [""])[0]
+
+    @property
+    def head_class(self) -> str:
+        """"ForSequenceClassification", "ForTokenClassification", ... or "" for a bare encoder."""
+        arch = self.architecture
+        return arch[arch.index("For"):] if "For" in arch else ""
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.config.get("id2label") or {}) or int(self.config.get("num_labels") or 0)
+
+    @property
+    def is_cross_encoder(self) -> bool:
+        """Saved by sentence-transformers' CrossEncoder (old layout: a marker in config.json; new: model_type)."""
+        return (
+            self.st_config.get("model_type") == "CrossEncoder"
+            or "sbert_ce_default_activation_function" in self.config
+            or "sentence_transformers" in self.config and "activation_fn" in self.config.get("sentence_transformers", {})
+        )
+
+    def uses_token_types(self, tokenizer_inputs: tuple[str, ...]) -> bool:
+        """Pairs need token_type_ids where the model has segment embeddings and its tokenizer feeds them
+        (transformers passes the model only its tokenizer's model_input_names)."""
+        return int(self.config.get("type_vocab_size") or 0) > 1 and TOKEN_TYPE_IDS in tokenizer_inputs
+
+    @property
+    def model_type(self) -> str:
+        return str(self.config.get("model_type", ""))
+
+    @staticmethod
+    def json(path: Path) -> dict | list:
+        return read_json(path)
+
+    @staticmethod
+    def module_kind(module: dict) -> str:
+        """"sentence_transformers.models.Pooling" -> "Pooling"."""
+        return str(module.get("type", "")).rsplit(".", 1)[-1]
+
+    def module_dir(self, module: dict) -> Path:
+        return self.root / module.get("path", "")
+
+    @classmethod
+    def read(cls, root: Path) -> ModelFolder:
+        modules = None
+        if (root / "modules.json").is_file():
+            modules = read_json(root / "modules.json")
+            if not isinstance(modules, list):
+                raise TritonizeError(f"{root / 'modules.json'} is not a sentence-transformers module list")
+        transformer_dir = root
+        for module in modules or ():
+            if cls.module_kind(module) == "Transformer":
+                transformer_dir = root / module.get("path", "")
+        config_path = transformer_dir / "config.json"
+        if not config_path.is_file():
+            raise TritonizeError(
+                f"no config.json in {transformer_dir}: not a transformers model folder",
+                hint="pass a folder saved with save_pretrained() or a sentence-transformers folder",
+            )
+        config = read_json(config_path)
+        if not isinstance(config, dict):
+            raise TritonizeError(f"{config_path} is not a JSON object")
+        st_path = root / "config_sentence_transformers.json"
+        st_config = read_json(st_path) if st_path.is_file() else {}
+        return cls(root, modules, transformer_dir, config, st_config if isinstance(st_config, dict) else {})
+
+
+def pad_token_id(tokenizer_file: str, fallback: int = 0) -> int:
+    """The id the tokenizer pads with (its own padding setting, else a [PAD]/<pad> token)."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(tokenizer_file)
+    if tok.padding and tok.padding.get("pad_id") is not None:
+        return int(tok.padding["pad_id"])
+    for token in ("[PAD]", "<pad>", "<PAD>"):
+        token_id = tok.token_to_id(token)
+        if token_id is not None:
+            return int(token_id)
+    return fallback
