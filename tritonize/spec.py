@@ -25,6 +25,10 @@ PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8")
 
 # -- names: tensors ------------------------------------------------------------
 TEXT_INPUT = "TEXT"  # the raw strings users send, BYTES [N, 1]
+# What every ensemble also returns per row: the tokens the model read (usage counts, without tokenizing twice),
+# and whether the text was cut at the max length (the API's strict `truncate: false`).
+TOKEN_COUNT_OUTPUT = "tokens"  # INT32 [N, 1]
+TRUNCATED_OUTPUT = "truncated"  # BOOL [N, 1]
 TOKEN_INPUTS: tuple[str, ...] = (INPUT_IDS, ATTENTION_MASK)  # tokenizer step -> model step (batching.py names them)
 # What the tokenizer step can hand a post-processing step besides the model's inputs, and their dims.
 TOKEN_EXTRAS: dict[str, tuple[int, ...]] = {OFFSETS: (-1, 2), SPECIAL_TOKENS_MASK: (-1,)}

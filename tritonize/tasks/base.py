@@ -188,6 +188,10 @@ class Task(abc.ABC):
         return [dict(zip(names, r)) for r in zip(*columns)], int(mask.sum()), int(mask.numel())
 
     # -- clients --------------------------------------------------------------
+    def info_type(self, head: Head) -> dict:
+        """The `model_type` text-embeddings-inference's /info reports for this head."""
+        return {self.name: {}}
+
     def row_for(self, text: str) -> tuple[str, ...]:
         """A request row around one text: a pair task puts its sample first text (a query, a question) before it."""
         return (self.sample_first, text) if len(self.text_inputs) == 2 else (text,)

@@ -151,6 +151,10 @@ class Classification(Task):
                 scores[r, index[item["label"]]] = item["score"]
         return "transformers pipeline", scores
 
+    def info_type(self, head: Head) -> dict:  # type: ignore[override]
+        return {"classifier": {"id2label": dict(enumerate(head.labels)),
+                               "label2id": {label: i for i, label in enumerate(head.labels)}}}
+
     def client_request(self, top_k: int) -> tuple[list[str] | None, int]:
         return [PROBABILITIES], max(1, top_k)
 

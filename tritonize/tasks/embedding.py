@@ -178,6 +178,9 @@ class Embedding(Task):
     def outputs(self, head: Head) -> tuple[TensorSpec, ...]:  # type: ignore[override]
         return (TensorSpec(OUTPUT, FLOAT, (head.dim,)),)
 
+    def info_type(self, head: Head) -> dict:  # type: ignore[override]
+        return {"embedding": {"pooling": head.pooling}}
+
     def load(self, spec: ModelSpec, eager: bool = True) -> Any:
         from transformers import AutoModel
 

@@ -117,6 +117,9 @@ class Rerank(Task):
     def outputs(self, head: Head) -> tuple[TensorSpec, ...]:  # type: ignore[override]
         return (TensorSpec(OUTPUT, FLOAT, (1,)),)
 
+    def info_type(self, head: Head) -> dict:  # type: ignore[override]
+        return {"reranker": {"id2label": {0: "LABEL_0"}, "label2id": {"LABEL_0": 0}}}
+
     def load(self, spec: ModelSpec, eager: bool = True) -> Any:
         from transformers import AutoModelForSequenceClassification
 
