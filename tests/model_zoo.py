@@ -38,6 +38,11 @@ What the installed libraries write (transformers 5.23, sentence-transformers 6.2
   modality_config / module_output_name and NO max_seq_length: max_seq_length goes to tokenizer_config.json's
   model_max_length (which also picks up "is_local" / "local_files_only"); config_sentence_transformers.json always
   has prompts ({"query": "", "document": ""} by default), default_prompt_name and similarity_fn_name.
+* Llama, Mistral and Gemma tokenizers (SentencePiece BPE with byte fallback) and T5's (Unigram) are built by their
+  transformers classes from a vocabulary; add_bos_token / add_eos_token go into tokenizer.json's post-processor,
+  not tokenizer_config.json. A Mistral folder's LlamaTokenizer loads, and saves, as TokenizersBackend (without
+  mistral-common). sentence-transformers loads T5 as T5EncoderModel, and writes a SentenceTransformer's
+  truncate_dim into config_sentence_transformers.json (its encode then cuts to it).
 * CrossEncoder.save: modules.json with a single Transformer (path ""), sentence_bert_config.json with
   transformer_task "sequence-classification" and module_output_name "scores",
   config_sentence_transformers.json with model_type "CrossEncoder" and activation_fn
@@ -64,6 +69,7 @@ INTERMEDIATE = 64
 MAX_POSITIONS = 128  # usable positions; families with offset positions get more (see `_config`)
 ST_MAX_SEQ_LENGTH = 64  # what sentence-transformers folders declare (max_seq_length)
 SEED = 0
+SLIDING_WINDOW = 16  # sliding-window length of the Gemma and Mistral configs: shorter than the long verification texts
 
 LABELS = ("negative", "neutral", "positive")
 NER_LABELS = ("O", "B-PER", "I-PER", "B-LOC", "I-LOC")
@@ -71,10 +77,14 @@ NER_LABELS = ("O", "B-PER", "I-PER", "B-LOC", "I-LOC")
 # model_max_length the family's tokenizer_config.json declares when it is not MAX_POSITIONS
 # (Qwen3-Embedding: 131072 with 32768 positions).
 TOKENIZER_MAX_LENGTH = {"qwen2": 131072, "qwen3": 131072}
+# Families whose tokenizers append the end-of-sequence token (the post-processor transformers builds from add_eos_token).
+APPENDS_EOS = {"gemma3": True, "gemma2": False, "mistral": True, "llama": False}
 
 # Families whose position ids start after the padding index: real checkpoints ship
 # max_position_embeddings = usable + padding_idx + 1 (514 for 512 tokens).
 OFFSET_POSITION_FAMILIES = {"roberta", "xlm-roberta", "camembert", "mpnet"}
+# Families whose tokenizer is built by its transformers class from a vocabulary (`_build_with_class`).
+CLASS_BUILT = {"t5", "gemma3", "gemma2", "mistral", "llama"}
 
 # Text the trained tokenizers learn from: it covers the sentences tritonize verifies with
 # (English, accents, German, Japanese, emoji) so that little maps to unknown tokens.
@@ -124,7 +134,7 @@ class Family:
 
     name: str
     model_type: str
-    tokenizer_kind: str  # wordpiece | bpe-bytelevel | unigram
+    tokenizer_kind: str  # wordpiece | bpe-bytelevel | bpe-bytefallback | unigram
     tokenizer_class: str  # transformers class the tokenizer is wrapped in
     # (single, pair) templates the tokenizer must produce; A/B stand for the texts.
     single: tuple[str, ...]
@@ -168,6 +178,21 @@ FAMILIES: dict[str, Family] = {
         # Qwen3-Embedding / Qwen3-Reranker-seq-cls ship a post-processor that appends <|endoftext|>.
         Family("qwen3", "qwen3", "bpe-bytelevel", "Qwen2Tokenizer",
                ("A", "<|endoftext|>"), ("A", "<|endoftext|>", "B", "<|endoftext|>"), False, encoder=False),
+        # sentence-t5 / GTR: SentencePiece Unigram, </s> appended, no BOS.
+        Family("t5", "t5", "unigram", "T5Tokenizer", ("A", "</s>"), ("A", "</s>", "B", "</s>"), False),
+        # SentencePiece BPE with byte fallback. EmbeddingGemma's tokenizer adds <bos> and appends <eos>;
+        # bge-multilingual-gemma2's adds <bos> only.
+        Family("gemma3", "gemma3_text", "bpe-bytefallback", "GemmaTokenizer", ("<bos>", "A", "<eos>"),
+               ("<bos>", "A", "<eos>", "<bos>", "B", "<eos>"), False, encoder=False),
+        Family("gemma2", "gemma2", "bpe-bytefallback", "GemmaTokenizer", ("<bos>", "A"), ("<bos>", "A", "<bos>", "B"),
+               False, encoder=False),
+        # e5-mistral / SFR-Embedding-Mistral append </s> (add_eos_token); a plain Llama tokenizer adds <s> only.
+        # transformers 5 loads a Mistral folder's LlamaTokenizer as TokenizersBackend (tokenizer.json as it is)
+        # unless mistral-common is installed, and saves it under that name.
+        Family("mistral", "mistral", "bpe-bytefallback", "LlamaTokenizer", ("<s>", "A", "</s>"),
+               ("<s>", "A", "</s>", "<s>", "B", "</s>"), False, encoder=False, saved_class="TokenizersBackend"),
+        Family("llama", "llama", "bpe-bytefallback", "LlamaTokenizer", ("<s>", "A"), ("<s>", "A", "<s>", "B"), False,
+               encoder=False),
     ]
 }
 
@@ -232,6 +257,51 @@ def _build_unigram(tok, vocab_size: int, specials: list[str], unk: str):
     return tok
 
 
+def _train_sentencepiece_bpe(specials: list[str], vocab_size: int, prefix_space: bool) -> tuple[dict[str, int], list]:
+    """A SentencePiece-style BPE vocabulary (Llama, Mistral, Gemma): the special tokens, the 256 byte pieces
+    <0x00>..<0xFF> byte fallback maps unknown characters to, then pieces learned on the corpus with words
+    marked by a leading "▁". Learned on the corpus's Latin text only, so CJK and emoji go to byte fallback, as
+    a real vocabulary sends rare characters (and the alphabet is the same on every run)."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.Replace(" ", "▁")
+    tok.pre_tokenizer = pre_tokenizers.Split("▁", behavior="merged_with_next")
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False)
+    latin = ["".join(c for c in line if ord(c) < 0x250) for line in CORPUS]
+    tok.train_from_iterator([("▁" if prefix_space else "") + line for line in latin] * 2, trainer=trainer)
+    model = json.loads(tok.to_str())["model"]
+    vocab: dict[str, int] = {}
+    for piece in specials + [f"<0x{b:02X}>" for b in range(256)] + sorted(model["vocab"], key=model["vocab"].get):
+        vocab.setdefault(piece, len(vocab))
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
+    return vocab, merges
+
+
+def _build_with_class(family: str, model_max_length, extra: dict):
+    """Tokenizers of families whose transformers class builds its own pipeline (normaliser, pre-tokenizer,
+    post-processor) from a vocabulary, as transformers 5 does when it converts a hub checkpoint."""
+    import transformers
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    kwargs: dict = {} if model_max_length is None else {"model_max_length": model_max_length}
+    if family == "t5":  # <pad>=0 </s>=1 <unk>=2, then the pieces, then 100 sentinels <extra_id_N>
+        tok = Tokenizer(models.Unigram())
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True),
+        ])
+        _build_unigram(tok, 500, ["<pad>", "</s>", "<unk>"], "<unk>")
+        vocab = [tuple(piece) for piece in json.loads(tok.to_str())["model"]["vocab"]]
+        return transformers.T5Tokenizer(vocab=vocab, extra_ids=100, **kwargs, **extra)
+    eos = {"add_bos_token": True, "add_eos_token": APPENDS_EOS[family]}
+    if family in ("gemma3", "gemma2"):  # <pad>=0 <eos>=1 <bos>=2 <unk>=3 <mask>=4; no prefix space
+        vocab, merges = _train_sentencepiece_bpe(["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"], 400, False)
+        return transformers.GemmaTokenizer(vocab=vocab, merges=merges, **eos, **kwargs, **extra)
+    # Llama / Mistral: <unk>=0 <s>=1 </s>=2; no pad token of their own (the embedders pad with </s>)
+    vocab, merges = _train_sentencepiece_bpe(["<unk>", "<s>", "</s>"], 400, True)
+    return transformers.LlamaTokenizer(vocab=vocab, merges=merges, pad_token="</s>", **eos, **kwargs, **extra)
+
+
 def build_tokenizer(folder: Path, family: str, model_max_length: int | str | None = "auto", **extra):
     """Train/build the family's tokenizer, wrap it in the family's class, save_pretrained it into `folder`.
 
@@ -252,6 +322,11 @@ def build_tokenizer(folder: Path, family: str, model_max_length: int | str | Non
 
     fam = FAMILIES[family]
     kwargs: dict = {}
+    if model_max_length == "auto":
+        model_max_length = TOKENIZER_MAX_LENGTH.get(family, MAX_POSITIONS)
+    if family in CLASS_BUILT:
+        wrapped = _build_with_class(family, model_max_length, extra)
+        return _save_tokenizer(wrapped, folder, model_max_length)
     if fam.tokenizer_kind == "wordpiece":
         if family == "mpnet":  # all-mpnet-base-v2: <s>=0 <pad>=1 </s>=2 <unk>=3 ... [UNK] is the unk token
             specials = ["<s>", "<pad>", "</s>", "<unk>", "[UNK]", "<mask>"]
@@ -397,13 +472,15 @@ def build_tokenizer(folder: Path, family: str, model_max_length: int | str | Non
     else:  # pragma: no cover
         raise ValueError(family)
 
-    if model_max_length == "auto":
-        model_max_length = TOKENIZER_MAX_LENGTH.get(family, MAX_POSITIONS)
     if model_max_length is not None:
         kwargs["model_max_length"] = model_max_length
     kwargs.update(extra)
     cls = getattr(transformers, fam.tokenizer_class)
-    wrapped = cls(tokenizer_object=tok, **kwargs)
+    return _save_tokenizer(cls(tokenizer_object=tok, **kwargs), folder, model_max_length)
+
+
+def _save_tokenizer(wrapped, folder: Path, model_max_length):
+    """save_pretrained, then drop model_max_length where the folder should declare none."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     wrapped.save_pretrained(folder)
@@ -474,6 +551,33 @@ def _config(family: str, tokenizer, **extra):
             cfg = transformers.Qwen2Config(**common, **decoder)
         else:
             cfg = transformers.Qwen3Config(**common, **decoder, head_dim=HIDDEN // HEADS)
+    elif family == "t5":  # sentence-t5 (T5 v1.0: ReLU); the encoder alone is saved (T5EncoderModel)
+        cfg = transformers.T5Config(
+            **common, d_model=HIDDEN, d_kv=HIDDEN // HEADS, d_ff=INTERMEDIATE, num_layers=LAYERS, num_heads=HEADS,
+            relative_attention_num_buckets=8, relative_attention_max_distance=20, feed_forward_proj="relu",
+            eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=pad, is_encoder_decoder=False, use_cache=False,
+        )
+    elif family in ("gemma3", "gemma2", "mistral", "llama"):
+        decoder = {"hidden_size": HIDDEN, "num_hidden_layers": LAYERS, "num_attention_heads": HEADS, "head_dim": HIDDEN // HEADS,
+                   "intermediate_size": INTERMEDIATE, "max_position_embeddings": MAX_POSITIONS,
+                   "bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id}
+        # Windows shorter than the verification texts, so sliding attention is exercised and verified.
+        if family == "gemma3":  # EmbeddingGemma: bidirectional attention, one sliding and one full layer, 1 KV head
+            cfg = transformers.Gemma3TextConfig(
+                **common, **decoder, num_key_value_heads=1, query_pre_attn_scalar=HIDDEN // HEADS, sliding_window=SLIDING_WINDOW,
+                layer_types=["sliding_attention", "full_attention"], use_bidirectional_attention=True,
+            )
+        elif family == "gemma2":  # bge-multilingual-gemma2: causal, soft-capped attention logits, alternating windows
+            cfg = transformers.Gemma2Config(
+                **common, **decoder, num_key_value_heads=2, query_pre_attn_scalar=HIDDEN // HEADS, sliding_window=SLIDING_WINDOW,
+                layer_types=["sliding_attention", "full_attention"], attn_logit_softcapping=50.0,
+                final_logit_softcapping=30.0,
+            )
+        elif family == "mistral":  # e5-mistral / SFR-Embedding-Mistral: sliding-window attention
+            cfg = transformers.MistralConfig(**common, **decoder, num_key_value_heads=2, sliding_window=SLIDING_WINDOW,
+                                             tie_word_embeddings=False)
+        else:
+            cfg = transformers.LlamaConfig(**common, **decoder, num_key_value_heads=2, tie_word_embeddings=False)
     else:  # pragma: no cover
         raise ValueError(family)
     for key, value in extra.items():
@@ -487,6 +591,19 @@ HEAD_CLASSES = {
     "token-classification": "AutoModelForTokenClassification",
     "question-answering": "AutoModelForQuestionAnswering",
 }
+
+
+# The bare model a family's embedders save, where it is not AutoModel's: sentence-t5 and GTR keep T5's encoder alone.
+BASE_CLASSES = {"t5": "T5EncoderModel"}
+
+
+@dataclass(frozen=True)
+class DenseLayer:
+    """One sentence-transformers Dense module after pooling."""
+
+    out_features: int
+    bias: bool = True
+    activation: str = "tanh"  # tanh | identity
 
 
 def _labelled(labels) -> dict:
@@ -508,8 +625,10 @@ def build_hf_model(folder: Path, family: str, head: str = "base", labels=None, m
     extra = {**(_labelled(labels) if labels else {}), **(config_extra or {})}
     config = _config(family, tokenizer, **extra)
     torch.manual_seed(seed)
-    auto = getattr(transformers, HEAD_CLASSES[head])
-    model = auto.from_config(config).eval()
+    if head == "base" and family in BASE_CLASSES:
+        model = getattr(transformers, BASE_CLASSES[family])(config).eval()
+    else:
+        model = getattr(transformers, HEAD_CLASSES[head]).from_config(config).eval()
     model.save_pretrained(folder)
     return folder
 
@@ -537,26 +656,33 @@ def build_hub_reranker(folder: Path, family: str, **kw) -> Path:
 
 
 def build_st_embedding(folder: Path, family: str, pooling: str = "mean", normalize: bool = True,
-                       dense: int | None = None, prompts: dict | None = None, default_prompt_name: str | None = None,
-                       max_seq_length: int = ST_MAX_SEQ_LENGTH, tokenizer_extra: dict | None = None,
-                       seed: int = SEED) -> Path:
+                       dense: int | tuple[DenseLayer, ...] | None = None, prompts: dict | None = None,
+                       default_prompt_name: str | None = None, max_seq_length: int = ST_MAX_SEQ_LENGTH,
+                       tokenizer_extra: dict | None = None, config_extra: dict | None = None,
+                       truncate_dim: int | None = None, seed: int = SEED) -> Path:
     """A sentence-transformers folder written by the installed sentence-transformers:
-    Transformer -> Pooling(pooling) [-> Dense(dense, tanh)] [-> Normalize]."""
+    Transformer -> Pooling(pooling) [-> Dense ...] [-> Normalize]. `dense`: one Dense(HIDDEN -> dense, tanh),
+    or the layers in order; `truncate_dim` is saved in config_sentence_transformers.json, as
+    SentenceTransformer(truncate_dim=...).save writes it."""
     import torch
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer import modules as st_modules
 
     folder = Path(folder)
     with tempfile.TemporaryDirectory(prefix="zoo-hf-") as tmp:
-        build_hf_model(Path(tmp), family, "base", seed=seed, tokenizer_extra=tokenizer_extra)
+        build_hf_model(Path(tmp), family, "base", seed=seed, tokenizer_extra=tokenizer_extra, config_extra=config_extra)
         torch.manual_seed(seed)
         transformer = st_modules.Transformer(tmp, max_seq_length=max_seq_length)
         mods = [transformer, st_modules.Pooling(transformer.get_embedding_dimension(), pooling_mode=pooling)]
-        if dense:
-            mods.append(st_modules.Dense(HIDDEN, dense, activation_function=torch.nn.Tanh()))
+        width = HIDDEN
+        for layer in (DenseLayer(dense),) if isinstance(dense, int) else dense or ():
+            activation = torch.nn.Tanh() if layer.activation == "tanh" else torch.nn.Identity()
+            mods.append(st_modules.Dense(width, layer.out_features, bias=layer.bias, activation_function=activation))
+            width = layer.out_features
         if normalize:
             mods.append(st_modules.Normalize())
-        model = SentenceTransformer(modules=mods, device="cpu", prompts=prompts, default_prompt_name=default_prompt_name)
+        model = SentenceTransformer(modules=mods, device="cpu", prompts=prompts, default_prompt_name=default_prompt_name,
+                                    truncate_dim=truncate_dim)
         model.save(str(folder))
     return folder
 
@@ -622,9 +748,26 @@ class ZooEntry:
 
 ENCODERS = ["bert", "distilbert", "roberta", "xlm-roberta", "camembert", "mpnet", "deberta-v2", "electra", "albert",
             "modernbert"]
+# Decoder families (scorers: the model's own last-token classification head).
+DECODERS = ["qwen2", "qwen3", "mistral", "llama", "gemma2", "gemma3"]
 QWEN3_EMBEDDING_PROMPTS = {
     "query": "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:",
     "document": "",
+}
+
+# google/embeddinggemma-300m declares these (and more task prompts) in config_sentence_transformers.json.
+EMBEDDINGGEMMA_PROMPTS = {
+    "query": "task: search result | query: ",
+    "document": "title: none | text: ",
+    "Clustering": "task: clustering | query: ",
+    "STS": "task: sentence similarity | query: ",
+}
+# EmbeddingGemma's head: mean pooling, Dense(768 -> 3072) and Dense(3072 -> 768), both without bias or activation.
+EMBEDDINGGEMMA_DENSE = (DenseLayer(4 * HIDDEN, bias=False, activation="identity"),
+                        DenseLayer(HIDDEN, bias=False, activation="identity"))
+E5_MISTRAL_PROMPTS = {
+    "web_search_query": "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery: ",
+    "sts_query": "Instruct: Retrieve semantically similar text.\nQuery: ",
 }
 
 
@@ -656,8 +799,33 @@ def _entries() -> list[ZooEntry]:
                  partial(build_st_embedding, family="qwen3", pooling="lasttoken", prompts=QWEN3_EMBEDDING_PROMPTS,
                          tokenizer_extra={"padding_side": "left"}),
                  "Qwen3-Embedding-like: left padding, <|endoftext|> appended, query prompt"),
+        ZooEntry("t5-st-mean-dense", "t5", "embedding", "st-dense",
+                 partial(build_st_embedding, family="t5", pooling="mean",
+                         dense=(DenseLayer(HIDDEN, bias=False, activation="identity"),)),
+                 "sentence-t5-like: T5EncoderModel, mean -> Dense(32->32, no bias) -> Normalize"),
+        ZooEntry("gemma3-st-embeddinggemma", "gemma3", "embedding", "st-dense",
+                 partial(build_st_embedding, family="gemma3", pooling="mean", dense=EMBEDDINGGEMMA_DENSE,
+                         prompts=EMBEDDINGGEMMA_PROMPTS, tokenizer_extra={"padding_side": "right"}),
+                 "EmbeddingGemma-like: bidirectional attention with a sliding window, mean -> Dense(32->128) -> "
+                 "Dense(128->32) -> Normalize, <bos> and <eos>, task prompts"),
+        ZooEntry("gemma3-st-truncate-dim", "gemma3", "embedding", "st-dense",
+                 partial(build_st_embedding, family="gemma3", pooling="mean", dense=EMBEDDINGGEMMA_DENSE,
+                         truncate_dim=HIDDEN // 2),
+                 "EmbeddingGemma saved with truncate_dim=16: encode returns the first 16 values"),
+        ZooEntry("gemma2-st-lasttoken", "gemma2", "embedding", "st-lasttoken",
+                 partial(build_st_embedding, family="gemma2", pooling="lasttoken",
+                         tokenizer_extra={"padding_side": "left"}),
+                 "bge-multilingual-gemma2-like: causal, soft-capped attention, sliding window, left padding"),
+        ZooEntry("mistral-st-lasttoken", "mistral", "embedding", "st-lasttoken",
+                 partial(build_st_embedding, family="mistral", pooling="lasttoken", prompts=E5_MISTRAL_PROMPTS,
+                         tokenizer_extra={"padding_side": "right"}),
+                 "e5-mistral-like: sliding window, </s> appended, right padding, instruction prompts"),
+        ZooEntry("llama-st-lasttoken", "llama", "embedding", "st-lasttoken",
+                 partial(build_st_embedding, family="llama", pooling="lasttoken",
+                         tokenizer_extra={"padding_side": "left"}),
+                 "Llama backbone, last-token pooling, left padding, no </s> appended"),
     ]
-    for fam in ENCODERS + ["qwen2", "qwen3"]:
+    for fam in ENCODERS + DECODERS:
         e.append(ZooEntry(f"{fam}-seq-cls", fam, "classification", "hf",
                           partial(build_sequence_classifier, family=fam), "3 labels"))
     for fam in ["bert", "xlm-roberta"]:

@@ -74,10 +74,13 @@ def spread_qa_head(folder: Path, seed: int = 0) -> None:
 
 
 # zoo id -> generate options: a BERT CrossEncoder (token_type_ids), a Qwen3 last-token embedder, an embedder
-# that declares prompts, and token classifiers with WordPiece and byte-level BPE offsets.
+# that declares prompts, token classifiers with WordPiece and byte-level BPE offsets, EmbeddingGemma with
+# Matryoshka sizes and an e5-mistral-like last-token embedder.
 SERVED = {
     "bert-cross-encoder": {},
     "qwen3-st-lasttoken": {},
+    "gemma3-st-embeddinggemma": {"matryoshka_dims": [32, 16, 8]},
+    "mistral-st-lasttoken": {},
     "xlm-roberta-st-prompts": {},
     "bert-token-cls": {"aggregation": "simple"},
     "roberta-token-cls": {"aggregation": "first"},
@@ -89,8 +92,7 @@ SERVED = {
 
 @pytest.fixture(scope="module")
 def served(local_options, tmp_path_factory):
-    """One local server per zoo folder: a BERT CrossEncoder (token_type_ids), a Qwen3 last-token embedder
-    and an embedder that declares query/passage prompts."""
+    """One local server per zoo folder in SERVED."""
     base = tmp_path_factory.mktemp("tasks")
     runtimes, out = [], {}
     try:
@@ -223,6 +225,70 @@ def test_qwen3_last_token_embeddings_match_sentence_transformers(served, protoco
         alone = np.concatenate([client.embed([t]) for t in texts])
     assert np.abs(together - expected).max() <= ATOL
     assert np.abs(alone - expected).max() <= ATOL
+
+
+# Gemma 3 (bidirectional, sliding window, two Dense, byte fallback) and Mistral (causal, sliding window, </s>
+# appended): zoo id -> the declared prompt a client prepends.
+NEW_EMBEDDERS = {"gemma3-st-embeddinggemma": "query", "mistral-st-lasttoken": "web_search_query"}
+EMBED_TEXTS = ["hello world", "Ünïcödé café — 日本語のテキスト 🚀", "a",
+               " ".join(["The server keeps serving after bad input, and batching merges requests."] * 8)]
+
+
+@pytest.mark.parametrize("zoo_id", list(NEW_EMBEDDERS))
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_gemma_and_mistral_embeddings_match_sentence_transformers(served, zoo_id: str, protocol: str) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    from tritonize.manifest import read_manifest
+
+    s = served[zoo_id]
+    prompt_name = NEW_EMBEDDERS[zoo_id]
+    prompt = dict(read_manifest(s.repository).model.head.prompts)[prompt_name]
+    model = SentenceTransformer(str(s.folder), device="cpu")
+    with s.client(protocol) as client:
+        assert client.task().name == "embedding"
+        together = client.embed(EMBED_TEXTS)
+        alone = np.concatenate([client.embed([t]) for t in EMBED_TEXTS])
+        prompted = client.embed(EMBED_TEXTS, prompt=prompt)
+    expected = model.encode(EMBED_TEXTS, prompt="", convert_to_numpy=True)
+    assert np.abs(together - expected).max() <= ATOL
+    assert np.abs(alone - expected).max() <= ATOL
+    assert np.abs(prompted - model.encode(EMBED_TEXTS, prompt_name=prompt_name, convert_to_numpy=True)).max() <= ATOL
+    assert np.abs(prompted - together).max() > 1e-3  # the prompt changed the embedding
+
+
+def test_matryoshka_cuts_of_served_embeddings_match_truncate_dim(served) -> None:
+    """What the API's `dimensions` returns: the served vector cut by the head, as encode(truncate_dim=d) cuts it."""
+    from sentence_transformers import SentenceTransformer
+
+    from tritonize.manifest import read_manifest
+
+    s = served["gemma3-st-embeddinggemma"]
+    head = read_manifest(s.repository).model.head
+    assert head.dimensions == (32, 16, 8)
+    with s.client("grpc") as client:
+        full = client.embed(EMBED_TEXTS)
+    for d in head.dimensions:
+        model = SentenceTransformer(str(s.folder), device="cpu", truncate_dim=d)
+        expected = model.encode(EMBED_TEXTS, prompt="", normalize_embeddings=True, convert_to_numpy=True)
+        assert expected.shape == (len(EMBED_TEXTS), d)
+        assert np.abs(head.truncate(full, d) - expected).max() <= ATOL
+
+
+def test_curl_embeds_with_embeddinggemma(served) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    s = served["gemma3-st-embeddinggemma"]
+    result = subprocess.run(
+        ["bash", str(ROOT / "clients" / "curl.sh"), *EMBED_TEXTS[:2]],
+        env={**os.environ, "TRITON_HTTP_URL": s.endpoints.http, "TRITON_MODEL": s.name},
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = {o["name"]: o for o in json.loads(result.stdout)["outputs"]}["embedding"]
+    assert out["shape"] == [2, 32]
+    expected = SentenceTransformer(str(s.folder), device="cpu").encode(EMBED_TEXTS[:2], prompt="", convert_to_numpy=True)
+    assert np.abs(np.array(out["data"], dtype=np.float32).reshape(2, 32) - expected).max() <= ATOL
 
 
 @pytest.mark.parametrize("name", ["grpc_client.py", "http_client.py", "async_grpc_client.py"])
@@ -433,13 +499,13 @@ def test_the_printed_sample_request_works_for_every_task(served, zoo_id: str) ->
                                  headers={"Content-Type": "application/json"}, method="POST")
     with urllib.request.urlopen(req, timeout=60) as resp:  # noqa: S310 - loopback
         outputs = json.loads(resp.read())["outputs"]
-    assert [o["name"] for o in outputs] == list(tasks.of(manifest.model.head).output_names)
+    assert sorted(o["name"] for o in outputs) == sorted(tasks.of(manifest.model.head).output_names)  # any order
     assert s.repository.joinpath("README.md").read_text().count(s.name) >= 1
 
 
 # -- bench and tune for every task -------------------------------------------------
 
-BENCHED = ["bert-cross-encoder", "bert-token-cls", "bert-qa"]
+BENCHED = ["bert-cross-encoder", "bert-token-cls", "bert-qa", "gemma3-st-embeddinggemma"]
 
 
 @pytest.mark.parametrize("zoo_id", BENCHED)
@@ -503,13 +569,14 @@ def test_bench_measures_every_task(served, zoo_id: str, tmp_path) -> None:
         assert doc["floor"][w]["arrival"]["rps"] > 0 and doc["floor"][w]["batch1_latency_ms"]["requests"] == 20
 
 
-def test_tune_measures_question_answering(served, tmp_path) -> None:
+@pytest.mark.parametrize("zoo_id", ["bert-qa", "mistral-st-lasttoken"])
+def test_tune_measures_question_answering_and_decoder_embedders(served, zoo_id: str, tmp_path) -> None:
     import shutil
 
     from tritonize.cli import main
     from tritonize.manifest import read_manifest
 
-    s = served["bert-qa"]
+    s = served[zoo_id]
     repo = tmp_path / "repo"
     shutil.copytree(s.repository, repo)
     rc = main(["tune", "--repository", str(repo), "--grid", "max_queue_delay_us=0,500", "--requests", "15",

@@ -74,6 +74,7 @@ def test_yaml_options_with_flags_winning_and_regeneration_is_diffable(models, tm
         ([], "error: no model given"),
         (["--model", "{emb}", "--task", "embedding", "--max-length", "100000"], "error: --max-length 100000 is outside"),
         (["--model", "{emb}", "--tensorrt"], "error: --tensorrt needs --device gpu"),
+        (["--model", "{emb}", "--matryoshka-dims", "16,64"], "error: --matryoshka-dims 64: this model serves 32-value"),
         (["--model", "{emb}", "--output", "{foreign}"], "exists and was not written by tritonize"),
         (["--config", "{badyaml}"], "error: unknown option(s) in"),
     ],

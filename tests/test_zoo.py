@@ -122,3 +122,143 @@ def test_a_head_tritonize_cannot_serve_is_refused_with_one_line(tmp_path: Path) 
     with pytest.raises(TritonizeError, match="cannot serve a BertForMaskedLM exactly") as info:
         generate(GenerateOptions(model=str(folder), output=str(tmp_path / "repo")))
     assert "\n" not in str(info.value) and "question-answering" in info.value.hint
+
+
+# -- decoders, T5 and Gemma embedders: what the folder declares is what is served -------------------------
+
+TEXTS = ["hello world", "Ünïcödé café, naïve", " ".join(["The quick brown fox jumps over the lazy dog."] * 6)]
+
+
+def served_embeddings(repo: Path, texts: list[str]) -> np.ndarray:
+    """The repository's own steps (tokenizer step, ONNX graph) in this process, one text at a time."""
+    from tritonize.steps import in_process
+
+    chain = in_process(repo)
+    return np.concatenate([chain([(t,)]).outputs["embedding"] for t in texts])
+
+
+@pytest.mark.parametrize("change", [{"use_bidirectional_attention": False}, {"sliding_window": 128}],
+                         ids=["causal", "no-window"])
+def test_gemma3_attention_is_served_as_the_folder_declares_it(change: dict, zoo_root: Path, tmp_path: Path) -> None:
+    """EmbeddingGemma's bidirectional, sliding-window attention is in the graph: the same weights declared causal,
+    or without a window, verify against their own encode too, and answer otherwise on a text longer than the window."""
+    import shutil
+
+    folder = model_zoo.build("gemma3-st-embeddinggemma", zoo_root)
+    variant = shutil.copytree(folder, tmp_path / "variant")
+    config = json.loads((variant / "config.json").read_text())
+    (variant / "config.json").write_text(json.dumps({**config, **change}))
+    repos = [generate(GenerateOptions(model=str(f), name="zoo", output=str(tmp_path / f"repo{i}")))
+             for i, f in enumerate((folder, variant))]
+    for repo in repos:
+        assert json.loads((repo / "verification.json").read_text())["stages"]["export"]["max_abs"] <= 1e-4
+    declared, changed = (served_embeddings(repo, TEXTS) for repo in repos)
+    assert np.abs(declared[-1] - changed[-1]).max() > 1e-3  # the long text: the attention pattern matters
+
+
+def test_matryoshka_sizes_are_recorded_verified_and_cut_like_sentence_transformers(zoo_root: Path, tmp_path: Path) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    from tritonize.manifest import read_manifest
+
+    folder = model_zoo.build("gemma3-st-embeddinggemma", zoo_root)
+    repo = generate(GenerateOptions(model=str(folder), name="zoo", output=str(tmp_path / "repo"), matryoshka_dims=[8, 16]))
+    report = json.loads((repo / "verification.json").read_text())
+    assert sorted(report["variants"]) == ["dim 16", "dim 32", "dim 8"]
+    assert all(v["passed"] and v["max_abs"] <= 1e-4 for v in report["variants"].values())
+    manifest = read_manifest(repo)
+    head = manifest.model.head
+    assert head.dimensions == (32, 16, 8) and manifest.options.matryoshka_dims == [8, 16]
+    served = served_embeddings(repo, TEXTS)
+    for d in (16, 8):
+        expected = SentenceTransformer(str(folder), device="cpu", truncate_dim=d).encode(
+            TEXTS, prompt="", normalize_embeddings=True)
+        cut = head.truncate(served, d)
+        assert cut.shape == (len(TEXTS), d) and np.abs(cut - expected).max() <= 1e-4
+        assert np.allclose(np.linalg.norm(cut, axis=1), 1.0, atol=1e-5)  # re-normalised, as the model normalises
+    with pytest.raises(TritonizeError, match="cannot be cut to 12 values") as info:
+        head.truncate(served, 12)
+    assert "\n" not in str(info.value)
+
+
+def test_a_model_that_declares_no_sizes_refuses_every_cut(zoo_root: Path) -> None:
+    from tritonize.source import read_model
+
+    head = read_model(GenerateOptions(model=str(model_zoo.build("gemma3-st-embeddinggemma", zoo_root)))).head
+    assert head.dimensions == ()
+    with pytest.raises(TritonizeError, match=r"Matryoshka sizes declared: none"):
+        head.truncate(np.ones((1, 32), dtype=np.float32), 16)
+
+
+def test_the_model_card_declares_matryoshka_sizes(zoo_root: Path, tmp_path: Path) -> None:
+    """sentence-transformers writes a MatryoshkaLoss's parameters into the model card it saves after training."""
+    import shutil
+
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.losses import MatryoshkaLoss, MultipleNegativesRankingLoss
+
+    folder = shutil.copytree(model_zoo.build("gemma3-st-embeddinggemma", zoo_root), tmp_path / "trained")
+    model = SentenceTransformer(str(folder), device="cpu")
+    config = MatryoshkaLoss(model, MultipleNegativesRankingLoss(model), [32, 24, 8]).get_config_dict()
+    with (folder / "README.md").open("a", encoding="utf-8") as card:  # as the card template renders a loss
+        card.write("\n* Loss: MatryoshkaLoss with these parameters:\n  ```json\n  "
+                   + json.dumps(config, indent=4).replace("\n", "\n  ") + "\n  ```\n")
+    repo = generate(GenerateOptions(model=str(folder), name="zoo", output=str(tmp_path / "repo")))
+    report = json.loads((repo / "verification.json").read_text())
+    assert sorted(report["variants"]) == ["dim 24", "dim 32", "dim 8"] and report["passed"]
+
+
+def test_a_folder_saved_with_truncate_dim_is_served_as_its_encode_returns(zoo_root: Path, tmp_path: Path) -> None:
+    """encode cuts to truncate_dim after Normalize, without re-normalising: so does the graph."""
+    from sentence_transformers import SentenceTransformer
+
+    from tritonize.manifest import read_manifest
+
+    folder = model_zoo.build("gemma3-st-truncate-dim", zoo_root)
+    repo = generate(GenerateOptions(model=str(folder), name="zoo", output=str(tmp_path / "repo"), matryoshka_dims=[8]))
+    head = read_manifest(repo).model.head
+    assert (head.dim, head.truncate_dim, head.dimensions) == (16, 16, (16, 8))
+    served = served_embeddings(repo, TEXTS)
+    expected = SentenceTransformer(str(folder), device="cpu").encode(TEXTS, prompt="")
+    assert served.shape == expected.shape == (len(TEXTS), 16) and np.abs(served - expected).max() <= 1e-4
+    assert (np.linalg.norm(served, axis=1) < 0.999).all()  # the first 16 of a unit vector
+    with pytest.raises(TritonizeError, match="--matryoshka-dims 32: this model serves 16-value embeddings") as info:
+        generate(GenerateOptions(model=str(folder), name="zoo", output=str(tmp_path / "other"), matryoshka_dims=[32]))
+    assert "truncate_dim 16" in str(info.value) and not (tmp_path / "other").exists()
+
+
+def test_matryoshka_sizes_need_an_embedder_verified_by_sentence_transformers(zoo_root: Path, tmp_path: Path) -> None:
+    with pytest.raises(TritonizeError, match="--matryoshka-dims does not apply to a classifier"):
+        generate(GenerateOptions(model=str(model_zoo.build("llama-seq-cls", zoo_root)), output=str(tmp_path / "a"),
+                                 matryoshka_dims=[16]))
+    with pytest.raises(TritonizeError, match="--matryoshka-dims needs the folder's own sentence-transformers modules"):
+        generate(GenerateOptions(model=str(model_zoo.build("gemma3-st-embeddinggemma", zoo_root)), pooling="cls",
+                                 output=str(tmp_path / "b"), matryoshka_dims=[16]))
+
+
+def test_t5_is_served_as_its_encoder_alone(tmp_path: Path) -> None:
+    """A bare T5EncoderModel is an embedder with --task embedding; T5's encoder-decoder heads are refused in one line."""
+    folder = model_zoo.build_hf_model(tmp_path / "t5-encoder", "t5")
+    assert json.loads((folder / "config.json").read_text())["architectures"] == ["T5EncoderModel"]
+    repo = generate(GenerateOptions(model=str(folder), task="embedding", output=str(tmp_path / "repo")))
+    report = json.loads((repo / "verification.json").read_text())
+    assert report["reference"] == "transformers" and report["passed"]
+    classifier = model_zoo.build_sequence_classifier(tmp_path / "t5-cls", "t5")
+    with pytest.raises(TritonizeError, match="'T5ForSequenceClassification' .*served as its encoder alone") as info:
+        generate(GenerateOptions(model=str(classifier), output=str(tmp_path / "refused")))
+    assert "\n" not in str(info.value) and not (tmp_path / "refused").exists()
+
+
+@pytest.mark.parametrize("zoo_id", ["mistral-st-lasttoken", "gemma3-st-embeddinggemma", "t5-st-mean-dense"])
+def test_large_graphs_keep_their_weights_as_external_data(zoo_id: str, zoo_root: Path, tmp_path: Path) -> None:
+    """Past protobuf's 2 GB, weights go to model.onnx.data; the new families export and verify that way too."""
+    from tritonize import export, verify
+    from tritonize.source import read_model
+
+    spec = read_model(GenerateOptions(model=str(model_zoo.build(zoo_id, zoo_root))))
+    graph = export.load_torch_model(spec)
+    artifacts = export.export(spec, tmp_path, graph=graph, external_threshold=0)
+    files = artifacts.files_for(artifacts.onnx)
+    assert [f.name for f in files] == ["model.onnx", "model.onnx.data"] and files[1].stat().st_size > files[0].stat().st_size
+    report = verify.verify(spec, graph, artifacts.stages, set(), atol=1e-4, min_cosine=0.999)
+    assert report.passed and report.stages["export"].max_abs <= 1e-4

@@ -8,6 +8,7 @@ exactly the same outputs.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -56,6 +57,27 @@ def _parameter_bytes(model) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
+@contextlib.contextmanager
+def traceable_masks():
+    """transformers builds an attention mask from a custom mask function (Gemma 3's bidirectional and
+    sliding-window overlays) with torch.vmap, which the TorchScript tracer cannot record. Those functions are
+    index-based, so broadcasting the index ranges (transformers' own non-vmap path) computes the same mask;
+    verification compares the result with the model's own library. Exports use eager attention, whose mask
+    `eager_mask` builds through `sdpa_mask`."""
+    from transformers import masking_utils
+
+    original = masking_utils.sdpa_mask
+
+    def broadcast_mask(*args, **kwargs):
+        return original(*args, **{**kwargs, "use_vmap": False})
+
+    masking_utils.sdpa_mask = broadcast_mask
+    try:
+        yield
+    finally:
+        masking_utils.sdpa_mask = original
+
+
 def export_onnx(spec: ModelSpec, graph, path: Path, opset: int, external_threshold: int = EXTERNAL_DATA_THRESHOLD) -> Path:
     """The legacy TorchScript exporter: fast, and with dynamic batch and sequence axes."""
     import onnx
@@ -74,7 +96,7 @@ def export_onnx(spec: ModelSpec, graph, path: Path, opset: int, external_thresho
     # Per-token outputs (dims starting with -1) keep the sequence axis dynamic too.
     axes.update({t.name: {0: "batch", 1: "sequence"} if t.dims[:1] == (-1,) else {0: "batch"} for t in graph_outputs})
     path.parent.mkdir(parents=True, exist_ok=True)
-    with warnings.catch_warnings(), torch.no_grad():
+    with warnings.catch_warnings(), torch.no_grad(), traceable_masks():
         warnings.simplefilter("ignore")
         torch.onnx.export(
             graph,

@@ -42,6 +42,11 @@ class ModelFolder:
         return arch[arch.index("For"):] if "For" in arch else ""
 
     @property
+    def hidden_size(self) -> int:
+        """The width of the model's hidden states, under whichever name its config uses (DistilBERT: dim, T5: d_model)."""
+        return int(next((self.config[k] for k in ("hidden_size", "dim", "d_model") if self.config.get(k)), 0))
+
+    @property
     def num_labels(self) -> int:
         return len(self.config.get("id2label") or {}) or int(self.config.get("num_labels") or 0)
 

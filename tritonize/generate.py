@@ -32,6 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-length", type=int, help="tokens per text (default: what the model declares)")
     p.add_argument("--pooling", choices=POOLINGS, help="embedding pooling (default: what the folder declares, else mean)")
     p.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None, help="L2-normalise embeddings")
+    p.add_argument("--matryoshka-dims", type=_int_list, help="embedding: sizes a request may cut vectors to, e.g. "
+                   "768,512,256,128, each verified against sentence-transformers' encode(truncate_dim=...) "
+                   "(default: what the model card declares, else none)")
     p.add_argument("--aggregation", choices=AGGREGATIONS, help="token classification: how tokens group into entities (default: simple)")
     p.add_argument("--output", "-o", help=f"repository directory (default: {d.output})")
     p.add_argument("--device", choices=DEVICES, help=f"instance kind of the model step in the container (default: {d.device})")

@@ -17,7 +17,8 @@ from .folder import ModelFolder, pad_token_id, read_json
 from .spec import TOKENIZER_FILE, GenerateOptions, ModelSpec
 
 # Families whose PyTorch graphs export to ONNX with (input_ids, attention_mask[, token_type_ids]).
-# Qwen2/Qwen3 are decoders, served as embedders (last-token pooling) and scorers.
+# Qwen2/Qwen3, Mistral, Llama and Gemma 2 are decoders, served as embedders (last-token pooling) and scorers;
+# Gemma 3 text models as the attention their config declares (EmbeddingGemma: bidirectional); T5 as its encoder.
 SUPPORTED_MODEL_TYPES = {
     "albert",
     "bert",
@@ -27,13 +28,21 @@ SUPPORTED_MODEL_TYPES = {
     "distilbert",
     "electra",
     "ernie",
+    "gemma2",
+    "gemma3_text",
+    "llama",
+    "mistral",
     "modernbert",
     "mpnet",
     "qwen2",
     "qwen3",
     "roberta",
+    "t5",
     "xlm-roberta",
 }
+# Encoder-decoder families served as their encoder alone, as sentence-transformers loads them (sentence-t5, GTR),
+# and the class that holds that encoder: their other heads need decoder inputs that no served graph has.
+ENCODER_ONLY = {"t5": "T5EncoderModel"}
 # Families whose position ids start after the padding index (max_position_embeddings - pad - 1 usable).
 OFFSET_POSITION_TYPES = {"roberta", "xlm-roberta", "camembert", "mpnet"}
 GENERIC_FOLDER_NAMES = {"model", "models", "weights", "checkpoint", "export"}
@@ -130,7 +139,14 @@ def read_model(options: GenerateOptions) -> ModelSpec:
     if model_type not in SUPPORTED_MODEL_TYPES and not options.trust_remote_code:
         raise TritonizeError(
             f"unsupported architecture {architecture or model_type!r} (model_type {model_type!r})",
-            hint=f"tritonize exports encoders: {', '.join(sorted(SUPPORTED_MODEL_TYPES))}",
+            hint=f"tritonize serves these families: {', '.join(sorted(SUPPORTED_MODEL_TYPES))}",
+        )
+    encoder = ENCODER_ONLY.get(model_type)
+    if encoder and (folder.head_class or (folder.modules is None and architecture != encoder)):
+        raise TritonizeError(
+            f"unsupported architecture {architecture!r} (model_type {model_type!r}): {model_type} is served as its "
+            f"encoder alone ({encoder}), as sentence-transformers embedders hold it",
+            hint=f"serve a sentence-transformers folder, or a {encoder} folder with --task embedding",
         )
     task = tasks.choose(folder, options.task)
     limit = _max_position_limit(config)

@@ -112,6 +112,8 @@ class GenerateOptions:
     max_length: int | None = None
     pooling: str | None = None  # embedding: override the declared pooling (mean|cls)
     normalize: bool | None = None  # embedding: override the declared L2 normalisation
+    # embedding: the Matryoshka sizes a request may cut vectors to (None: what the model card declares, if any)
+    matryoshka_dims: list[int] | None = None
     aggregation: str | None = None  # token classification: none|simple|first|average|max (default simple)
     output: str = "triton_repo"
     device: str = "cpu"

@@ -6,7 +6,8 @@ says what the reference is (sentence-transformers' encode, or the model's
 own transformers class) and whether the argmax must agree too.
 Tolerances: max-abs for fp32 graphs, cosine for fp16 graphs. An int8 graph is held to a per-text cosine
 against the reference and, on the shipped corpus, to what its task keeps of the fp32 graph (embeddings:
-top-10 retrieval overlap; classifiers: argmax agreement).
+top-10 retrieval overlap; classifiers: argmax agreement). Forms of the answer a head declares besides the
+served one (Matryoshka sizes) are derived from the served graph's output and held to the same check as it.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ class VerificationReport:
     seconds: float = 0.0
     export_seconds: dict[str, float] | None = None
     answers: dict | None = None  # the whole served answer against the model's library, where a step follows the graph
+    variants: dict[str, StageResult] = field(default_factory=dict)  # declared forms of the served answer (Matryoshka)
     skipped: bool = False
 
     @classmethod
@@ -73,8 +75,8 @@ class VerificationReport:
             return {"skipped": True, "passed": None}
         data = asdict(self)
         data.pop("skipped")
-        for optional in ("export_seconds", "answers"):
-            if data[optional] is None:
+        for optional in ("export_seconds", "answers", "variants"):
+            if not data[optional]:
                 data.pop(optional)
         return data
 
@@ -83,15 +85,17 @@ class VerificationReport:
         if data.get("skipped"):
             return cls.skipped_report()
         values = dict(data)
-        values["stages"] = {k: StageResult(**v) for k, v in values.get("stages", {}).items()}
+        for key in ("stages", "variants"):
+            values[key] = {k: StageResult(**v) for k, v in values.get(key, {}).items()}
         return cls(**values)
 
     def summary(self) -> str:
         """One line per stage for the generate output ('' when skipped)."""
         return "  ".join(
-            f"{n}: max-abs {r.max_abs:.2e}, cosine {r.min_cosine:.6f}"
-            + (f", {r.kept['figure']} {r.kept['value']:.3f} on {r.kept['rows']} corpus texts" if r.kept else "")
-            for n, r in self.stages.items()
+            [f"{n}: max-abs {r.max_abs:.2e}, cosine {r.min_cosine:.6f}"
+             + (f", {r.kept['figure']} {r.kept['value']:.3f} on {r.kept['rows']} corpus texts" if r.kept else "")
+             for n, r in self.stages.items()]
+            + [f"{n}: {r.metric.replace('_', '-')} {r.value:.2e}" for n, r in self.variants.items()]
         )
 
 
@@ -177,25 +181,30 @@ def verify(spec: ModelSpec, graph, stages: dict[str, Path], fp16_stages: set[str
     start = time.perf_counter()
     rows = task.verification_rows()
     feeds = tokenize(spec, rows)
+    def judged(name: str, metrics: dict[str, float], kept: dict | None = None) -> StageResult:
+        """A stage's (or a form of its answer's) figures under that stage's check."""
+        if name == INT8_STAGE:
+            check = {"metric": "min_cosine", "threshold": min_cosine_int8,
+                     "passed": metrics["min_cosine"] >= min_cosine_int8 and (kept is None or kept["passed"])}
+        elif name in fp16_stages:
+            check = {"metric": "min_cosine", "threshold": min_cosine, "passed": metrics["min_cosine"] >= min_cosine}
+        else:
+            ok = metrics["max_abs"] <= atol and (not task.same_argmax or metrics["argmax_agreement"] == 1.0)
+            check = {"metric": "max_abs", "threshold": atol, "passed": ok}
+        precision = INT8_STAGE if name == INT8_STAGE else "fp16" if name in fp16_stages else "fp32"
+        return StageResult(**metrics, **check, precision=precision, kept=kept)
+
     with step(f"Verifying {len(stages)} graph(s) on {len(rows)} inputs"):
         reference_name, reference = task.reference(spec, graph, rows)
         results = {}
         for name, path in stages.items():
             graph_out = run_onnx(path, feeds)
-            metrics = compare(reference, task.comparable(graph_out[task.verified_output], feeds))
-            kept = None
-            if name == INT8_STAGE:
-                kept = int8_kept(spec, stages["export"], path)
-                check = {"metric": "min_cosine", "threshold": min_cosine_int8,
-                         "passed": metrics["min_cosine"] >= min_cosine_int8 and kept["passed"]}
-            elif name in fp16_stages:
-                check = {"metric": "min_cosine", "threshold": min_cosine, "passed": metrics["min_cosine"] >= min_cosine}
-            else:
-                ok = metrics["max_abs"] <= atol and (not task.same_argmax or metrics["argmax_agreement"] == 1.0)
-                check = {"metric": "max_abs", "threshold": atol, "passed": ok}
-            precision = INT8_STAGE if name == INT8_STAGE else "fp16" if name in fp16_stages else "fp32"
-            results[name] = StageResult(**metrics, **check, precision=precision, kept=kept)
-        served = task.served_check(spec, graph, rows, graph_out)  # once, on the last stage: what gets served
+            served_out = task.comparable(graph_out[task.verified_output], feeds)
+            kept = int8_kept(spec, stages["export"], path) if name == INT8_STAGE else None
+            results[name] = judged(name, compare(reference, served_out), kept)
+        # Once, on the last stage: what gets served.
+        served = task.served_check(spec, graph, rows, graph_out)
+        variants = {v.name: judged(name, compare(v.reference, v.derive(served_out))) for v in task.variants(spec, rows)}
     lengths = feeds[ATTENTION_MASK].sum(1)
     return VerificationReport(
         reference=reference_name,
@@ -206,14 +215,15 @@ def verify(spec: ModelSpec, graph, stages: dict[str, Path], fp16_stages: set[str
         truncated=int((lengths >= spec.max_length).sum()),
         stages=results,
         answers=served,
-        passed=all(r.passed for r in results.values()) and (served is None or served["passed"]),
+        variants=variants,
+        passed=all(r.passed for r in [*results.values(), *variants.values()]) and (served is None or served["passed"]),
         seconds=round(time.perf_counter() - start, 3),
     )
 
 
 def check(report: VerificationReport) -> None:
     """Exit non-zero, with the numbers, when a tolerance is exceeded."""
-    failed = {name: r for name, r in report.stages.items() if not r.passed}
+    failed = {name: r for name, r in [*report.stages.items(), *report.variants.items()] if not r.passed}
     if report.answers and not report.answers["passed"]:
         a = report.answers
         raise TritonizeError(

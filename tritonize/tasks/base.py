@@ -11,6 +11,8 @@ they never branch on its name.
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -43,6 +45,16 @@ SENTENCES = [
     "The server keeps serving after bad input, and batching merges requests of the same length.",
     "Dynamic batching, ensembles and Python backends are features of the Triton Inference Server.",
 ]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """Another form a client may ask of the served answer (an embedding cut to a Matryoshka size), derived from
+    the served output by the package's own code, with the model library's answer of that form to hold it to."""
+
+    name: str
+    reference: np.ndarray
+    derive: Callable[[np.ndarray], np.ndarray]  # the served output -> this form
 
 
 class Task(abc.ABC):
@@ -132,6 +144,11 @@ class Task(abc.ABC):
         outputs are not yet the answer: {"reference", "rows", "agree", "passed"}; None otherwise."""
         return None
 
+    def variants(self, spec: ModelSpec, rows: list[tuple[str, ...]]) -> tuple[Variant, ...]:
+        """The forms of the answer the head declares besides the served one, each verified on the served graph
+        (none by default)."""
+        return ()
+
     def int8_kept(self, fp32: np.ndarray, int8: np.ndarray) -> float:
         """The share of `int8_figure` the int8 graph keeps, from both graphs' first output on the corpus rows."""
         raise NotImplementedError(f"{self.name} offers no int8")
@@ -214,7 +231,8 @@ class Task(abc.ABC):
 
 
 # Generation flags that only some tasks read; any other task refuses them rather than ignore them.
-TASK_FLAGS = {"--pooling": "pooling", "--normalize": "normalize", "--aggregation": "aggregation"}
+TASK_FLAGS = {"--pooling": "pooling", "--normalize": "normalize", "--matryoshka-dims": "matryoshka_dims",
+              "--aggregation": "aggregation"}
 
 
 def refuse_foreign_flags(options: GenerateOptions, allowed: tuple[str, ...], what: str) -> None:

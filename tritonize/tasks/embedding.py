@@ -6,10 +6,18 @@ as the library runs it, and the reference is its own `encode`. A bare encoder
 asked for with --task embedding, or a folder whose pooling or normalisation is
 overridden by flag, gets tritonize's mean/CLS pooling over the transformers
 model instead, verified against that PyTorch model.
+
+Matryoshka: the sizes a model may be cut to (the folder's model card, or
+--matryoshka-dims) are recorded in the head; `Head.truncate` cuts served
+vectors to one of them as sentence-transformers' `encode(truncate_dim=...)`
+does, and verification holds each size to that library. A folder saved with
+`truncate_dim` is served at that size, as its `encode` returns it.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -18,7 +26,7 @@ import numpy as np
 from ..errors import TritonizeError
 from ..spec import GenerateOptions, ModelSpec, TensorSpec
 from ..spec import Head as BaseHead
-from .base import FLOAT, Task, load_pretrained, refuse_foreign_flags
+from .base import FLOAT, Task, Variant, load_pretrained, refuse_foreign_flags
 
 if TYPE_CHECKING:
     from ..folder import ModelFolder
@@ -48,6 +56,50 @@ class Head(BaseHead):
     library: Library = "transformers"  # whose modules the graph is: sentence-transformers' own, or tritonize's pooling
     dense: int = 0  # Dense projections after pooling
     prompts: tuple[tuple[str, str], ...] = ()  # (name, text) declared by the folder; clients prepend them
+    # The folder's truncate_dim (config_sentence_transformers.json): its encode, and so the graph, returns the
+    # first `dim` values, not re-normalised. 0: the whole vector.
+    truncate_dim: int = 0
+    # Matryoshka sizes a request may cut the served vector to, largest first (the served `dim` among them);
+    # (): the model declares none, and a request for another size is refused.
+    dimensions: tuple[int, ...] = ()
+
+    def truncate(self, vectors: np.ndarray, dim: int) -> np.ndarray:
+        """Served embeddings at one of the declared Matryoshka sizes (an API request's `dimensions`), as
+        sentence-transformers' encode(truncate_dim=dim, normalize_embeddings=<the model normalises>) computes
+        them. A size the model does not declare is refused: a cut the model was not trained for is not its
+        answer."""
+        if dim not in self.dimensions:
+            declared = ", ".join(map(str, self.dimensions)) or "none"
+            raise TritonizeError(
+                f"this model serves {self.dim}-value embeddings and cannot be cut to {dim} values "
+                f"(Matryoshka sizes declared: {declared})",
+                hint="generate the repository with --matryoshka-dims if the model was trained for those sizes",
+            )
+        return truncate_embeddings(vectors, dim, self.normalize)
+
+
+def truncate_embeddings(vectors: np.ndarray, dim: int, normalize: bool) -> np.ndarray:
+    """The first `dim` values of each vector, re-normalised to unit length when `normalize` (as
+    torch.nn.functional.normalize: divided by max(norm, 1e-12))."""
+    cut = np.asarray(vectors, dtype=np.float32)[..., :dim]
+    if not normalize:
+        return cut
+    return cut / np.maximum(np.linalg.norm(cut, axis=-1, keepdims=True), 1e-12)
+
+
+# What sentence-transformers writes into a model card for a model trained with MatryoshkaLoss: the loss's
+# parameters as JSON, `"matryoshka_dims": [768, 512, ...]`.
+CARD_FILE = "README.md"
+CARD_DIMS = re.compile(r'"matryoshka_dims"\s*:\s*(\[[\d\s,]*\])')
+
+
+def card_dimensions(folder: ModelFolder) -> tuple[int, ...]:
+    """The Matryoshka sizes the folder's model card declares (every MatryoshkaLoss it lists), or ()."""
+    card = folder.root / CARD_FILE
+    if not card.is_file():
+        return ()
+    text = card.read_text(encoding="utf-8", errors="replace")
+    return tuple(sorted({int(d) for found in CARD_DIMS.findall(text) for d in json.loads(found)}, reverse=True))
 
 
 def _graph_class():
@@ -71,15 +123,17 @@ def _graph_class():
             return F.normalize(pooled, p=2, dim=1) if self.normalize else pooled
 
     class SentenceTransformerGraph(torch.nn.Module):
-        """sentence-transformers' own module stack, called as its encode() calls it."""
+        """sentence-transformers' own module stack, called as its encode() calls it (cut to the folder's
+        truncate_dim, as encode cuts it)."""
 
-        def __init__(self, st_model):
+        def __init__(self, st_model, truncate_dim: int):
             super().__init__()
-            self.st = st_model
+            self.st, self.truncate_dim = st_model, truncate_dim
             self.model = st_model[0].auto_model  # the transformers model (export reads its config)
 
         def forward(self, input_ids, attention_mask):
-            return self.st({"input_ids": input_ids, "attention_mask": attention_mask})["sentence_embedding"]
+            embedding = self.st({"input_ids": input_ids, "attention_mask": attention_mask})["sentence_embedding"]
+            return embedding[:, : self.truncate_dim] if self.truncate_dim else embedding
 
     return EmbeddingGraph, SentenceTransformerGraph
 
@@ -115,7 +169,7 @@ class Embedding(Task):
         """(pooling modes, normalize, dim, Dense count) from the sentence-transformers modules."""
         modes: tuple[str, ...] = ("mean",)
         normalize, dense = False, 0
-        dim = int(folder.config.get("hidden_size") or folder.config.get("dim") or 0)
+        dim = folder.hidden_size
         for module in folder.modules or ():
             kind, sub = folder.module_kind(module), folder.module_dir(module)
             cfg = folder.json(sub / "config.json") if kind != "Transformer" and (sub / "config.json").is_file() else {}
@@ -142,7 +196,7 @@ class Embedding(Task):
         return modes, normalize, dim, dense
 
     def read_head(self, folder: ModelFolder, options: GenerateOptions) -> Head:
-        refuse_foreign_flags(options, ("--pooling", "--normalize"), "an embedding model")
+        refuse_foreign_flags(options, ("--pooling", "--normalize", "--matryoshka-dims"), "an embedding model")
         modes, normalize, dim, dense = self._declared(folder)
         if not dim:
             raise TritonizeError(f"config.json in {folder.transformer_dir} declares no hidden_size")
@@ -152,7 +206,17 @@ class Embedding(Task):
         overridden = (options.pooling not in (None, pooling)) or (options.normalize not in (None, normalize))
         prompts = tuple(sorted((str(k), str(v)) for k, v in (folder.st_config.get("prompts") or {}).items() if v))
         if folder.modules is not None and not overridden:
-            return Head(pooling, normalize, dim, "sentence-transformers", dense, prompts)
+            truncate_dim = int(folder.st_config.get("truncate_dim") or 0)
+            truncate_dim = truncate_dim if 0 < truncate_dim < dim else 0  # encode cuts [:truncate_dim]
+            served = truncate_dim or dim
+            dimensions = _dimensions(folder, options, served, truncate_dim)
+            return Head(pooling, normalize, served, "sentence-transformers", dense, prompts, truncate_dim, dimensions)
+        if options.matryoshka_dims:
+            raise TritonizeError(
+                "--matryoshka-dims needs the folder's own sentence-transformers modules "
+                "(each size is verified against its encode(truncate_dim=...))",
+                hint="serve a sentence-transformers folder as it is, without --pooling/--normalize",
+            )
         if dense:
             raise TritonizeError(
                 f"--pooling/--normalize cannot be combined with the Dense module(s) of {folder.root}",
@@ -161,8 +225,8 @@ class Embedding(Task):
         pooling = options.pooling or pooling
         if pooling not in POOLINGS:
             raise TritonizeError(f"--normalize over {pooling} pooling needs the folder's own modules", hint="drop the flag")
-        hidden = int(folder.config.get("hidden_size") or folder.config.get("dim") or 0)
-        return Head(pooling, normalize if options.normalize is None else options.normalize, hidden, "transformers", 0, prompts)
+        normalize = normalize if options.normalize is None else options.normalize
+        return Head(pooling, normalize, folder.hidden_size, "transformers", 0, prompts)
 
     int8_figure = "top-10 retrieval overlap"
 
@@ -173,7 +237,9 @@ class Embedding(Task):
 
     def describe(self, head: Head) -> str:  # type: ignore[override]
         parts = [f"{head.pooling} pooling"] + ([f"{head.dense} Dense"] if head.dense else [])
-        return ", ".join(parts + (["normalised"] if head.normalize else []))
+        parts += ["normalised"] if head.normalize else []
+        parts += [f"cut to {head.truncate_dim} (truncate_dim)"] if head.truncate_dim else []
+        return ", ".join(parts + ([f"Matryoshka {'/'.join(map(str, head.dimensions))}"] if head.dimensions else []))
 
     def outputs(self, head: Head) -> tuple[TensorSpec, ...]:  # type: ignore[override]
         return (TensorSpec(OUTPUT, FLOAT, (head.dim,)),)
@@ -182,8 +248,6 @@ class Embedding(Task):
         return {"embedding": {"pooling": head.pooling}}
 
     def load(self, spec: ModelSpec, eager: bool = True) -> Any:
-        from transformers import AutoModel
-
         head: Head = spec.head  # type: ignore[assignment]
         pooled, own = _graph_class()
         if head.library == "sentence-transformers":
@@ -193,23 +257,30 @@ class Embedding(Task):
             st = SentenceTransformer(
                 spec.sentence_transformers_dir, device="cpu", trust_remote_code=spec.trust_remote_code, model_kwargs=kwargs
             )
-            return own(st.eval()).eval()
+            return own(st.eval(), head.truncate_dim).eval()
         # The pooler of a bare encoder is never used: its weights may be missing.
-        model = load_pretrained(AutoModel, spec, eager, allow_missing=("pooler.",))
+        model = load_pretrained(bare_class(spec.architecture), spec, eager, allow_missing=("pooler.",))
         return pooled(model, head.pooling, head.normalize).eval()
 
     def reference(self, spec: ModelSpec, graph: Any, rows: list[tuple[str, ...]]) -> tuple[str, np.ndarray]:
         """sentence-transformers' own encode for its folders, else the pooled PyTorch model."""
         head: Head = spec.head  # type: ignore[assignment]
         if head.library == "sentence-transformers":
-            from sentence_transformers import SentenceTransformer
-
-            model = SentenceTransformer(spec.sentence_transformers_dir, device="cpu", trust_remote_code=spec.trust_remote_code)
-            model.max_seq_length = spec.max_length  # the same cut as the served tokenizer
-            texts = [r[0] for r in rows]
-            # prompt="": the embedding of exactly this text; declared prompts are the client's to prepend.
-            return "sentence-transformers", model.encode(texts, prompt="", batch_size=len(texts), convert_to_numpy=True)
+            return "sentence-transformers", _encode(_sentence_transformer(spec), rows)
         return super().reference(spec, graph, rows)
+
+    def variants(self, spec: ModelSpec, rows: list[tuple[str, ...]]) -> tuple[Variant, ...]:
+        """Each declared Matryoshka size: the served vectors cut by `Head.truncate` against
+        SentenceTransformer.encode(truncate_dim=d, normalize_embeddings=<as the model normalises>)."""
+        head: Head = spec.head  # type: ignore[assignment]
+        if not head.dimensions:
+            return ()
+        model = _sentence_transformer(spec)
+        return tuple(
+            Variant(f"dim {d}", _encode(model, rows, truncate_dim=d, normalize_embeddings=head.normalize),
+                    lambda out, d=d: head.truncate(out, d))
+            for d in head.dimensions
+        )
 
     def rows(self, outputs: dict[str, np.ndarray]) -> list[dict]:
         return [{OUTPUT: np.asarray(v, dtype=np.float32).tolist()} for v in outputs[OUTPUT]]
@@ -218,6 +289,47 @@ class Embedding(Task):
         vec = np.asarray(row[OUTPUT])
         head = ", ".join(f"{v:+.4f}" for v in vec[:4])
         return f"dim {vec.size}  norm {np.linalg.norm(vec):.3f}  [{head}, ...]"
+
+
+def _dimensions(folder: ModelFolder, options: GenerateOptions, served: int, truncate_dim: int) -> tuple[int, ...]:
+    """The Matryoshka sizes a request may ask for: --matryoshka-dims, else the model card's, with the served
+    size among them; () where neither declares any. The flag's sizes must fit what is served; the card's that do
+    not (a folder cut shorter by truncate_dim) are dropped."""
+    if options.matryoshka_dims:
+        asked = {int(d) for d in options.matryoshka_dims}
+        wrong = sorted(d for d in asked if not 0 < d <= served)
+        if wrong:
+            cut = f" (truncate_dim {truncate_dim} in config_sentence_transformers.json)" if truncate_dim else ""
+            raise TritonizeError(
+                f"--matryoshka-dims {','.join(map(str, wrong))}: this model serves {served}-value embeddings{cut}",
+                hint=f"give sizes from 1 to {served}",
+            )
+    else:
+        asked = {d for d in card_dimensions(folder) if d <= served}
+    return tuple(sorted(asked | {served}, reverse=True)) if asked else ()
+
+
+def _sentence_transformer(spec: ModelSpec) -> Any:
+    """The folder in sentence-transformers, cutting texts where the served tokenizer cuts them."""
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(spec.sentence_transformers_dir, device="cpu", trust_remote_code=spec.trust_remote_code)
+    model.max_seq_length = spec.max_length
+    return model
+
+
+def _encode(model: Any, rows: list[tuple[str, ...]], **kwargs: Any) -> np.ndarray:
+    # prompt="": the embedding of exactly this text; declared prompts are the client's to prepend.
+    texts = [r[0] for r in rows]
+    return model.encode(texts, prompt="", batch_size=len(texts), convert_to_numpy=True, **kwargs)
+
+
+def bare_class(architecture: str) -> Any:
+    """The folder's own bare model class where it names one (T5EncoderModel: T5's encoder alone), else AutoModel."""
+    import transformers
+
+    named = getattr(transformers, architecture, None) if architecture.endswith("Model") else None
+    return named if named is not None and hasattr(named, "from_pretrained") else transformers.AutoModel
 
 
 def retrieval_overlap(reference: np.ndarray, candidate: np.ndarray, k: int, every: int) -> float:
