@@ -95,15 +95,29 @@ def stop(api: Api) -> None:
 
 
 @pytest.fixture(scope="module")
-def served(tiny_embedding_repo, local_triton, local_options, tmp_path_factory):
+def matryoshka_repo(tmp_path_factory):
+    """A tiny sentence-transformers embedder declared Matryoshka-capable at 32 (served), 16 and 8 values."""
+    from conftest import TinyRepo
+    from tiny_models import build_embedding_model
+    from tritonize.generate import generate
+    from tritonize.spec import GenerateOptions
+
+    base = tmp_path_factory.mktemp("api-emb")
+    source = build_embedding_model(base / "src")
+    repo = generate(GenerateOptions(model=str(source), name="emb", output=str(base / "repo"),
+                                    matryoshka_dims=[32, 16, 8]))
+    return TinyRepo(source=Path(source), repository=Path(repo), name="emb")
+
+
+@pytest.fixture(scope="module")
+def served(matryoshka_repo, local_triton, local_options, tmp_path_factory):
     from tritonize.runtime.local import LocalRuntime
 
-    runtime = LocalRuntime(local_options(tiny_embedding_repo.repository, tmp_path_factory.mktemp("api-run")),
-                           quiet=True)
+    runtime = LocalRuntime(local_options(matryoshka_repo.repository, tmp_path_factory.mktemp("api-run")), quiet=True)
     endpoints = runtime.up()
-    api = start_api(tiny_embedding_repo.repository, endpoints.grpc, "--max-client-batch-size", "8", key=KEY)
+    api = start_api(matryoshka_repo.repository, endpoints.grpc, "--max-client-batch-size", "8", key=KEY)
     try:
-        yield tiny_embedding_repo, endpoints, api
+        yield matryoshka_repo, endpoints, api
     finally:
         stop(api)
         runtime.down()
@@ -137,6 +151,24 @@ def test_openai_sdk_floats_and_base64_are_the_ensembles(served) -> None:
     one = client.embeddings.create(model=repo.name, input=TEXTS[0])
     np.testing.assert_array_equal(np.array(one.data[0].embedding, dtype=np.float32),
                                   ensemble(endpoints, repo.name, TEXTS[:1])[0])
+
+
+@pytest.mark.parametrize("dimensions", [16, 8])
+def test_dimensions_cut_a_matryoshka_model_as_sentence_transformers_does(served, dimensions: int) -> None:
+    from openai import OpenAI
+    from sentence_transformers import SentenceTransformer
+
+    repo, endpoints, api = served
+    got = OpenAI(base_url=api.url + "/v1", api_key=KEY).embeddings.create(model=repo.name, input=TEXTS,
+                                                                           dimensions=dimensions)
+    vectors = np.array([d.embedding for d in got.data], dtype=np.float32)
+    reference = SentenceTransformer(str(repo.source), device="cpu", truncate_dim=dimensions).encode(
+        TEXTS, convert_to_numpy=True, normalize_embeddings=True)
+    assert vectors.shape == (len(TEXTS), dimensions)
+    assert np.abs(vectors - reference).max() <= 1e-5
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-6)
+    code, _, tei = api.call("POST", "/embed", {"inputs": TEXTS, "dimensions": dimensions})
+    assert code == 200 and np.abs(np.array(tei, dtype=np.float32) - vectors).max() == 0
 
 
 def test_langchain_openai_embeddings(served) -> None:
@@ -186,7 +218,8 @@ def test_tei_routes_answer_in_teis_shapes(served) -> None:
     ("/v1/embeddings", {"model": "MODEL", "input": ["a", ""]}, 422, "input"),
     ("/v1/embeddings", {"model": "MODEL", "input": [{"a": 1}]}, 422, None),
     ("/v1/embeddings", {"model": "MODEL", "input": ["a"] * 9}, 413, "input"),
-    ("/v1/embeddings", {"model": "MODEL", "input": "a", "dimensions": 8}, 400, "dimensions"),
+    ("/v1/embeddings", {"model": "MODEL", "input": "a", "dimensions": 12}, 400, "dimensions"),
+    ("/v1/embeddings", {"model": "MODEL", "input": "a", "dimensions": 0}, 400, "dimensions"),
     ("/v1/embeddings", {"model": "MODEL", "input": "a", "encoding_format": "int8"}, 422, None),
     ("/v1/rerank", {"query": "q", "documents": ["a"]}, 424, "model"),
 ])

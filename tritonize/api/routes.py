@@ -16,6 +16,7 @@ import numpy as np
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
+from ..errors import TritonizeError
 from ..spec import TEXT_INPUT, TOKEN_COUNT_OUTPUT, TRUNCATED_OUTPUT
 from ..tasks import classification, embedding, question_answering, rerank, token_classification
 from ..tasks.base import SAMPLE_TEXT, json_cells
@@ -91,19 +92,13 @@ def refuse_truncated(answer: dict[str, np.ndarray], truncate: bool | None, model
 
 
 def matryoshka(vectors: np.ndarray, model: ServedModel, dimensions: int | None) -> np.ndarray:
-    """The first `dimensions` values, re-normalised where the model normalises; only for declared dimensions."""
+    """The served vectors at a declared Matryoshka size (the model's own rule: embedding.Head.truncate)."""
     if dimensions is None or dimensions == vectors.shape[1]:
         return vectors
-    declared = tuple(getattr(model.head, "matryoshka_dims", ()) or ())
-    if dimensions not in declared:
-        why = (f"it declares {', '.join(map(str, declared))}" if declared else
-               "it was not declared Matryoshka-capable at generation (generate --matryoshka-dims)")
-        raise invalid(f"{model.name} serves {vectors.shape[1]} dimensions; `dimensions` {dimensions} is not "
-                      f"served: {why}", "dimensions", 400)
-    cut = vectors[:, :dimensions]
-    if model.head.normalize:
-        cut = cut / np.maximum(np.linalg.norm(cut, axis=1, keepdims=True), 1e-12)
-    return np.ascontiguousarray(cut, dtype=np.float32)
+    try:
+        return np.ascontiguousarray(model.head.truncate(vectors, dimensions), dtype=np.float32)
+    except TritonizeError as exc:
+        raise invalid(f"{model.name}: {exc.message}", "dimensions", 400) from None
 
 
 async def embed(state: ApiState, request: Request, model: ServedModel, texts: list[str],
