@@ -16,6 +16,8 @@ LOCK_PYTHON := 3.11
 LOCK_PLATFORM := x86_64-manylinux_2_36
 # The serving image's Python (NVIDIA's 25.x images) and the packages it adds, locked by `make lock` too.
 IMAGE_LOCK := tritonize/data/serving-image.lock
+# The API image (docker/api.Dockerfile): tritonize[api] on Python $(LOCK_PYTHON), at the versions of $(LOCK).
+API_IMAGE_LOCK := tritonize/data/api-image.lock
 IMAGE_PYTHON := 3.12
 IMAGE_PLATFORM := x86_64-manylinux_2_28
 UV_VERSION := 0.13.9
@@ -51,7 +53,7 @@ help:
 	@echo "make run     install, generate $(REPO)/ from all-MiniLM-L6-v2, start local Triton, print a curl"
 	@echo "make monitoring   make run, plus a local Prometheus scraping the server (port $(PROMETHEUS_PORT))"
 	@echo "make test    install (from $(LOCK)) and run the whole test suite"
-	@echo "make lock    refresh $(LOCK) and $(IMAGE_LOCK) to the newest allowed versions, then run the suite"
+	@echo "make lock    refresh $(LOCK) and the images' locks to the newest allowed versions, then run the suite"
 	@echo "make test-latest   the suite on the newest versions pyproject.toml allows, in $(LATEST_VENV)/ (informs only)"
 	@echo "make stop | status | logs   manage the local server"
 	@echo "make bench   benchmark the local server against the baselines and the in-process floor"
@@ -140,6 +142,9 @@ lock-files:
 	sed -n 's/^\(tokenizers==[^ ]*\).*/\1/p' $(LOCK) | $(LOCK_VENV)/bin/uv pip compile --quiet - --no-deps \
 	  --generate-hashes --python-version $(IMAGE_PYTHON) --python-platform $(IMAGE_PLATFORM) \
 	  --custom-compile-command "make lock" -o $(IMAGE_LOCK)
+	echo "setuptools>=77" | $(LOCK_VENV)/bin/uv pip compile --quiet pyproject.toml - --extra api -c $(LOCK) \
+	  --generate-hashes --python-version $(LOCK_PYTHON) --python-platform $(LOCK_PLATFORM) \
+	  --custom-compile-command "make lock" -o $(API_IMAGE_LOCK)
 
 # Informs, never gates: the newest versions the ranges in pyproject.toml allow, in a venv of their own.
 test-latest:
