@@ -385,7 +385,11 @@ def test_overload_is_shed_at_once_and_never_wrong(minilm_repo, local_options, tm
     assert d["rejected"] > 0 and d["answered"] > 0
     assert d["not_ready_polls"] == 0 and d["ready_polls"] >= duration
     assert d["rejected_ms"]["p99"] < 250  # CI-loose; the closing figures come from a 30 s run of the command
-    assert d["answered_ms"]["p99"] < 5000  # bounded: the queues hold one batch per instance
+    # Bounded by the queues, not by the run's length: at worst both steps' queues are full ahead of a request
+    # (512 each, drained at the measured capacity, with half again for a shared CI machine), plus a batch in
+    # flight. Queues without a bound grow for the whole run (4 x capacity for 10 s: some 30 s of backlog).
+    queued_s = 2 * MIN_QUEUE_SIZE / d["capacity_rps"]
+    assert d["answered_ms"]["max"] < 1000 * (1.5 * queued_s + 2.0)
 
 
 @pytest.mark.e2e

@@ -12,7 +12,7 @@ bucket have equal shapes and the next step can batch them.
 
 A text longer than the max length is truncated by the tokenizer, as the
 reference libraries truncate it. Tokenizing costs time in proportion to the
-whole text (0.35 to 0.9 s per MB on one core), so a text much longer than the
+whole text (0.35 to 1 s per MB on one core), so a text much longer than the
 model reads is tokenized from a prefix where that is provably exact
 (`exact_prefixes`).
 """
