@@ -92,3 +92,23 @@ def minilm_repo(minilm_folder, tmp_path_factory) -> Path:
 
     out = tmp_path_factory.mktemp("minilm") / "repo"
     return Path(generate(GenerateOptions(model=str(minilm_folder), name="minilm", output=str(out))))
+
+
+# --- Long documents --------------------------------------------------------------
+
+PAGE_BYTES = 61_889  # the web page of the issue that made every text within the request bound served
+
+
+@pytest.fixture(scope="session")
+def long_page() -> str:
+    """A document of up to 61,889 bytes from the shipped mixed corpus (several languages, a paragraph a line)."""
+    from tritonize.bench.corpus import MIXED_CORPUS
+
+    lines = MIXED_CORPUS.read_text(encoding="utf-8").splitlines()
+    page, size = [], 0
+    for line in lines * 2:
+        size += len(line.encode()) + 1
+        if size > PAGE_BYTES:
+            break
+        page.append(line)
+    return "\n".join(page)

@@ -267,5 +267,9 @@ def test_tune_writes_the_better_configuration_back(tiny_embedding_repo, tmp_path
         if parsed.platform != "ensemble":
             assert parsed.dynamic_batching.max_queue_delay_microseconds == 0, config
     assert read_manifest(repo).options.max_queue_delay_us == 0
+    # The chosen point's throughput at the highest concurrency is written as the capacity the queues follow.
+    chosen = next(p for p in result["points"] if p["changes"] == result["chosen"])
+    assert result["capacity_rps"] == round(next(r["throughput_rps"] for r in chosen["runs"] if r["concurrency"] == 2), 1)
+    assert read_manifest(repo).options.capacity_rps == result["capacity_rps"] > 0
     # The shadow copies are gone; only real files remain in the repository.
     assert not any(p.is_symlink() for p in Path(repo).rglob("*"))

@@ -30,7 +30,7 @@ ATOL = 1e-4
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("local_triton")]
 
 LONG_10K = " ".join(("the quick brown fox jumps over the lazy dog " * 1112).split()[:10_000])  # 44 KB
-LONG_2500 = " ".join(LONG_10K.split()[:2_500])  # 11 KB: far past the max length, within the byte limit
+LONG_2500 = " ".join(LONG_10K.split()[:2_500])  # 11 KB: far past the max length
 TEXTS = [
     "hello world",
     "the quick brown fox jumps over the lazy dog",
@@ -222,15 +222,15 @@ def test_invalid_utf8_is_rejected(emb, protocol) -> None:
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
-def test_a_long_text_is_truncated_and_a_huge_one_refused(emb, protocol) -> None:
-    """Past the max length a text is truncated, as sentence-transformers truncates it; past the byte limit
-    (16 KiB here) it is refused by size, before it is tokenized (docs/reliability.md)."""
-    assert len(LONG_2500.encode()) < 16 * 1024 < len(LONG_10K.encode())
+def test_a_long_text_is_truncated_and_a_huge_request_refused(emb, protocol) -> None:
+    """Past the max length a text is truncated, however long it is, as sentence-transformers truncates it; past
+    the request bound (2 MiB of text) the request is refused by size, before it is decoded (docs/reliability.md)."""
     with emb.client(protocol) as client:
-        got = client.embed([LONG_2500])
-        with pytest.raises(ServerError, match=r"TEXT\[0\] is \d+ bytes, over this model's limit of 16384 bytes"):
-            client.embed([LONG_10K])
-    assert_close(got, st_embed(emb.source, [LONG_2500]))
+        got = client.embed([LONG_2500, LONG_10K])
+        with pytest.raises(ServerError, match=r"the request carries 2097153 bytes of text, over this server's limit "
+                                              r"of 2097152 bytes per request"):
+            client.embed(["x" * (1024 * 1024), "y" * (1024 * 1024 + 1)])
+    assert_close(got, st_embed(emb.source, [LONG_2500, LONG_10K]))
     still_serving(emb, protocol)
 
 
@@ -393,3 +393,18 @@ def test_minilm_served_matches_sentence_transformers(minilm_folder, minilm_repo,
         assert answered_at > sigterm_at  # it was still running when the server was told to stop
         assert_close(embeddings[:1], expected[-2:-1])
     assert group_processes(pid) == []
+
+
+@pytest.mark.slow
+def test_minilm_serves_a_60_kb_page_as_sentence_transformers_embeds_it(minilm_folder, minilm_repo, long_page,
+                                                                         local_options, tmp_path) -> None:
+    """An ordinary long document (a web page) is embedded from its first 256 tokens, as sentence-transformers
+    embeds it, beside short texts in the same request and alone."""
+    assert len(long_page.encode()) > 60_000
+    texts = ["a short text first", long_page, "and one after it"]
+    expected = st_embed(minilm_folder, texts)
+    with LocalRuntime(local_options(minilm_repo, tmp_path / "run"), quiet=True) as endpoints:
+        with TextClient(endpoints.grpc, "minilm") as grpc_client, TextClient(endpoints.http, "minilm", "http") as http:
+            assert_close(grpc_client.embed(texts), expected)
+            assert_close(http.embed([long_page]), expected[1:2])
+

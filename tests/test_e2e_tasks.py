@@ -449,6 +449,9 @@ def test_qa_refuses_bad_text_and_keeps_serving(served) -> None:
             client.answer("who?", "   ")
         with pytest.raises(ServerError, match="not valid UTF-8"):
             client.answers(["who?"], [b"\xff\xfe bad"])
+        with pytest.raises(ServerError, match="the request carries 2097156 bytes of text, over this server's limit of "
+                                              "2097152 bytes per request"):  # the question's 4 bytes count too
+            client.answers(["who?"], ["x" * (2 * 1024 * 1024)])
         assert client.answer(*QA_PAIRS[0]) is not None
 
 

@@ -18,7 +18,7 @@ from tritonize import repository
 from tritonize.errors import TritonizeError
 from tritonize.manifest import RESOLVED_KEY, Manifest
 from tritonize.spec import GenerateOptions, ModelSpec, Overrides
-from tritonize.tasks import classification, embedding
+from tritonize.tasks import classification, embedding, question_answering
 from tritonize.verify import VerificationReport
 
 EMBEDDING = ModelSpec(
@@ -151,11 +151,24 @@ def test_tensorrt_block_only_on_gpu() -> None:
         ({"max_batch_size": 0}, "--max-batch-size"),
         ({"model_instances": 0}, "--model-instances"),
         ({"max_queue_delay_us": -1}, "--max-queue-delay-us"),
+        ({"max_request_bytes": -1}, "--max-request-bytes must be 0 or more"),
+        ({"queue_budget_ms": 0}, "--queue-budget-ms must be more than 0"),
+        ({"capacity_rps": -5.0}, "--capacity-rps must be more than 0"),
     ],
 )
 def test_bad_numbers_are_refused(options: dict, message: str) -> None:
     with pytest.raises(TritonizeError, match=message):
         _render(EMBEDDING, **options)
+
+
+def test_no_truncate_is_refused_where_nothing_is_truncated() -> None:
+    qa = dataclasses.replace(EMBEDDING, head=question_answering.Head(question_first=True, cls_token_id=101),
+                             architecture="BertForQuestionAnswering")
+    with pytest.raises(TritonizeError, match="^--no-truncate does not apply to question-answering: every context is "
+                                             "read whole, in windows$"):
+        _render(qa, truncate=False)
+    _, _, configs = _render(CLASSIFIER, truncate=False)
+    assert configs["demo_tokenizer/config.pbtxt"].parameters["truncate"].string_value == "0"
 
 
 def test_schema_rejects_unknown_fields_and_bad_values() -> None:

@@ -152,6 +152,41 @@ def test_long_text_is_truncated_not_cut_at_the_baked_in_length(encoder: TextEnco
     assert int(t[MASK].sum()) == 20  # 18 words + [CLS] + [SEP], beyond the baked-in 16
 
 
+def test_a_60_kb_page_is_served_as_sentence_transformers_embeds_it(repo: Path, encoder: TextEncoder, long_page: str) -> None:
+    """No text is refused for its length: the step reads the page's first max-length tokens, as the reference does,
+    from a prefix of it (exact for this tokenizer)."""
+    from sentence_transformers import SentenceTransformer
+
+    assert len(long_page.encode()) > 60_000
+    raw = np.array([long_page.encode()], dtype=object).reshape(-1, 1)
+    (text,) = encoder.rows({"TEXT": raw}, ["TEXT"])
+    assert encoder._prefix(text) != text  # read from a prefix ...
+    counts: dict = {}
+    (feeds,) = encoder.encode_many([[text]], counts=counts)
+    assert feeds[MASK].shape == (1, 64) and int(feeds[MASK].sum()) == 64 and counts["truncated"] == 1
+    whole = TextEncoder(str(repo / "tiny_tokenizer" / "1" / "tokenizer.json"), 64, [8, 16, 32, 64], 0, encoder.outputs)
+    whole.prefix_chars = 0
+    assert all(np.array_equal(feeds[k], v) for k, v in whole.encode([text]).items())  # ... as the whole text
+    got = steps.onnx_runner(repo).run_grouped([feeds])[0][0]
+    expected = SentenceTransformer(str(repo.parent / "tiny"), device="cpu").encode([long_page])
+    assert np.abs(got - expected).max() <= 1e-5
+
+
+def test_no_truncate_refuses_an_over_long_text_with_one_line(repo: Path, encoder: TextEncoder) -> None:
+    tokenizer_file = str(repo / "tiny_tokenizer" / "1" / "tokenizer.json")
+    strict = TextEncoder(tokenizer_file, 64, [8, 16, 32, 64], 0, encoder.outputs, truncate=False)
+    fits = "fox " * 62  # 62 tokens and [CLS], [SEP]: exactly the max length
+    assert int(strict.encode([fits])[MASK].sum()) == 64
+    with pytest.raises(InvalidText, match=r"^TEXT\[1\] is longer than this model's max length of 64 tokens, .*"
+                                          r"--truncate\)$") as info:
+        strict.encode_many([["ok"], ["fine", fits + "dog"]], counts=(counts := {}))
+    assert info.value.reason == "too_long" and counts == {}  # nothing counted for a refused call
+    pairs = TextEncoder(tokenizer_file, 64, [64], 0, encoder.outputs, "only_second", truncate=False,
+                        names=("QUERY", "TEXT"))
+    with pytest.raises(InvalidText, match=r"^QUERY\[0\] and TEXT\[0\] are longer than this model's max length"):
+        pairs.encode([("a query", "word " * 100)])
+
+
 @pytest.mark.parametrize(
     "raw, message",
     [

@@ -16,7 +16,7 @@ from . import repository, tasks
 from .console import err, step
 from .errors import TritonizeError
 from .manifest import RESOLVED_KEY, find_manifest
-from .spec import DEVICES, MANIFEST_FILE, PRECISIONS, TOKENIZER_FILE, GenerateOptions
+from .spec import DEVICES, MANIFEST_FILE, MIN_QUEUE_SIZE, PRECISIONS, TOKENIZER_FILE, GenerateOptions
 from .tasks.embedding import POOLINGS
 from .tasks.token_classification import AGGREGATIONS
 
@@ -44,11 +44,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-batch-size", type=int, help=f"(default: {d.max_batch_size})")
     p.add_argument("--max-queue-delay-us", type=int, help=f"dynamic batching delay (default: {d.max_queue_delay_us})")
     p.add_argument("--max-queue-size", type=int, help="requests each step holds waiting before it answers UNAVAILABLE / 503 "
-                   "(default: max batch size x the step's instances; 0: no bound)")
-    p.add_argument("--max-text-bytes", type=int, help="bytes of one text the server accepts (default: 64 per token of the "
-                   "max length, at least 16 KiB; 0: no bound)")
-    p.add_argument("--cut-long-texts", action=argparse.BooleanOptionalAction, default=None,
-                   help="keep the first --max-text-bytes of a longer text instead of refusing it")
+                   f"(default: --queue-budget-ms of work at --capacity-rps, at least {MIN_QUEUE_SIZE}; 0: no bound)")
+    p.add_argument("--queue-budget-ms", type=int, help=f"work a full queue holds (default: {d.queue_budget_ms})")
+    p.add_argument("--capacity-rps", type=float, help="requests/s the server answers at full load (default: unmeasured, "
+                   "so the queues hold the floor; `tritonize tune` measures it)")
+    p.add_argument("--max-request-bytes", type=int, help=f"bytes of text one request may carry, its texts summed (default: "
+                   f"{d.max_request_bytes}; 0: no bound)")
+    p.add_argument("--truncate", action=argparse.BooleanOptionalAction, default=None,
+                   help="serve a text longer than the max length as its first tokens (default); --no-truncate refuses it")
     p.add_argument("--tokenizer-instances", type=int, help=f"(default: {d.tokenizer_instances})")
     p.add_argument("--model-instances", type=int, help=f"(default: {d.model_instances})")
     p.add_argument("--buckets", type=_int_list, help="padding lengths, e.g. 16,32,64,128 (default: powers of two up to the max length)")

@@ -42,13 +42,11 @@ from .spec import (
     RepoSpec,
     StepSpec,
     TensorRTSpec,
-    default_max_text_bytes,
     default_queue_size,
     normalise_buckets,
     step_names,
 )
 from .serving.health import HEALTH_FILE
-from .serving.texts import CUT, REJECT
 from .verify import VerificationReport
 
 
@@ -68,9 +66,12 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str) -> RepoSpec:
         if value < 1:
             raise TritonizeError(f"{label} must be at least 1 (got {value})")
     for label, value in (("--max-queue-delay-us", options.max_queue_delay_us), ("--max-queue-size", options.max_queue_size),
-                         ("--max-text-bytes", options.max_text_bytes)):
+                         ("--max-request-bytes", options.max_request_bytes)):
         if value is not None and value < 0:
             raise TritonizeError(f"{label} must be 0 or more (got {value})")
+    for label, value in (("--queue-budget-ms", options.queue_budget_ms), ("--capacity-rps", options.capacity_rps)):
+        if value is not None and value <= 0:
+            raise TritonizeError(f"{label} must be more than 0 (got {value})")
     if options.version is not None and options.version < 1:
         raise TritonizeError(f"--version must be at least 1 (got {options.version})")
     if options.tensorrt and options.device != "gpu":
@@ -78,6 +79,8 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str) -> RepoSpec:
     if not name or not all(c.isalnum() or c in "_-." for c in name):
         raise TritonizeError(f"invalid model name {name!r}", hint="use letters, digits, '_', '-' or '.'")
     task = tasks.of(model.head)
+    if not options.truncate and not task.truncates:
+        raise TritonizeError(f"--no-truncate does not apply to {task.name}: every context is read whole, in windows")
     if options.precision == "int8":
         if options.device != "cpu":
             raise TritonizeError("--precision int8 is for CPU deployments (onnxruntime's dynamic quantization)",
@@ -87,6 +90,8 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str) -> RepoSpec:
             raise TritonizeError(f"--precision int8 is offered for {offered}, where verification measures what it "
                                  f"keeps; not for {task.name}", hint="serve it in fp32")
     names = step_names(name)
+    queue_size = (default_queue_size(options.queue_budget_ms, options.capacity_rps) if options.max_queue_size is None
+                  else options.max_queue_size)
 
     def step(role: str, module: str, instances: int, kind: str) -> StepSpec:
         return StepSpec(
@@ -96,8 +101,7 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str) -> RepoSpec:
             max_queue_delay_us=options.max_queue_delay_us,
             instance_count=instances,
             kind=kind,  # type: ignore[arg-type]
-            max_queue_size=(default_queue_size(options.max_batch_size, instances) if options.max_queue_size is None
-                            else options.max_queue_size),
+            max_queue_size=queue_size,
         )
 
     return RepoSpec(
@@ -121,8 +125,8 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str) -> RepoSpec:
         post_parameters=task.post_parameters(model),
         orchestrated=task.orchestrates,
         front_parameters=task.front_parameters(model, names["model"], options.max_batch_size),
-        max_text_bytes=default_max_text_bytes(model.max_length) if options.max_text_bytes is None else options.max_text_bytes,
-        long_texts=CUT if options.cut_long_texts else REJECT,
+        max_request_bytes=options.max_request_bytes,
+        truncate=options.truncate,
         version=options.version or FIRST_VERSION,
     )
 

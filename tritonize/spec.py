@@ -10,6 +10,7 @@ out, and the served modules read what they need from the configs.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Literal
@@ -51,6 +52,16 @@ POST_SUFFIX = "_post"
 
 DEFAULT_BUCKET_LADDER = (16, 32, 64, 128, 256, 512)
 TENSORRT_CACHE = "/tmp/tritonize_trt_cache"
+
+# -- bounds --------------------------------------------------------------------
+# Text bytes one request may carry: what protects the server (memory, and the tokenizer's time), as
+# text-embeddings-inference's 2 MB body limit; a single text within it is served however long it is.
+DEFAULT_MAX_REQUEST_BYTES = 2 * 1024 * 1024
+# A full queue holds about this much work at the server's capacity ...
+DEFAULT_QUEUE_BUDGET_MS = 1000
+# ... and never fewer requests than this: a burst of 512 single requests is admitted, as
+# text-embeddings-inference admits 512 concurrent requests by default.
+MIN_QUEUE_SIZE = 512
 
 
 @dataclass(frozen=True)
@@ -125,15 +136,21 @@ class GenerateOptions:
     # because requests queue while an instance is busy. `tritonize tune` measures the alternatives.
     max_queue_delay_us: int = 0
     # Requests a step holds waiting; beyond it Triton answers UNAVAILABLE (gRPC) / 503 at once.
-    # None: max batch size x the step's instances; 0: no bound.
+    # None: about queue_budget_ms of work at capacity_rps, never below MIN_QUEUE_SIZE (default_queue_size); 0: no bound.
     max_queue_size: int | None = None
+    queue_budget_ms: int = DEFAULT_QUEUE_BUDGET_MS
+    # Requests/s the server answers at full load, as `tritonize tune` measures it on the serving machine;
+    # None: not measured (generation cannot know where the repository will be served), the floor holds.
+    capacity_rps: float | None = None
     tokenizer_instances: int = 1
     model_instances: int = 1
     buckets: list[int] | None = None
-    # Bytes of one text the first step accepts (None: from the max length); beyond it the text is
-    # refused, or with cut_long_texts kept up to the limit.
-    max_text_bytes: int | None = None
-    cut_long_texts: bool = False
+    # Bytes of text one request may carry (its texts summed), checked by the first step before it decodes
+    # anything; 0: no bound. Within it, every text is read as the model reads it.
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    # A text longer than the max length: its first tokens are served (as sentence-transformers and the
+    # pipelines truncate), or with False the request is refused (text-embeddings-inference's truncate=false).
+    truncate: bool = True
     opset: int = 17
     trust_remote_code: bool = False
     force: bool = False
@@ -157,17 +174,19 @@ class GenerateOptions:
 
 @dataclass(frozen=True)
 class Overrides:
-    """What `reconfigure` (and so `tritonize tune`) may change without re-exporting: batching, placement
-    and the bounds on texts and queues."""
+    """What `reconfigure` (and so `tritonize tune`) may change without re-exporting: batching, placement,
+    the bounds on requests and queues, and truncation."""
 
     max_batch_size: int | None = None
     max_queue_delay_us: int | None = None
     max_queue_size: int | None = None
+    queue_budget_ms: int | None = None
+    capacity_rps: float | None = None
     tokenizer_instances: int | None = None
     model_instances: int | None = None
     buckets: list[int] | None = None
-    max_text_bytes: int | None = None
-    cut_long_texts: bool | None = None
+    max_request_bytes: int | None = None
+    truncate: bool | None = None
 
     @classmethod
     def of(cls, changes: dict) -> Overrides:
@@ -261,8 +280,8 @@ class RepoSpec:
     post_parameters: dict[str, str] = field(default_factory=dict)
     orchestrated: bool = False  # the first step calls the model step itself and answers (question answering)
     front_parameters: dict[str, str] = field(default_factory=dict)
-    max_text_bytes: int = 0  # per text, checked by the first step before it tokenizes; 0: no bound
-    long_texts: str = "reject"  # over max_text_bytes: reject | cut (serving/texts.py)
+    max_request_bytes: int = 0  # text bytes per request, checked by the first step before it decodes; 0: no bound
+    truncate: bool = True  # False: a text over the max length is refused, not truncated
     version: int = FIRST_VERSION  # the version folder of every step; the ensemble pins its steps to it
 
     @property
@@ -305,8 +324,8 @@ class RepoSpec:
             "max_length": str(self.model.max_length),
             "buckets": ",".join(map(str, self.buckets)),
             "pad_id": str(self.pad_token_id),
-            "max_text_bytes": str(self.max_text_bytes),
-            "long_texts": self.long_texts,
+            "max_request_bytes": str(self.max_request_bytes),
+            "truncate": str(int(self.truncate)),
         }
         return params | ({"truncation": self.truncation} if self.truncation else {}) | self.front_parameters
 
@@ -356,19 +375,15 @@ def normalise_buckets(buckets: list[int] | tuple[int, ...] | None, max_length: i
     return tuple(kept)
 
 
-# A text's byte limit, from the tokens the model reads: real text runs 3-12 bytes per token, so a text over
-# 64 bytes per token holds several times more than the model reads (it would be truncated anyway).
-TEXT_BYTES_PER_TOKEN = 64
-MIN_TEXT_BYTES = 16 * 1024
+def default_queue_size(budget_ms: int, capacity_rps: float | None) -> int:
+    """What a step drains within the latency budget at the server's capacity, never below MIN_QUEUE_SIZE.
 
-
-def default_max_text_bytes(max_length: int) -> int:
-    return max(MIN_TEXT_BYTES, TEXT_BYTES_PER_TOKEN * max_length)
-
-
-def default_queue_size(max_batch_size: int, instances: int) -> int:
-    """One full batch per instance waiting: what the step clears in one round of executions."""
-    return max_batch_size * instances
+    A queue of one batch turned away bursts the server would answer within a second; a queue much larger
+    than the budget lets accepted requests wait without bound under overload.
+    """
+    if not capacity_rps:
+        return MIN_QUEUE_SIZE
+    return max(MIN_QUEUE_SIZE, math.ceil(budget_ms / 1000 * capacity_rps))
 
 
 def step_names(name: str) -> dict[str, str]:

@@ -182,7 +182,7 @@ def served_table(document: dict) -> Table | None:
         return None
     shaped = [k for k in ("tritonize_windows_total", "tritonize_entities_total") if any(k in r["served"] for r in rows)]
     table = Table(title="What the served steps counted (tritonize_* metrics, deltas per measurement)", title_justify="left")
-    for col in ("system", "workload", "conc", "texts", "tokens", "padding", "truncated", "cut", "unknown tokens",
+    for col in ("system", "workload", "conc", "texts", "tokens", "padding", "truncated", "unknown tokens",
                 "rejected", *(k.removeprefix("tritonize_").removesuffix("_total") for k in shaped)):
         table.add_column(col, justify="left" if col in ("system", "workload") else "right")
     for r in _sorted_runs(rows):
@@ -193,7 +193,7 @@ def served_table(document: dict) -> Table | None:
         rate = c.get("unknown_token_rate")
         table.add_row(r["label"], r["workload"], str(r["concurrency"]), count("tritonize_texts_total"),
                       count("tritonize_tokens_total"), "-" if waste is None else f"{100 * waste:.0f}%",
-                      count("tritonize_texts_truncated_total"), count("tritonize_texts_cut_total"),
+                      count("tritonize_texts_truncated_total"),
                       "-" if rate is None else f"{100 * rate:.2f}%", f"{rejected:.0f}", *(count(k) for k in shaped))
     return table
 

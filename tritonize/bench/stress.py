@@ -15,6 +15,12 @@ request ends one way:
 Readiness (`/v2/health/ready`) is polled every POLL_S throughout.
 
     tritonize stress -r triton_repo --start-local --factor 4 --duration 30
+
+With --burst, it releases N single-row requests at the same instant instead
+(as N clients that send together) and says how many were answered: a queue
+bound of one batch turned most of a burst away.
+
+    tritonize stress -r triton_repo --start-local --workload short --burst 128,256,512
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from ..console import err, out
 from ..errors import TritonizeError
 from ..manifest import read_manifest
 from . import check, corpus, floor, load
-from .cli import choice_list
+from .cli import choice_list, int_list
 
 POLL_S = 0.5
 DEFAULT_FACTOR = 4.0
@@ -43,6 +49,8 @@ CAPACITY_CONCURRENCY = 16
 DEFAULT_TIMEOUT_S = 30.0
 ROWS = 64  # distinct rows sent (each answer is checked against the floor's)
 MAX_LAG_MS = 20.0  # p99 of how late requests leave, beyond which the generator did not keep the rate
+BURST_CHANNELS = 8  # gRPC connections a burst is spread over
+BURST_PAUSE_S = 2.0  # between bursts: the queues drain
 JSON_NAME = "stress.json"
 TABLE_WIDTH = 150
 
@@ -119,6 +127,49 @@ class Stress:
 
     def run(self, rate_rps: float, duration_s: float, seed: int = 0) -> Outcome:
         return asyncio.run(self._open_loop(rate_rps, duration_s, seed))
+
+    def burst(self, n: int, channels: int = BURST_CHANNELS) -> dict:
+        """n single-row requests released together: how each ended, and the slowest answer."""
+        return asyncio.run(self._burst(n, channels))
+
+    async def _burst(self, n: int, channels: int) -> dict:
+        from ..client import AsyncTextClient, ServerError, is_unavailable
+
+        clients = [AsyncTextClient(self.grpc_url, self.name, timeout_s=self.timeout_s) for _ in range(channels)]
+        for client in clients:
+            await client.is_ready()  # connected before the burst
+        gate = asyncio.Event()
+        answered: list[float] = []
+        refused: list[float] = []
+        failed: list[float] = []
+        wrong = 0
+        samples: dict[str, str] = {}
+
+        async def one(k: int) -> None:
+            nonlocal wrong
+            row = self.rows[k % len(self.rows)]
+            await gate.wait()
+            start = time.perf_counter()
+            try:
+                got = await clients[k % channels].infer({name: [text] for name, text in zip(self.inputs, row)})
+            except ServerError as exc:
+                kind = "rejected" if is_unavailable(exc) else "failed"
+                (refused if is_unavailable(exc) else failed).append((time.perf_counter() - start) * 1e3)
+                samples.setdefault(kind, f"{exc.status}: {exc.message[:200]}")
+                return
+            answered.append((time.perf_counter() - start) * 1e3)
+            if not check.compare([self.expected[k % len(self.rows)]], [check.one_row(got)]).passed:
+                wrong += 1
+
+        tasks = [asyncio.create_task(one(k)) for k in range(n)]
+        await asyncio.sleep(0.1)  # every request waits at the gate
+        gate.set()
+        await asyncio.gather(*tasks)
+        for client in clients:
+            await client.close()
+        return {"requests": n, "answered": len(answered), "rejected": len(refused), "failed": len(failed),
+                "wrong": wrong, "answered_ms": {"p50": _percentile(answered, 50), "max": _percentile(answered, 100)},
+                "rejected_ms": {"max": _percentile(refused, 100)}, "samples": samples}
 
     async def _open_loop(self, rate_rps: float, duration_s: float, seed: int) -> Outcome:
         import aiohttp
@@ -205,6 +256,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rate", type=float, default=None, help="arrival rate in requests/s, instead of factor x capacity")
     p.add_argument("--duration", type=float, default=DEFAULT_DURATION_S, help="seconds of open-loop load (default: %(default)s)")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds before a request counts as hung")
+    p.add_argument("--burst", type=int_list, default=None, metavar="N[,N...]",
+                   help="instead of the open loop: N single-row requests released at the same instant, per N")
     p.add_argument("--output", "-o", type=Path, default=Path("bench_results"), help=f"folder for {JSON_NAME}")
     p.set_defaults(func=run)
 
@@ -218,6 +271,8 @@ def run(args: argparse.Namespace) -> int:
                            start_local=args.start_local, output=args.output)
     with triton_endpoints(options) as (http_url, grpc_url, _, _):
         stress = Stress(args.repository, http_url, grpc_url, args.model, args.workload[0], args.timeout)
+        if args.burst:
+            return _bursts(stress, args)
         capacity = None
         if args.rate is None:
             err.print(f"Measuring capacity ({CAPACITY_S:g} s closed loop, concurrency {CAPACITY_CONCURRENCY})...")
@@ -229,12 +284,33 @@ def run(args: argparse.Namespace) -> int:
     document = {"model": stress.name, "task": stress.task.name, "workload": stress.workload,
                 "capacity_rps": round(capacity, 1) if capacity else None, "factor": args.factor if capacity else None,
                 "timeout_s": args.timeout, **outcome.summary()}
-    args.output.mkdir(parents=True, exist_ok=True)
-    path = args.output / JSON_NAME
-    path.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+    path = _write(args.output, document)
     print_summary(document)
     err.print(f"[green]✓[/] wrote {path}")
     return 0 if document["wrong"] == 0 and document["hung"] == 0 else 1
+
+
+def _write(folder: Path, document: dict) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / JSON_NAME
+    path.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+    return path
+
+
+def _bursts(stress: Stress, args: argparse.Namespace) -> int:
+    stress.burst(CAPACITY_CONCURRENCY)  # warm: every step has run once
+    bursts = []
+    for n in args.burst:
+        time.sleep(BURST_PAUSE_S)
+        bursts.append(stress.burst(n))
+        b = bursts[-1]
+        out.print(f"burst of {n}: {b['answered']} answered (p50 {b['answered_ms']['p50']} ms, slowest "
+                  f"{b['answered_ms']['max']} ms), {b['rejected']} refused, {b['failed']} failed, {b['wrong']} wrong")
+        for kind, message in b["samples"].items():
+            out.print(f"  {kind}: {message}", markup=False)
+    document = {"model": stress.name, "task": stress.task.name, "workload": stress.workload, "bursts": bursts}
+    err.print(f"[green]✓[/] wrote {_write(args.output, document)}")
+    return 0 if all(b["wrong"] == 0 and b["failed"] == 0 for b in bursts) else 1
 
 
 def print_summary(d: dict) -> None:

@@ -6,7 +6,9 @@ local Triton on free ports, and measured over gRPC. The best point by
 throughput relative to the start (geometric mean over workloads and
 concurrencies), among those whose p99 stays within the budget at every
 measured concurrency, is written back into the real repository. The starting configuration is always measured first; a point
-must beat it by 3% (the noise of a short run) to replace it.
+must beat it by 3% (the noise of a short run) to replace it. The chosen point's throughput at the highest
+concurrency (the slowest workload's) is written too, as the capacity the queue bounds follow
+(`spec.default_queue_size`).
 
     tritonize tune --repository triton_repo --p99-budget-ms 250
     tritonize tune --repository triton_repo --grid max_queue_delay_us=0,2000 model_instances=1,2 buckets=16:64:256
@@ -184,10 +186,16 @@ class Tuner:
         before = self.points[0]
         budget = self.budget if self.budget is not None else round(before.worst_p99() * DEFAULT_BUDGET_SLACK, 1)
         best = self.choose(budget)
-        return {"budget_p99_ms": budget, "budget_given": self.budget is not None, "grid": self.grid,
+        return {"budget_p99_ms": budget, "capacity_rps": self.capacity(best), "budget_given": self.budget is not None, "grid": self.grid,
                 "concurrency": self.concurrency, "workloads": list(self.workloads),
                 "points": [{"changes": p.changes, "runs": p.runs, "error": p.error} for p in self.points],
                 "before": before.changes, "chosen": best.changes, "changed": best is not before}
+
+    def capacity(self, point: Point) -> float | None:
+        """Requests/s at the highest measured concurrency, of the slowest workload: what a full queue drains."""
+        top = max(self.concurrency)
+        rates = [r["throughput_rps"] for r in point.runs if r["concurrency"] == top]
+        return round(min(rates), 1) if rates and min(rates) > 0 else None
 
     def score(self, point: Point) -> float:
         """Geometric mean of throughput over every (workload, concurrency), relative to the start.
@@ -270,13 +278,18 @@ def run(args: argparse.Namespace) -> int:
     result = tuner.run()
     print_summary(tuner, result, out if out.width >= 120 else Console(file=out.file, width=160, highlight=False))
     if result["changed"] and not args.dry_run:
-        reconfigure(tuner.repo, Overrides.of(result["chosen"]))
         err.print(f"[green]✓[/] wrote {Point(result['chosen']).label()} into {tuner.repo} "
                   f"(was {Point(result['before']).label()}); restart the server to use it")
     elif result["changed"]:
         err.print(f"dry run: would write {Point(result['chosen']).label()} into {tuner.repo}")
     else:
         err.print(f"the current configuration ({Point(result['before']).label()}) stays")
+    if not args.dry_run:
+        capacity = {"capacity_rps": result["capacity_rps"]} if result["capacity_rps"] else {}
+        repo = reconfigure(tuner.repo, Overrides.of({**(result["chosen"] if result["changed"] else {}), **capacity}))
+        if capacity:
+            err.print(f"capacity {result['capacity_rps']:g} req/s written: each step's queue holds "
+                      f"{repo.model_step.max_queue_size} requests")
     args.output.mkdir(parents=True, exist_ok=True)
     (args.output / "tune.json").write_text(json.dumps(result, indent=2) + "\n")
     return 0

@@ -21,20 +21,18 @@ COUNTERS = {
     "tritonize_tokens_total": "Tokens the texts became, special tokens included, after truncation.",
     "tritonize_padded_tokens_total": "Tokens the model step computes for them: padded to the bucket.",
     "tritonize_texts_truncated_total": "Texts longer than the max length, truncated (or split into windows).",
-    "tritonize_texts_cut_total": "Texts over the byte limit whose first bytes were kept (--cut-long-texts).",
     "tritonize_unknown_tokens_total": "Tokens the tokenizer could only map to its unknown token.",
     "tritonize_inputs_rejected_total": "Requests refused with INVALID_ARG, by reason.",
     "tritonize_windows_total": "Question-answering windows sent to the model step.",
     "tritonize_entities_total": "Entities the token-classification step returned.",
 }
-REASONS = ("too_large", "invalid_utf8", "empty", "no_elements", "rows_mismatch", "tokenizer")
+REASONS = ("too_large", "too_long", "invalid_utf8", "empty", "no_elements", "rows_mismatch", "tokenizer")
 # What the steps count in one execute() (their `counts` dicts) -> the counter each key feeds.
 COUNTED = {
     "texts": "tritonize_texts_total",
     "tokens": "tritonize_tokens_total",
     "padded": "tritonize_padded_tokens_total",
     "truncated": "tritonize_texts_truncated_total",
-    "cut": "tritonize_texts_cut_total",
     "unknown": "tritonize_unknown_tokens_total",
     "windows": "tritonize_windows_total",
     "entities": "tritonize_entities_total",

@@ -51,7 +51,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from .metrics import StepMetrics
-from .texts import REJECT, InvalidText, decode
+from .texts import InvalidText, check_size, decode
 
 try:
     import triton_python_backend_utils as pb_utils
@@ -511,7 +511,7 @@ class Reader:
         self.start_output, self.end_output = p["start_logits"], p["end_logits"]
         self.max_rows = int(p.get("model_max_batch_size", "64"))
         self.question_input, self.context_input = p["question_input"], p["context_input"]
-        self.max_text_bytes, self.long_texts = int(p.get("max_text_bytes", "0")), p.get("long_texts", REJECT)
+        self.max_request_bytes = int(p.get("max_request_bytes", "0"))
 
     @classmethod
     def from_config(cls, model_config: Mapping[str, Any], version_dir: str) -> Reader:
@@ -524,10 +524,13 @@ class Reader:
         except Exception as exc:  # noqa: BLE001 - the tokenizer's own words (a question too long to keep)
             raise InvalidPair(str(exc)) from None
 
-    def pairs(self, inputs: Mapping[str, np.ndarray], counts: dict | None = None) -> list[tuple[str, list[Window]]]:
-        """One request's inputs, by name -> (context, its windows) per row; InvalidText for a bad request."""
-        questions, contexts = (decode(inputs[name], name, self.max_text_bytes, self.long_texts, counts)
-                               for name in (self.question_input, self.context_input))
+    def pairs(self, inputs: Mapping[str, np.ndarray]) -> list[tuple[str, list[Window]]]:
+        """One request's inputs, by name -> (context, its windows) per row; InvalidText for a bad request (one
+        over the byte bound before anything is decoded). Contexts are read whole, in windows, as the pipeline
+        reads them."""
+        names = (self.question_input, self.context_input)
+        check_size((inputs[name] for name in names), self.max_request_bytes)
+        questions, contexts = (decode(inputs[name], name) for name in names)
         if len(questions) != len(contexts):
             raise InvalidPair(f"{len(questions)} questions for {len(contexts)} contexts: send one pair per row",
                               "rows_mismatch")
@@ -593,7 +596,7 @@ class TritonPythonModel:
         for i, request in enumerate(requests):
             try:
                 found = self.reader.pairs({n: pb_utils.get_input_tensor_by_name(request, n).as_numpy()
-                                           for n in self.input_names}, counts)
+                                           for n in self.input_names})
             except InvalidText as exc:
                 self.metrics.rejected(exc.reason)
                 responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc), pb_utils.TritonError.INVALID_ARG))

@@ -2,20 +2,19 @@
 
 Served: copied verbatim next to the tokenizer step's, the question-answering
 step's and the post step's model.py; it imports only the standard library and
-numpy. A text's size is checked before it is decoded or tokenized, so one
-huge text costs its sender an error at once, not every other request a wait
-behind it.
+numpy. A request's size is checked before anything is decoded or tokenized, so
+one huge request costs its sender an error at once, not every other request a
+wait behind it. Within that bound no text is refused for its length: the step
+reads it as the model reads it.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
-
-REJECT, CUT = "reject", "cut"  # what a step does with a text over its byte limit
 
 
 class InvalidText(ValueError):
@@ -27,31 +26,37 @@ class InvalidText(ValueError):
         self.reason = reason
 
 
-def decode(raw: np.ndarray, name: str, max_bytes: int = 0, long_texts: str = REJECT,
-           counts: dict | None = None) -> list[str]:
-    """BYTES elements -> str. Over `max_bytes` (0: no limit), a text is refused, or with CUT kept up to the
-    limit (a character the cut splits is dropped, as text-embeddings-inference's `truncate` keeps a prefix).
-    Invalid UTF-8 and blank texts are the sender's error. `counts["cut"]` counts the texts cut."""
+def request_bytes(arrays: Iterable[np.ndarray]) -> int:
+    """Bytes of text in a request's BYTES tensors, counted without decoding or copying them."""
+    return sum(len(item.encode("utf-8")) if isinstance(item, str) else len(item)
+               for raw in arrays for item in raw.reshape(-1))
+
+
+def check_size(arrays: Iterable[np.ndarray], max_bytes: int) -> None:
+    """Refuse a request whose texts add up to more than `max_bytes` (0: no bound)."""
+    if not max_bytes:
+        return
+    size = request_bytes(arrays)
+    if size > max_bytes:
+        raise InvalidText(
+            f"the request carries {size} bytes of text, over this server's limit of {max_bytes} bytes per request: "
+            "send fewer or shorter texts per request, or raise the limit (tritonize generate --max-request-bytes)",
+            "too_large",
+        )
+
+
+def decode(raw: np.ndarray, name: str) -> list[str]:
+    """BYTES elements -> str. Invalid UTF-8 and blank texts are the sender's error."""
     texts = []
     for i, item in enumerate(raw.reshape(-1)):
-        data = item.encode("utf-8") if isinstance(item, str) else bytes(item)
-        cut = bool(max_bytes) and len(data) > max_bytes
-        if cut and long_texts != CUT:
-            raise InvalidText(
-                f"{name}[{i}] is {len(data)} bytes, over this model's limit of {max_bytes} bytes per text: "
-                "send shorter texts (the model reads only the first tokens of a text)", "too_large"
-            )
-        if cut:
-            data = data[:max_bytes]
-            if counts is not None:
-                counts["cut"] = counts.get("cut", 0) + 1
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            if not (cut and exc.reason == "unexpected end of data"):
+        if isinstance(item, str):
+            text = item
+        else:
+            try:
+                text = bytes(item).decode("utf-8")
+            except UnicodeDecodeError as exc:
                 raise InvalidText(f"{name}[{i}] is not valid UTF-8 (byte {exc.start}): send UTF-8 encoded text",
                                   "invalid_utf8") from None
-            text = data[: exc.start].decode("utf-8")
         if not text.strip():
             raise InvalidText(f"{name}[{i}] is empty: send at least one non-blank character", "empty")
         texts.append(text)

@@ -3,30 +3,109 @@
 Served: Triton runs a byte-identical copy of this file as the step's
 model.py, with batching.py beside it. It needs only `tokenizers` and numpy,
 never transformers. Tensor names, the tokenizer file, the max length, the
-buckets, the pad id and the truncation strategy are read from the model
-configuration Triton hands over. A step with two text inputs encodes pairs
-(query and document) with the model's own pair template. One batched encode
-covers every request of an execute() call; each request is padded to the
-smallest bucket that fits its longest text, so requests of one bucket have
-equal shapes and the next step can batch them.
+buckets, the pad id, the truncation strategy and the request bound are read
+from the model configuration Triton hands over. A step with two text inputs
+encodes pairs (query and document) with the model's own pair template. One
+batched encode covers every request of an execute() call; each request is
+padded to the smallest bucket that fits its longest text, so requests of one
+bucket have equal shapes and the next step can batch them.
+
+A text longer than the max length is truncated by the tokenizer, as the
+reference libraries truncate it. Tokenizing costs time in proportion to the
+whole text (0.35 to 1 s per MB on one core), so a text much longer than the
+model reads is tokenized from a prefix where that is provably exact
+(`exact_prefixes`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 from tokenizers import Tokenizer
 
 from .batching import ATTENTION_MASK, ENCODING_FIELDS, INPUT_IDS, bucket_for, pad_rows, pad_value, parse_buckets
 from .metrics import StepMetrics
-from .texts import REJECT, InvalidText, decode, unk_token_id
+from .texts import InvalidText, check_size, decode, unk_token_id
 
 try:
     import triton_python_backend_utils as pb_utils
 except ImportError:  # imported outside Triton: tests, verification and the benchmark use TextEncoder
     pb_utils = None
+
+
+# -- exact prefixes ----------------------------------------------------------------
+# A long text may be cut just before an ASCII space that follows two printable ASCII characters and precedes a
+# third. Under the tokenizer pieces accepted below, that space always starts a new pre-token and nothing before
+# it changes with what follows, so the tokens of the prefix are the first tokens of the whole text. The prefix is
+# kept only when its own encoding is truncated: then every token the model reads comes from it.
+PREFIX_CHARS_PER_TOKEN = 16  # where the first cut is tried; real text runs 3-12 characters per token
+_BOUNDARY = re.compile(r"(?<=[!-~]{2}) (?=[!-~])")
+_LOCAL_NORMALIZERS = {"BertNormalizer", "Lowercase", "NFC", "NFD", "NFKC", "NFKD", "StripAccents", "Strip"}
+_WHITESPACE_ONLY = {" {2,}", r"\s{2,}|[\n\r\t]"}  # Replace patterns that can match nothing but whitespace
+_SPACE_SPLITTERS = {"BertPreTokenizer", "Whitespace", "WhitespaceSplit"}
+_WITHIN_PIECES = {"Punctuation", "Digits", "ByteLevel"}  # split or map inside the pieces a splitter made
+_PER_PIECE_MODELS = {"WordPiece", "BPE", "Unigram", "WordLevel"}
+
+
+def _local_normalizer(n: Mapping[str, Any] | None) -> bool:
+    """Maps each character (or a literal run without whitespace) on its own: never across a space."""
+    if n is None:
+        return True
+    kind = n.get("type")
+    if kind == "Sequence":
+        return all(_local_normalizer(m) for m in n.get("normalizers", []))
+    if kind == "Replace":
+        pattern, content = n.get("pattern", {}), n.get("content", "")
+        if "String" in pattern:
+            return all(t and not any(c.isspace() for c in t) for t in (pattern["String"], content))
+        return pattern.get("Regex") in _WHITESPACE_ONLY
+    return kind in _LOCAL_NORMALIZERS
+
+
+def _splits_at_spaces(p: Mapping[str, Any]) -> bool:
+    """A space after a non-space character always starts a new pre-token."""
+    kind = p.get("type")
+    if kind == "ByteLevel":
+        return bool(p.get("use_regex", True))
+    if kind == "Metaspace":
+        return bool(p.get("split", True))
+    return kind in _SPACE_SPLITTERS
+
+
+def exact_prefixes(tokenizer_json: Mapping[str, Any]) -> bool:
+    """True when a prefix cut at a `_BOUNDARY` encodes to the first tokens of the whole text.
+
+    Accepted: per-character normalizers, pre-tokenizers that split at spaces (BERT, whitespace, byte-level
+    BPE with its regex, SentencePiece's Metaspace), models that encode each pre-token on its own, and added
+    tokens without whitespace that do not swallow the space after them. Anything else (SentencePiece's
+    precompiled normalizer, custom split patterns such as Qwen's, BPE dropout) tokenizes whole texts.
+    """
+    pre = tokenizer_json.get("pre_tokenizer")
+    if pre is None:
+        return False
+    members = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else [pre]
+    model = tokenizer_json.get("model") or {}
+    return (
+        _local_normalizer(tokenizer_json.get("normalizer"))
+        and bool(members) and _splits_at_spaces(members[0])
+        and all(_splits_at_spaces(m) or m.get("type") in _WITHIN_PIECES for m in members[1:])
+        and model.get("type") in _PER_PIECE_MODELS and not model.get("dropout")
+        and all(not a.get("rstrip") and not any(c.isspace() for c in a.get("content", ""))
+                for a in tokenizer_json.get("added_tokens", []))
+    )
+
+
+def prefix_end(text: str, start: int) -> int | None:
+    """Where `text` may be cut at or after `start` (a `_BOUNDARY`), or None."""
+    if len(text) <= start:
+        return None
+    found = _BOUNDARY.search(text, max(start, 2))
+    return found.start() if found else None
 
 
 def parameters(model_config: dict) -> dict[str, str]:
@@ -38,7 +117,8 @@ class TextEncoder:
     """tokenizer.json with the model's max length, and bucketed padding."""
 
     def __init__(self, tokenizer_file: str, max_length: int, buckets: list[int], pad_id: int, outputs: tuple[str, ...],
-                 truncation: str = "longest_first", max_text_bytes: int = 0, long_texts: str = REJECT):
+                 truncation: str = "longest_first", max_request_bytes: int = 0, truncate: bool = True,
+                 names: tuple[str, ...] = ("TEXT",)):
         unknown = [name for name in outputs if name not in ENCODING_FIELDS]
         if unknown:
             raise ValueError(f"cannot produce {unknown}: a tokenizer gives {sorted(ENCODING_FIELDS)}")
@@ -51,8 +131,12 @@ class TextEncoder:
         self.buckets = parse_buckets(",".join(map(str, buckets)), max_length)
         self.pad_id = pad_id
         self.outputs = tuple(outputs)
-        self.max_text_bytes, self.long_texts = max_text_bytes, long_texts
+        self.max_request_bytes, self.truncate, self.names = max_request_bytes, truncate, tuple(names)
         self.unk_id = unk_token_id(self.tokenizer)
+        # Single texts, and the document of a pair cut "only_second", may be read from an exact prefix.
+        exact = exact_prefixes(json.loads(self.tokenizer.to_str()))
+        self.prefix_chars = PREFIX_CHARS_PER_TOKEN * max_length if exact else 0
+        self.cut_second = truncation == "only_second"
 
     @classmethod
     def from_config(cls, model_config: dict, version_dir: str) -> TextEncoder:
@@ -65,16 +149,53 @@ class TextEncoder:
             int(p["pad_id"]),
             tuple(o["name"] for o in model_config["output"]),
             p.get("truncation", "longest_first"),
-            int(p.get("max_text_bytes", "0")),
-            p.get("long_texts", REJECT),
+            int(p.get("max_request_bytes", "0")),
+            p.get("truncate", "1") == "1",
+            tuple(i["name"] for i in model_config["input"]),
         )
 
     def bucket(self, length: int) -> int:
         return bucket_for(length, self.buckets)
 
-    def decode(self, raw: np.ndarray, name: str, counts: dict | None = None) -> list[str]:
-        """BYTES elements -> str, each within the byte limit (serving/texts.py)."""
-        return decode(raw, name, self.max_text_bytes, self.long_texts, counts)
+    def decode(self, raw: np.ndarray, name: str) -> list[str]:
+        """BYTES elements -> str (serving/texts.py)."""
+        return decode(raw, name)
+
+    def _prefix(self, item):
+        """The text (or pair) to encode first: an exact prefix of a long text, or the item itself."""
+        if not self.prefix_chars:
+            return item
+        if isinstance(item, str):
+            end = prefix_end(item, self.prefix_chars)
+            return item if end is None else item[:end]
+        if len(item) == 2 and self.cut_second:
+            end = prefix_end(item[1], self.prefix_chars)
+            return item if end is None else (item[0], item[1][:end])
+        return item
+
+    def _encode(self, items: list) -> list:
+        """tokenizers' batched encode; a prefix that was not truncated is encoded again whole."""
+        try:
+            firsts = [self._prefix(t) for t in items]
+            encodings = self.tokenizer.encode_batch(firsts)
+            again = [k for k, (item, first) in enumerate(zip(items, firsts)) if first is not item
+                     and not encodings[k].overflowing]
+            if again:
+                for k, e in zip(again, self.tokenizer.encode_batch([items[k] for k in again])):
+                    encodings[k] = e
+        except Exception as exc:  # noqa: BLE001 - the tokenizer's own words (e.g. a query too long to keep)
+            raise InvalidText(str(exc)) from None
+        return encodings
+
+    def _too_long(self, index: int, item) -> InvalidText:
+        names = self.names if len(self.names) > 1 and not isinstance(item, str) else self.names[-1:]
+        what = " and ".join(f"{n}[{index}]" for n in names)
+        verb = "are" if len(names) > 1 else "is"
+        return InvalidText(
+            f"{what} {verb} longer than this model's max length of {self.max_length} tokens, and this repository "
+            "refuses over-long texts instead of truncating them: send shorter texts (or generate with --truncate)",
+            "too_long",
+        )
 
     def encode(self, texts: list, width: int | None = None) -> dict[str, np.ndarray]:
         """One request's texts (or (first, second) pairs) -> its token tensors, padded to one bucket (or to `width`)."""
@@ -87,10 +208,14 @@ class TextEncoder:
         width=0 pads each request to its own longest text instead of a bucket. With `counts`, adds what the
         step's metrics count: texts, tokens, padded tokens, truncated texts, unknown tokens.
         """
-        try:
-            encodings = self.tokenizer.encode_batch([t for g in groups for t in g])
-        except Exception as exc:  # noqa: BLE001 - the tokenizer's own words (e.g. a query too long to keep)
-            raise InvalidText(str(exc)) from None
+        encodings = self._encode([t for g in groups for t in g])
+        if not self.truncate:  # before anything is counted: a refused request counts as refused only
+            start = 0
+            for g in groups:
+                over = next((j for j, e in enumerate(encodings[start : start + len(g)]) if e.overflowing), None)
+                if over is not None:
+                    raise self._too_long(over, g[over])
+                start += len(g)
         results, start = [], 0
         for g in groups:
             rows = encodings[start : start + len(g)]
@@ -114,9 +239,11 @@ class TextEncoder:
                            ("truncated", sum(1 for e in rows if e.overflowing)), ("unknown", unknown)):
             counts[key] = counts.get(key, 0) + value
 
-    def rows(self, inputs: dict[str, np.ndarray], names: list[str], counts: dict | None = None) -> list:
-        """One request's inputs -> texts, or (first, second) pairs when the step has two inputs."""
-        columns = [self.decode(inputs[name], name, counts) for name in names]
+    def rows(self, inputs: dict[str, np.ndarray], names: list[str]) -> list:
+        """One request's inputs -> texts, or (first, second) pairs when the step has two inputs; a request over
+        the byte bound is refused before anything is decoded."""
+        check_size((inputs[name] for name in names), self.max_request_bytes)
+        columns = [self.decode(inputs[name], name) for name in names]
         if len(columns) == 1:
             return columns[0]
         if len({len(c) for c in columns}) != 1:
@@ -150,7 +277,7 @@ class TritonPythonModel:
         for i, request in enumerate(requests):
             inputs = {n: pb_utils.get_input_tensor_by_name(request, n).as_numpy() for n in self.input_names}
             try:
-                groups.append(self.encoder.rows(inputs, self.input_names, counts))
+                groups.append(self.encoder.rows(inputs, self.input_names))
                 valid.append(i)
             except InvalidText as exc:
                 responses[i] = self._refuse(exc)

@@ -70,6 +70,8 @@ class Task(abc.ABC):
     verified_output: ClassVar[int] = 0
     # How the tokenizer step cuts a text (or a pair) at the max length; None: the tokenizer's default.
     truncation: ClassVar[str | None] = None
+    # Whether a text past the max length loses its end (so --no-truncate can refuse it instead).
+    truncates: ClassVar[bool] = True
     # A served module (tritonize/serving/<name>.py) that turns the graph's outputs into the task's answer,
     # and the tokenizer outputs it reads besides the model's inputs (offsets, special-tokens mask).
     post_module: ClassVar[str | None] = None

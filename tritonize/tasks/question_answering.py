@@ -83,6 +83,7 @@ class QuestionAnswering(Task):
     output_names = (OUTPUT,)
     text_inputs = (TensorSpec(QUESTION_INPUT, "TYPE_STRING", (1,)), TensorSpec(CONTEXT_INPUT, "TYPE_STRING", (1,)))
     truncation = "only_second"
+    truncates = False  # every context is read whole, in windows
     sample_first = "What does Triton serve?"
     front_module = "question_answering"  # the first step windows, calls the model step, and decodes
     orchestrates = True
