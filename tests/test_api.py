@@ -153,6 +153,25 @@ def test_openai_sdk_floats_and_base64_are_the_ensembles(served) -> None:
                                   ensemble(endpoints, repo.name, TEXTS[:1])[0])
 
 
+def test_usage_counts_the_tokens_the_served_step_read(served) -> None:
+    """prompt_tokens is the tokenizer step's own count (special tokens included), not a second tokenization."""
+    from tokenizers import Tokenizer
+
+    from tritonize.api.catalog import Catalog
+
+    repo, _, api = served
+    long = " ".join(["word"] * 300)
+    code, _, answer = api.call("POST", "/v1/embeddings", {"model": repo.name, "input": [*TEXTS, long]})
+    tokenizer = Tokenizer.from_file(str(Catalog.read(repo.repository).models[0].tokenizer_file))
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(64)
+    expected = sum(len(tokenizer.encode(t).ids) for t in [*TEXTS, long])
+    assert code == 200 and answer["usage"] == {"prompt_tokens": expected, "total_tokens": expected}
+    code, _, refused = api.call("POST", "/embed", {"inputs": ["short", long], "truncate": False})
+    assert code == 413 and refused["error_type"] == "Validation" and "[1]" in refused["error"]
+    assert api.call("POST", "/embed", {"inputs": ["short", long]})[0] == 200  # truncated by default
+
+
 @pytest.mark.parametrize("dimensions", [16, 8])
 def test_dimensions_cut_a_matryoshka_model_as_sentence_transformers_does(served, dimensions: int) -> None:
     from openai import OpenAI
