@@ -47,6 +47,15 @@ What the installed libraries write (transformers 5.23, sentence-transformers 6.2
   transformer_task "sequence-classification" and module_output_name "scores",
   config_sentence_transformers.json with model_type "CrossEncoder" and activation_fn
   "torch.nn.modules.activation.Sigmoid"; the weights are a plain XForSequenceClassification (num_labels 1).
+* SparseEncoder.save: modules.json with Transformer (path "") and 1_SpladePooling ({"pooling_strategy",
+  "activation_function", "embedding_dimension": null}); sentence_bert_config.json with transformer_task "fill-mask";
+  config_sentence_transformers.json with model_type "SparseEncoder" and max_active_dims where set; the weights a
+  plain XForMaskedLM. sentence-transformers 5.0-5.3 wrote MLMTransformer under sentence_transformers.sparse_encoder.models.
+* CrossEncoder over a *ForCausalLM folder: modules.json with Transformer and 1_LogitScore ({"true_token_id",
+  "false_token_id", "module_input_name": "causal_logits"}: "yes" and "no"); sentence_bert_config.json with
+  transformer_task "text-generation" and a "message" modality (format "flat" or "structured"); the chat template
+  as chat_template.jinja; padding_side "left" in tokenizer_config.json; a default prompt goes to the template as a
+  system message.
 """
 
 from __future__ import annotations
