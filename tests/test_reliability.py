@@ -434,10 +434,13 @@ def kill_and_take_the_port(runtime: LocalRuntime, taker: socket.socket) -> None:
     """Kill the server, then listen on its HTTP port, both while the supervisor is stopped: its restart must fail."""
     watcher = instance.read_supervisor(runtime.directory)
     server = instance.read_instance(runtime.directory)
+    regions = instance.shm_regions(server.pid)
     os.kill(watcher.pid, signal.SIGSTOP)
     try:
         os.killpg(server.pid, signal.SIGKILL)
         assert instance.wait_gone(server, 10.0)
+        for region in regions:  # what a killed server leaves in /dev/shm
+            region.unlink(missing_ok=True)
         taker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         taker.bind(("127.0.0.1", server.http_port))
         taker.listen()
