@@ -654,8 +654,10 @@ def test_prometheus_scrapes_whichever_triton_service_runs() -> None:
     assert COMPOSE.parent / config_mount["source"] == COMPOSE.parent / monitoring.COMPOSE_CONFIG
     assert f"--config.file={config_mount['target']}" in prometheus["command"]
     config = yaml.safe_load((COMPOSE.parent / config_mount["source"]).read_text())
-    (job,) = config["scrape_configs"]
+    job, api_job = config["scrape_configs"]
     (target,) = job["static_configs"][0]["targets"]
+    # The API service's own /metrics, on its compose port.
+    assert api_job["static_configs"][0]["targets"] == ["api:8080"] and "api" in services
     host, port = target.split(":")
     for name in ("triton", "triton-cpu"):
         assert host in services[name]["networks"]["default"]["aliases"], name
