@@ -332,3 +332,46 @@ def test_beyond_the_in_flight_bound_is_429_with_retry_after(served) -> None:
         assert api.call("GET", "/health")[0] == 200
     finally:
         stop(api)
+
+
+@pytest.mark.slow
+def test_local_up_runs_the_api_supervised_and_down_stops_it(matryoshka_repo, local_triton, local_options, tmp_path) -> None:
+    """`deploy.py local up` starts the API beside the server; a killed API is started again by the supervisor
+    and counted; `status` reports it; `down` stops it."""
+    import os
+    import signal
+
+    from tritonize.api.process import ApiOptions
+    from tritonize.runtime.instance import read_api
+    from tritonize.runtime.local import LocalRuntime
+    from tritonize.runtime.process import free_ports
+
+    (port,) = free_ports(1)
+    runtime = LocalRuntime(local_options(matryoshka_repo.repository, tmp_path / "run"), quiet=True, supervise=True,
+                           api=ApiOptions(port=port))
+    runtime.up()
+    try:
+        api = Api(f"http://127.0.0.1:{port}", None, None)  # type: ignore[arg-type]
+        assert api.call("POST", "/v1/embeddings", {"model": "emb", "input": "x"})[0] == 200
+        first = read_api(runtime.directory)
+        os.kill(first.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            now = read_api(runtime.directory)
+            if now and now.pid != first.pid and now.alive():
+                try:
+                    if api.call("GET", "/health")[0] == 200:
+                        break
+                except OSError:
+                    pass
+            time.sleep(0.2)
+        else:
+            raise AssertionError("the API was not started again within 15 s")
+        assert read_api(runtime.directory).restarts == 1
+        assert "API restart 1" in (runtime.directory / "supervisor.log").read_text()
+        assert runtime.status().api == f"http://127.0.0.1:{port}: healthy, 1 restart(s)"
+    finally:
+        runtime.down()
+    assert read_api(runtime.directory) is None
+    with pytest.raises(OSError):
+        api.call("GET", "/health")

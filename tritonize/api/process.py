@@ -25,6 +25,14 @@ HEALTH_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 15.0
 
 
+@dataclass(frozen=True)
+class ApiOptions:
+    """How `deploy.py local up` runs the API beside the server (None there: no API)."""
+
+    port: int = DEFAULT_PORT
+    key_file: Path | None = None  # require `Authorization: Bearer <the file's key>`
+
+
 @dataclass
 class ApiProcess:
     repository: Path

@@ -18,7 +18,7 @@ from fastapi.responses import Response
 
 from ..errors import TritonizeError
 from ..spec import TEXT_INPUT, TOKEN_COUNT_OUTPUT, TRUNCATED_OUTPUT
-from ..tasks import classification, embedding, question_answering, rerank, token_classification
+from ..tasks import classification, embedding, question_answering, rerank, sparse_embedding, token_classification
 from ..tasks.base import SAMPLE_TEXT, json_cells
 from . import schemas as s
 from .catalog import ServedModel
@@ -31,7 +31,7 @@ tei = APIRouter(tags=["text-embeddings-inference"])
 own = APIRouter(tags=["tritonize"])
 ops = APIRouter(tags=["operations"])
 
-EMBEDDING, CLASSIFICATION, RERANK = embedding.TASK, classification.TASK, rerank.TASK
+EMBEDDING, CLASSIFICATION, RERANK, SPARSE = embedding.TASK, classification.TASK, rerank.TASK, sparse_embedding.TASK
 ENTITIES, ANSWERS = token_classification.TASK, question_answering.TASK
 
 
@@ -189,6 +189,20 @@ async def tei_embed(body: s.TEIEmbedRequest, request: Request) -> Response:
     if body.normalize and not model.head.normalize:
         vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
     return json_response(vectors)
+
+
+@tei.post("/embed_sparse", response_model=list[list[s.TEISparseValue]])
+async def tei_embed_sparse(body: s.TEISparseRequest, request: Request) -> Response:
+    """SPLADE terms as text-embeddings-inference returns them: per text, `[{"index", "value"}]`, ascending ids."""
+    state = state_of(request)
+    model = state.catalog.find(SPARSE, body.model)
+    right_only(body.truncation_direction)
+    texts = texts_of(body.inputs, "inputs", state.settings.max_client_batch_size)
+    prompt = prompt_of(model, body.prompt_name)
+    answer = await run(state, request, model, {TEXT_INPUT: [prompt + t for t in texts]},
+                       [sparse_embedding.INDICES, sparse_embedding.VALUES])
+    refuse_truncated(answer, body.truncate, model)
+    return json_response([v.pairs() for v in sparse_embedding.vectors(answer)])
 
 
 @tei.post("/rerank", response_model=list[s.TEIRank])

@@ -105,6 +105,19 @@ class TEIEmbedRequest(Body):
     model: str | None = None
 
 
+class TEISparseRequest(Body):
+    inputs: Texts
+    truncate: bool | None = None
+    truncation_direction: Literal["right", "left", "Right", "Left"] = "right"
+    prompt_name: str | None = None
+    model: str | None = None
+
+
+class TEISparseValue(Body):
+    index: int
+    value: float
+
+
 class TEIRerankRequest(Body):
     query: str
     texts: list[str]

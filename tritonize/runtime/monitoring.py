@@ -182,14 +182,15 @@ class LocalPrometheus:
             f"--web.listen-address={process.url_host(self.host)}:{self.options.port}",
         ]
 
-    def start(self, target: str, binary: Path | None = None) -> str:
-        """Write the configuration, start Prometheus scraping `target` (host:port), wait until it is ready;
-        its URL."""
+    def start(self, target: str, binary: Path | None = None, api_target: str | None = None) -> str:
+        """Write the configuration, start Prometheus scraping `target` (host:port) and the API's /metrics
+        (`api_target`, where one runs), wait until it is ready; its URL."""
         binary = binary or find_binary(self.options.binary)
         self.directory.mkdir(parents=True, exist_ok=True)
         (self.directory / CONFIG_FILE).write_text(
             render_config([target], self.options.scrape_interval_s,
-                          written_by=f"Written by `deploy.py local up --monitoring` for the server at {target}.")
+                          written_by=f"Written by `deploy.py local up --monitoring` for the server at {target}.",
+                          api_targets=[api_target] if api_target else ())
         )
         if self.log_file.exists():
             self.log_file.replace(self.log_file.with_suffix(".log.1"))

@@ -227,6 +227,10 @@ class Task(abc.ABC):
         """What the ensemble returns: the answer, then (where the first step tokenizes) each row's tokens."""
         return self.output_names + (() if self.orchestrates else ROW_FIELDS)
 
+    def api_sample(self, name: str, text: str = SAMPLE_TEXT) -> tuple[str, dict] | None:
+        """(route, JSON body) of a request `tritonize api` answers for this task, for printed examples."""
+        return None
+
     def info_type(self, head: Head) -> dict:
         """The `model_type` text-embeddings-inference's /info reports for this head."""
         return {self.name: {}}
