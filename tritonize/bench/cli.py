@@ -47,7 +47,8 @@ def add_target_arguments(p: argparse.ArgumentParser, duration_s: float, workload
     d = BenchOptions(repository=Path("."))
     p.add_argument("--repository", "-r", type=Path, default=Path("triton_repo"),
                    help="the generated repository: names, tokenizer and the floor's graph (default: %(default)s)")
-    p.add_argument("--model", default="", help="the ensemble's name (default: from tritonize.yaml)")
+    p.add_argument("--model", default="", help="the model to measure, where the repository holds several "
+                   "(default: its only model)")
     bound = p.add_mutually_exclusive_group()
     bound.add_argument("--duration", type=float, default=None, help=f"seconds per measurement (default: {duration_s:g})")
     bound.add_argument("--requests", type=int, default=None, help="requests per measurement, instead of a duration")

@@ -22,7 +22,7 @@ from pathlib import Path
 from .. import tasks
 from ..console import err
 from ..errors import TritonizeError
-from ..manifest import Manifest, read_manifest
+from ..manifest import Manifest, read_manifest, read_manifests
 from ..runtime.base import Endpoints, ServerOptions
 from ..runtime.process import free_ports
 from ..spec import Overrides, repo_paths
@@ -45,7 +45,7 @@ class BenchOptions:
     """Everything a run needs; the CLI and tune build one."""
 
     repository: Path
-    model: str = ""  # the ensemble's name; default: tritonize.yaml's name
+    model: str = ""  # the model measured, where the repository holds several; default: its only model
     http_url: str = "127.0.0.1:8000"
     grpc_url: str = "127.0.0.1:8001"
     metrics_url: str = "127.0.0.1:8002"
@@ -127,17 +127,16 @@ class Bench:
     def __init__(self, options: BenchOptions):
         self.o = options
         repo = Path(options.repository)
-        manifest = read_manifest(repo)
-        self.name = options.model or manifest.name
+        manifest = read_manifest(repo, options.model or None)
+        self.name = manifest.name
         self.manifest = manifest
         self.task = tasks.of(manifest.model.head)
         self.inputs = tuple(t.name for t in self.task.text_inputs)
-        self.floor = floor.Floor(repo)
+        self.floor = floor.Floor(repo, name=manifest.name)
         self.workloads = corpus.workloads_for(
             self.floor.chain, self.task, options.workloads, options.corpus_file, options.short_tokens, options.long_tokens
         )
         self.steps = step_models(repo, manifest.name)
-        self.steps["ensemble"] = self.name
         self.runs: list[dict] = []
         self.checks: dict[str, dict] = {}  # per system and workload: its answers against the floor's
         self.skipped: dict[str, str] = {}  # per baseline asked for but not measured: why, in one line
@@ -174,7 +173,7 @@ class Bench:
                 snaps = None
             try:
                 stats.served_counters(metrics_url)
-                served: stats.ServedCounters | None = stats.ServedCounters(metrics_url)
+                served: stats.ServedCounters | None = stats.ServedCounters(metrics_url, list(self.steps.values()))
             except (OSError, ValueError):
                 self.say(f"[yellow]no metrics at {metrics_url}: the served steps' counters are left out[/]")
                 served = None
@@ -344,8 +343,10 @@ class Bench:
                 self.infinity["engines"][key] = {"engine": engine.engine, "warnings": server.warnings()}
 
     def compared(self, folder: Path) -> tuple[str, Bench]:
-        """A repository to measure beside this one: same task and inputs, or refused in one line."""
-        sub = Bench(dataclasses.replace(self.o, repository=folder, model="", start_local=True, baselines=[], compare=[],
+        """A repository to measure beside this one: same task and inputs, or refused in one line. Where it holds
+        several models, the one named as the measured one is compared."""
+        model = self.name if self.name in {m.name for m in read_manifests(folder)} else ""
+        sub = Bench(dataclasses.replace(self.o, repository=folder, model=model, start_local=True, baselines=[], compare=[],
                                         output=Path(self.o.output) / f"compare-{len(self.compared_meta) + 1}"))
         if sub.task.name != self.task.name or sub.inputs != self.inputs:
             raise TritonizeError(f"--compare {folder}: its task is {sub.task.name} with inputs {', '.join(sub.inputs)}; "
