@@ -47,6 +47,15 @@ What the installed libraries write (transformers 5.23, sentence-transformers 6.2
   transformer_task "sequence-classification" and module_output_name "scores",
   config_sentence_transformers.json with model_type "CrossEncoder" and activation_fn
   "torch.nn.modules.activation.Sigmoid"; the weights are a plain XForSequenceClassification (num_labels 1).
+* SparseEncoder.save: modules.json with Transformer (path "") and 1_SpladePooling ({"pooling_strategy",
+  "activation_function", "embedding_dimension": null}); sentence_bert_config.json with transformer_task "fill-mask";
+  config_sentence_transformers.json with model_type "SparseEncoder" and max_active_dims where set; the weights a
+  plain XForMaskedLM. sentence-transformers 5.0-5.3 wrote MLMTransformer under sentence_transformers.sparse_encoder.models.
+* CrossEncoder over a *ForCausalLM folder: modules.json with Transformer and 1_LogitScore ({"true_token_id",
+  "false_token_id", "module_input_name": "causal_logits"}: "yes" and "no"); sentence_bert_config.json with
+  transformer_task "text-generation" and a "message" modality (format "flat" or "structured"); the chat template
+  as chat_template.jinja; padding_side "left" in tokenizer_config.json; a default prompt goes to the template as a
+  system message.
 """
 
 from __future__ import annotations
@@ -70,6 +79,7 @@ MAX_POSITIONS = 128  # usable positions; families with offset positions get more
 ST_MAX_SEQ_LENGTH = 64  # what sentence-transformers folders declare (max_seq_length)
 SEED = 0
 SLIDING_WINDOW = 16  # sliding-window length of the Gemma and Mistral configs: shorter than the long verification texts
+SPLADE_ACTIVE_SHARE = 0.005  # the share of masked-LM logits a SPLADE zoo model keeps above zero
 
 LABELS = ("negative", "neutral", "positive")
 NER_LABELS = ("O", "B-PER", "I-PER", "B-LOC", "I-LOC")
@@ -211,7 +221,7 @@ def _wordpiece_vocab(specials: list[str]) -> dict[str, int]:
     return seen
 
 
-def _train_bpe_bytelevel(tok, vocab_size: int, specials: list[str]):
+def _train_bpe_bytelevel(tok, vocab_size: int, specials: list[str], extra_corpus: tuple[str, ...] = ()):
     from tokenizers import pre_tokenizers, trainers
 
     trainer = trainers.BpeTrainer(
@@ -220,7 +230,7 @@ def _train_bpe_bytelevel(tok, vocab_size: int, specials: list[str]):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(CORPUS * 2, trainer=trainer)
+    tok.train_from_iterator((CORPUS + list(extra_corpus)) * 2, trainer=trainer)
     return tok
 
 
@@ -302,11 +312,13 @@ def _build_with_class(family: str, model_max_length, extra: dict):
     return transformers.LlamaTokenizer(vocab=vocab, merges=merges, pad_token="</s>", **eos, **kwargs, **extra)
 
 
-def build_tokenizer(folder: Path, family: str, model_max_length: int | str | None = "auto", **extra):
+def build_tokenizer(folder: Path, family: str, model_max_length: int | str | None = "auto",
+                    extra_corpus: tuple[str, ...] = (), **extra):
     """Train/build the family's tokenizer, wrap it in the family's class, save_pretrained it into `folder`.
 
     `model_max_length`: "auto" is what the family ships (MAX_POSITIONS, or Qwen's 131072, more than its
     positions); None leaves model_max_length out of tokenizer_config.json.
+    `extra_corpus`: more text a byte-level BPE learns from (a reranker's "yes" and "no" tokens).
     Returns the wrapped transformers tokenizer.
     """
     import transformers
@@ -395,7 +407,7 @@ def build_tokenizer(folder: Path, family: str, model_max_length: int | str | Non
             pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
         ])
         tok.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
-        _train_bpe_bytelevel(tok, 600, [])
+        _train_bpe_bytelevel(tok, 600, [], extra_corpus)
         from tokenizers import AddedToken
 
         tok.add_special_tokens([AddedToken(t, special=True) for t in ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]])
@@ -590,6 +602,8 @@ HEAD_CLASSES = {
     "sequence-classification": "AutoModelForSequenceClassification",
     "token-classification": "AutoModelForTokenClassification",
     "question-answering": "AutoModelForQuestionAnswering",
+    "fill-mask": "AutoModelForMaskedLM",
+    "text-generation": "AutoModelForCausalLM",
 }
 
 
@@ -734,14 +748,129 @@ def build_cross_encoder(folder: Path, family: str, max_length: int = ST_MAX_SEQ_
     return folder
 
 
+def _sparsify_mlm(folder: Path, share: float = SPLADE_ACTIVE_SHARE) -> None:
+    """A random masked-LM head scores about half the vocabulary above zero at every token, so SPLADE would keep
+    nearly every term: lower the head's bias until a `share` of the logits on the corpus stay above zero, so
+    each text keeps tens of terms, as a trained SPLADE model keeps a few hundred of 30k."""
+    import torch
+    import transformers
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder))
+    model = transformers.AutoModelForMaskedLM.from_pretrained(str(folder)).eval()
+    batch = tokenizer(CORPUS, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        logits = model(**batch).logits[batch["attention_mask"].bool()]
+        model.get_output_embeddings().bias -= torch.quantile(logits.flatten(), 1 - share)
+    model.save_pretrained(str(folder))
+
+
+def build_sparse_encoder(folder: Path, family: str, pooling: str = "max", activation: str = "relu",
+                         max_active_dims: int | None = None, prompts: dict | None = None, seed: int = SEED) -> Path:
+    """A SPLADE folder written by the installed sentence-transformers' SparseEncoder.save:
+    Transformer(transformer_task="fill-mask") -> SpladePooling(pooling, activation), with max_active_dims
+    saved in config_sentence_transformers.json where given."""
+    from sentence_transformers import SparseEncoder
+    from sentence_transformers.base.modules import Transformer
+    from sentence_transformers.sparse_encoder.modules import SpladePooling
+
+    folder = Path(folder)
+    with tempfile.TemporaryDirectory(prefix="zoo-hf-") as tmp:
+        build_hf_model(Path(tmp), family, "fill-mask", seed=seed)
+        _sparsify_mlm(Path(tmp))
+        transformer = Transformer(tmp, transformer_task="fill-mask", max_seq_length=ST_MAX_SEQ_LENGTH)
+        model = SparseEncoder(modules=[transformer, SpladePooling(pooling, activation)], device="cpu",
+                              max_active_dims=max_active_dims, prompts=prompts)
+        model.save(str(folder))
+    return folder
+
+
+def build_sparse_legacy(folder: Path, family: str, pooling: str = "sum", seed: int = SEED) -> Path:
+    """A SPLADE folder as sentence-transformers 5.0-5.3 saved it, written by hand: MLMTransformer and
+    SpladePooling under their sentence_transformers.sparse_encoder.models paths, the transformers files at
+    the root, max_seq_length in sentence_bert_config.json."""
+    folder = build_hf_model(Path(folder), family, "fill-mask", seed=seed)
+    _sparsify_mlm(folder)
+    vocab = json.loads((folder / "config.json").read_text())["vocab_size"]
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.sparse_encoder.models.MLMTransformer"},
+        {"idx": 1, "name": "1", "path": "1_SpladePooling", "type": "sentence_transformers.sparse_encoder.models.SpladePooling"},
+    ]
+    (folder / "modules.json").write_text(json.dumps(modules, indent=2) + "\n")
+    (folder / "1_SpladePooling").mkdir(exist_ok=True)
+    (folder / "1_SpladePooling" / "config.json").write_text(json.dumps(
+        {"pooling_strategy": pooling, "activation_function": "relu", "word_embedding_dimension": vocab}, indent=2) + "\n")
+    (folder / "sentence_bert_config.json").write_text(
+        json.dumps({"max_seq_length": ST_MAX_SEQ_LENGTH, "do_lower_case": False}, indent=2) + "\n")
+    (folder / "config_sentence_transformers.json").write_text(json.dumps({
+        "model_type": "SparseEncoder",
+        "__version__": {"sentence_transformers": "5.0.0", "transformers": "4.53.0", "pytorch": "2.7.1"},
+        "prompts": {"query": "", "document": ""}, "default_prompt_name": None, "similarity_fn_name": "dot",
+    }, indent=2) + "\n")
+    return folder
+
+
+# Qwen3-Reranker's prompt as a chat template that renders sentence-transformers' pair roles ("query", "document";
+# flat messages) and takes a system message, where a prompt is given, as the instruction.
+QWEN3_RERANKER_SYSTEM = ('Judge whether the Document meets the requirements based on the Query and the Instruct '
+                         'provided. Note that the answer can only be "yes" or "no".')
+QWEN3_RERANKER_INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"
+QWEN3_RERANKER_TEMPLATE = (
+    "{%- set instruct = namespace(text='" + QWEN3_RERANKER_INSTRUCTION + "') -%}"
+    "{%- for m in messages if m.role == 'system' -%}{%- set instruct.text = m.content -%}{%- endfor -%}"
+    "<|im_start|>system\n" + QWEN3_RERANKER_SYSTEM.replace("'", "\\'") + "<|im_end|>\n<|im_start|>user\n"
+    "<Instruct>: {{ instruct.text }}\n"
+    "<Query>: {{ messages | selectattr('role', 'eq', 'query') | map(attribute='content') | first }}\n"
+    "<Document>: {{ messages | selectattr('role', 'eq', 'document') | map(attribute='content') | first }}<|im_end|>\n"
+    "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+)
+# What the reranker's byte-level BPE learns besides the corpus: its prompt (often, so that its words become whole
+# tokens and the template leaves room for the pair, as Qwen's vocabulary does), and "yes" and "no" as tokens.
+RERANKER_CORPUS = (QWEN3_RERANKER_SYSTEM, QWEN3_RERANKER_INSTRUCTION,
+                   "user\n<Instruct>: <Query>: <Document>: assistant\n<think>\n\n</think>\n\n") * 12 + ("yes\nno",) * 8
+RERANKER_POSITIONS = 512  # the reranker's positions: room for the template, the pair and the long verification pairs
+RERANKER_MAX_LENGTH = 256  # what it declares: the long verification documents are cut, and the template restored
+RERANKER_HEAD_SCALE = 5.0  # the "yes"/"no" rows of a random tied LM head, scaled so scores differ clearly between pairs
+
+
+def build_llm_reranker(folder: Path, family: str = "qwen3", max_length: int = RERANKER_MAX_LENGTH,
+                       prompts: dict | None = None, default_prompt_name: str | None = None,
+                       activation: str = "sigmoid", tied: bool = True, seed: int = SEED) -> Path:
+    """A Qwen3-Reranker-like causal LM written by the installed sentence-transformers' CrossEncoder.save, which
+    loads a *ForCausalLM folder as Transformer(text-generation) -> LogitScore("yes", "no"): the chat template
+    in the folder, left padding, the CrossEncoder's sigmoid (or, with activation="identity", the raw score).
+    tied=False gives the LM head its own weights, as larger rerankers have them."""
+    import torch
+    import transformers
+    from sentence_transformers import CrossEncoder
+
+    folder = Path(folder)
+    with tempfile.TemporaryDirectory(prefix="zoo-hf-") as tmp:
+        tokenizer = build_tokenizer(Path(tmp), family, extra_corpus=RERANKER_CORPUS, padding_side="left",
+                                    chat_template=QWEN3_RERANKER_TEMPLATE)
+        torch.manual_seed(seed)
+        config = _config(family, tokenizer, max_position_embeddings=RERANKER_POSITIONS, tie_word_embeddings=tied)
+        model = transformers.AutoModelForCausalLM.from_config(config).eval()
+        with torch.no_grad():
+            for token in ("yes", "no"):
+                model.get_output_embeddings().weight[tokenizer.convert_tokens_to_ids(token)] *= RERANKER_HEAD_SCALE
+        model.save_pretrained(tmp)
+        reranker = CrossEncoder(tmp, max_length=max_length, device="cpu", prompts=prompts,
+                                default_prompt_name=default_prompt_name,
+                                activation_fn=torch.nn.Identity() if activation == "identity" else None)
+        reranker.save(str(folder))
+    return folder
+
+
 # --------------------------------------------------------------------------- the table
 
 @dataclass(frozen=True)
 class ZooEntry:
     id: str
     family: str
-    task: str  # embedding | classification | reranker | token-classification | question-answering
-    layout: str  # st | st-legacy | st-cls | st-dense | st-prompts | st-lasttoken | hf | st-cross-encoder | hf-reranker
+    task: str  # embedding | sparse-embedding | classification | reranker | token-classification | question-answering
+    # st | st-legacy | st-cls | st-dense | st-prompts | st-lasttoken | st-sparse | st-sparse-legacy | hf |
+    # st-cross-encoder | st-llm-reranker | hf-reranker
+    layout: str
     builder: Callable[[Path], Path] = field(compare=False, repr=False)
     notes: str = ""
 
@@ -842,9 +971,27 @@ def _entries() -> list[ZooEntry]:
     e.append(ZooEntry("qwen3-cross-encoder", "qwen3", "reranker", "st-cross-encoder",
                       partial(build_cross_encoder, family="qwen3", tokenizer_extra={"padding_side": "left"}),
                       "Qwen3-Reranker-seq-cls-like, left padding"))
+    e += [
+        ZooEntry("qwen3-llm-reranker", "qwen3", "reranker", "st-llm-reranker", partial(build_llm_reranker, family="qwen3"),
+                 "Qwen3-Reranker-like: Transformer(text-generation) -> LogitScore(yes, no), chat template, left padding"),
+        ZooEntry("qwen3-llm-reranker-prompt", "qwen3", "reranker", "st-llm-reranker",
+                 partial(build_llm_reranker, family="qwen3", prompts={"code": "Given a code question, retrieve code"},
+                         default_prompt_name="code", activation="identity"),
+                 "a default prompt rendered as the template's instruction, no activation (raw yes - no logit)"),
+    ]
     for fam in ["bert", "xlm-roberta"]:
         e.append(ZooEntry(f"{fam}-hub-reranker", fam, "reranker", "hf-reranker",
                           partial(build_hub_reranker, family=fam), "num_labels=1, no modules.json"))
+    e += [
+        ZooEntry("bert-splade", "bert", "sparse-embedding", "st-sparse", partial(build_sparse_encoder, family="bert"),
+                 "SPLADE-v3-like: Transformer(fill-mask) -> SpladePooling(max, relu)"),
+        ZooEntry("distilbert-splade-log1p", "distilbert", "sparse-embedding", "st-sparse",
+                 partial(build_sparse_encoder, family="distilbert", activation="log1p_relu", max_active_dims=12),
+                 "opensearch-neural-sparse-like: SpladePooling(max, log1p_relu), max_active_dims 12"),
+        ZooEntry("bert-splade-legacy", "bert", "sparse-embedding", "st-sparse-legacy",
+                 partial(build_sparse_legacy, family="bert"),
+                 "sentence-transformers 5.0 layout: MLMTransformer -> SpladePooling(sum), written by hand"),
+    ]
     for fam in ENCODERS:
         e.append(ZooEntry(f"{fam}-token-cls", fam, "token-classification", "hf",
                           partial(build_token_classifier, family=fam), "O/B-PER/I-PER/B-LOC/I-LOC"))
@@ -964,7 +1111,19 @@ def check(entry: ZooEntry | str, folder: Path) -> None:
             assert emb.shape[1] == HIDDEN
         return
 
-    if entry.layout == "st-cross-encoder":
+    if entry.layout.startswith("st-sparse"):
+        from sentence_transformers import SparseEncoder
+
+        with _captured_transformers_log() as log:
+            model = SparseEncoder(str(folder), device="cpu")
+        _assert_clean_load(log.getvalue(), entry.id)
+        emb = model.encode(sentences, convert_to_sparse_tensor=False).numpy()
+        assert emb.shape == (2, config["vocab_size"]), emb.shape
+        active = (emb > 0).sum(1)
+        assert (active > 0).all() and (active < config["vocab_size"] // 4).all(), active  # sparse, not empty
+        return
+
+    if entry.layout in ("st-cross-encoder", "st-llm-reranker"):
         from sentence_transformers import CrossEncoder
 
         with _captured_transformers_log() as log:

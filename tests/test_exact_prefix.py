@@ -24,7 +24,7 @@ MAX_LENGTH = 32  # the prefix is tried at 16 characters per token: 512 character
 OUTPUTS = tuple(ENCODING_FIELDS)
 # Families whose tokenizers are read from a prefix; the others (a custom split pattern) always tokenize whole texts.
 PREFIXED = {"bert", "distilbert", "electra", "mpnet", "roberta", "xlm-roberta", "camembert", "albert", "deberta-v2",
-            "modernbert"}
+            "modernbert", "t5"}
 
 
 def _long_texts(tokenizer) -> list[str]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tritonize.errors import TritonizeError
-from tritonize.runtime import local, process, supervisor
+from tritonize.runtime import instance, process
 from tritonize.runtime.base import http_get
 from tritonize.runtime.local import LocalRuntime
 from tritonize.runtime.process import group_processes, relevant_log_lines
@@ -29,7 +29,7 @@ def stub_processes(pgid: int) -> list[int]:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        if local.STUB_NAME.encode() in cmdline:
+        if instance.STUB_NAME.encode() in cmdline:
             found.append(pid)
     return found
 
@@ -64,7 +64,7 @@ def test_busy_port_is_refused_before_starting(tiny_embedding_repo, local_options
     assert f"gRPC port {options.grpc_port}" in info.value.message
     assert "already in use" in info.value.message
     assert "--grpc-port" in info.value.hint
-    assert not (tmp_path / "run" / f"local-{options.http_port}" / local.STATE_FILE).exists()
+    assert not (tmp_path / "run" / f"local-{options.http_port}" / instance.STATE_FILE).exists()
 
 
 @pytest.mark.e2e
@@ -116,7 +116,7 @@ def test_up_status_logs_down_leaves_no_process(tiny_embedding_repo, local_option
         stop_s = time.monotonic() - start
     print(f"start-to-ready {ready_s:.1f}s, stop {stop_s:.1f}s")
     assert group_processes(pid) == []
-    assert not (runtime.directory / local.STATE_FILE).exists()
+    assert not (runtime.directory / instance.STATE_FILE).exists()
     assert not runtime.status().running
     assert runtime.logs()  # the log outlives the server
 
@@ -151,7 +151,7 @@ def test_failed_model_load_shows_the_servers_error(tiny_embedding_repo, local_op
     assert "exited with code" in message
     assert "No module named 'module_that_does_not_exist_xyz'" in message  # from the model status table
     assert "failed to load all models" in message
-    assert not (runtime.directory / local.STATE_FILE).exists()
+    assert not (runtime.directory / instance.STATE_FILE).exists()
     assert "UNAVAILABLE" in runtime.logs()
 
 
@@ -184,8 +184,8 @@ def test_deploy_local_cli(tiny_embedding_repo, local_options, tmp_path) -> None:
         "--http-port", str(o.http_port), "--grpc-port", str(o.grpc_port), "--metrics-port", str(o.metrics_port),
     ]  # fmt: skip
     up = deploy("up", *flags)
-    instance = local.read_instance(o.run_dir / f"local-{o.http_port}")
-    pid = instance.pid if instance else None
+    record = instance.read_instance(o.run_dir / f"local-{o.http_port}")
+    pid = record.pid if record else None
     try:
         assert up.returncode == 0, up.stderr
         assert "Triton is ready" in up.stdout
@@ -196,7 +196,7 @@ def test_deploy_local_cli(tiny_embedding_repo, local_options, tmp_path) -> None:
         assert status.returncode == 0 and "READY" in status.stdout
         # Ready because a real inference answered, and a supervisor watches the server.
         assert f"health: {tiny_embedding_repo.name} answered in" in status.stdout
-        assert "supervised: 0 restart(s) so far" in status.stdout
+        assert "supervised: 0 restart(s), 0 step reload(s) so far" in status.stdout
 
         logs = deploy("logs", *flags, "--tail", "20")
         assert logs.returncode == 0 and "HTTPService" in logs.stdout
@@ -207,7 +207,7 @@ def test_deploy_local_cli(tiny_embedding_repo, local_options, tmp_path) -> None:
         down = deploy("down", *flags)
     assert down.returncode == 0, down.stderr
     assert pid is not None and group_processes(pid) == []
-    watcher = supervisor.read_state(o.run_dir / f"local-{o.http_port}")
+    watcher = instance.read_supervisor(o.run_dir / f"local-{o.http_port}")
     assert watcher is not None and watcher.state == "stopped" and not watcher.alive()
     again = deploy("down", *flags)
     assert again.returncode == 0 and "no local Triton server is running" in again.stderr

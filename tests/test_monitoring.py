@@ -295,7 +295,7 @@ def monitored(tiny_embedding_repo, local_triton, tmp_path_factory):
     from tritonize.cli import build_parser
     from tritonize.console import out
     from tritonize.runtime import cli as runtime_cli
-    from tritonize.runtime.local import instance_dir
+    from tritonize.runtime.instance import instance_dir
 
     need("prometheus")
     http, grpc, metrics, prom = process.free_ports(4)
@@ -438,7 +438,7 @@ def test_status_reports_prometheus_and_down_stops_it(monitored: Monitored) -> No
     assert status.returncode == 0, status.stdout + status.stderr
     line = next(line for line in status.stdout.splitlines() if line.startswith("monitoring: "))
     assert f"Prometheus {monitored.prometheus}" in line and line.endswith("target up"), line
-    from tritonize.runtime.local import read_instance
+    from tritonize.runtime.instance import read_instance
 
     pid = mon.LocalPrometheus(monitored.directory).running().pid
     server = read_instance(monitored.directory).pid

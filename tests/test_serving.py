@@ -52,6 +52,7 @@ def test_each_step_carries_byte_identical_copies_of_the_served_modules(repo: Pat
         "tiny_tokenizer/1/batching.py": "batching.py",
         "tiny_tokenizer/1/texts.py": "texts.py",
         "tiny_tokenizer/1/metrics.py": "metrics.py",
+        "tiny_tokenizer/1/chat.py": "chat.py",
         "tiny_model/1/model.py": "onnx_model.py",
         "tiny_model/1/batching.py": "batching.py",
     }
@@ -62,10 +63,12 @@ def test_each_step_carries_byte_identical_copies_of_the_served_modules(repo: Pat
 
 
 def test_step_files_follow_relative_imports() -> None:
-    assert set(serving.step_files("tokenizer", "model.py")) == {"model.py", "batching.py", "texts.py", "metrics.py"}
+    assert set(serving.step_files("tokenizer", "model.py")) == {"model.py", "batching.py", "texts.py", "metrics.py",
+                                                                "chat.py"}
     assert set(serving.step_files("onnx_model", "model.py")) == {"model.py", "batching.py"}
     assert set(serving.step_files("question_answering", "model.py")) == {"model.py", "texts.py", "metrics.py"}
     assert set(serving.step_files("token_classification", "model.py")) == {"model.py", "batching.py", "texts.py", "metrics.py"}
+    assert set(serving.step_files("sparse_embedding", "model.py")) == {"model.py"}
 
 
 def test_served_modules_import_only_what_a_triton_container_has() -> None:

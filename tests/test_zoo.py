@@ -21,14 +21,20 @@ from tritonize.repository import parse_config
 from tritonize.spec import GenerateOptions
 
 # The zoo's task names -> what tritonize serves them as.
-SERVED_AS = {"embedding": "embedding", "classification": "classification", "reranker": "rerank",
-             "token-classification": "token-classification", "question-answering": "question-answering"}
-REFERENCE = {"embedding": "sentence-transformers", "classification": "transformers pipeline",
-             "rerank": "sentence-transformers CrossEncoder", "token-classification": "transformers",
-             "question-answering": "transformers"}
-# Where a served step follows (or drives) the graph: the whole answer against the model's library.
+SERVED_AS = {"embedding": "embedding", "sparse-embedding": "sparse-embedding", "classification": "classification",
+             "reranker": "rerank", "token-classification": "token-classification",
+             "question-answering": "question-answering"}
+REFERENCE = {"embedding": "sentence-transformers", "sparse-embedding": "sentence-transformers SparseEncoder",
+             "classification": "transformers pipeline", "rerank": "sentence-transformers CrossEncoder",
+             "token-classification": "transformers", "question-answering": "transformers"}
+# Where a served step follows (or drives) the graph, or renders its input: the whole answer (or the tokens) against
+# the model's library, by task or by zoo layout.
 ANSWERS = {"token-classification": {"reference": "transformers pipeline", "rows": 16, "agree": 16, "passed": True},
-           "question-answering": {"reference": "question-answering pipeline steps", "rows": 6, "agree": 6, "passed": True}}
+           "question-answering": {"reference": "question-answering pipeline steps", "rows": 6, "agree": 6, "passed": True},
+           "sparse-embedding": {"reference": "sentence-transformers SparseEncoder", "rows": 16, "agree": 16, "passed": True},
+           "st-llm-reranker": {"reference": "sentence-transformers CrossEncoder preprocess (token ids)", "rows": 8,
+                               "agree": 8, "passed": True}}
+ANSWER_KEYS = ("reference", "rows", "agree", "passed")
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +51,10 @@ def test_every_folder_is_served_exactly(entry, zoo_root: Path, tmp_path: Path) -
     assert report["task"] == task
     assert report["reference"] == REFERENCE[task]
     assert report["passed"] is True and report["stages"]["export"]["max_abs"] <= 1e-4
-    assert report.get("answers") == ANSWERS.get(task)
+    answers = report.get("answers")
+    assert (answers and {k: answers[k] for k in ANSWER_KEYS}) == ANSWERS.get(entry.layout, ANSWERS.get(task))
+    if task == "sparse-embedding":  # the same non-zero terms as encode, none of them only by float noise at zero
+        assert answers["max_abs"] <= 1e-4 and answers["borderline"] == 0 and answers["terms"]["min"] >= 1
     # The container's model step: Triton's own onnxruntime backend, its tensors those of the local config.
     model_dir = repo / "zoo_model"
     container = parse_config((model_dir / "config.pbtxt").read_text())
@@ -262,3 +271,101 @@ def test_large_graphs_keep_their_weights_as_external_data(zoo_id: str, zoo_root:
     assert [f.name for f in files] == ["model.onnx", "model.onnx.data"] and files[1].stat().st_size > files[0].stat().st_size
     report = verify.verify(spec, graph, artifacts.stages, set(), atol=1e-4, min_cosine=0.999)
     assert report.passed and report.stages["export"].max_abs <= 1e-4
+
+
+# -- SPLADE and causal-LM rerankers: what the served steps add is held to the library too ------------------------
+
+def test_sparse_terms_are_cut_where_the_folder_declares_max_active_dims(zoo_root: Path) -> None:
+    """The served step keeps the `max_active_dims` largest terms, as SparseEncoder.encode does; the same step
+    without the folder's limit answers otherwise, and verification says so."""
+    import dataclasses
+
+    from tritonize import tasks
+    from tritonize.source import read_model
+
+    spec = read_model(GenerateOptions(model=str(model_zoo.build("distilbert-splade-log1p", zoo_root))))
+    task = tasks.of(spec.head)
+    assert spec.head.max_active_dims == 12 and spec.head.activation == "log1p_relu"
+    rows = task.verification_rows()
+    _, weights = task.reference(spec, None, rows)  # every term, as the graph returns them
+    assert (weights > 0).sum(1).max() > 12  # the limit cuts some texts
+    declared = task.served_check(spec, None, rows, [weights])
+    assert declared["passed"] and declared["terms"]["max"] == 12
+    unlimited = dataclasses.replace(spec, head=dataclasses.replace(spec.head, max_active_dims=0))
+    ignored = task.served_check(unlimited, None, rows, [weights])
+    assert not ignored["passed"] and ignored["agree"] == int(((weights > 0).sum(1) <= 12).sum())
+
+
+def test_an_llm_rerankers_tokens_are_checked_against_its_library(zoo_root: Path) -> None:
+    """The rendered, tokenized and truncated pairs equal CrossEncoder's own preprocess, id for id; without the
+    template's closing tokens restored, exactly the pairs cut at the max length differ."""
+    import dataclasses
+
+    from tritonize import tasks
+    from tritonize.source import read_model
+    from tritonize.verify import tokenize
+
+    spec = read_model(GenerateOptions(model=str(model_zoo.build("qwen3-llm-reranker", zoo_root))))
+    task, rows = tasks.of(spec.head), tasks.of(spec.head).verification_rows()
+    assert task.served_check(spec, None, rows, [])["agree"] == len(rows)
+    cut = int((tokenize(spec, rows)["attention_mask"].sum(1) == spec.max_length).sum())
+    assert cut >= 2  # long documents are among the verification pairs
+    unrestored = dataclasses.replace(spec, head=dataclasses.replace(spec.head, suffix_ids=()))
+    assert task.served_check(unrestored, None, rows, [])["agree"] == len(rows) - cut
+
+
+def test_an_llm_reranker_graph_has_no_cache_and_two_rows_of_its_lm_head(tmp_path: Path) -> None:
+    """The causal graph takes the tokens and returns the score alone (no past key values), and keeps only the
+    declared tokens' rows of an untied LM head: one vocabulary-sized matrix (the embeddings), not two."""
+    import onnx
+
+    folder = model_zoo.build_llm_reranker(tmp_path / "untied", tied=False)
+    repo = generate(GenerateOptions(model=str(folder), name="zoo", output=str(tmp_path / "repo")))
+    assert json.loads((repo / "verification.json").read_text())["passed"]
+    graph = onnx.load(str(repo / "zoo_model" / "1" / "model.onnx"))
+    assert [i.name for i in graph.graph.input] == ["input_ids", "attention_mask"]
+    assert [o.name for o in graph.graph.output] == ["score"]
+    vocab = json.loads((folder / "config.json").read_text())["vocab_size"]
+    assert sum(1 for t in graph.graph.initializer if vocab in t.dims) == 1
+
+
+def test_an_llm_reranker_template_that_rewrites_the_texts_is_refused(zoo_root: Path, tmp_path: Path) -> None:
+    import shutil
+
+    folder = shutil.copytree(model_zoo.build("qwen3-llm-reranker", zoo_root), tmp_path / "trimmed")
+    template = folder / "chat_template.jinja"
+    template.write_text(template.read_text().replace("| first }}<|im_end|>", "| first | trim }}<|im_end|>"))
+    with pytest.raises(TritonizeError, match="does not place the query and the document verbatim") as info:
+        generate(GenerateOptions(model=str(folder), output=str(tmp_path / "repo")))
+    assert "\n" not in str(info.value) and not (tmp_path / "repo").exists()
+
+
+@pytest.mark.parametrize("case", ["inference-free splade", "no LogitScore", "bare causal LM"])
+def test_sparse_and_causal_heads_tritonize_cannot_serve_are_refused_in_one_line(case: str, zoo_root: Path,
+                                                                                tmp_path: Path) -> None:
+    import shutil
+
+    if case == "inference-free splade":  # SparseEncoder's Router: a static query encoder beside SPLADE for documents
+        from sentence_transformers import SparseEncoder
+        from sentence_transformers.base.modules import Router, Transformer
+        from sentence_transformers.sparse_encoder.modules import SparseStaticEmbedding, SpladePooling
+
+        document = Transformer(str(model_zoo.build("bert-splade", zoo_root)), transformer_task="fill-mask")
+        router = Router.for_query_document(query_modules=[SparseStaticEmbedding(tokenizer=document.tokenizer)],
+                                           document_modules=[document, SpladePooling("max")])
+        folder = tmp_path / "inference-free"
+        SparseEncoder(modules=[router], device="cpu").save(str(folder))
+        expected = "modules Router and no Transformer module"
+    elif case == "no LogitScore":
+        folder = shutil.copytree(model_zoo.build("qwen3-llm-reranker", zoo_root), tmp_path / "no-score")
+        modules = json.loads((folder / "modules.json").read_text())
+        (folder / "modules.json").write_text(json.dumps(modules[:1]))
+        expected = "unsupported CrossEncoder modules Transformer in"
+    else:  # the causal LM alone, without sentence-transformers' modules: nothing says how it scores
+        folder = shutil.copytree(model_zoo.build("qwen3-llm-reranker", zoo_root), tmp_path / "bare")
+        for name in ("modules.json", "config_sentence_transformers.json", "sentence_bert_config.json"):
+            (folder / name).unlink()
+        expected = "cannot serve a Qwen3ForCausalLM exactly"
+    with pytest.raises(TritonizeError, match=expected) as info:
+        generate(GenerateOptions(model=str(folder), output=str(tmp_path / "repo")))
+    assert "\n" not in str(info.value) and not (tmp_path / "repo").exists()

@@ -1,8 +1,9 @@
 """A small client for a tritonize repository: raw strings in, task outputs out.
 
 The served ensemble takes BYTES inputs shaped [N, 1] (`TEXT`) and returns
-what its task declares (`embedding`; `logits` + `probabilities`); task-shaped
-calls (`embed`, `classify`) take their names from the task modules, and
+what its task declares (`embedding`; `logits` + `probabilities`; `indices` +
+`values`); task-shaped calls (`embed`, `sparse`, `classify`, ...) take their
+names from the task modules, and
 `task()` asks the server's metadata which task a model serves. Texts may be
 `str` (sent as UTF-8) or `bytes` (sent untouched, so invalid UTF-8 reaches
 the server and its error can be checked). Server-side failures raise
@@ -36,6 +37,8 @@ from .tasks.rerank import OUTPUT as SCORE
 from .tasks.token_classification import OUTPUT as ENTITIES
 from .tasks.token_classification import TASK as TOKEN_CLASSIFICATION
 from .tasks.rerank import QUERY_INPUT
+from .tasks.sparse_embedding import INDICES, VALUES, SparseVector
+from .tasks.sparse_embedding import vectors as sparse_vectors
 
 Protocol = Literal["grpc", "http"]
 Text = Union[str, bytes]
@@ -275,6 +278,12 @@ class TextClient:
         encode(prompt=...) does (a folder's declared prompts are listed in its repository's tritonize.yaml)."""
         return self.infer(with_prompt(texts, prompt), outputs=[EMBEDDING])[EMBEDDING]
 
+    def sparse(self, texts: Iterable[Text], prompt: str = "") -> list[SparseVector]:
+        """Sparse (SPLADE) embeddings: per text, its non-zero vocabulary ids (ascending) and their weights, as
+        SparseEncoder.encode returns them (`.dense(vocab)` for the full vector, `.pairs()` for the
+        text-embeddings-inference form). `prompt` is prepended to each text, as encode(prompt=...) does."""
+        return sparse_vectors(self.infer(with_prompt(texts, prompt), outputs=[INDICES, VALUES]))
+
     def classify(self, texts: Iterable[Text], top_k: int = 1) -> list[list[Label]]:
         """The top_k labels per text, best first, computed by Triton."""
         return parse_classes(self.infer(texts, outputs=[PROBABILITIES], top_k=max(1, top_k))[PROBABILITIES])
@@ -407,6 +416,9 @@ class AsyncTextClient:
     async def embed(self, texts: Iterable[Text], prompt: str = "") -> np.ndarray:
         return (await self.infer(with_prompt(texts, prompt), outputs=[EMBEDDING]))[EMBEDDING]
 
+    async def sparse(self, texts: Iterable[Text], prompt: str = "") -> list[SparseVector]:
+        return sparse_vectors(await self.infer(with_prompt(texts, prompt), outputs=[INDICES, VALUES]))
+
     async def classify(self, texts: Iterable[Text], top_k: int = 1) -> list[list[Label]]:
         return parse_classes((await self.infer(texts, outputs=[PROBABILITIES], top_k=max(1, top_k)))[PROBABILITIES])
 
@@ -470,6 +482,7 @@ __all__ = [
     "PROBABILITIES",
     "SCORE",
     "AsyncTextClient",
+    "SparseVector",
     "Label",
     "RequestResult",
     "ServerError",

@@ -13,6 +13,11 @@ from pathlib import Path
 from .errors import TritonizeError
 from .serving.batching import TOKEN_TYPE_IDS
 
+# The sentence-transformers modules that hold the transformers model (MLMTransformer: SparseEncoder's before 5.4).
+TRANSFORMER_MODULES = ("Transformer", "MLMTransformer")
+# Modules only a SparseEncoder has: a folder with any of them is sparse even where its config predates model_type.
+SPARSE_MODULES = ("MLMTransformer", "SpladePooling", "SparseStaticEmbedding", "SparseAutoEncoder")
+
 
 def read_json(path: Path) -> dict | list:
     try:
@@ -59,6 +64,17 @@ class ModelFolder:
             or "sentence_transformers" in self.config and "activation_fn" in self.config.get("sentence_transformers", {})
         )
 
+    @property
+    def is_sparse_encoder(self) -> bool:
+        """Saved by sentence-transformers' SparseEncoder (SPLADE and kin): its model_type, or its own modules."""
+        return self.st_config.get("model_type") == "SparseEncoder" or any(
+            self.module_kind(m) in SPARSE_MODULES for m in self.modules or ())
+
+    @property
+    def module_kinds(self) -> tuple[str, ...]:
+        """The sentence-transformers modules in order ("Transformer", "Pooling", ...); () without modules.json."""
+        return tuple(self.module_kind(m) for m in self.modules or ())
+
     def uses_token_types(self, tokenizer_inputs: tuple[str, ...]) -> bool:
         """Pairs need token_type_ids where the model has segment embeddings and its tokenizer feeds them
         (transformers passes the model only its tokenizer's model_input_names)."""
@@ -89,9 +105,15 @@ class ModelFolder:
                 raise TritonizeError(f"{root / 'modules.json'} is not a sentence-transformers module list")
         transformer_dir = root
         for module in modules or ():
-            if cls.module_kind(module) == "Transformer":
+            if cls.module_kind(module) in TRANSFORMER_MODULES:
                 transformer_dir = root / module.get("path", "")
         config_path = transformer_dir / "config.json"
+        kinds = [cls.module_kind(m) for m in modules or ()]
+        if kinds and not any(k in TRANSFORMER_MODULES for k in kinds) and not config_path.is_file():
+            raise TritonizeError(
+                f"{root} holds the sentence-transformers modules {', '.join(kinds)} and no Transformer module",
+                hint="tritonize serves one stack: a Transformer module, then its head (Pooling, SpladePooling, LogitScore)",
+            )
         if not config_path.is_file():
             raise TritonizeError(
                 f"no config.json in {transformer_dir}: not a transformers model folder",

@@ -279,6 +279,7 @@ class RepoSpec:
     max_batch_size: int = 64
     post_step: StepSpec | None = None  # served post-processing after the model (token classification)
     token_extras: tuple[str, ...] = ()  # tokenizer outputs only the post step reads
+    post_reads_text: bool = True  # the post step takes the texts and their encoding besides the graph's outputs
     post_parameters: dict[str, str] = field(default_factory=dict)
     orchestrated: bool = False  # the first step calls the model step itself and answers (question answering)
     front_parameters: dict[str, str] = field(default_factory=dict)
@@ -310,7 +311,10 @@ class RepoSpec:
 
     @property
     def post_inputs(self) -> tuple[TensorSpec, ...]:
-        """The texts, their encoding (real lengths, offsets, special tokens) and the model's outputs."""
+        """The texts, their encoding (real lengths, offsets, special tokens) and the model's outputs; the model's
+        outputs alone where the post step reads nothing else."""
+        if not self.post_reads_text:
+            return self.graph_outputs
         ids_and_mask = tuple(t for t in self.token_inputs if t.name in TOKEN_INPUTS)
         extras = self.tokenizer_outputs[len(self.token_inputs):]
         return self.text_inputs + ids_and_mask + extras + self.graph_outputs

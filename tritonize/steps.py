@@ -73,7 +73,7 @@ class TokenChain:
 
     def lengths(self, row: Row) -> list[int]:
         """Tokens of each model row the request row becomes: one, special tokens included, after truncation."""
-        return [len(self.encoder.tokenizer.encode(*row).ids)]
+        return [int(self.encoder.encode([row[0] if len(row) == 1 else row], width=0)[ATTENTION_MASK].sum())]
 
     def count(self, row: Row) -> int:
         return sum(self.lengths(row))

@@ -101,8 +101,10 @@ class VerificationReport:
 
 def encoder_for(spec: ModelSpec) -> TextEncoder:
     """The served tokenizer with the model's max length, padding to the longest row."""
-    truncation = tasks.of(spec.head).truncation or "longest_first"
-    return TextEncoder(spec.tokenizer_file, spec.max_length, [spec.max_length], spec.pad_token_id, spec.input_names, truncation)
+    task = tasks.of(spec.head)
+    truncation = task.truncation_for(spec.head) or "longest_first"
+    return TextEncoder(spec.tokenizer_file, spec.max_length, [spec.max_length], spec.pad_token_id, spec.input_names, truncation,
+                       template=task.pair_template(spec.head))
 
 
 def encode(encoder: TextEncoder, rows: list) -> dict[str, np.ndarray]:

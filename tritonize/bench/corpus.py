@@ -73,17 +73,19 @@ def exact_length_texts(words: list[str], target: int, n: int, count: CountTokens
 
     Word piece counts add up across whitespace, so words are taken greedily
     and the remainder is filled with the next words that still fit; every text
-    is checked with a full encode.
+    is checked with a full encode. A word after a space is counted after a
+    space: byte-level BPE (RoBERTa's, Qwen's) encodes " word" and a text's
+    first "word" differently.
     """
     empty = count("")
     if target <= empty:
         raise TritonizeError(f"cannot build {target}-token texts: the tokenizer adds {empty} special tokens")
-    cost: dict[str, int] = {}
+    cost: dict[tuple[str, bool], int] = {}
 
-    def word_cost(w: str) -> int:
-        if w not in cost:
-            cost[w] = count(w) - empty
-        return cost[w]
+    def word_cost(w: str, first: bool) -> int:
+        if (w, first) not in cost:
+            cost[w, first] = count(w) - empty if first else count(f"{w} {w}") - count(w)
+        return cost[w, first]
 
     texts: list[str] = []
     seen: set[str] = set()
@@ -94,7 +96,7 @@ def exact_length_texts(words: list[str], target: int, n: int, count: CountTokens
         for _ in range(4 * target + 200):
             w = words[i % len(words)]
             i += 1
-            c = word_cost(w)
+            c = word_cost(w, not chosen)
             if 0 < c <= target - used:
                 chosen.append(w)
                 used += c

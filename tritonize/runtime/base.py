@@ -75,6 +75,7 @@ class ServerStatus:
     detail: str = ""
     health: str = ""  # the health check's outcome: a tiny inference through the ensemble
     restarts: int | None = None  # by the local supervisor; None when nothing supervises the server
+    reloads: int | None = None  # steps the local supervisor reloaded alone (explicit model control)
     prometheus: str | None = None  # the URL of a Prometheus that scrapes this server (local --monitoring)
     monitoring: str = ""  # that Prometheus's state, in a line
 
@@ -120,6 +121,18 @@ def http_get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
     """GET without raising on HTTP errors; (0, b"") when nothing answers."""
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - loopback/user URL
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+    except (urllib.error.URLError, OSError, TimeoutError):
+        return 0, b""
+
+
+def http_post(url: str, body: bytes, headers: dict[str, str] | None = None, timeout: float = 2.0) -> tuple[int, bytes]:
+    """POST without raising on HTTP errors; (0, b"") when nothing answers."""
+    req = urllib.request.Request(url, data=body, method="POST", headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - loopback/user URL
             return resp.status, resp.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()

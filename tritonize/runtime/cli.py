@@ -47,7 +47,8 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
         "--model-control",
         choices=("none", "explicit"),
         default=d.model_control,
-        help="'explicit' turns on the load/unload API (off by default)",
+        help="'explicit' turns on the load/unload API, behind the instance's admin key (off by default); locally, "
+        "the supervisor then reloads a step whose stub died instead of restarting the server",
     )
     p.add_argument("--log-verbose", type=int, default=d.log_verbose)
     p.add_argument("--model", default=None,
@@ -89,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         if status.health:
             out.print(f"health: {status.health}")
         if status.restarts is not None:
-            out.print(f"supervised: {status.restarts} restart(s) so far")
+            out.print(f"supervised: {status.restarts} restart(s), {status.reloads or 0} step reload(s) so far")
         if status.monitoring:
             out.print(f"monitoring: {status.monitoring}", markup=False, highlight=False, soft_wrap=True)
         for m in status.models:

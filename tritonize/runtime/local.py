@@ -12,8 +12,11 @@ directory, so several servers can run side by side on different ports.
 
 `deploy.py local up` also starts a supervisor beside the server
 (supervisor.py): Triton 2.51 neither notices nor recovers a dead Python stub,
-so the supervisor restarts the server when a stub dies or the health check
-(a tiny inference through the ensemble) keeps failing.
+so the supervisor reloads the step whose stub died (explicit model control)
+or restarts the server (a dead stub without model control, a dead server, a
+health check, a tiny inference through the ensemble, that keeps failing).
+The two share the instance directory's files and the process-group helpers
+(instance.py) and never import each other.
 
 `deploy.py local up --monitoring` also starts a Prometheus that scrapes the
 server (monitoring.py), with its state under the same instance directory;
@@ -24,14 +27,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.markup import escape
@@ -41,6 +43,25 @@ from ..errors import TritonizeError
 from ..serving.health import HEALTH_FILE, probe_file
 from ..spec import LOCAL_CONFIG_NAME
 from . import process, versions
+from .instance import (
+    ADMIN_HEADER,
+    LOG_FILE,
+    STUB_NAME,
+    SUPERVISOR_LOG_FILE,
+    SUPERVISOR_MODULE,
+    SUPERVISOR_STATE_FILE,
+    Instance,
+    admin_key,
+    check_ports,
+    dead_stubs,
+    forget,
+    instance_dir,
+    read_instance,
+    read_supervisor,
+    spawn,
+    start_failure,
+    stop,
+)
 from .base import (
     METRICS_CONFIG,
     Endpoints,
@@ -56,18 +77,14 @@ from .monitoring import DEFAULT_PORT as DEFAULT_PROMETHEUS_PORT
 from .monitoring import DEFAULT_SCRAPE_INTERVAL_S, FIRST_SCRAPE_S, INSTALL_HINT, LocalPrometheus, MonitoringOptions
 
 DEFAULT_HTTP_PORT = ServerOptions().http_port
-STATE_FILE = "server.json"
 # APIs that change the server or read beyond inference (log settings, traces, the repository's load/unload,
-# shared-memory registration): restricted to clients that send this header with the instance's key.
+# shared-memory registration): restricted to clients that send ADMIN_HEADER with the instance's key.
 RESTRICTED_APIS = ("logging", "trace", "model-repository", "shared-memory")
-ADMIN_HEADER = "tritonize-admin-key"
 GRPC_HEADER_PREFIX = "triton-grpc-protocol-"  # what Triton expects before a restricted gRPC protocol's header
-ADMIN_KEY_FILE = "admin.key"
 DRAIN_QUIET_S = 0.5  # nothing waiting in any step and nothing finished for this long: the server has drained
-LOG_FILE = "tritonserver.log"
-STUB_NAME = "triton_python_backend_stub"
 DEFAULT_STOP_TIMEOUT_S = 30.0  # Triton's own --exit-timeout-secs default
-ADDRESS_IN_USE = ("already in use", "address in use")
+REPLACED_GRACE_S = 3.0  # SIGTERM to SIGKILL for a drained server that has steps reloaded after a stub died
+SUPERVISOR_STOP_S = 60.0  # a supervisor in the middle of a restart ends its try on SIGTERM; SIGKILL after this
 
 
 # -- where the server comes from ------------------------------------------
@@ -136,63 +153,7 @@ def check_install(install: TritonInstall) -> None:
         )
 
 
-def check_ports(options: ServerOptions) -> None:
-    ports = {"HTTP": options.http_port, "gRPC": options.grpc_port, "metrics": options.metrics_port}
-    if len(set(ports.values())) != len(ports):
-        raise TritonizeError(f"the HTTP, gRPC and metrics ports must differ: {ports}")
-    busy = [f"{name} port {port}" for name, port in ports.items() if process.port_in_use(options.host, port)]
-    if busy:
-        flags = " / ".join(f"--{n.lower()}-port" for n, p in ports.items() if f"{n} port {p}" in busy)
-        raise TritonizeError(
-            f"{' and '.join(busy)} on {options.host} already in use",
-            hint=f"stop what listens there, or choose free ports with {flags}",
-        )
-
-
-# -- the server's record on disk ------------------------------------------
-
-
-@dataclass
-class Instance:
-    """What `up` leaves in the instance directory for later down/status/logs calls."""
-
-    pid: int
-    start_ticks: int | None
-    repository: str
-    host: str
-    reach_host: str
-    http_port: int
-    grpc_port: int
-    metrics_port: int
-    command: list[str]
-    started_at: float
-
-    @property
-    def endpoints(self) -> Endpoints:
-        return Endpoints(self.reach_host, self.http_port, self.grpc_port, self.metrics_port)
-
-    @property
-    def model_control(self) -> str:
-        """none | explicit, as the server was started (explicit: the load API is on)."""
-        return "explicit" if "--model-control-mode=explicit" in self.command else "none"
-
-    def alive(self) -> bool:
-        process.reap(self.pid)
-        ticks = process.start_ticks(self.pid)
-        return ticks is not None and ticks == self.start_ticks and not process.is_zombie(self.pid)
-
-
-def admin_key(directory: Path) -> str:
-    """An instance's key for the restricted APIs: made once, readable by this user only."""
-    path = Path(directory) / ADMIN_KEY_FILE
-    if not path.is_file():
-        import secrets
-
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_urlsafe(24))
-    return path.read_text().strip()
+# -- the server at work -------------------------------------------------
 
 
 def activity(endpoints: Endpoints) -> tuple[int, int] | None:
@@ -231,23 +192,6 @@ def drain(endpoints: Endpoints, timeout_s: float, quiet_s: float = DRAIN_QUIET_S
             break
         time.sleep(0.05)
     return time.monotonic() - start
-
-
-def dead_stubs(pgid: int) -> list[int]:
-    """Python-backend stubs of the server that have died (zombies: Triton 2.51 does not reap them)."""
-    return [pid for pid in process.group_zombies(pgid) if pid != pgid]
-
-
-def instance_dir(run_dir: Path, http_port: int) -> Path:
-    return Path(run_dir) / f"local-{http_port}"
-
-
-def read_instance(directory: Path) -> Instance | None:
-    try:
-        data = json.loads((directory / STATE_FILE).read_text())
-        return Instance(**data)
-    except (OSError, ValueError, TypeError):
-        return None
 
 
 # -- the runtime ----------------------------------------------------------
@@ -296,15 +240,8 @@ class LocalRuntime(Runtime):
         return self.up()
 
     def __exit__(self, *exc: object) -> None:
-        # Only the server this object started: never another one found in run_dir.
-        self._stop_supervisor(self.directory)
-        inst = read_instance(self.directory)
-        if inst and (inst.alive() or process.group_processes(inst.pid)):  # a crashed server's stubs too
-            dead = dead_stubs(inst.pid)
-            spent = 0.0 if dead or not inst.alive() else drain(inst.endpoints, self.stop_timeout_s)
-            self._stop(inst, 0.0 if dead else max(self.stop_timeout_s - spent, 1.0))
-        self._forget(self.directory)
-        self._stop_prometheus(self.directory)
+        # Only the server this object started (or its supervisor restarted): never another one found in run_dir.
+        self._stop_all(self.directory, self.stop_timeout_s)
 
     # the Prometheus beside it
     def prometheus(self, directory: Path | None = None) -> LocalPrometheus:
@@ -386,12 +323,14 @@ class LocalRuntime(Runtime):
         shutil.copy2(install.stub, target / STUB_NAME)
         return backends
 
-    def _env(self, install: TritonInstall) -> dict[str, str]:
-        env = dict(os.environ)
-        env["LD_LIBRARY_PATH"] = process.join_path(str(install.libs), env.get("LD_LIBRARY_PATH"))
-        env["PATH"] = process.join_path(str(install.python_bin), env.get("PATH"))
-        env.setdefault("PYTHONDONTWRITEBYTECODE", "1")
-        return env
+    @staticmethod
+    def _env(install: TritonInstall) -> dict[str, str]:
+        """What the server needs over this environment; recorded, so that a restart sets the same."""
+        return {
+            "LD_LIBRARY_PATH": process.join_path(str(install.libs), os.environ.get("LD_LIBRARY_PATH")),
+            "PATH": process.join_path(str(install.python_bin), os.environ.get("PATH")),
+            "PYTHONDONTWRITEBYTECODE": os.environ.get("PYTHONDONTWRITEBYTECODE", "1"),
+        }
 
     def up(self) -> Endpoints:
         o = self.options
@@ -402,8 +341,15 @@ class LocalRuntime(Runtime):
                 f"a local Triton server is already running (pid {running.pid}, HTTP {running.endpoints.http})",
                 hint="stop it with `deploy.py local down`, or pick other ports",
             )
+        watcher = read_supervisor(self.directory)
+        if watcher and watcher.alive():
+            raise TritonizeError(
+                f"the supervisor of {self.directory} is {watcher.state} its server ({watcher.last_reason}"
+                + (f"; last try: {watcher.last_error}" if watcher.last_error else "") + ")",
+                hint="wait for it, or stop both with `deploy.py local down`",
+            )
         self._stop_prometheus(self.directory)  # one left by a server of this instance that died
-        check_ports(o)
+        check_ports(o.host, o.http_port, o.grpc_port, o.metrics_port)
         prometheus = self.prometheus() if self.monitoring else None
         binary = prometheus.check(taken=(o.http_port, o.grpc_port, o.metrics_port)) if prometheus else None
         install = find_install(self.tritonserver)
@@ -423,35 +369,12 @@ class LocalRuntime(Runtime):
             self._report_first_scrape(prometheus)
         return endpoints
 
-    def restart(self, inst: Instance) -> Endpoints:
-        """Stop a faulty server (at once when a stub is dead: Triton could not drain through it) and start
-        it again with the command it was started with. The supervisor calls this."""
-        self._stop(inst, 0.0 if dead_stubs(inst.pid) else 5.0)
-        self._forget(self.directory)
-        install = find_install(self.tritonserver)
-        check_ports(self.options)
-        return self._start(inst.command, install)
-
     def _start(self, cmd: list[str], install: TritonInstall) -> Endpoints:
-        """Spawn the server, record it, and wait until it is ready (stopped again if it never is)."""
+        """Spawn the server, record it, and wait until it is ready (stopped and forgotten again if it never is)."""
         o = self.options
-        if self.log_file.exists():
-            self.log_file.replace(self.log_file.with_suffix(".log.1"))
-        with open(self.log_file, "wb") as log:
-            # Own session: one signal to the group stops the server and its stubs.
-            # cwd is the instance directory, so nothing in the user's cwd shadows a package.
-            self._proc = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=self._env(install),
-                cwd=self.directory,
-                start_new_session=True,
-            )
-        inst = Instance(
-            pid=self._proc.pid,
-            start_ticks=process.start_ticks(self._proc.pid),
+        record = Instance(
+            pid=0,
+            start_ticks=None,
             repository=str(Path(o.repository).resolve()),
             host=o.host,
             reach_host=process.reach_host(o.host),
@@ -459,14 +382,16 @@ class LocalRuntime(Runtime):
             grpc_port=o.grpc_port,
             metrics_port=o.metrics_port,
             command=cmd,
-            started_at=time.time(),
+            started_at=0.0,
+            env=self._env(install),
+            ready_timeout_s=o.timeout_s,
         )
-        (self.directory / STATE_FILE).write_text(json.dumps(asdict(inst), indent=2))
+        self._proc, inst = spawn(self.directory, record)
         try:
             self._wait(inst)
         except BaseException:
             self._stop(inst, timeout_s=10.0)
-            self._forget(self.directory)
+            forget(self.directory)
             raise
         return inst.endpoints
 
@@ -488,11 +413,17 @@ class LocalRuntime(Runtime):
 
         if not (err.is_terminal and not self.quiet):
             self._say(f"{title}...")
+
+        def alive() -> bool:
+            if dead_stubs(inst):  # Triton 2.51 never finishes a load whose stub died
+                raise TritonizeError("a Python stub died while Triton loaded its models")
+            return proc.poll() is None
+
         try:
             with status:
-                wait_ready(inst.endpoints, self.options.timeout_s, lambda: proc.poll() is None, on_tick)
+                wait_ready(inst.endpoints, self.options.timeout_s, alive, on_tick)
         except TritonizeError as exc:
-            raise self._failure(exc, proc.poll()) from None
+            raise start_failure(self.directory, exc, proc.poll()) from None
         self._say(f"[green]✓[/] {title} [dim]({time.monotonic() - start:.1f}s)[/]")
 
     def admin_key(self) -> str:
@@ -519,30 +450,26 @@ class LocalRuntime(Runtime):
 
     # the supervisor
     def _start_supervisor(self) -> None:
-        from . import supervisor
-
-        (self.directory / supervisor.STATE_FILE).unlink(missing_ok=True)
+        (self.directory / SUPERVISOR_STATE_FILE).unlink(missing_ok=True)
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[2])  # the child imports this package from where this one did
         env["PYTHONPATH"] = process.join_path(root, env.get("PYTHONPATH"))
-        with open(self.directory / supervisor.LOG_FILE, "ab") as log:
-            subprocess.Popen([sys.executable, "-m", "tritonize.runtime.supervisor", str(self.directory)],
+        with open(self.directory / SUPERVISOR_LOG_FILE, "ab") as log:
+            subprocess.Popen([sys.executable, "-m", SUPERVISOR_MODULE, str(self.directory)],
                              stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                              cwd=self.directory, start_new_session=True)
         deadline = time.monotonic() + 10.0
-        while supervisor.read_state(self.directory) is None and time.monotonic() < deadline:
+        while read_supervisor(self.directory) is None and time.monotonic() < deadline:
             time.sleep(0.05)
-        self._say("[green]✓[/] supervisor watching the server (restarts it if a stub dies or it stops answering)")
+        self._say("[green]✓[/] supervisor watching the server (brings it back if a stub dies or it stops answering)")
 
     def _stop_supervisor(self, directory: Path) -> None:
         """Stop the supervisor before the server, so that it does not restart what is being stopped."""
-        from . import supervisor
-
-        state = supervisor.read_state(directory)
+        state = read_supervisor(directory)
         if state is None or not state.alive():
             return
         self._signal_pid(state.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 200.0  # it may be waiting for a restarted server to become ready
+        deadline = time.monotonic() + SUPERVISOR_STOP_S
         while state.alive() and time.monotonic() < deadline:
             time.sleep(0.05)
         if state.alive():
@@ -561,85 +488,61 @@ class LocalRuntime(Runtime):
                 return escape(text[:width])
         return ""
 
-    def _failure(self, exc: TritonizeError, code: int | None) -> TritonizeError:
-        """The server's own error lines, added to the message."""
-        log = process.tail_lines(self.log_file, None)
-        lines = process.relevant_log_lines(log)
-        if code is None:
-            head = exc.message
-        else:
-            head = f"Triton exited with code {code} before it became ready"
-        if any(m in log.lower() for m in ADDRESS_IN_USE):
-            head += " (a port is already in use)"
-        detail = "\n".join(f"  | {line}" for line in lines) if lines else "  (no error lines in the log)"
-        return TritonizeError(
-            f"{head}; from {self.log_file}:\n{detail}",
-            hint=exc.hint or f"the whole log: {self.log_file}",
-        )
-
     def down(self, timeout_s: float | None = None) -> bool:
         found = self._instance()
-        if found is None:
+        directory = found[0] if found else self._supervised()
+        if directory is None:
             self._say(f"no local Triton server is running (run dir {self.options.run_dir})")
             self._stop_prometheus(self.directory)
             return False
-        directory, inst = found
-        self._stop_supervisor(directory)
-        inst = read_instance(directory) or inst  # the supervisor may have restarted it meanwhile
-        dead = dead_stubs(inst.pid)
-        if dead:
-            self._say(f"[yellow]a Python stub of this server has died ({', '.join(map(str, dead))}): "
-                      "nothing can drain through it, so the server stops at once[/]")
-        timeout = self.stop_timeout_s if timeout_s is None else timeout_s
-        if not dead:
-            timeout -= drain(inst.endpoints, timeout)
-        self._stop(inst, 0.0 if dead else max(timeout, 1.0))
-        self._forget(directory)
-        self._stop_prometheus(directory)  # after the server: the drain shows in its last scrapes
+        self._stop_all(directory, self.stop_timeout_s if timeout_s is None else timeout_s)
         return True
 
-    @staticmethod
-    def _forget(directory: Path) -> None:
-        """Drop the state file (pid, ports, command); the log stays for `logs`."""
-        (directory / STATE_FILE).unlink(missing_ok=True)
+    def _supervised(self) -> Path | None:
+        """This instance's directory when only its supervisor runs (between two tries of a restart)."""
+        state = read_supervisor(self.directory)
+        return self.directory if state and state.alive() else None
+
+    def _stop_all(self, directory: Path, timeout_s: float) -> None:
+        """Supervisor first (it would restart what is stopped), then the server it left in the record (drained
+        unless a stub is dead), then Prometheus; the record goes last."""
+        self._stop_supervisor(directory)
+        inst = read_instance(directory)  # read after the supervisor: it may have restarted the server meanwhile
+        if inst and (inst.alive() or process.group_processes(inst.pid)):  # a crashed server's stubs too
+            dead = dead_stubs(inst, read_supervisor(directory))
+            if dead:
+                self._say(f"[yellow]a Python stub of this server has died ({', '.join(map(str, dead))}): "
+                          "nothing can drain through it, so the server stops at once[/]")
+            spent = 0.0 if dead or not inst.alive() else drain(inst.endpoints, timeout_s)
+            left = max(timeout_s - spent, 1.0)
+            watcher = read_supervisor(directory)
+            if watcher and watcher.server_pid == inst.pid and watcher.replaced_stubs:
+                # The step instances whose stubs died never finish unloading in Triton 2.51, so SIGTERM would
+                # wait out the whole exit timeout: once drained, the rest gets a short grace.
+                left = min(left, REPLACED_GRACE_S)
+            self._stop(inst, 0.0 if dead else left)
+        forget(directory)
+        self._stop_prometheus(directory)  # after the server: the drain shows in its last scrapes
 
     def _stop(self, inst: Instance, timeout_s: float) -> None:
         """SIGTERM to the group (Triton drains in-flight requests), SIGKILL after timeout_s (0: at once)."""
         start = time.monotonic()
-        pgid = inst.pid  # the server leads its own session and process group
-        self._signal(pgid, signal.SIGTERM if timeout_s > 0 else signal.SIGKILL)
-        if not self._wait_gone(inst, pgid, timeout_s):
-            if timeout_s > 0:
-                self._say(f"[yellow]Triton did not stop within {timeout_s:.0f}s; killing it[/]")
-            self._signal(pgid, signal.SIGKILL)
-            self._wait_gone(inst, pgid, 10.0)
+        proc = self._proc if self._proc and self._proc.pid == inst.pid else None
+        stop(inst, timeout_s, proc,
+             on_timeout=lambda: self._say(f"[yellow]Triton did not stop within {timeout_s:.0f}s; killing it[/]"))
         self._say(f"[green]✓[/] Triton stopped (pid {inst.pid}) [dim]({time.monotonic() - start:.1f}s)[/]")
         self._proc = None
-
-    def _signal(self, pgid: int, sig: int) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, sig)
-
-    def _wait_gone(self, inst: Instance, pgid: int, timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self._proc is not None:
-                self._proc.poll()
-            if not inst.alive() and not process.group_processes(pgid):
-                return True
-            time.sleep(0.1)
-        return False
 
     def status(self) -> ServerStatus:
         """Ready only when a tiny inference through the ensemble answers: Triton's own ready endpoint
         keeps saying ready after a stub has died."""
-        from . import supervisor
-
         found = self._instance()
         if found is None:
-            state = supervisor.read_state(self.directory)
-            if state and state.alive() and state.state == "restarting":
-                return ServerStatus(True, False, detail=f"restarting ({state.last_reason})", restarts=state.restarts)
+            state = read_supervisor(self.directory)
+            if state and state.alive() and state.state != "stopped":
+                why = state.last_reason + (f"; last try: {state.last_error}" if state.last_error else "")
+                return ServerStatus(True, False, detail=f"{state.state} ({why})", restarts=state.restarts,
+                                    reloads=state.reloads)
             return ServerStatus(False, False, detail=f"not running (nothing in {self.options.run_dir})")
         directory, inst = found
         endpoints = inst.endpoints
@@ -650,11 +553,13 @@ class LocalRuntime(Runtime):
             answered, health = probe.ok, probe.detail
         else:
             answered, health = True, f"unchecked: no {HEALTH_FILE} in the repository (regenerate it to get one)"
-        state = supervisor.read_state(directory)
+        state = read_supervisor(directory)
         watched = state is not None and state.alive()
         prometheus = self.prometheus(directory).running()
-        dead = dead_stubs(inst.pid)
+        dead = dead_stubs(inst, state)
         detail = f"pid {inst.pid}, HTTP {endpoints.http}, gRPC {endpoints.grpc}, log {directory / LOG_FILE}"
+        if watched and state.state != "watching":
+            detail = f"{state.state} ({state.last_reason}); {detail}"
         return ServerStatus(
             running=True,
             ready=code == 200 and answered and not dead,
@@ -663,6 +568,7 @@ class LocalRuntime(Runtime):
             detail=detail,
             health=(f"a Python stub has died (pid {', '.join(map(str, dead))}); " if dead else "") + health,
             restarts=state.restarts if watched else None,
+            reloads=state.reloads if watched else None,
             prometheus=prometheus.url if prometheus else None,
             monitoring=self.prometheus(directory).describe(),
         )
@@ -692,7 +598,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-supervise",
         action="store_true",
-        help="`up`: start no supervisor (by default one restarts the server when a stub dies or it stops answering)",
+        help="`up`: start no supervisor (by default one reloads a step whose stub died, or restarts the server)",
     )
     g = parser.add_argument_group("monitoring")
     g.add_argument(

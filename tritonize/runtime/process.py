@@ -17,6 +17,7 @@ MAX_LINE = 300  # error lines embed whole tracebacks; the model table shows them
 # Printed by Triton on any machine without a GPU; never the cause of a failure.
 NOISE = ("CUDA driver", "NVML", "DCGM", "CudaDriverHelper", "GPU metrics", "Pinned memory", "CUDA memory pool")
 ERROR_MARKERS = ("error", "failed", "unavailable", "traceback", "exception", "already in use", "not found")
+ADDRESS_IN_USE = ("already in use", "address in use")  # how a server's log says a port was taken
 
 
 def join_path(first: str, rest: str | None) -> str:
@@ -103,6 +104,20 @@ def _group(pgid: int) -> list[tuple[int, str]]:
 def group_processes(pgid: int) -> list[int]:
     """Live (non-zombie) processes in a process group: the server and its backend stubs."""
     return [pid for pid, state in _group(pgid) if state != "Z"]
+
+
+def exited(pid: int) -> bool:
+    """True once every thread of a process has gone. A killed process's first thread shows as a zombie while its
+    other threads still exit and hold its sockets: a killed server's ports are free only after this."""
+    try:
+        return [t.name for t in Path(f"/proc/{pid}/task").iterdir()] in ([], [str(pid)]) and is_zombie(pid)
+    except OSError:
+        return True
+
+
+def group_exited(pgid: int) -> bool:
+    """True once every process of a group has exited, every thread of each (zombies left to reap count)."""
+    return all(state == "Z" and exited(pid) for pid, state in _group(pgid)) and exited(pgid)
 
 
 def group_zombies(pgid: int) -> list[int]:

@@ -8,7 +8,9 @@ from the model configuration Triton hands over. A step with two text inputs
 encodes pairs (query and document) with the model's own pair template. One
 batched encode covers every request of an execute() call; each request is
 padded to the smallest bucket that fits its longest text, so requests of one
-bucket have equal shapes and the next step can batch them.
+bucket have equal shapes and the next step can batch them. A causal-LM
+reranker's pairs are rendered through its chat template instead
+(serving/chat.py).
 
 A text longer than the max length is truncated by the tokenizer, as the
 reference libraries truncate it. Tokenizing costs time in proportion to the
@@ -29,6 +31,8 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from .batching import ATTENTION_MASK, ENCODING_FIELDS, INPUT_IDS, bucket_for, pad_rows, pad_value, parse_buckets
+from .chat import PARAMETER as PAIR_TEMPLATE
+from .chat import PairTemplate
 from .metrics import StepMetrics
 from .texts import InvalidText, check_size, decode, unk_token_id
 
@@ -118,7 +122,7 @@ class TextEncoder:
 
     def __init__(self, tokenizer_file: str, max_length: int, buckets: list[int], pad_id: int, outputs: tuple[str, ...],
                  truncation: str = "longest_first", max_request_bytes: int = 0, truncate: bool = True,
-                 names: tuple[str, ...] = ("TEXT",)):
+                 names: tuple[str, ...] = ("TEXT",), template: PairTemplate | None = None):
         unknown = [name for name in outputs if name not in ENCODING_FIELDS]
         if unknown:
             raise ValueError(f"cannot produce {unknown}: a tokenizer gives {sorted(ENCODING_FIELDS)}")
@@ -137,6 +141,7 @@ class TextEncoder:
         exact = exact_prefixes(json.loads(self.tokenizer.to_str()))
         self.prefix_chars = PREFIX_CHARS_PER_TOKEN * max_length if exact else 0
         self.cut_second = truncation == "only_second"
+        self.template = template  # pairs rendered as one text, without special tokens (apply_chat_template's way)
 
     @classmethod
     def from_config(cls, model_config: dict, version_dir: str) -> TextEncoder:
@@ -152,6 +157,7 @@ class TextEncoder:
             int(p.get("max_request_bytes", "0")),
             p.get("truncate", "1") == "1",
             tuple(i["name"] for i in model_config["input"]),
+            template=PairTemplate.from_json(p[PAIR_TEMPLATE]) if PAIR_TEMPLATE in p else None,
         )
 
     def bucket(self, length: int) -> int:
@@ -175,13 +181,16 @@ class TextEncoder:
 
     def _encode(self, items: list) -> list:
         """tokenizers' batched encode; a prefix that was not truncated is encoded again whole."""
+        special = self.template is None
         try:
+            if not special:
+                items = [self.template.render(*t) for t in items]
             firsts = [self._prefix(t) for t in items]
-            encodings = self.tokenizer.encode_batch(firsts)
+            encodings = self.tokenizer.encode_batch(firsts, add_special_tokens=special)
             again = [k for k, (item, first) in enumerate(zip(items, firsts)) if first is not item
                      and not encodings[k].overflowing]
             if again:
-                for k, e in zip(again, self.tokenizer.encode_batch([items[k] for k in again])):
+                for k, e in zip(again, self.tokenizer.encode_batch([items[k] for k in again], add_special_tokens=special)):
                     encodings[k] = e
         except Exception as exc:  # noqa: BLE001 - the tokenizer's own words (e.g. a query too long to keep)
             raise InvalidText(str(exc)) from None
@@ -223,13 +232,19 @@ class TextEncoder:
             longest = max(len(e.ids) for e in rows)
             w = width if width else (longest if width == 0 else self.bucket(longest))
             tensors = {
-                name: pad_rows([getattr(e, ENCODING_FIELDS[name]) for e in rows], w, pad_value(name, self.pad_id))
+                name: pad_rows([self._field(e, name) for e in rows], w, pad_value(name, self.pad_id))
                 for name in self.outputs
             }
             results.append(tensors)
             if counts is not None:
                 self._count(counts, rows, tensors)
         return results
+
+    def _field(self, encoding, name: str) -> list:
+        """One row's tensor: a templated row that reached the max length ends in the template's closing tokens."""
+        if name == INPUT_IDS and self.template is not None:
+            return self.template.restore(encoding.ids, self.max_length)
+        return getattr(encoding, ENCODING_FIELDS[name])
 
     def _count(self, counts: dict, rows: list, tensors: dict[str, np.ndarray]) -> None:
         """What the step's metrics count for one request, mostly from the padded arrays (cheap)."""

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import TritonizeError
 from ..spec import Head
-from . import classification, embedding, question_answering, rerank, token_classification
+from . import classification, embedding, question_answering, rerank, sparse_embedding, token_classification
 from .base import Task
 
 if TYPE_CHECKING:
@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 # Each folder is claimed by at most one task's detect(); the order is only the order of listings.
 TASKS: dict[str, Task] = {
     t.name: t
-    for t in (embedding.TASK, classification.TASK, rerank.TASK, token_classification.TASK, question_answering.TASK)
+    for t in (embedding.TASK, sparse_embedding.TASK, classification.TASK, rerank.TASK, token_classification.TASK,
+              question_answering.TASK)
 }
 NAMES: tuple[str, ...] = tuple(TASKS)
 
@@ -39,6 +40,8 @@ def of(head: Head) -> Task:
 def _what(folder: ModelFolder) -> str:
     if folder.is_cross_encoder:
         return f"sentence-transformers CrossEncoder ({folder.architecture})"
+    if folder.is_sparse_encoder:
+        return f"sentence-transformers SparseEncoder ({folder.architecture or folder.model_type})"
     if folder.modules is not None:
         return f"sentence-transformers folder ({folder.architecture or folder.model_type})"
     return folder.architecture or f"{folder.model_type} model without architectures"

@@ -21,6 +21,7 @@ from ..spec import TEXT_INPUT, TOKEN_INPUTS, GenerateOptions, Head, ModelSpec, T
 
 if TYPE_CHECKING:
     from ..folder import ModelFolder
+    from ..serving.chat import PairTemplate
 
 SAMPLE_TEXT = "Triton serves raw strings."
 FLOAT = "TYPE_FP32"  # fp16 graphs keep fp32 inputs and outputs (keep_io_types), so clients never see fp16
@@ -76,6 +77,9 @@ class Task(abc.ABC):
     # and the tokenizer outputs it reads besides the model's inputs (offsets, special-tokens mask).
     post_module: ClassVar[str | None] = None
     token_extras: ClassVar[tuple[str, ...]] = ()
+    # Whether that module reads the texts and their encoding too, or the graph's outputs alone (then nothing else
+    # is copied to it).
+    post_reads_text: ClassVar[bool] = True
     # The served module of the first step. With orchestrates, it calls the model step itself (business
     # logic scripting: one text can become several model rows) and answers; the ensemble is that one step.
     front_module: ClassVar[str] = "tokenizer"
@@ -94,6 +98,16 @@ class Task(abc.ABC):
     def accepts(self, folder: ModelFolder) -> bool:
         """Whether --task may name this task for the folder: only where it is the folder's own head."""
         return self.detect(folder)
+
+    def truncation_for(self, head: Head) -> str | None:
+        """How the tokenizer step cuts this head's rows: the task's `truncation`, unless a head reads its rows
+        otherwise (a causal-LM reranker's pair is rendered into one text, cut at its end)."""
+        return self.truncation
+
+    def pair_template(self, head: Head) -> PairTemplate | None:
+        """The chat template a head renders its pairs through in the tokenizer step (serving/chat.py); None: the
+        tokenizer's own pair encoding."""
+        return None
 
     def token_inputs(self, folder: ModelFolder, tokenizer_inputs: tuple[str, ...]) -> tuple[str, ...]:
         """The token tensors the graph takes; one text per row needs no token_type_ids (all zeros)."""

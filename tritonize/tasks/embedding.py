@@ -160,7 +160,7 @@ class Embedding(Task):
     output_names = (OUTPUT,)
 
     def detect(self, folder: ModelFolder) -> bool:
-        return folder.modules is not None and not folder.is_cross_encoder
+        return folder.modules is not None and not folder.is_cross_encoder and not folder.is_sparse_encoder
 
     def accepts(self, folder: ModelFolder) -> bool:
         return self.detect(folder) or (folder.modules is None and folder.head_class == "")
