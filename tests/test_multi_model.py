@@ -144,6 +144,19 @@ def test_a_model_that_cannot_join_is_refused_before_anything_is_exported(stack: 
     assert tree(stack.repository) == before and tree(foreign) == before_foreign
 
 
+def test_a_manifest_of_several_models_regenerates_the_one_named(stack: Stack, tmp_path: Path, capsys) -> None:
+    manifest = str(stack.repository / MANIFEST_FILE)
+    capsys.readouterr()
+    assert main(["generate", "--config", manifest, "--output", str(tmp_path / "none")]) == 2
+    assert f"describes 2 models ({stack.embedder}, {RERANK}): name one" in capsys.readouterr().err
+    assert not (tmp_path / "none").exists()
+    assert main(["generate", "--config", manifest, "--name", RERANK, "--output", str(tmp_path / "alone")]) == 0
+    assert [m.name for m in read_manifests(tmp_path / "alone")] == [RERANK]
+    for config in (stack.repository / f"{RERANK}_model").rglob("*.pbtxt"):
+        twin = tmp_path / "alone" / config.relative_to(stack.repository)
+        assert twin.read_text() == config.read_text()
+
+
 def test_a_failed_add_puts_everything_back(stack: Stack, tmp_path: Path, monkeypatch) -> None:
     """The manifest, replaced last, cannot be written: the folders moved in and the index files already
     replaced are undone, byte for byte."""

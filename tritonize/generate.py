@@ -108,11 +108,6 @@ def resolve_options(args: argparse.Namespace) -> GenerateOptions:
     options = GenerateOptions(**values)
     if not options.model:
         raise TritonizeError("no model given", hint="pass --model PATH, or set model: in the --config file")
-    if options.add and options.force:
-        raise TritonizeError("--add keeps every model of the repository and --force replaces the repository: choose one")
-    if options.add and options.version is not None:
-        raise TritonizeError("--add writes a new model, whose first version is 1; --version adds a version to a model "
-                             "already there", hint="drop --version, or drop --add and name the model with --name")
     for key, allowed in (("task", tasks.NAMES), ("device", DEVICES), ("precision", PRECISIONS)):
         value = getattr(options, key)
         if value is not None and value not in allowed:
@@ -154,6 +149,11 @@ def generate(options: GenerateOptions) -> Path:
     """The whole pipeline; returns the repository path."""
     from . import export, source, verify
 
+    if options.add and options.force:
+        raise TritonizeError("--add keeps every model of the repository and --force replaces the repository: choose one")
+    if options.add and options.version is not None:
+        raise TritonizeError("--add writes a new model, whose first version is 1; --version adds a version to a model "
+                             "already there", hint="drop --version, or drop --add and name the model with --name")
     with step("Reading the model folder"):
         spec = source.read_model(options)
     name = options.name or source.default_name(options.model)

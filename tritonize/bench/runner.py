@@ -22,7 +22,7 @@ from pathlib import Path
 from .. import tasks
 from ..console import err
 from ..errors import TritonizeError
-from ..manifest import Manifest, read_manifest, read_manifests
+from ..manifest import Manifest, choose, read_manifests
 from ..runtime.base import Endpoints, ServerOptions
 from ..runtime.process import free_ports
 from ..spec import Overrides, repo_paths
@@ -45,7 +45,9 @@ class BenchOptions:
     """Everything a run needs; the CLI and tune build one."""
 
     repository: Path
-    model: str = ""  # the model measured, where the repository holds several; default: its only model
+    # The model measured, where the repository holds several (default: its only model); with a repository of one
+    # model, the name a server serves it under, where that differs.
+    model: str = ""
     http_url: str = "127.0.0.1:8000"
     grpc_url: str = "127.0.0.1:8001"
     metrics_url: str = "127.0.0.1:8002"
@@ -85,6 +87,15 @@ def compare_tag(main: Manifest, other: Manifest, folder: Path, taken: set[str]) 
     repository's, else its folder's name."""
     tag = other.options.precision if other.options.precision != main.options.precision else folder.resolve().name
     return tag if tag not in taken else f"{tag}-{len(taken) + 1}"
+
+
+def measured_model(repository: Path, model: str = "") -> Manifest:
+    """The repository's model that `model` names; a one-model repository's only model whatever `model` says,
+    since a server may serve it under another name (its answers are then checked against this model's)."""
+    manifests = read_manifests(repository)
+    if model and len(manifests) == 1:
+        return manifests[0]
+    return choose(manifests, model or None, repository)
 
 
 def step_models(repository: Path, name: str) -> dict[str, str]:
@@ -127,8 +138,8 @@ class Bench:
     def __init__(self, options: BenchOptions):
         self.o = options
         repo = Path(options.repository)
-        manifest = read_manifest(repo, options.model or None)
-        self.name = manifest.name
+        manifest = measured_model(repo, options.model)
+        self.name = options.model or manifest.name
         self.manifest = manifest
         self.task = tasks.of(manifest.model.head)
         self.inputs = tuple(t.name for t in self.task.text_inputs)
@@ -137,6 +148,7 @@ class Bench:
             self.floor.chain, self.task, options.workloads, options.corpus_file, options.short_tokens, options.long_tokens
         )
         self.steps = step_models(repo, manifest.name)
+        self.steps["ensemble"] = self.name
         self.runs: list[dict] = []
         self.checks: dict[str, dict] = {}  # per system and workload: its answers against the floor's
         self.skipped: dict[str, str] = {}  # per baseline asked for but not measured: why, in one line
