@@ -353,6 +353,35 @@ def test_clients_name_the_model_where_several_are_served(served: Served, tiny_em
 
 
 @pytest.mark.e2e
+def test_a_supervised_server_serves_a_model_added_while_it_runs(tiny_embedding_repo, local_options, local_triton,
+                                                                 tmp_path: Path) -> None:
+    """The server keeps the models it loaded; the added model's health check fails until it restarts, so the
+    supervisor restarts it once, onto both models."""
+    import time
+
+    from tiny_models import build_classifier
+
+    repo = tmp_path / "repo"
+    shutil.copytree(tiny_embedding_repo.repository, repo, ignore=shutil.ignore_patterns("__pycache__"))
+    runtime = LocalRuntime(local_options(repo, tmp_path / "run"), quiet=True, supervise=True)
+    endpoints = runtime.up()
+    try:
+        source = build_classifier(tmp_path / "cls-src")
+        generate(GenerateOptions(model=str(source), name="sentiment", output=str(repo), add=True))
+        deadline = time.monotonic() + 90.0
+        while not (status := runtime.status()).ready or not status.restarts:
+            assert time.monotonic() < deadline, (status, (runtime.directory / "supervisor.log").read_text())
+            time.sleep(0.5)
+        assert status.restarts == 1 and "sentiment answered" in status.health
+        log = (runtime.directory / "supervisor.log").read_text()
+        assert "sentiment: HTTP" in log  # why: the added model did not answer before the restart
+        with TextClient(endpoints.grpc, "sentiment") as client:
+            assert client.classify(["a fine day"], top_k=1)[0][0].label in ("negative", "neutral", "positive")
+    finally:
+        runtime.down()
+
+
+@pytest.mark.e2e
 def test_versions_are_per_model(served: Served, tmp_path: Path) -> None:
     """A new version of the reranker joins its folders only, and a switch serves it while the embedder keeps
     serving, untouched."""
