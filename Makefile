@@ -16,6 +16,8 @@ LOCK_PYTHON := 3.11
 LOCK_PLATFORM := x86_64-manylinux_2_36
 # The serving image's Python (NVIDIA's 25.x images) and the packages it adds, locked by `make lock` too.
 IMAGE_LOCK := tritonize/data/serving-image.lock
+# The API image (docker/api.Dockerfile): tritonize[api] on Python $(LOCK_PYTHON), at the versions of $(LOCK).
+API_IMAGE_LOCK := tritonize/data/api-image.lock
 IMAGE_PYTHON := 3.12
 IMAGE_PLATFORM := x86_64-manylinux_2_28
 UV_VERSION := 0.13.9
@@ -35,6 +37,7 @@ NAME ?= minilm
 HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
+API_PORT ?= 8080
 PROMETHEUS_PORT ?= 9090
 DEPLOY_FLAGS ?=
 PYTEST_ARGS ?=
@@ -51,7 +54,7 @@ help:
 	@echo "make run     install, generate $(REPO)/ from all-MiniLM-L6-v2, start local Triton, print a curl"
 	@echo "make monitoring   make run, plus a local Prometheus scraping the server (port $(PROMETHEUS_PORT))"
 	@echo "make test    install (from $(LOCK)) and run the whole test suite"
-	@echo "make lock    refresh $(LOCK) and $(IMAGE_LOCK) to the newest allowed versions, then run the suite"
+	@echo "make lock    refresh $(LOCK) and the images' locks to the newest allowed versions, then run the suite"
 	@echo "make test-latest   the suite on the newest versions pyproject.toml allows, in $(LATEST_VENV)/ (informs only)"
 	@echo "make stop | status | logs   manage the local server"
 	@echo "make bench   benchmark the local server against the baselines and the in-process floor"
@@ -104,11 +107,14 @@ $(REPO)/tritonize.yaml: | $(STAMP)
 repo: $(REPO)/tritonize.yaml
 
 run: install repo
-	$(BIN)/python deploy.py local up --repository $(REPO) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) $(DEPLOY_FLAGS)
+	$(BIN)/python deploy.py local up --repository $(REPO) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) --api-port $(API_PORT) $(DEPLOY_FLAGS)
 	@echo
 	@echo "Sample request (raw string in, embedding out):"
 	@echo "  clients/curl.sh 'Triton serves raw strings.'"
 	@TRITON_URL=http://127.0.0.1:$(HTTP_PORT) MODEL=$(NAME) clients/curl.sh "Triton serves raw strings." | cut -c1-240; echo " ..."
+	@echo "The same through the API, as OpenAI's embeddings route (the openai SDK and LangChain call it: docs/api.md):"
+	@echo "  curl -s http://127.0.0.1:$(API_PORT)/v1/embeddings -H 'Content-Type: application/json' -d '{\"model\": \"$(NAME)\", \"input\": [\"Triton serves raw strings.\"]}'"
+	@curl -sf http://127.0.0.1:$(API_PORT)/v1/embeddings -H 'Content-Type: application/json' -d '{"model": "$(NAME)", "input": ["Triton serves raw strings."]}' | cut -c1-240; echo " ..."
 	@echo "Stop it with: make stop"
 
 monitoring:
@@ -140,6 +146,9 @@ lock-files:
 	sed -n 's/^\(tokenizers==[^ ]*\).*/\1/p' $(LOCK) | $(LOCK_VENV)/bin/uv pip compile --quiet - --no-deps \
 	  --generate-hashes --python-version $(IMAGE_PYTHON) --python-platform $(IMAGE_PLATFORM) \
 	  --custom-compile-command "make lock" -o $(IMAGE_LOCK)
+	echo "setuptools>=77" | $(LOCK_VENV)/bin/uv pip compile --quiet pyproject.toml - --extra api -c $(LOCK) \
+	  --generate-hashes --python-version $(LOCK_PYTHON) --python-platform $(LOCK_PLATFORM) \
+	  --custom-compile-command "make lock" -o $(API_IMAGE_LOCK)
 
 # Informs, never gates: the newest versions the ranges in pyproject.toml allow, in a venv of their own.
 test-latest:

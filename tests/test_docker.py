@@ -210,6 +210,26 @@ def test_compose_serves_the_repository_with_gpus_on_loopback() -> None:
     assert (COMPOSE.parent / triton["build"]["context"] / "Dockerfile").is_file()
 
 
+def test_compose_api_fronts_the_triton_service_over_grpc() -> None:
+    """The API container: built from docker/api.Dockerfile, gRPC to the Triton service's network alias, the
+    same repository read-only, its port on loopback, healthy only when /health's real inference answers."""
+    services = default_compose()["services"]
+    api = services["api"]
+    assert "profiles" not in api  # beside `triton` (GPU) or `triton-cpu`, whichever runs
+    assert (COMPOSE.parent / api["build"]["context"] / api["build"]["dockerfile"]).is_file()
+    command = api["command"]
+    assert command[:2] == ["tritonize", "api"] and command[command.index("--grpc-url") + 1] == "tritonserver:8001"
+    assert "tritonserver" in services["triton"]["networks"]["default"]["aliases"]
+    assert api["ports"] == ["127.0.0.1:8080:8080"]
+    assert api["volumes"] == services["triton"]["volumes"] and api["volumes"][0]["read_only"] is True
+    assert api["read_only"] is True and api["restart"] == "unless-stopped"
+    assert "http://127.0.0.1:8080/health" in " ".join(api["healthcheck"]["test"])
+    assert api["environment"]["TRITONIZE_API_KEY"] == ""  # no key unless the environment sets one
+    dockerfile = (COMPOSE.parent / api["build"]["context"] / api["build"]["dockerfile"]).read_text()
+    assert "--require-hashes -r /tmp/api-image.lock" in dockerfile and "USER 1000:1000" in dockerfile
+    assert json.loads(dockerfile.split("CMD ", 2)[-1].strip()) == command
+
+
 def test_compose_healthcheck_runs_a_real_inference() -> None:
     check = default_compose()["services"]["triton"]["healthcheck"]
     assert check["test"][0] == "CMD"
@@ -643,8 +663,10 @@ def test_prometheus_scrapes_whichever_triton_service_runs() -> None:
     assert COMPOSE.parent / config_mount["source"] == COMPOSE.parent / monitoring.COMPOSE_CONFIG
     assert f"--config.file={config_mount['target']}" in prometheus["command"]
     config = yaml.safe_load((COMPOSE.parent / config_mount["source"]).read_text())
-    (job,) = config["scrape_configs"]
+    job, api_job = config["scrape_configs"]
     (target,) = job["static_configs"][0]["targets"]
+    # The API service's own /metrics, on its compose port.
+    assert api_job["static_configs"][0]["targets"] == ["api:8080"] and "api" in services
     host, port = target.split(":")
     for name in ("triton", "triton-cpu"):
         assert host in services[name]["networks"]["default"]["aliases"], name

@@ -148,7 +148,7 @@ def assert_close(got: np.ndarray, expected: np.ndarray) -> None:
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_embeddings_match_sentence_transformers(emb, emb_reference, protocol) -> None:
     with emb.client(protocol) as client:
-        assert client.output_names() == ["embedding"]
+        assert client.output_names() == ["embedding", "tokens", "truncated"]
         batched = client.embed(TEXTS)
         one_by_one = np.concatenate([client.embed([t]) for t in TEXTS])
     assert batched.dtype == np.float32

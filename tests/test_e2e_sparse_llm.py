@@ -169,7 +169,7 @@ def test_the_printed_sample_request_works(served, zoo_id: str) -> None:
                                  headers={"Content-Type": "application/json"}, method="POST")
     with urllib.request.urlopen(req, timeout=60) as resp:  # noqa: S310 - loopback
         outputs = json.loads(resp.read())["outputs"]
-    assert sorted(o["name"] for o in outputs) == sorted(task.output_names)
+    assert sorted(o["name"] for o in outputs) == sorted(task.ensemble_output_names)
 
 
 # The template alone is longer than 32 tokens: the reranker's short rows are longer.

@@ -502,7 +502,7 @@ def test_the_printed_sample_request_works_for_every_task(served, zoo_id: str) ->
                                  headers={"Content-Type": "application/json"}, method="POST")
     with urllib.request.urlopen(req, timeout=60) as resp:  # noqa: S310 - loopback
         outputs = json.loads(resp.read())["outputs"]
-    assert sorted(o["name"] for o in outputs) == sorted(tasks.of(manifest.model.head).output_names)  # any order
+    assert sorted(o["name"] for o in outputs) == sorted(tasks.of(manifest.model.head).ensemble_output_names)
     assert s.repository.joinpath("README.md").read_text().count(s.name) >= 1
 
 
@@ -531,7 +531,7 @@ def test_the_floor_answers_as_the_server_does(served, zoo_id: str) -> None:
         got = [client.infer(dict(zip([t.name for t in task.text_inputs], ([x] for x in row)))) for row in rows]
     result = check.compare([f.one(row).outputs for row in rows], got)
     assert result.passed, result.first_mismatch
-    assert set(got[0]) == set(task.output_names)
+    assert set(got[0]) == set(task.ensemble_output_names)
 
 
 @pytest.mark.parametrize("zoo_id", BENCHED)

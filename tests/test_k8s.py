@@ -122,9 +122,9 @@ def kserve_errors(doc: dict[str, Any]) -> list[str]:
     return errors
 
 
-def container(deployment: dict[str, Any]) -> dict[str, Any]:
-    (triton,) = deployment["spec"]["template"]["spec"]["containers"]
-    return triton
+def container(deployment: dict[str, Any], name: str = "triton") -> dict[str, Any]:
+    (found,) = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == name]
+    return found
 
 
 # --------------------------------------------------------------------------- schemas
@@ -246,7 +246,8 @@ def test_probes_run_the_health_script_on_the_repository_health_file(source, cpu_
             assert volumes[mount["name"]]["persistentVolumeClaim"] == {"claimName": "models", "readOnly": True}
             assert mount["subPath"] == "tinyemb"
         else:
-            (init,) = deployment["spec"]["template"]["spec"]["initContainers"]
+            (init,) = [c for c in deployment["spec"]["template"]["spec"]["initContainers"]
+                       if c["name"] == "fetch-repository"]
             assert init["volumeMounts"] == [{"name": mount["name"], "mountPath": k8s.MODELS_DIR}]
             assert init["command"][-4:] == [SOURCES[k8s.INIT]["url"], k8s.MODELS_DIR, HEALTH_FILE, "ab" * 32]
         assert k8s.DOCKERFILE not in rendered
@@ -366,7 +367,8 @@ def test_pod_is_restricted_and_drains_before_it_is_killed(cpu_repo) -> None:
         assert pod["securityContext"]["runAsNonRoot"] is True
         assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
         for c in pod["containers"] + pod.get("initContainers", []):
-            assert c["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+            assert c["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}} | (
+                {"readOnlyRootFilesystem": True} if c["name"] == "api" else {})
         assert all(set(v) <= {"name", "emptyDir", "persistentVolumeClaim"} for v in pod["volumes"])
         args = container(deployment)["args"]
         assert "--model-control-mode=none" in args and not any(a.startswith("--load-model") for a in args)
@@ -376,7 +378,33 @@ def test_pod_is_restricted_and_drains_before_it_is_killed(cpu_repo) -> None:
         assert args == list(docker.triton_command(docker.ServerOptions()))  # what compose and `deploy docker` run
     service = docs(spec_for(cpu_repo))[k8s.SERVICE]
     assert service["spec"]["type"] == "ClusterIP"
-    assert {p["name"] for p in service["spec"]["ports"]} == {"http", "grpc"}  # metrics stay on the pods
+    assert {p["name"] for p in service["spec"]["ports"]} == {"http", "grpc", "api"}  # metrics stay on the pods
+
+
+def test_the_api_runs_beside_triton_and_reads_the_same_repository(cpu_repo) -> None:
+    """A second container: gRPC to Triton over localhost, ready when /health's real inference answers, the
+    repository read-only from the pod's volume, or copied out of the model image by an init container."""
+    for source in SOURCES:
+        deployment = docs(spec_for(cpu_repo, source))[k8s.DEPLOYMENT]
+        pod = deployment["spec"]["template"]["spec"]
+        api = container(deployment, "api")
+        args = api["args"]
+        assert args[:2] == ["tritonize", "api"] and args[args.index("--grpc-url") + 1] == "127.0.0.1:8001"
+        assert api["ports"] == [{"name": "api", "containerPort": k8s.API_PORT, "protocol": "TCP"}]
+        assert api["readinessProbe"]["httpGet"] == {"path": "/health", "port": "api"}
+        (mount,) = api["volumeMounts"]
+        assert mount["mountPath"] == k8s.API_MODELS_DIR and mount["readOnly"] is True
+        inits = {c["name"]: c for c in pod.get("initContainers", [])}
+        if source == k8s.IMAGE:
+            copy = inits["copy-repository"]
+            assert copy["image"] == container(deployment)["image"] and mount["name"] == "api-models"
+            assert copy["volumeMounts"] == [{"name": "api-models", "mountPath": "/api-models"}]
+        else:
+            assert "copy-repository" not in inits and mount["name"] == container(deployment)["volumeMounts"][-1]["name"]
+    without = docs(k8s.k8s_spec(k8s.K8sOptions(repository=cpu_repo, api=False)))
+    assert [c["name"] for c in without[k8s.DEPLOYMENT]["spec"]["template"]["spec"]["containers"]] == ["triton"]
+    assert "initContainers" not in without[k8s.DEPLOYMENT]["spec"]["template"]["spec"]
+    assert {p["name"] for p in without[k8s.SERVICE]["spec"]["ports"]} == {"http", "grpc"}
 
 
 def test_init_container_fetches_checks_and_unpacks(cpu_repo, tmp_path) -> None:

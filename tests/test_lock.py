@@ -103,6 +103,17 @@ def test_the_serving_image_adds_what_the_generator_uses(pins) -> None:
     assert image["tokenizers"].hashes
 
 
+def test_the_api_image_installs_the_locked_versions_of_tritonize_api(pins) -> None:
+    """docker/api.Dockerfile installs this lock: tritonize[api]'s closure, each at requirements.lock's version."""
+    from tritonize.lockfile import API_IMAGE_LOCK
+
+    image = read_lock(API_IMAGE_LOCK)
+    assert {"fastapi", "uvicorn", "orjson", "tritonclient", "tokenizers", "setuptools"} <= set(image)
+    assert "torch" not in image and "sentence-transformers" not in image
+    assert {name: pin.version for name, pin in image.items()} == {name: pins[name].version for name in image}
+    assert all(pin.hashes for pin in image.values())
+
+
 def test_differences_name_what_moved() -> None:
     from tritonize.lockfile import Pin
 

@@ -46,9 +46,11 @@ def test_served_tokenizer_and_graph_match_sentence_transformers(repo: Path, mini
     expected = SentenceTransformer(str(minilm_dir), device="cpu").encode(SENTENCES, convert_to_numpy=True)
     encoder = steps.text_encoder(repo)
     session = ort.InferenceSession(str(repo / "minilm_model/1/model.onnx"), providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
     got = []
     for text in SENTENCES:  # one request per text, each padded to its bucket as the server does
-        got.append(session.run(None, encoder.encode([text]))[0])
+        feeds = encoder.encode([text])
+        got.append(session.run(None, {n: feeds[n] for n in names})[0])
     got = np.concatenate(got)
     assert got.shape == (len(SENTENCES), 384)
     assert np.abs(got - expected).max() <= 1e-4

@@ -353,6 +353,36 @@ def test_clients_name_the_model_where_several_are_served(served: Served, tiny_em
 
 
 @pytest.mark.e2e
+def test_the_api_finds_the_embedder_and_the_reranker_by_their_tasks(served: Served, tmp_path: Path) -> None:
+    """OpenAI's embeddings and Cohere's rerank in front of the one server: without a model named, each route takes
+    the repository's only model of its task."""
+    import urllib.request
+
+    from tritonize.api.process import ApiProcess
+    from tritonize.runtime.process import free_ports
+
+    s = served.stack
+    (port,) = free_ports(1)
+
+    def post(url: str, path: str, body: dict) -> dict:
+        request = urllib.request.Request(url + path, data=json.dumps(body).encode(), method="POST",
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310 - the test's own API
+            return json.loads(answer.read())
+
+    with ApiProcess(s.repository, served.endpoints.grpc, port=port, log_file=tmp_path / "api.log") as url:
+        embedded = post(url, "/v1/embeddings", {"input": TEXTS})
+        reranked = post(url, "/v1/rerank", {"query": QUERY, "documents": DOCUMENTS})
+    with TextClient(served.endpoints.grpc, s.embedder) as client:
+        expected = client.embed(TEXTS)
+    assert embedded["model"] == s.embedder
+    assert np.abs(np.array([d["embedding"] for d in embedded["data"]]) - expected).max() <= ATOL
+    scores = {r["index"]: r["relevance_score"] for r in reranked["results"]}
+    reference = cross_encoder_scores(s.reranker_source, DOCUMENTS)
+    assert max(abs(scores[i] - reference[i]) for i in range(len(DOCUMENTS))) <= ATOL
+
+
+@pytest.mark.e2e
 def test_a_supervised_server_serves_a_model_added_while_it_runs(tiny_embedding_repo, local_options, local_triton,
                                                                  tmp_path: Path) -> None:
     """The server keeps the models it loaded; the added model's health check fails until it restarts, so the

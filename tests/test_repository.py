@@ -81,8 +81,10 @@ def test_every_config_parses_into_model_config(model: ModelSpec, device: str) ->
     assert [i.name for i in ensemble.input] == ["TEXT"]
     assert ensemble.input[0].data_type == mc.TYPE_STRING and list(ensemble.input[0].dims) == [1]
     expected_outputs = ["embedding"] if model.task == "embedding" else ["logits", "probabilities"]
-    assert [o.name for o in ensemble.output] == expected_outputs
-    assert all(o.data_type == mc.TYPE_FP32 for o in ensemble.output)
+    # Then, per row, the tokens the model read and whether the text was cut (usage counts, strict truncation).
+    assert [o.name for o in ensemble.output] == [*expected_outputs, "tokens", "truncated"]
+    assert all(o.data_type == mc.TYPE_FP32 for o in ensemble.output[: len(expected_outputs)])
+    assert [(o.data_type, list(o.dims)) for o in ensemble.output[-2:]] == [(mc.TYPE_INT32, [1]), (mc.TYPE_BOOL, [1])]
     assert list(ensemble.output[0].dims) == [_output_dim(model)]
 
 
@@ -112,7 +114,9 @@ def test_ensemble_wiring_matches_the_steps(model: ModelSpec) -> None:
 def test_classification_labels_are_written_where_configs_name_them() -> None:
     _, files, configs = _render(CLASSIFIER)
     for path in ("demo/config.pbtxt", "demo_model/config.pbtxt"):
-        assert {o.label_filename for o in configs[path].output} == {"labels.txt"}
+        named = [o for o in configs[path].output if o.name in ("logits", "probabilities")]
+        assert {o.label_filename for o in named} == {"labels.txt"}
+        assert not any(o.label_filename for o in configs[path].output if o not in named)
         labels = files[path.replace("config.pbtxt", "labels.txt")].text.splitlines()
         assert labels == ["neg", "pos"]
 

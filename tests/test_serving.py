@@ -117,7 +117,16 @@ def test_length_groups_stay_within_a_bucket_and_max_rows() -> None:
 def test_config_is_read_as_triton_hands_it_over(repo: Path, encoder: TextEncoder) -> None:
     config = config_as_triton_passes_it(repo / "tiny_tokenizer" / "config.pbtxt")
     assert config["parameters"]["max_length"] == {"string_value": "64"}
-    assert encoder.outputs == (IDS, MASK) and encoder.max_length == 64
+    assert encoder.outputs == (IDS, MASK, "tokens", "truncated") and encoder.max_length == 64
+
+
+def test_each_row_reports_its_tokens_and_whether_it_was_cut(encoder: TextEncoder) -> None:
+    """Usage counts come from the served step (the API never tokenizes twice); a cut text is flagged."""
+    long = " ".join(["word"] * 200)
+    t = encoder.encode(["hello", "the quick brown fox", long])
+    assert t["tokens"].dtype == np.int32 and t["tokens"].shape == (3, 1)
+    assert t["tokens"][:, 0].tolist() == t[MASK].sum(1).tolist() and t["tokens"][2, 0] == 64
+    assert t["truncated"].dtype == bool and t["truncated"][:, 0].tolist() == [False, False, True]
 
 
 def test_configured_runner_regroups_as_the_server_does(repo: Path) -> None:

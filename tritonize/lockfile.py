@@ -1,7 +1,7 @@
 """Hash-pinned requirement files (`make lock` writes them with uv): read them, compare them with what is installed.
 
 requirements.lock pins the development and test environment; tritonize/data/serving-image.lock pins what the
-serving Dockerfile adds to NVIDIA's image. `python -m tritonize.lockfile --newer requirements.lock` lists what
+serving Dockerfile adds to NVIDIA's image, and tritonize/data/api-image.lock what the API image installs. `python -m tritonize.lockfile --newer requirements.lock` lists what
 an environment has that differs from a lock (`make test-latest` prints it).
 """
 
@@ -17,6 +17,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 SERVING_IMAGE_LOCK = Path(__file__).resolve().parent / "data" / "serving-image.lock"
+API_IMAGE_LOCK = Path(__file__).resolve().parent / "data" / "api-image.lock"  # docker/api.Dockerfile
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from .serving.batching import ATTENTION_MASK, INPUT_IDS, OFFSETS, SPECIAL_TOKENS_MASK
+from .serving.batching import ATTENTION_MASK, INPUT_IDS, OFFSETS, SPECIAL_TOKENS_MASK, TOKEN_COUNT, TRUNCATED
 
 Device = Literal["cpu", "gpu"]
 Precision = Literal["fp32", "fp16", "int8"]
@@ -26,6 +26,8 @@ PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8")
 
 # -- names: tensors ------------------------------------------------------------
 TEXT_INPUT = "TEXT"  # the raw strings users send, BYTES [N, 1]
+# What an ensemble whose first step tokenizes also returns per row (serving/batching.py says why).
+TOKEN_COUNT_OUTPUT, TRUNCATED_OUTPUT = TOKEN_COUNT, TRUNCATED
 TOKEN_INPUTS: tuple[str, ...] = (INPUT_IDS, ATTENTION_MASK)  # tokenizer step -> model step (batching.py names them)
 # What the tokenizer step can hand a post-processing step besides the model's inputs, and their dims.
 TOKEN_EXTRAS: dict[str, tuple[int, ...]] = {OFFSETS: (-1, 2), SPECIAL_TOKENS_MASK: (-1,)}
@@ -75,6 +77,9 @@ class TensorSpec:
     @property
     def dims_text(self) -> str:
         return "[ " + ", ".join(str(d) for d in self.dims) + " ]"
+
+
+ROW_OUTPUTS = (TensorSpec(TOKEN_COUNT_OUTPUT, "TYPE_INT32", (1,)), TensorSpec(TRUNCATED_OUTPUT, "TYPE_BOOL", (1,)))
 
 
 @dataclass(frozen=True)
@@ -304,10 +309,24 @@ class RepoSpec:
         return tuple(TensorSpec(n, "TYPE_INT64", (-1,)) for n in self.model.input_names)
 
     @property
+    def row_outputs(self) -> tuple[TensorSpec, ...]:
+        """Token counts and the truncated flag, where the first step tokenizes (an orchestrating one answers alone)."""
+        return () if self.orchestrated else ROW_OUTPUTS
+
+    @property
+    def ensemble_outputs(self) -> tuple[TensorSpec, ...]:
+        """What users get: the task's outputs, then the row outputs."""
+        return self.outputs + self.row_outputs
+
+    @property
+    def extra_token_outputs(self) -> tuple[TensorSpec, ...]:
+        return tuple(TensorSpec(n, "TYPE_INT64", TOKEN_EXTRAS[n]) for n in self.token_extras)
+
+    @property
     def tokenizer_outputs(self) -> tuple[TensorSpec, ...]:
         if self.orchestrated:
             return self.outputs
-        return self.token_inputs + tuple(TensorSpec(n, "TYPE_INT64", TOKEN_EXTRAS[n]) for n in self.token_extras)
+        return self.token_inputs + self.extra_token_outputs + self.row_outputs
 
     @property
     def post_inputs(self) -> tuple[TensorSpec, ...]:
@@ -316,8 +335,7 @@ class RepoSpec:
         if not self.post_reads_text:
             return self.graph_outputs
         ids_and_mask = tuple(t for t in self.token_inputs if t.name in TOKEN_INPUTS)
-        extras = self.tokenizer_outputs[len(self.token_inputs):]
-        return self.text_inputs + ids_and_mask + extras + self.graph_outputs
+        return self.text_inputs + ids_and_mask + self.extra_token_outputs + self.graph_outputs
 
     @property
     def steps(self) -> tuple[StepSpec, ...]:

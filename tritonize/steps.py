@@ -19,7 +19,7 @@ import numpy as np
 from . import tasks
 from .manifest import read_manifest
 from .repository import config_as_triton_passes_it
-from .serving.batching import ATTENTION_MASK
+from .serving.batching import ATTENTION_MASK, ROW_FIELDS
 from .serving.onnx_model import OnnxRunner
 from .serving.tokenizer import TextEncoder
 from .spec import CONFIG_FILE, LOCAL_CONFIG_DIR, LOCAL_CONFIG_NAME, repo_paths
@@ -82,14 +82,13 @@ class TokenChain:
         """What the server answers for one request of `rows`: padded to a bucket and regrouped by the served
         model step; with `runner`, one plain run of the batch padded to its longest row (the floor's batches)."""
         feeds = self.encoder.encode([r[0] if len(r) == 1 else r for r in rows], width=0 if pad_to_longest else None)
-        if runner is not None:
-            outs = runner.run({n: feeds[n] for n in runner.input_names})
-        else:
-            outs = self.runner.run_grouped([feeds])[0]
+        model_feeds = {n: feeds[n] for n in (runner or self.runner).input_names}  # as the ensemble maps them
+        outs = runner.run(model_feeds) if runner is not None else self.runner.run_grouped([model_feeds])[0]
         outputs = dict(zip(self.runner.output_names, outs))
         if self.post is not None:
             columns = {name: np.array([r[i] for r in rows], dtype=object).reshape(-1, 1) for i, name in enumerate(self.text_inputs)}
             outputs = self.post({**columns, **feeds, **outputs})
+        outputs.update({n: feeds[n] for n in ROW_FIELDS if n in feeds})  # the tokenizer step's own, as served
         mask = feeds[ATTENTION_MASK]
         return Answer(outputs, int(mask.sum()), int(mask.size))
 

@@ -15,7 +15,7 @@ from . import corpus, infinity
 from .runner import ALL_BASELINES, Bench, BenchOptions, is_triton
 
 BASELINE_CHOICES = ALL_BASELINES
-PROTOCOLS = ("grpc", "http")
+PROTOCOLS = ("grpc", "http", "api")  # api: `tritonize api`'s /v1/embeddings in front of the same server (embedders)
 JSON_NAME, CHART_NAME = "bench.json", "bench.png"
 
 
@@ -74,7 +74,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--metrics-url", default="127.0.0.1:8002", help="Triton's metrics endpoint (the served steps' counters)")
     p.add_argument("--start-local", action="store_true", help="start a local Triton on free ports for this run, and stop it after")
     p.add_argument("--concurrency", type=int_list, default=[1, 4, 16], help="comma-separated (default: 1,4,16)")
-    p.add_argument("--protocols", type=choice_list(PROTOCOLS), default=list(PROTOCOLS), help="grpc,http (default: both)")
+    p.add_argument("--protocols", type=choice_list(PROTOCOLS), default=["grpc", "http"],
+                   help="grpc,http,api (default: grpc,http; api starts `tritonize api` over gRPC, embedding models)")
     p.add_argument("--baselines", type=choice_list(BASELINE_CHOICES, allow_none=True), default=None,
                    help=f"{','.join(BASELINE_CHOICES)} or none (default: all; Infinity's only where it is installed)")
     p.add_argument("--infinity-python", default=None,

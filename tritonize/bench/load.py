@@ -112,8 +112,9 @@ class BaselineHttp(_Http):
 JSON_HEADERS = {"Content-Type": "application/json"}  # FastAPI reads a body as JSON only when told so
 
 
-class InfinityHttp(_Http):
-    """Infinity's OpenAI-style /embeddings: one text per request, as every other system gets it."""
+class OpenAIEmbeddings(_Http):
+    """An OpenAI-style /embeddings (Infinity's, and `tritonize api`'s under /v1): one text per request, as
+    every other system gets it."""
 
     def __init__(self, url: str, model: str, timeout_s: float = DEFAULT_TIMEOUT_S):
         super().__init__(timeout_s)

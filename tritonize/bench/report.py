@@ -12,8 +12,8 @@ from rich.table import Table
 from . import check, infinity
 from .baselines import BASELINES
 
-SYSTEM_ORDER = ("triton-grpc", "triton-http", "doc", "doc-batched", *infinity.ENGINES)
-COLORS = {"triton-grpc": "#76b900", "triton-http": "#2a7ab0", "doc": "#c0392b", "doc-batched": "#e67e22",
+SYSTEM_ORDER = ("triton-grpc", "triton-http", "triton-api", "doc", "doc-batched", *infinity.ENGINES)
+COLORS = {"triton-grpc": "#76b900", "triton-http": "#2a7ab0", "triton-api": "#1abc9c", "doc": "#c0392b", "doc-batched": "#e67e22",
           "infinity": "#8e44ad", "infinity-onnx": "#d35fb7", "floor": "#555555"}
 
 
@@ -27,7 +27,7 @@ def _waste(run: dict) -> str:
 
 
 ROLE_SHORT = {"tokenizer": "tok"}
-CHECK_LABELS = {"triton": "Triton", **{k: label for k, (label, _) in BASELINES.items()},
+CHECK_LABELS = {"triton": "Triton", "triton-api": "API /v1/embeddings", **{k: label for k, (label, _) in BASELINES.items()},
                 **{k: e.label for k, e in infinity.ENGINES.items()}}
 
 

@@ -30,7 +30,8 @@ from . import baselines, check, corpus, cpu, floor, infinity, load, stats
 from .report import compared_system, label_of, split_system
 from .targets import evaluate
 
-TRITON_LABELS = {"grpc": "Triton gRPC", "http": "Triton HTTP"}
+TRITON_LABELS = {"grpc": "Triton gRPC", "http": "Triton HTTP", "api": "API /v1/embeddings"}
+API_SYSTEM = "triton-api"  # `tritonize api` in front of the measured server, its answers checked on their own
 TRITON_SYSTEM = "triton"  # the checks: one for both protocols, the same server
 FLOOR = "floor"
 ALL_BASELINES = (*baselines.BASELINES, *infinity.ENGINES, FLOOR)
@@ -190,33 +191,53 @@ class Bench:
                 self.say(f"[yellow]no metrics at {metrics_url}: the served steps' counters are left out[/]")
                 served = None
             for protocol in self.o.protocols:
-                label = TRITON_LABELS[protocol]
-                if protocol == "grpc":
-                    make = lambda: load.TritonGrpc(grpc_url, self.name, self.inputs, self.o.timeout_s)  # noqa: E731
-                else:
-                    make = lambda: load.TritonHttp(http_url, self.name, self.inputs, self.o.timeout_s)  # noqa: E731
-                for wname, w in self.workloads.items():
-                    for c in self.o.concurrency:
-                        pair = c == 1 and protocol == self.o.protocols[0] and FLOOR in self.o.baselines
-                        if pair:
-                            self._floor_batch1(wname, w)
-                        starts = [f for f in (snaps.start if snaps else None, meter.start if meter else None,
-                                              served.start if served else None) if f]
-                        result = load.measure(make, w.rows, c, self.o.bound(c), lambda: [f() for f in starts])
-                        if pair:
-                            self._floor_batch1(wname, w)
-                        extra = self._triton_extra(snaps, result, w) if snaps else {}
-                        if meter:
-                            extra["cpu"] = meter.finish(result.completed, result.client_cpu_s, result.wall_s)
-                        if served:
-                            extra["served"] = served.finish()
-                        self._record(f"triton-{protocol}", label, wname, result, extra)
+                with contextlib.ExitStack() as stack:
+                    make = self.sender(protocol, http_url, grpc_url, stack)
+                    self.measure_protocol(protocol, make, snaps, meter, served)
+
+    def sender(self, protocol: str, http_url: str, grpc_url: str, stack: contextlib.ExitStack):
+        """What sends one request of `protocol`; for the API, its process is started here and checked first."""
+        if protocol == "grpc":
+            return lambda: load.TritonGrpc(grpc_url, self.name, self.inputs, self.o.timeout_s)
+        if protocol == "http":
+            return lambda: load.TritonHttp(http_url, self.name, self.inputs, self.o.timeout_s)
+        from ..api.process import ApiProcess
+        from ..runtime.process import free_ports
+        from .infinity import ask
+
+        (port,) = free_ports(1)
+        work = Path(self.o.output) / ".run"
+        work.mkdir(parents=True, exist_ok=True)
+        url = stack.enter_context(ApiProcess(self.o.repository, grpc_url, port=port, log_file=work / "api.log")) + "/v1"
+        self._check(API_SYSTEM, TRITON_LABELS["api"], lambda row: ask(url, self.name, row, self.o.timeout_s), check.ATOL)
+        return lambda: load.OpenAIEmbeddings(url, self.name, self.o.timeout_s)
+
+    def measure_protocol(self, protocol: str, make, snaps, meter, served) -> None:
+        label = TRITON_LABELS[protocol]
+        for wname, w in self.workloads.items():
+                for c in self.o.concurrency:
+                    pair = c == 1 and protocol == self.o.protocols[0] and FLOOR in self.o.baselines
+                    if pair:
+                        self._floor_batch1(wname, w)
+                    starts = [f for f in (snaps.start if snaps else None, meter.start if meter else None,
+                                          served.start if served else None) if f]
+                    result = load.measure(make, w.rows, c, self.o.bound(c), lambda: [f() for f in starts])
+                    if pair:
+                        self._floor_batch1(wname, w)
+                    extra = self._triton_extra(snaps, result, w) if snaps else {}
+                    if meter:
+                        extra["cpu"] = meter.finish(result.completed, result.client_cpu_s, result.wall_s)
+                    if served:
+                        extra["served"] = served.finish()
+                    self._record(f"triton-{protocol}", label, wname, result, extra)
 
     def _floor_answers(self, wname: str) -> list[dict]:
-        """The floor's answers to a workload's first rows: computed once, compared with every system."""
+        """The floor's answers to a workload's first rows: computed once, compared with every system (the task's
+        answer; the served token counts are Triton's alone, checked by its own tests)."""
         if wname not in self._expected:
             rows = self.workloads[wname].rows[: check.ROWS]
-            self._expected[wname] = [check.one_row(self.floor.one(row).outputs) for row in rows]
+            answers = [self.floor.one(row).outputs for row in rows]
+            self._expected[wname] = [check.one_row({n: a[n] for n in self.task.output_names}) for a in answers]
         return self._expected[wname]
 
     def _check(self, system: str, label: str, ask, atol: float | None = None) -> None:
@@ -349,7 +370,7 @@ class Bench:
                 self._check(key, engine.label, lambda row: infinity.ask(url, self.name, row))
                 for wname, w in self.workloads.items():
                     for c in self.o.concurrency:
-                        result = load.measure(lambda: load.InfinityHttp(url, self.name, self.o.timeout_s),
+                        result = load.measure(lambda: load.OpenAIEmbeddings(url, self.name, self.o.timeout_s),
                                               w.rows, c, self.o.bound(c))
                         self._record(key, engine.label, wname, result, {})
                 self.infinity["engines"][key] = {"engine": engine.engine, "warnings": server.warnings()}
@@ -394,6 +415,9 @@ class Bench:
         started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         if any(b != FLOOR for b in self.o.baselines):
             self.source_folder()  # before anything is timed
+        if "api" in self.o.protocols and self.task.name != infinity.TASK:
+            raise TritonizeError(f"--protocols api measures /v1/embeddings; this repository's task is {self.task.name}",
+                                 hint="use --protocols grpc,http")
         install = self.find_infinity()
         compared = [self.compared(Path(folder)) for folder in self.o.compare]  # refused before anything is timed
         self.say(f"[bold]Triton[/] ({', '.join(self.o.protocols)})")

@@ -21,6 +21,12 @@ PEERS = ("infinity", "infinity-onnx")
 PRECISION_RATIO = {"int8": {"short": 2.0, "mixed": 2.0}}
 LOADED = 16  # the concurrency of the throughput targets
 TRITON = "triton-grpc"
+API = "triton-api"
+# `tritonize api` over the gRPC it fronts (same server, same run): the share of throughput it keeps at LOADED,
+# the milliseconds it may add to p50 at concurrency 1, and its throughput over Infinity's /embeddings.
+API_SHARE = {"short": 0.85, "mixed": 0.95}
+API_SLACK_MS = 1.0
+API_PEER_RATIO = {"short": 1.5, "mixed": 1.5}
 
 
 @dataclass(frozen=True)
@@ -65,7 +71,25 @@ def evaluate(document: dict) -> list[dict]:
         found += _ratios(loaded, [("doc-batched", "doc + batching", BASELINE_RATIO, "doc server with batching")]
                          + [(p, p, PEER_RATIO, p) for p in PEERS], runs, w)
         found += _precision(document, loaded, w)
+        found += _api(runs, w)
     return [asdict(t) for t in found]
+
+
+def _api(runs: list[dict], w: str) -> list[Target]:
+    """The API must not give back what Triton wins: its share of gRPC's throughput, its added p50, its lead
+    over Infinity's OpenAI-style route."""
+    found: list[Target] = []
+    api, grpc = _find(runs, API, w, LOADED), _find(runs, TRITON, w, LOADED)
+    if w in API_SHARE:
+        found += _over("API vs gRPC throughput", w, api, grpc, API_SHARE[w], "Triton gRPC, the same server")
+        found += [t for p in PEERS for t in _over(f"API vs {p}", w, api, _find(runs, p, w, LOADED),
+                                                  API_PEER_RATIO[w], f"{p}'s /embeddings")]
+    one_api, one_grpc = _find(runs, API, w, 1), _find(runs, TRITON, w, 1)
+    if one_api and one_grpc:
+        p50, limit = one_api["latency_ms"]["p50"], one_grpc["latency_ms"]["p50"] + API_SLACK_MS
+        found.append(Target("API p50 vs gRPC", w, 1, p50, round(limit, 3), p50 <= limit,
+                            f"p50 <= gRPC p50 + {API_SLACK_MS:g} ms"))
+    return found
 
 
 def _over(name: str, w: str, faster: dict | None, slower: dict | None, ratio: float, described: str) -> list[Target]:

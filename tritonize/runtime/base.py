@@ -78,6 +78,7 @@ class ServerStatus:
     reloads: int | None = None  # steps the local supervisor reloaded alone (explicit model control)
     prometheus: str | None = None  # the URL of a Prometheus that scrapes this server (local --monitoring)
     monitoring: str = ""  # that Prometheus's state, in a line
+    api: str | None = None  # the HTTP API beside the server (local): its URL and health, in a line
 
 
 class Runtime(abc.ABC):
@@ -198,6 +199,17 @@ def served_manifests(repository: Path) -> list[Manifest]:
         return find_manifests(repository)
     except TritonizeError:
         return []
+
+
+def sample_api_curl(api_url: str, manifest: Manifest) -> str | None:
+    """A curl for the API's route of the repository's task (OpenAI's embeddings, Cohere's rerank, ...)."""
+    import json
+
+    sample = tasks.of(manifest.model.head).api_sample(manifest.name)
+    if sample is None:
+        return None
+    route, body = sample
+    return f"curl -s {api_url}{route} -H 'Content-Type: application/json' -d '{json.dumps(body)}'"
 
 
 def sample_curl(endpoints: Endpoints, manifest: Manifest | None) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 from ..console import out
 from ..errors import TritonizeError
 from . import docker, local
-from .base import Endpoints, Runtime, ServerOptions, sample_curl, served_manifests
+from .base import Endpoints, Runtime, ServerOptions, sample_api_curl, sample_curl, served_manifests
 from .monitoring import sample_query
 
 RUNTIMES = {
@@ -93,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
             out.print(f"supervised: {status.restarts} restart(s), {status.reloads or 0} step reload(s) so far")
         if status.monitoring:
             out.print(f"monitoring: {status.monitoring}", markup=False, highlight=False, soft_wrap=True)
+        if status.api:
+            out.print(f"api: {status.api}", markup=False, highlight=False, soft_wrap=True)
         for m in status.models:
             out.print(f"  {m.name:<32} v{m.version or '-':<4} {m.state}" + (f"  ({m.reason})" if m.reason else ""))
         return 0 if status.ready else 1
@@ -117,11 +119,16 @@ def print_summary(endpoints: Endpoints, repository: Path, runtime: Runtime) -> N
     status = runtime.status()
     if status.prometheus:
         out.print(f"  Prometheus {status.prometheus}")
+    api_url = status.api.split(": ", 1)[0] if status.api else None
+    if api_url:
+        out.print(f"  API      {api_url}  (OpenAI /v1/embeddings, Cohere /v1/rerank, TEI routes; docs at {api_url}/docs)")
     for m in status.models:
         out.print(f"  model    {m.name} [{m.state}]")
     out.print("Try it:")
     for manifest in manifests or [None]:
         out.print("  " + sample_curl(endpoints, manifest), markup=False, highlight=False, soft_wrap=True)
+        if api_url and manifest and (api_curl := sample_api_curl(api_url, manifest)):
+            out.print("  " + api_curl, markup=False, highlight=False, soft_wrap=True)
     if status.prometheus:
         out.print("Requests per second per model, through Prometheus:")
         out.print("  " + sample_query(status.prometheus), markup=False, highlight=False, soft_wrap=True)

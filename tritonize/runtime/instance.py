@@ -11,7 +11,8 @@ The instance directory `<run_dir>/local-<http_port>/` holds:
   written at each start, removed only by `down`;
 - `tritonserver.log` (and `.log.1`, the previous start's);
 - `admin.key`: the key for the restricted APIs;
-- `supervisor.json` and `supervisor.log`: the supervisor's state and its one line per event.
+- `supervisor.json` and `supervisor.log`: the supervisor's state and its one line per event;
+- `api.json` and `api.log`: the HTTP API beside the server (`tritonize api`), when one runs.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ ADMIN_KEY_FILE = "admin.key"
 ADMIN_HEADER = "tritonize-admin-key"  # the header that carries the key (Triton's --http-restricted-api)
 SUPERVISOR_STATE_FILE = "supervisor.json"
 SUPERVISOR_LOG_FILE = "supervisor.log"
+API_FILE = "api.json"  # the HTTP API's record (pid, URL, command): `up` writes it, the supervisor restarts from it
+API_LOG_FILE = "api.log"
 SUPERVISOR_MODULE = "tritonize.runtime.supervisor"  # run as `python -m` beside the server
 STUB_NAME = "triton_python_backend_stub"
 SHM_PREFIX = "triton_python_backend_shm_region_"  # the Python backend's shared memory, one region per stub
@@ -299,3 +302,57 @@ def start_failure(directory: Path, exc: TritonizeError, code: int | None) -> Tri
         head += " (a port is already in use)"
     detail = "\n".join(f"  | {line}" for line in lines) if lines else "  (no error lines in the log)"
     return TritonizeError(f"{head}; from {log_file}:\n{detail}", hint=exc.hint or f"the whole log: {log_file}")
+
+
+# -- the HTTP API beside the server -------------------------------------------
+
+
+@dataclass
+class ApiRecord:
+    """`tritonize api` started beside the server: its process, its URL, and how often the supervisor started
+    it again. Written at each start; removed by `down`."""
+
+    pid: int
+    start_ticks: int | None
+    url: str
+    command: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    restarts: int = 0
+
+    def alive(self) -> bool:
+        process.reap(self.pid)
+        ticks = process.start_ticks(self.pid)
+        return ticks is not None and ticks == self.start_ticks and not process.is_zombie(self.pid)
+
+
+def read_api(directory: Path) -> ApiRecord | None:
+    try:
+        return ApiRecord(**json.loads((Path(directory) / API_FILE).read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def spawn_api(directory: Path, record: ApiRecord) -> ApiRecord:
+    """Start the API a record describes, in its own session (its log appended to api.log), and record it."""
+    directory = Path(directory)
+    with open(directory / API_LOG_FILE, "ab") as out:
+        proc = subprocess.Popen(record.command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, **record.env}, cwd=directory, start_new_session=True)
+    started = replace(record, pid=proc.pid, start_ticks=process.start_ticks(proc.pid))
+    _write_private(directory / API_FILE, json.dumps(asdict(started), indent=2))
+    return started
+
+
+def stop_api(directory: Path, timeout_s: float = 10.0) -> bool:
+    """SIGTERM to the API's group (uvicorn finishes what it answers), SIGKILL after timeout_s; the record goes."""
+    record = read_api(directory)
+    (Path(directory) / API_FILE).unlink(missing_ok=True)
+    if record is None or not record.alive():
+        return False
+    _signal_group(record.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while record.alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if record.alive():
+        _signal_group(record.pid, signal.SIGKILL)
+    return True

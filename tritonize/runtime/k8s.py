@@ -62,6 +62,14 @@ STARTUP_TENSORRT_S = 900  # TensorRT builds an engine per bucket on the first lo
 PROBE_PERIOD_S = 10
 HEALTH_TIMEOUT_S = 8  # the health script's own timeout; the probe's is 2 s longer
 
+# -- the API beside Triton ---------------------------------------------------------------------------
+API_PORT = 8080  # docker/api.Dockerfile's; on the pod beside Triton's own (KServe's variant leaves it out)
+API_IMAGE = "tritonize-api"  # built from docker/api.Dockerfile, tagged with the package version
+API_MODELS_DIR = "/models"
+API_RESOURCES = {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}}
+# Every container: no privilege escalation, no capabilities (the restricted Pod Security Standard).
+CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
 # -- autoscaling ------------------------------------------------------------------------------------
 QUEUE_METRIC = "triton_queue_ms_per_request"  # the adapter exposes it; the HPA asks for it
 DEFAULT_TARGET_QUEUE_MS = 50.0  # NVIDIA's Triton Helm example scales at 50 ms of queue time
@@ -117,6 +125,7 @@ class K8sOptions:
     startup_timeout_s: int | None = None
     release: str = docker.DEFAULT_TRITON_RELEASE
     service_type: str = "ClusterIP"
+    api: bool = True  # the HTTP API as a second container (docs/api.md)
 
 
 @dataclass(frozen=True)
@@ -162,6 +171,23 @@ class Server:
 
 
 @dataclass(frozen=True)
+class Api:
+    """`tritonize api` as a second container of the Triton pod: gRPC to Triton over localhost, the same
+    repository read-only (copied out of the model image by an init container where the image holds it)."""
+
+    image: str
+    args: tuple[str, ...]
+    port: int
+    readiness: Probe
+    resources: dict[str, dict[str, str]]
+    mounts: tuple[dict[str, Any], ...]
+    volumes: tuple[dict[str, Any], ...] = ()  # besides the pod's own
+    copy_from: str | None = None
+    # It writes nothing: a read-only root filesystem on top of the pod's container settings.
+    security: dict[str, Any] = field(default_factory=lambda: CONTAINER_SECURITY | {"readOnlyRootFilesystem": True})  # the model image the init container copies /models out of
+
+
+@dataclass(frozen=True)
 class Fetch:
     """The init container of the `init` source: downloads and unpacks the repository into an emptyDir."""
 
@@ -195,6 +221,7 @@ class K8sSpec:
     kserve: Server
     fetch: Fetch | None
     queue_rule: dict[str, Any]
+    api: Api | None
     tolerations: tuple[dict[str, str], ...] = ()
     security: dict[str, Any] = field(default_factory=dict)
     pod_security: dict[str, Any] = field(default_factory=dict)
@@ -413,6 +440,27 @@ def _gpus(options: K8sOptions, device: str, repository: Path) -> int:
     return gpus
 
 
+def _api(storage: _Storage, model_image: str | None) -> Api:
+    """The API container: ready when its /health answers (a real inference through Triton, the one route
+    that needs no key); the repository from the pod's volume, or copied out of the model image."""
+    from .. import __version__
+
+    copied = model_image is not None and not storage.mounts
+    mounts = ({"name": "api-models", "mountPath": API_MODELS_DIR, "readOnly": True},) if copied else tuple(
+        m | {"readOnly": True} for m in storage.mounts)
+    return Api(
+        image=f"{API_IMAGE}:{__version__}",
+        args=("tritonize", "api", "--repository", API_MODELS_DIR, "--grpc-url",
+              f"127.0.0.1:{docker.CONTAINER_PORTS['grpc']}", "--host", "0.0.0.0", "--port", str(API_PORT)),
+        port=API_PORT,
+        readiness=Probe(PROBE_PERIOD_S, HEALTH_TIMEOUT_S + 2, 3, http_path="/health", port="api"),
+        resources=API_RESOURCES,
+        mounts=mounts,
+        volumes=({"name": "api-models", "emptyDir": {}},) if copied else (),
+        copy_from=model_image if copied else None,
+    )
+
+
 def k8s_spec(options: K8sOptions) -> K8sSpec:
     """Read the repository's manifest and decide everything the manifests say."""
     _check(options)
@@ -475,13 +523,14 @@ def k8s_spec(options: K8sOptions) -> K8sSpec:
         kserve=kserve,
         fetch=storage.fetch,
         queue_rule=queue_rule(),
+        api=_api(storage, model_image) if options.api else None,
         # GPU node pools are commonly tainted nvidia.com/gpu:NoSchedule; tolerating it is harmless elsewhere.
         tolerations=({"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"},) if gpus else (),
         # The restricted Pod Security Standard: non-root (the image's own uid), no privilege escalation,
         # no capabilities, the runtime's default seccomp profile.
         pod_security={"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS,
                       "seccompProfile": {"type": "RuntimeDefault"}},
-        security={"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        security=dict(CONTAINER_SECURITY),
     )
 
 
@@ -612,6 +661,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     scale.add_argument("--startup-timeout", dest="startup_timeout_s", type=int, default=None,
                        help=f"seconds allowed for the model load (default: {STARTUP_S}, {STARTUP_TENSORRT_S} with TensorRT)")
     p.add_argument("--service-type", choices=SERVICE_TYPES, default=d.service_type, help="(default: %(default)s)")
+    p.add_argument("--no-api", dest="api", action="store_false",
+                   help=f"leave out the HTTP API container (port {API_PORT}: OpenAI, Cohere/Jina, TEI routes)")
 
 
 def options_from_args(args: argparse.Namespace) -> K8sOptions:

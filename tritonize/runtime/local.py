@@ -45,22 +45,27 @@ from ..spec import LOCAL_CONFIG_NAME
 from . import process, versions
 from .instance import (
     ADMIN_HEADER,
+    API_LOG_FILE,
     LOG_FILE,
     STUB_NAME,
     SUPERVISOR_LOG_FILE,
     SUPERVISOR_MODULE,
     SUPERVISOR_STATE_FILE,
+    ApiRecord,
     Instance,
     admin_key,
     check_ports,
     dead_stubs,
     forget,
     instance_dir,
+    read_api,
     read_instance,
     read_supervisor,
     spawn,
+    spawn_api,
     start_failure,
     stop,
+    stop_api,
 )
 from .base import (
     METRICS_CONFIG,
@@ -73,6 +78,9 @@ from .base import (
     require_repository,
     wait_ready,
 )
+from ..api.process import ApiOptions, ApiProcess
+from ..api.process import health as api_health
+from ..api.state import DEFAULT_PORT as DEFAULT_API_PORT
 from .monitoring import DEFAULT_PORT as DEFAULT_PROMETHEUS_PORT
 from .monitoring import DEFAULT_SCRAPE_INTERVAL_S, FIRST_SCRAPE_S, INSTALL_HINT, LocalPrometheus, MonitoringOptions
 
@@ -84,6 +92,7 @@ GRPC_HEADER_PREFIX = "triton-grpc-protocol-"  # what Triton expects before a res
 DRAIN_QUIET_S = 0.5  # nothing waiting in any step and nothing finished for this long: the server has drained
 DEFAULT_STOP_TIMEOUT_S = 30.0  # Triton's own --exit-timeout-secs default
 REPLACED_GRACE_S = 3.0  # SIGTERM to SIGKILL for a drained server that has steps reloaded after a stub died
+API_READY_S = 60.0  # the API's /health must answer within this after the server is ready
 SUPERVISOR_STOP_S = 60.0  # a supervisor in the middle of a restart ends its try on SIGTERM; SIGKILL after this
 
 
@@ -217,8 +226,10 @@ class LocalRuntime(Runtime):
         stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S,
         supervise: bool = False,
         monitoring: MonitoringOptions | None = None,
+        api: ApiOptions | None = None,
     ):
         super().__init__(options)
+        self.api = api  # None: no HTTP API beside the server
         self.tritonserver = tritonserver
         self.stop_timeout_s = stop_timeout_s
         self.quiet = quiet
@@ -358,16 +369,53 @@ class LocalRuntime(Runtime):
         self.directory.mkdir(parents=True, exist_ok=True)
         backend_dir = self._prepare_backend(install)
         endpoints = self._start(self.command(install, backend_dir), install)
+        try:
+            api = self._start_api(endpoints) if self.api else None
+        except BaseException:
+            self.__exit__()  # no half stack: the server goes too
+            raise
         if self.supervise:
             self._start_supervisor()
         if prometheus:
             try:
-                prometheus.start(f"{process.url_host(endpoints.host)}:{endpoints.metrics_port}", binary)
+                api_target = api.url.split("//", 1)[1] if api else None
+                prometheus.start(f"{process.url_host(endpoints.host)}:{endpoints.metrics_port}", binary, api_target)
             except BaseException:
                 self.__exit__()  # no half stack: the server goes too
                 raise
             self._report_first_scrape(prometheus)
         return endpoints
+
+    # the HTTP API beside it
+    def _start_api(self, endpoints: Endpoints) -> ApiRecord:
+        """`tritonize api` on the server's gRPC port, healthy (a real inference through every model) before `up`
+        returns; the supervisor starts it again if it exits."""
+        assert self.api is not None
+        o = self.options
+        if process.port_in_use(o.host, self.api.port):
+            raise TritonizeError(f"API port {self.api.port} on {o.host} already in use",
+                                 hint="choose another with --api-port, or --no-api")
+        child = ApiProcess(Path(o.repository).resolve(), endpoints.grpc, host=o.host, port=self.api.port,
+                           key_file=self.api.key_file)
+        root = str(Path(__file__).resolve().parents[2])  # the child imports this package from where this one did
+        record = spawn_api(self.directory, ApiRecord(0, None, child.url, child.command(),
+                                                     {"PYTHONPATH": process.join_path(root, os.environ.get("PYTHONPATH"))}))
+        start = time.monotonic()
+        deadline = start + API_READY_S
+        while True:
+            code, detail = api_health(record.url)
+            if code == 200:
+                break
+            if not record.alive() or time.monotonic() > deadline:
+                stop_api(self.directory)
+                tail = process.tail_lines(self.directory / API_LOG_FILE, 5).strip()
+                raise TritonizeError(f"the API at {record.url} did not answer /health ({detail or 'exited'})"
+                                     + (f": {tail.splitlines()[-1]}" if tail else ""),
+                                     hint=f"see {self.directory / API_LOG_FILE}, or start without it: --no-api")
+            time.sleep(0.2)
+        self._say(f"[green]✓[/] API on {record.url} (OpenAI, Cohere/Jina, TEI routes) "
+                  f"[dim]({time.monotonic() - start:.1f}s)[/]")
+        return record
 
     def _start(self, cmd: list[str], install: TritonInstall) -> Endpoints:
         """Spawn the server, record it, and wait until it is ready (stopped and forgotten again if it never is)."""
@@ -507,6 +555,8 @@ class LocalRuntime(Runtime):
         """Supervisor first (it would restart what is stopped), then the server it left in the record (drained
         unless a stub is dead), then Prometheus; the record goes last."""
         self._stop_supervisor(directory)
+        if stop_api(directory):  # before the server: it would only answer 424 through a stopped server
+            self._say("[green]✓[/] API stopped")
         inst = read_instance(directory)  # read after the supervisor: it may have restarted the server meanwhile
         if inst and (inst.alive() or process.group_processes(inst.pid)):  # a crashed server's stubs too
             dead = dead_stubs(inst, read_supervisor(directory))
@@ -571,7 +621,20 @@ class LocalRuntime(Runtime):
             reloads=state.reloads if watched else None,
             prometheus=prometheus.url if prometheus else None,
             monitoring=self.prometheus(directory).describe(),
+            api=self._api_status(directory),
         )
+
+    @staticmethod
+    def _api_status(directory: Path) -> str | None:
+        """The API's URL and its own /health, in a line; None where none was started."""
+        record = read_api(directory)
+        if record is None:
+            return None
+        if not record.alive():
+            return f"{record.url}: not running (the supervisor starts it again)"
+        code, detail = api_health(record.url)
+        restarts = f", {record.restarts} restart(s)" if record.restarts else ""
+        return f"{record.url}: " + ("healthy" if code == 200 else f"unhealthy ({code}: {detail})") + restarts
 
     def logs(self, tail: int | None = None) -> str:
         found = self._instance()
@@ -600,6 +663,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="`up`: start no supervisor (by default one reloads a step whose stub died, or restarts the server)",
     )
+    a = parser.add_argument_group("the HTTP API (OpenAI, Cohere/Jina and text-embeddings-inference routes)")
+    a.add_argument("--no-api", action="store_true", help="`up`: start no API beside the server")
+    a.add_argument("--api-port", type=int, default=DEFAULT_API_PORT, help="`up`: the API's port, on --host "
+                   "(default: %(default)s)")
+    a.add_argument("--api-key-file", type=Path, default=None,
+                   help="`up`: require `Authorization: Bearer <key>` on every API route but /health (the file's key)")
     g = parser.add_argument_group("monitoring")
     g.add_argument(
         "--monitoring",
@@ -622,4 +691,6 @@ def from_args(options: ServerOptions, args: argparse.Namespace) -> Runtime:
             port=getattr(args, "prometheus_port", DEFAULT_PROMETHEUS_PORT),
             scrape_interval_s=getattr(args, "scrape_interval", DEFAULT_SCRAPE_INTERVAL_S),
         ) if getattr(args, "monitoring", False) else None,
+        api=None if getattr(args, "no_api", True) else ApiOptions(
+            port=getattr(args, "api_port", DEFAULT_API_PORT), key_file=getattr(args, "api_key_file", None)),
     )

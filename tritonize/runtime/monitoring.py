@@ -36,6 +36,7 @@ DEFAULT_SCRAPE_INTERVAL_S = 5.0
 MAX_SCRAPE_TIMEOUT_S = 10.0  # Prometheus's own default; never longer than the interval
 RETENTION = "7d"
 JOB = "triton"
+API_JOB = "tritonize-api"  # the API's request counts and latencies (tritonize_api_*)
 TEMPLATE = TEMPLATES_DIR / "monitoring" / "prometheus.yml.j2"
 DIRECTORY = "prometheus"  # under the server's instance directory
 CONFIG_FILE = "prometheus.yml"
@@ -48,6 +49,7 @@ STOP_TIMEOUT_S = 10.0
 # docker-compose.yml: the network alias both Triton services (triton, triton-cpu) answer to, and the
 # committed configuration its Prometheus service mounts.
 COMPOSE_TARGET = "tritonserver:8002"
+COMPOSE_API_TARGET = "api:8080"  # the compose file's api service (docker/api.Dockerfile's port)
 COMPOSE_CONFIG = Path("monitoring") / "prometheus" / "prometheus.yml"
 # What `up` prints to try: requests per second per model, from Triton's own counter.
 EXAMPLE_QUERY = "sum by (model) (rate(nv_inference_request_success[1m]))"
@@ -72,8 +74,10 @@ def duration(seconds: float) -> str:
     return f"{max(1, round(seconds * 1000))}ms"
 
 
-def render_config(targets: Sequence[str], scrape_interval_s: float, written_by: str) -> str:
-    """prometheus.yml, from templates/monitoring/prometheus.yml.j2."""
+def render_config(targets: Sequence[str], scrape_interval_s: float, written_by: str,
+                  api_targets: Sequence[str] = ()) -> str:
+    """prometheus.yml, from templates/monitoring/prometheus.yml.j2: Triton's metrics port, and the API's
+    /metrics where one runs beside it."""
     import jinja2
 
     if not TEMPLATE.is_file():
@@ -83,8 +87,7 @@ def render_config(targets: Sequence[str], scrape_interval_s: float, written_by: 
         written_by=written_by,
         scrape_interval=duration(scrape_interval_s),
         scrape_timeout=duration(min(scrape_interval_s, MAX_SCRAPE_TIMEOUT_S)),
-        job=JOB,
-        targets=list(targets),
+        jobs={JOB: list(targets), **({API_JOB: list(api_targets)} if api_targets else {})},
     )
 
 
@@ -95,6 +98,7 @@ def compose_config() -> str:
         DEFAULT_SCRAPE_INTERVAL_S,
         written_by=f"Rendered from templates/monitoring/prometheus.yml.j2: "
         f"python -m tritonize.runtime.monitoring > {COMPOSE_CONFIG}",
+        api_targets=[COMPOSE_API_TARGET],
     )
 
 
@@ -178,14 +182,15 @@ class LocalPrometheus:
             f"--web.listen-address={process.url_host(self.host)}:{self.options.port}",
         ]
 
-    def start(self, target: str, binary: Path | None = None) -> str:
-        """Write the configuration, start Prometheus scraping `target` (host:port), wait until it is ready;
-        its URL."""
+    def start(self, target: str, binary: Path | None = None, api_target: str | None = None) -> str:
+        """Write the configuration, start Prometheus scraping `target` (host:port) and the API's /metrics
+        (`api_target`, where one runs), wait until it is ready; its URL."""
         binary = binary or find_binary(self.options.binary)
         self.directory.mkdir(parents=True, exist_ok=True)
         (self.directory / CONFIG_FILE).write_text(
             render_config([target], self.options.scrape_interval_s,
-                          written_by=f"Written by `deploy.py local up --monitoring` for the server at {target}.")
+                          written_by=f"Written by `deploy.py local up --monitoring` for the server at {target}.",
+                          api_targets=[api_target] if api_target else ())
         )
         if self.log_file.exists():
             self.log_file.replace(self.log_file.with_suffix(".log.1"))

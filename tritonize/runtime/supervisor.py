@@ -40,7 +40,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import TritonizeError
@@ -56,8 +56,10 @@ from .instance import (
     check_ports,
     dead_stubs,
     ports_free,
+    read_api,
     read_instance,
     spawn,
+    spawn_api,
     start_failure,
     stop,
     stub_models,
@@ -143,6 +145,7 @@ class Supervisor:
                 fault = self.fault()
                 if fault:
                     self.recover(fault)
+                self.watch_api()
             except Stopped:
                 break
             except Exception as exc:  # noqa: BLE001 - supervision outlives any one bad poll; logged
@@ -153,6 +156,15 @@ class Supervisor:
             self.save("stopped")
             log(self.directory, "stopped")
         return 0
+
+    def watch_api(self) -> None:
+        """The HTTP API beside the server (`up` starts it unless --no-api): started again when it has exited."""
+        record = read_api(self.directory)
+        if record is None or record.alive():
+            return
+        started = spawn_api(self.directory, replace(record, restarts=record.restarts + 1))
+        log(self.directory, f"the API (pid {record.pid}) exited: started again as pid {started.pid} "
+                            f"(API restart {started.restarts})")
 
     def fault(self) -> Fault | None:
         """Why the server needs a reload or a restart now, or None."""

@@ -23,6 +23,11 @@ ENCODING_FIELDS = {
     "special_tokens_mask": "special_tokens_mask",
 }
 INPUT_IDS, ATTENTION_MASK, TOKEN_TYPE_IDS, OFFSETS, SPECIAL_TOKENS_MASK = ENCODING_FIELDS
+# What the tokenizer step also reports per row, up to the ensemble's outputs: the tokens the model reads
+# (special tokens included: usage counts without tokenizing twice), and whether the text was cut at the max
+# length (an API request's strict `truncate: false`). Each [N, 1].
+TOKEN_COUNT, TRUNCATED = "tokens", "truncated"
+ROW_FIELDS = (TOKEN_COUNT, TRUNCATED)
 
 
 def parse_buckets(text: str, max_length: int | None = None) -> list[int]:

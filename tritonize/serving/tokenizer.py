@@ -30,7 +30,17 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from .batching import ATTENTION_MASK, ENCODING_FIELDS, INPUT_IDS, bucket_for, pad_rows, pad_value, parse_buckets
+from .batching import (
+    ATTENTION_MASK,
+    ENCODING_FIELDS,
+    INPUT_IDS,
+    ROW_FIELDS,
+    TOKEN_COUNT,
+    bucket_for,
+    pad_rows,
+    pad_value,
+    parse_buckets,
+)
 from .chat import PARAMETER as PAIR_TEMPLATE
 from .chat import PairTemplate
 from .metrics import StepMetrics
@@ -123,9 +133,9 @@ class TextEncoder:
     def __init__(self, tokenizer_file: str, max_length: int, buckets: list[int], pad_id: int, outputs: tuple[str, ...],
                  truncation: str = "longest_first", max_request_bytes: int = 0, truncate: bool = True,
                  names: tuple[str, ...] = ("TEXT",), template: PairTemplate | None = None):
-        unknown = [name for name in outputs if name not in ENCODING_FIELDS]
+        unknown = [name for name in outputs if name not in ENCODING_FIELDS and name not in ROW_FIELDS]
         if unknown:
-            raise ValueError(f"cannot produce {unknown}: a tokenizer gives {sorted(ENCODING_FIELDS)}")
+            raise ValueError(f"cannot produce {unknown}: a tokenizer gives {sorted(ENCODING_FIELDS)} and {ROW_FIELDS}")
         self.tokenizer = Tokenizer.from_file(tokenizer_file)
         # tokenizer.json files often carry their own truncation/padding (e.g. fixed padding to 128): override both.
         # Pairs cut with "only_second" lose words of the document, never of the query.
@@ -233,6 +243,7 @@ class TextEncoder:
             w = width if width else (longest if width == 0 else self.bucket(longest))
             tensors = {
                 name: pad_rows([self._field(e, name) for e in rows], w, pad_value(name, self.pad_id))
+                if name in ENCODING_FIELDS else row_field(name, rows)
                 for name in self.outputs
             }
             results.append(tensors)
@@ -265,6 +276,13 @@ class TextEncoder:
             raise InvalidText(f"{' and '.join(names)} must hold the same number of rows, got {[len(c) for c in columns]}",
                               "rows_mismatch")
         return list(zip(*columns))
+
+
+def row_field(name: str, rows: list) -> np.ndarray:
+    """One value per row: the tokens the model reads (INT32), or whether the text was cut (BOOL)."""
+    if name == TOKEN_COUNT:
+        return np.array([[len(e.ids)] for e in rows], dtype=np.int32)
+    return np.array([[bool(e.overflowing)] for e in rows], dtype=bool)
 
 
 def _error(message: str):

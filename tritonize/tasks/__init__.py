@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import TritonizeError
+from ..serving.batching import ROW_FIELDS
 from ..spec import Head
 from . import classification, embedding, question_answering, rerank, sparse_embedding, token_classification
 from .base import Task
@@ -79,8 +80,9 @@ def choose(folder: ModelFolder, requested: str | None) -> Task:
 
 def for_outputs(names: list[str] | tuple[str, ...]) -> Task:
     """The task whose ensemble returns these outputs (clients read them from the server's metadata)."""
+    answers = set(names) - set(ROW_FIELDS)  # every tokenizing ensemble also reports its rows' tokens
     for task in TASKS.values():
-        if set(task.output_names) == set(names):
+        if set(task.output_names) == answers:
             return task
     raise TritonizeError(f"no task returns the outputs {sorted(names)}", hint="is this a tritonize repository?")
 

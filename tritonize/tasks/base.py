@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from ..serving.batching import ROW_FIELDS
 from ..spec import TEXT_INPUT, TOKEN_INPUTS, GenerateOptions, Head, ModelSpec, TensorSpec
 
 if TYPE_CHECKING:
@@ -221,6 +222,19 @@ class Task(abc.ABC):
         return [dict(zip(names, r)) for r in zip(*columns)], int(mask.sum()), int(mask.numel())
 
     # -- clients --------------------------------------------------------------
+    @property
+    def ensemble_output_names(self) -> tuple[str, ...]:
+        """What the ensemble returns: the answer, then (where the first step tokenizes) each row's tokens."""
+        return self.output_names + (() if self.orchestrates else ROW_FIELDS)
+
+    def api_sample(self, name: str, text: str = SAMPLE_TEXT) -> tuple[str, dict] | None:
+        """(route, JSON body) of a request `tritonize api` answers for this task, for printed examples."""
+        return None
+
+    def info_type(self, head: Head) -> dict:
+        """The `model_type` text-embeddings-inference's /info reports for this head."""
+        return {self.name: {}}
+
     def row_for(self, text: str) -> tuple[str, ...]:
         """A request row around one text: a pair task puts its sample first text (a query, a question) before it."""
         return (self.sample_first, text) if len(self.text_inputs) == 2 else (text,)

@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import TritonizeError
 from ..spec import LABELS_FILE, GenerateOptions, ModelSpec, TensorSpec
 from ..spec import Head as BaseHead
-from .base import FLOAT, Task, load_pretrained, refuse_foreign_flags
+from .base import FLOAT, SAMPLE_TEXT, Task, load_pretrained, refuse_foreign_flags
 
 if TYPE_CHECKING:
     from ..folder import ModelFolder
@@ -150,6 +150,13 @@ class Classification(Task):
             for item in answer:
                 scores[r, index[item["label"]]] = item["score"]
         return "transformers pipeline", scores
+
+    def api_sample(self, name: str, text: str = SAMPLE_TEXT) -> tuple[str, dict] | None:
+        return "/predict", {"model": name, "inputs": text}
+
+    def info_type(self, head: Head) -> dict:  # type: ignore[override]
+        return {"classifier": {"id2label": dict(enumerate(head.labels)),
+                               "label2id": {label: i for i, label in enumerate(head.labels)}}}
 
     def client_request(self, top_k: int) -> tuple[list[str] | None, int]:
         return [PROBABILITIES], max(1, top_k)

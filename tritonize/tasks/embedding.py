@@ -26,7 +26,7 @@ import numpy as np
 from ..errors import TritonizeError
 from ..spec import GenerateOptions, ModelSpec, TensorSpec
 from ..spec import Head as BaseHead
-from .base import FLOAT, Task, Variant, load_pretrained, refuse_foreign_flags
+from .base import FLOAT, SAMPLE_TEXT, Task, Variant, load_pretrained, refuse_foreign_flags
 
 if TYPE_CHECKING:
     from ..folder import ModelFolder
@@ -243,6 +243,12 @@ class Embedding(Task):
 
     def outputs(self, head: Head) -> tuple[TensorSpec, ...]:  # type: ignore[override]
         return (TensorSpec(OUTPUT, FLOAT, (head.dim,)),)
+
+    def api_sample(self, name: str, text: str = SAMPLE_TEXT) -> tuple[str, dict] | None:
+        return "/v1/embeddings", {"model": name, "input": [text]}
+
+    def info_type(self, head: Head) -> dict:  # type: ignore[override]
+        return {"embedding": {"pooling": head.pooling}}
 
     def load(self, spec: ModelSpec, eager: bool = True) -> Any:
         head: Head = spec.head  # type: ignore[assignment]

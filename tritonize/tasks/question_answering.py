@@ -20,7 +20,7 @@ from ..errors import TritonizeError
 from ..serving.batching import ATTENTION_MASK
 from ..spec import GenerateOptions, ModelSpec, TensorSpec
 from ..spec import Head as BaseHead
-from .base import FLOAT, Task, json_cells, load_pretrained, pair_token_inputs, refuse_foreign_flags
+from .base import FLOAT, SAMPLE_TEXT, Task, json_cells, load_pretrained, pair_token_inputs, refuse_foreign_flags
 
 if TYPE_CHECKING:
     from ..folder import ModelFolder
@@ -204,6 +204,9 @@ class QuestionAnswering(Task):
                                                      pad_token_id=spec.pad_token_id)})
         mask = stacked[ATTENTION_MASK]
         return answers, int(mask.sum()), int(mask.size)
+
+    def api_sample(self, name: str, text: str = SAMPLE_TEXT) -> tuple[str, dict] | None:
+        return "/v1/answers", {"model": name, "inputs": {"question": self.sample_first, "context": text}}
 
     def rows(self, outputs: dict[str, np.ndarray]) -> list[dict]:
         return [{OUTPUT: answer} for answer in json_cells(outputs[OUTPUT])]

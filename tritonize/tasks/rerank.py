@@ -30,7 +30,7 @@ from ..serving.chat import PARAMETER as PAIR_TEMPLATE
 from ..serving.chat import PairTemplate
 from ..spec import TEXT_INPUT, GenerateOptions, ModelSpec, TensorSpec
 from ..spec import Head as BaseHead
-from .base import FLOAT, Task, load_pretrained, pair_token_inputs, refuse_foreign_flags
+from .base import FLOAT, SAMPLE_TEXT, Task, load_pretrained, pair_token_inputs, refuse_foreign_flags
 
 if TYPE_CHECKING:
     from ..folder import ModelFolder
@@ -193,6 +193,12 @@ class Rerank(Task):
 
     def outputs(self, head: Head) -> tuple[TensorSpec, ...]:  # type: ignore[override]
         return (TensorSpec(OUTPUT, FLOAT, (1,)),)
+
+    def api_sample(self, name: str, text: str = SAMPLE_TEXT) -> tuple[str, dict] | None:
+        return "/v1/rerank", {"model": name, "query": self.sample_first, "documents": [text, "A fox."]}
+
+    def info_type(self, head: Head) -> dict:  # type: ignore[override]
+        return {"reranker": {"id2label": {0: "LABEL_0"}, "label2id": {"LABEL_0": 0}}}
 
     def load(self, spec: ModelSpec, eager: bool = True) -> Any:
         from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification

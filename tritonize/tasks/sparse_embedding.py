@@ -23,7 +23,7 @@ from ..serving.sparse_embedding import INDICES, VALUES, active, compact
 from ..serving.sparse_embedding import rows as served_rows
 from ..spec import GenerateOptions, ModelSpec, TensorSpec
 from ..spec import Head as BaseHead
-from .base import FLOAT, Task, refuse_foreign_flags
+from .base import FLOAT, SAMPLE_TEXT, Task, refuse_foreign_flags
 
 if TYPE_CHECKING:
     from ..folder import ModelFolder
@@ -216,6 +216,9 @@ class SparseEmbedding(Task):
         answers = [{INDICES: ids.tolist(), VALUES: vals.tolist()}
                    for ids, vals in served_rows(*compact(weights, head.max_active_dims))]
         return answers, int(mask.sum()), int(mask.numel())
+
+    def api_sample(self, name: str, text: str = SAMPLE_TEXT) -> tuple[str, dict] | None:
+        return "/embed_sparse", {"model": name, "inputs": [text]}
 
     def rows(self, outputs: dict[str, np.ndarray]) -> list[dict]:
         return [{INDICES: v.indices.tolist(), VALUES: v.values.tolist()} for v in vectors(outputs)]

@@ -20,7 +20,7 @@ from ..errors import TritonizeError
 from ..serving.batching import ATTENTION_MASK, OFFSETS, SPECIAL_TOKENS_MASK
 from ..spec import TEXT_INPUT, GenerateOptions, ModelSpec, TensorSpec
 from ..spec import Head as BaseHead
-from .base import FLOAT, Task, json_cells, load_pretrained, refuse_foreign_flags
+from .base import FLOAT, SAMPLE_TEXT, Task, json_cells, load_pretrained, refuse_foreign_flags
 
 if TYPE_CHECKING:
     from ..folder import ModelFolder
@@ -148,6 +148,9 @@ class TokenClassification(Task):
                                              [enc.special_tokens_mask[i] for i in keep], logits[r, keep],
                                              list(head.labels), head.aggregation, tokenizer.backend_tokenizer)})
         return answers, int(mask.sum()), int(mask.size)
+
+    def api_sample(self, name: str, text: str = SAMPLE_TEXT) -> tuple[str, dict] | None:
+        return "/v1/entities", {"model": name, "inputs": [text]}
 
     def rows(self, outputs: dict[str, np.ndarray]) -> list[dict]:
         return [{OUTPUT: found} for found in json_cells(outputs[OUTPUT])]

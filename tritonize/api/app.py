@@ -1,0 +1,196 @@
+"""The app: routes, the guard in front of them (key, body size, in-flight bound, metrics), error envelopes.
+
+The API reaches Triton over gRPC only and validates every body first, so the HTTP-parser faults of the
+2.51 server (docs/reliability.md) cannot be reached through it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import time
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .. import __version__
+from .errors import ApiError, Kind
+from .routes import ROUTERS, TEI_PATHS
+from .state import ApiSettings, ApiState, json_response
+
+OPEN_PATHS = frozenset({"/health"})
+DRAIN_CAP = 64 * 1024 * 1024  # a refused body up to this size is read to its end before the 413  # answered without a key: probes send none
+STATUS_KIND = {400: Kind.VALIDATION, 401: Kind.UNAUTHORIZED, 404: Kind.NOT_FOUND, 405: Kind.VALIDATION,
+               413: Kind.VALIDATION, 415: Kind.VALIDATION, 422: Kind.VALIDATION, 429: Kind.OVERLOADED}
+
+
+def envelope(path: str, error: ApiError) -> dict:
+    return error.tei() if path in TEI_PATHS else error.openai()
+
+
+def error_response(path: str, error: ApiError):
+    return json_response(envelope(path, error), error.status, error.headers)
+
+
+class Guard:
+    """Pure ASGI, before any body is parsed: the key, the body-size bound, the in-flight bound, and a
+    count and a latency for every answer (by route, model and status)."""
+
+    def __init__(self, app: ASGIApp, state: ApiState):
+        self.app, self.state = app, state
+        settings = state.settings
+        self.key = settings.api_key.encode() if settings.api_key else None
+        self.max_body = settings.max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        path, state = scope["path"], self.state
+        start, status = time.perf_counter(), [500]
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            refusal = self.refuse(scope)
+            if refusal:
+                if refusal.status == 413:
+                    await drain(receive, DRAIN_CAP)
+                await error_response(path, refusal)(scope, receive, sending)
+                return
+            if b"content-length" not in dict(scope["headers"]) and scope["method"] in ("POST", "PUT", "PATCH"):
+                body = await self.read_bounded(receive)
+                if isinstance(body, ApiError):
+                    await error_response(path, body)(scope, receive, sending)
+                    return
+                receive = replay(body)
+            state.in_flight += 1
+            state.in_flight_gauge.inc()
+            try:
+                await self.app(scope, receive, sending)
+            finally:
+                state.in_flight -= 1
+                state.in_flight_gauge.dec()
+        finally:
+            route = path if path in self.routes else "unmatched"
+            model = (scope.get("state") or {}).get("model", "")
+            state.requests.labels(route, model, str(status[0])).inc()
+            state.latency.labels(route, model).observe(time.perf_counter() - start)
+
+    @property
+    def routes(self) -> frozenset[str]:
+        return self.state.route_paths
+
+    def refuse(self, scope: Scope) -> ApiError | None:
+        headers = dict(scope["headers"])
+        if self.key and scope["path"] not in OPEN_PATHS:
+            given = headers.get(b"authorization", b"")
+            scheme, _, token = given.partition(b" ")
+            if scheme.lower() != b"bearer" or not secrets.compare_digest(token.strip(), self.key):
+                return ApiError(401, Kind.UNAUTHORIZED, "a valid API key is required: Authorization: Bearer <key>",
+                                code="invalid_api_key")
+        length = headers.get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_body:
+            return self.too_large(int(length))
+        if self.state.in_flight >= self.state.settings.max_concurrent_requests:
+            return ApiError(429, Kind.OVERLOADED, f"{self.state.in_flight} requests in flight, this server's limit "
+                            "(--max-concurrent-requests); retry shortly")
+        return None
+
+    def too_large(self, size: int) -> ApiError:
+        return ApiError(413, Kind.VALIDATION, f"the request body is {size} bytes, over this server's limit of "
+                        f"{self.max_body} bytes (--max-body-bytes)", code="payload_too_large")
+
+    async def read_bounded(self, receive: Receive) -> bytes | ApiError:
+        """A body sent without Content-Length (chunked) is read here, and refused once over the bound."""
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return ApiError(400, Kind.VALIDATION, "the client went away before sending the body")
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.max_body:
+                await drain(receive, DRAIN_CAP)
+                return self.too_large(size)
+            more = message.get("more_body", False)
+        return b"".join(chunks)
+
+
+async def drain(receive: Receive, cap: int) -> None:
+    """Read and drop a refused body (up to cap), so that the client, still sending, reads the 413 rather than a
+    reset connection."""
+    seen, more = 0, True
+    while more and seen <= cap:
+        message = await receive()
+        if message["type"] != "http.request":
+            return
+        seen += len(message.get("body", b""))
+        more = message.get("more_body", False)
+
+
+def replay(body: bytes) -> Receive:
+    sent = [False]
+
+    async def receive() -> Message:
+        if sent[0]:
+            return {"type": "http.disconnect"}
+        sent[0] = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return receive
+
+
+def create_app(settings: ApiSettings) -> FastAPI:
+    state = ApiState(settings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        await state.open()
+        try:
+            yield
+        finally:
+            await state.backend.close()
+
+    app = FastAPI(title="tritonize API", version=__version__, lifespan=lifespan,
+                  description="OpenAI, Cohere/Jina and text-embeddings-inference routes in front of Triton "
+                              "Inference Server (gRPC). Served models: "
+                              + ", ".join(f"{m.name} ({m.task.name})" for m in state.catalog.models))
+    app.state.api = state
+    for router in ROUTERS:
+        app.include_router(router)
+    state.route_paths = frozenset(route.path for router in ROUTERS for route in router.routes)
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError):
+        return error_response(request.url.path, exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_body(request: Request, exc: RequestValidationError):
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+        message = f"{where}: {first.get('msg', 'invalid')}" if where else str(first.get("msg", "invalid body"))
+        if first.get("type") == "json_invalid":
+            message = "the body is not valid JSON"
+        elif first.get("type") in ("model_attributes_type", "dict_type") and not where:
+            message = "the body must be a JSON object (Content-Type: application/json)"
+        return error_response(request.url.path, ApiError(422, Kind.VALIDATION, message, where or None,
+                                                         "invalid_request"))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException):
+        kind = STATUS_KIND.get(exc.status_code, Kind.BACKEND)
+        detail = exc.detail if isinstance(exc.detail, str) else "request refused"
+        if exc.status_code == 404:
+            detail = f"no route {request.method} {request.url.path}"
+        return error_response(request.url.path, ApiError(exc.status_code, kind, detail))
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception):
+        return error_response(request.url.path, ApiError(500, Kind.BACKEND, f"{type(exc).__name__}: {exc}"))
+
+    return Guard(app, state)  # type: ignore[return-value]

@@ -1,0 +1,96 @@
+"""Triton over one shared gRPC channel (tritonclient's asyncio client), its failures as ApiErrors.
+
+Each API request is one Triton request carrying all its texts, so Triton's dynamic batching still merges
+requests from many clients; only a request with more texts than the ensemble's max batch size is split, and
+its pieces go out together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from ..client import split_url, text_array
+from .catalog import ServedModel
+from .errors import ApiError, Kind
+
+# Triton's gRPC status -> what the API answers. UNAVAILABLE is a full queue (the server sheds load).
+STATUS = {
+    "StatusCode.UNAVAILABLE": (429, Kind.OVERLOADED),
+    "StatusCode.RESOURCE_EXHAUSTED": (413, Kind.VALIDATION),
+    "StatusCode.INVALID_ARGUMENT": (422, Kind.VALIDATION),
+    "StatusCode.NOT_FOUND": (404, Kind.NOT_FOUND),
+}
+DEFAULT_TIMEOUT_S = 60.0
+
+
+class TritonBackend:
+    """One asyncio gRPC client for the whole process; opened in the app's lifespan."""
+
+    def __init__(self, grpc_url: str, timeout_s: float = DEFAULT_TIMEOUT_S):
+        self.url, _ = split_url(grpc_url, "grpc")
+        self.timeout_s = timeout_s
+        self._client = None
+
+    async def open(self) -> None:
+        import tritonclient.grpc.aio as grpcclient
+
+        self._client = grpcclient.InferenceServerClient(self.url)
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    async def infer(self, model: ServedModel, inputs: Mapping[str, Sequence[str]],
+                    outputs: Sequence[str]) -> dict[str, np.ndarray]:
+        """The named outputs for every row of `inputs` (equal-length columns), in row order."""
+        rows = len(next(iter(inputs.values())))
+        size = model.max_batch_size
+        if rows <= size:
+            return await self._infer_once(model.name, inputs, outputs)
+        parts = await asyncio.gather(*(
+            self._infer_once(model.name, {k: v[lo:lo + size] for k, v in inputs.items()}, outputs)
+            for lo in range(0, rows, size)))
+        return {name: np.concatenate([p[name] for p in parts]) for name in outputs}
+
+    async def _infer_once(self, name: str, inputs: Mapping[str, Sequence[str]],
+                          outputs: Sequence[str]) -> dict[str, np.ndarray]:
+        import tritonclient.grpc.aio as grpcclient
+        from tritonclient.utils import InferenceServerException
+
+        if self._client is None:
+            raise ApiError(503, Kind.UNHEALTHY, "the API is not connected to Triton")
+        tensors = []
+        for input_name, texts in inputs.items():
+            data = text_array(texts)
+            tensor = grpcclient.InferInput(input_name, list(data.shape), "BYTES")
+            tensor.set_data_from_numpy(data)
+            tensors.append(tensor)
+        requested = [grpcclient.InferRequestedOutput(o) for o in outputs]
+        try:
+            result = await self._client.infer(name, tensors, outputs=requested, client_timeout=self.timeout_s)
+        except InferenceServerException as exc:
+            raise triton_error(exc) from None
+        return {o: result.as_numpy(o) for o in outputs}
+
+    async def ready(self) -> bool:
+        if self._client is None:
+            return False
+        from tritonclient.utils import InferenceServerException
+
+        try:
+            return bool(await self._client.is_server_ready(client_timeout=5.0))
+        except InferenceServerException:
+            return False
+
+
+def triton_error(exc) -> ApiError:
+    """Triton's own message kept, under the status its gRPC code means."""
+    status, kind = STATUS.get(str(exc.status()), (424, Kind.BACKEND))
+    message = (exc.message() or str(exc)).strip()
+    if str(exc.status()) in ("StatusCode.UNAVAILABLE",) and "queue" not in message.lower():
+        status, kind = 503, Kind.UNHEALTHY  # nothing listens: the server is down, not busy
+    return ApiError(status, kind, f"Triton: {message}")

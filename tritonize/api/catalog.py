@@ -1,0 +1,101 @@
+"""The models the API serves, read once from the repository's manifest at start: every model of it.
+
+A route asks for a model by name (OpenAI's and Cohere's `model`) or, where the client sends none
+(text-embeddings-inference's routes), for the one model of the task the route serves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..manifest import Manifest, read_manifests
+from ..spec import TOKENIZER_FILE, repo_paths
+from ..tasks import Task
+from ..tasks import of as task_of
+from .errors import ApiError, Kind
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """One ensemble of the repository, as the routes need it."""
+
+    manifest: Manifest
+    repository: Path
+
+    @property
+    def name(self) -> str:
+        return self.manifest.name
+
+    @property
+    def task(self) -> Task:
+        return task_of(self.manifest.model.head)
+
+    @property
+    def head(self):
+        return self.manifest.model.head
+
+    @property
+    def max_length(self) -> int:
+        return self.manifest.model.max_length
+
+    @property
+    def max_batch_size(self) -> int:
+        """Texts per Triton request: the ensemble's max batch size."""
+        return int(self.manifest.options.max_batch_size or 1)
+
+    @property
+    def tokenizer_file(self) -> Path:
+        """The tokenizer the served step runs (for /tokenize; inference never tokenizes here)."""
+        return repo_paths(self.repository, self.name)["tokenizer"] / str(self.manifest.version) / TOKENIZER_FILE
+
+    @property
+    def created(self) -> int:
+        try:
+            return int(self.tokenizer_file.stat().st_mtime)
+        except OSError:
+            return 0
+
+
+@dataclass(frozen=True)
+class Catalog:
+    models: tuple[ServedModel, ...]
+
+    @classmethod
+    def read(cls, repository: str | Path) -> Catalog:
+        root = Path(repository).resolve()
+        return cls(tuple(ServedModel(manifest, root) for manifest in read_manifests(root)))
+
+    def find_any(self, name: str | None = None) -> ServedModel:
+        """The named model of any task; without a name, the only model served."""
+        if name or len(self.models) != 1:
+            if not name:
+                raise ApiError(400, Kind.VALIDATION, "several models are served "
+                               f"({', '.join(m.name for m in self.models)}): name one with `model`", "model")
+            found = [m for m in self.models if m.name == name]
+            if not found:
+                raise ApiError(404, Kind.NOT_FOUND, f"the model {name!r} does not exist; served: "
+                               f"{', '.join(m.name for m in self.models)}", "model", "model_not_found")
+            return found[0]
+        return self.models[0]
+
+    def find(self, task: Task, name: str | None = None) -> ServedModel:
+        """The named model, which must serve `task`; without a name, the only model of that task."""
+        if name:
+            found = [m for m in self.models if m.name == name]
+            if not found:
+                served = ", ".join(m.name for m in self.models)
+                raise ApiError(404, Kind.NOT_FOUND, f"the model {name!r} does not exist; served: {served}", "model",
+                               "model_not_found")
+            if found[0].task is not task:
+                raise ApiError(400, Kind.VALIDATION, f"the model {name!r} is a {found[0].task.name} model, and this "
+                               f"route serves {task.name} models", "model", "wrong_model_type")
+            return found[0]
+        of_task = [m for m in self.models if m.task is task]
+        if len(of_task) == 1:
+            return of_task[0]
+        if not of_task:
+            raise ApiError(424, Kind.BACKEND, f"no {task.name} model is served here "
+                           f"(served: {', '.join(f'{m.name} ({m.task.name})' for m in self.models)})", "model")
+        raise ApiError(400, Kind.VALIDATION, f"several {task.name} models are served "
+                       f"({', '.join(m.name for m in of_task)}): name one with `model`", "model")

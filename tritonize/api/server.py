@@ -1,0 +1,87 @@
+"""`tritonize api`: the HTTP API on uvicorn, in front of a running Triton (gRPC).
+
+`deploy.py local up` starts it beside the local server (supervised); the compose file and the Kubernetes
+render run it as a second container. Bound to loopback unless told otherwise, as the server is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from ..errors import TritonizeError
+from .state import (
+    API_KEY_ENV,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_CLIENT_BATCH,
+    DEFAULT_MAX_CONCURRENT,
+    DEFAULT_PORT,
+    ApiSettings,
+)
+
+
+def api_key(value: str | None, key_file: Path | None) -> str | None:
+    """The key from --api-key-file, else --api-key, else $TRITONIZE_API_KEY; None: no key asked."""
+    if key_file is not None:
+        try:
+            key = key_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise TritonizeError(f"cannot read the API key file {key_file}: {exc.strerror}") from None
+        if not key:
+            raise TritonizeError(f"the API key file {key_file} is empty")
+        return key
+    return value or os.environ.get(API_KEY_ENV) or None
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--repository", "-r", type=Path, default=Path("triton_repo"), help="the served repository")
+    p.add_argument("--grpc-url", default="127.0.0.1:8001", help="Triton's gRPC endpoint (default: %(default)s)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help="(default: %(default)s)")
+    p.add_argument("--api-key", default=None, help=f"require `Authorization: Bearer KEY` (also ${API_KEY_ENV})")
+    p.add_argument("--api-key-file", type=Path, default=None, help="read the key from a file")
+    p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
+                   help="larger bodies get 413 (default: %(default)s, text-embeddings-inference's 2 MB)")
+    p.add_argument("--max-client-batch-size", type=int, default=DEFAULT_MAX_CLIENT_BATCH,
+                   help="texts per request; more get 413 (default: %(default)s)")
+    p.add_argument("--max-concurrent-requests", type=int, default=DEFAULT_MAX_CONCURRENT,
+                   help="requests in flight before 429 (default: %(default)s)")
+
+
+def settings_from(args: argparse.Namespace) -> ApiSettings:
+    for flag in ("max_body_bytes", "max_client_batch_size", "max_concurrent_requests", "port"):
+        if getattr(args, flag) <= 0:
+            raise TritonizeError(f"--{flag.replace('_', '-')} must be positive")
+    return ApiSettings(repository=Path(args.repository), grpc_url=args.grpc_url, host=args.host, port=args.port,
+                       api_key=api_key(args.api_key, args.api_key_file), max_body_bytes=args.max_body_bytes,
+                       max_client_batch_size=args.max_client_batch_size,
+                       max_concurrent_requests=args.max_concurrent_requests)
+
+
+def serve(settings: ApiSettings) -> None:
+    import uvicorn
+
+    from .app import create_app
+
+    app = create_app(settings)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
+                timeout_graceful_shutdown=10)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("api", help="serve OpenAI, Cohere/Jina and text-embeddings-inference routes over Triton")
+    add_arguments(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    from ..manifest import read_manifests
+
+    read_manifests(settings.repository)  # a missing or foreign repository: one line, before the port opens
+    print(f"tritonize API on http://{settings.host}:{settings.port} -> Triton gRPC {settings.grpc_url}"
+          + (" (API key required)" if settings.api_key else ""), file=sys.stderr)
+    serve(settings)
+    return 0

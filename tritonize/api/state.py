@@ -1,0 +1,113 @@
+"""What the app holds for its whole life: settings, the catalog, the gRPC backend, tokenizers and metrics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from fastapi import Request
+from fastapi.responses import Response
+
+from .backend import DEFAULT_TIMEOUT_S, TritonBackend
+from .catalog import Catalog, ServedModel
+
+DEFAULT_PORT = 8080
+DEFAULT_MAX_BODY_BYTES = 2 * 1024 * 1024  # text-embeddings-inference's payload limit
+DEFAULT_MAX_CLIENT_BATCH = 2048  # OpenAI's inputs per embeddings request; LangChain sends up to 1000
+DEFAULT_MAX_CONCURRENT = 512  # text-embeddings-inference's default before it answers 429
+API_KEY_ENV = "TRITONIZE_API_KEY"
+
+
+@dataclass(frozen=True)
+class ApiSettings:
+    repository: Path
+    grpc_url: str = "127.0.0.1:8001"
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    api_key: str | None = field(default=None, repr=False)  # never printed
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_client_batch_size: int = DEFAULT_MAX_CLIENT_BATCH
+    max_concurrent_requests: int = DEFAULT_MAX_CONCURRENT
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+
+def json_response(content: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    """orjson straight from numpy arrays (float32 rows are written as float32, shortest round-trip)."""
+    body = orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+    return Response(body, status_code=status, media_type="application/json", headers=headers)
+
+
+class ApiState:
+    def __init__(self, settings: ApiSettings):
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        self.settings = settings
+        self.catalog = Catalog.read(settings.repository)
+        self.backend = TritonBackend(settings.grpc_url, settings.timeout_s)
+        self.outputs: dict[str, tuple[str, ...]] = {}  # what each ensemble returns, asked of Triton at start
+        self._tokenizers: dict[str, Any] = {}
+        self.in_flight = 0
+        self.route_paths: frozenset[str] = frozenset()  # the app's own routes: the metrics' route label
+        self.registry = CollectorRegistry()
+        self.requests = Counter("tritonize_api_requests", "API requests by route, model and status",
+                                ("route", "model", "status"), registry=self.registry)
+        self.latency = Histogram("tritonize_api_request_duration_seconds", "API request latency by route and model",
+                                 ("route", "model"), registry=self.registry,
+                                 buckets=(0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+        self.in_flight_gauge = Gauge("tritonize_api_in_flight", "API requests being answered", registry=self.registry)
+
+    async def open(self) -> None:
+        await self.backend.open()
+        await self.learn_outputs()
+
+    async def learn_outputs(self) -> None:
+        """Which outputs each ensemble has (token counts only in repositories that report them)."""
+        from tritonclient.utils import InferenceServerException
+
+        client = self.backend._client
+        for model in self.catalog.models:
+            try:
+                meta = await client.get_model_metadata(model.name, client_timeout=5.0)
+                self.outputs[model.name] = tuple(o.name for o in meta.outputs)
+            except InferenceServerException:
+                self.outputs.pop(model.name, None)  # asked again at the next start; counts are 0 until then
+
+    def tokenizer(self, model: ServedModel):
+        """The served step's tokenizer file, for /tokenize (inference never tokenizes in the API)."""
+        if model.name not in self._tokenizers:
+            from tokenizers import Tokenizer
+
+            tok = Tokenizer.from_file(str(model.tokenizer_file))
+            tok.no_padding()
+            tok.enable_truncation(model.max_length)
+            self._tokenizers[model.name] = tok
+        return self._tokenizers[model.name]
+
+    def info(self, model: ServedModel) -> dict:
+        """text-embeddings-inference's /info for one model."""
+        from .. import __version__
+
+        return {
+            "model_id": model.name,
+            "model_sha": None,
+            "model_dtype": model.manifest.options.precision or "fp32",
+            "model_type": model.task.info_type(model.head),
+            "max_concurrent_requests": self.settings.max_concurrent_requests,
+            "max_input_length": model.max_length,
+            "max_batch_tokens": model.max_length * model.max_batch_size,
+            "max_batch_requests": model.max_batch_size,
+            "max_client_batch_size": self.settings.max_client_batch_size,
+            "auto_truncate": True,
+            "tokenization_workers": int(model.manifest.options.tokenizer_instances or 1),
+            "version": __version__,
+            "sha": None,
+            "docker_label": None,
+            "task": model.task.name,
+            "source": model.manifest.model.source,
+        }
+
+
+def state_of(request: Request) -> ApiState:
+    return request.app.state.api
