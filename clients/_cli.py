@@ -28,7 +28,7 @@ def parser(protocol: str, description: str) -> argparse.ArgumentParser:
     p.add_argument("texts", nargs="*", help="texts to send (default: --file, or stdin one per line)")
     p.add_argument("--file", "-f", type=Path, help="read texts from a file, one per line")
     p.add_argument("--url", default=os.environ.get(f"TRITON_{protocol.upper()}_URL", DEFAULT_URLS[protocol]))
-    p.add_argument("--model", "-m", help="ensemble name (default: `name` in --repository's tritonize.yaml)")
+    p.add_argument("--model", "-m", help="ensemble name (default: --repository's only model)")
     p.add_argument("--repository", type=Path, default=Path("triton_repo"), help="where to read the default model name")
     p.add_argument("--concurrency", "-c", type=int, default=1, help="requests in flight at once")
     p.add_argument("--batch-size", "-b", type=int, default=8, help="texts per request")
@@ -41,18 +41,19 @@ def parser(protocol: str, description: str) -> argparse.ArgumentParser:
 
 
 def model_name(args: argparse.Namespace) -> str:
-    """--model, else TRITON_MODEL, else the repository manifest's name."""
+    """--model, else TRITON_MODEL, else the repository's only model."""
     if args.model:
         return args.model
     if os.environ.get("TRITON_MODEL"):
         return os.environ["TRITON_MODEL"]
-    from tritonize.runtime.base import served_manifest
+    from tritonize.runtime.base import served_manifests
 
-    manifest = served_manifest(args.repository)
-    name = manifest.name if manifest else ""
-    if not name:
+    names = [m.name for m in served_manifests(args.repository)]
+    if not names:
         sys.exit(f"error: no --model given and no {args.repository / 'tritonize.yaml'} to read it from")
-    return name
+    if len(names) > 1:
+        sys.exit(f"error: {args.repository} serves {len(names)} models ({', '.join(names)}): pass --model NAME")
+    return names[0]
 
 
 def read_texts(args: argparse.Namespace) -> list[str]:

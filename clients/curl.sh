@@ -9,7 +9,7 @@
 #   QUESTION="who lives in Berlin?" clients/curl.sh "Sarah lives in Berlin."   # extractive QA: one answer per context
 #
 # Environment: TRITON_HTTP_URL or TRITON_URL (default http://127.0.0.1:8000),
-# TRITON_MODEL or MODEL (default: `name` in ${TRITON_REPO:-triton_repo}/tritonize.yaml), TOP_K, QUERY, QUESTION.
+# TRITON_MODEL or MODEL (default: the only model in ${TRITON_REPO:-triton_repo}/tritonize.yaml), TOP_K, QUERY, QUESTION.
 set -euo pipefail
 
 URL="${TRITON_HTTP_URL:-${TRITON_URL:-http://127.0.0.1:8000}}"
@@ -17,7 +17,13 @@ case "$URL" in http://* | https://*) ;; *) URL="http://$URL" ;; esac
 MODEL="${TRITON_MODEL:-${MODEL:-}}"
 if [[ -z "$MODEL" ]]; then
   manifest="${TRITON_REPO:-triton_repo}/tritonize.yaml"
+  # One model: its entry is the whole file (`name:` at the top level). Several: each entry's `name:` is indented.
   [[ -f "$manifest" ]] && MODEL="$(sed -n 's/^name:[[:space:]]*//p' "$manifest" | head -n1 | tr -d "\"'")"
+  if [[ -z "$MODEL" && -f "$manifest" ]] && grep -q '^models:' "$manifest"; then
+    names="$(sed -n 's/^[-[:space:]]\{1,\}name:[[:space:]]*//p' "$manifest" | tr -d "\"'" | paste -sd, -)"
+    echo "error: ${manifest} lists several models (${names}): set TRITON_MODEL to one of them" >&2
+    exit 2
+  fi
 fi
 if [[ -z "$MODEL" ]]; then
   echo "error: set TRITON_MODEL (no ${TRITON_REPO:-triton_repo}/tritonize.yaml to read the name from)" >&2

@@ -37,6 +37,7 @@ from tritonize.errors import TritonizeError
 from tritonize.runtime import docker as dk
 from tritonize.runtime import process
 from tritonize.runtime.base import ServerOptions
+from tritonize.serving import SERVING_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -250,6 +251,14 @@ def test_the_image_carries_the_served_health_script_byte_for_byte() -> None:
     encoded = line.split("'")[1]
     assert base64.b64decode(encoded) == (SERVING_DIR / "health.py").read_bytes()
     assert f"> {dk.HEALTH_SCRIPT}" in line
+
+
+def test_an_image_with_another_health_script_is_rebuilt() -> None:
+    """The image's label carries its health script's digest, which `up` compares before reusing an image: one
+    built with a script that reads a single check must not probe a repository of several models."""
+    digest = hashlib.sha256((SERVING_DIR / "health.py").read_bytes()).hexdigest()
+    assert dk.health_digest() == digest
+    assert f'{dk.LABEL_PREFIX}.health-sha256="{digest}"' in DOCKERFILE.read_text()
 
 
 def test_compose_command_is_the_container_command() -> None:

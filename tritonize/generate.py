@@ -15,8 +15,8 @@ import yaml
 from . import repository, tasks
 from .console import err, step
 from .errors import TritonizeError
-from .manifest import RESOLVED_KEY, find_manifest
-from .spec import DEVICES, MANIFEST_FILE, MIN_QUEUE_SIZE, PRECISIONS, TOKENIZER_FILE, GenerateOptions
+from .manifest import RESOLVED_KEY, choose, entries, find_manifests
+from .spec import DEVICES, MANIFEST_FILE, MIN_QUEUE_SIZE, MODELS_KEY, PRECISIONS, TOKENIZER_FILE, GenerateOptions
 from .tasks.embedding import POOLINGS
 from .tasks.token_classification import AGGREGATIONS
 
@@ -28,7 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", "-m", help="a transformers or sentence-transformers folder (or a hub id)")
     p.add_argument("--config", "-c", type=Path, help="YAML file with any of these options (flags win)")
     p.add_argument("--task", choices=tasks.NAMES, help="detected from the folder when omitted")
-    p.add_argument("--name", help="ensemble name (default: the folder name)")
+    p.add_argument("--name", help="ensemble name (default: the folder name); with --add, the model's name in the "
+                   "repository; with --version or a --config of several models, which model")
     p.add_argument("--max-length", type=int, help="tokens per text (default: what the model declares)")
     p.add_argument("--pooling", choices=POOLINGS, help="embedding pooling (default: what the folder declares, else mean)")
     p.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None, help="L2-normalise embeddings")
@@ -59,7 +60,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trust-remote-code", action="store_true", default=None, help="allow code shipped in the model folder to run")
     p.add_argument("--version", type=int, help="version folder to write; into an existing repository, a version above "
                    "its own joins it with that repository's options (switch with `deploy.py local switch`)")
-    p.add_argument("--force", action="store_true", default=None, help="replace an output directory not written by tritonize")
+    p.add_argument("--add", action="store_true", default=None,
+                   help="add this model to the repository at --output, beside the models already there, under its "
+                   "own --name (default: replace the repository)")
+    p.add_argument("--force", action="store_true", default=None, help="replace an output directory not written by "
+                   "tritonize, or a repository of several models")
     p.add_argument("--skip-verify", action="store_true", default=None, help="do not compare the ONNX graph with PyTorch")
     p.add_argument("--atol", type=float, help=f"max-abs tolerance for fp32 graphs (default: {d.atol})")
     p.add_argument("--min-cosine-fp16", type=float, help=f"cosine tolerance for fp16 graphs (default: {d.min_cosine_fp16})")
@@ -86,6 +91,8 @@ def resolve_options(args: argparse.Namespace) -> GenerateOptions:
             raise TritonizeError(f"{args.config} is not valid YAML: {exc}") from exc
         if not isinstance(loaded, dict):
             raise TritonizeError(f"{args.config} must hold a mapping of option: value")
+        if MODELS_KEY in loaded:  # a repository's manifest of several models: the entry --name names
+            loaded = _entry(entries(loaded, str(args.config)), args.name, args.config)
         known = set(GenerateOptions.field_names()) | {RESOLVED_KEY}
         unknown = sorted(set(k.replace("-", "_") for k in loaded) - known)
         if unknown:
@@ -96,8 +103,8 @@ def resolve_options(args: argparse.Namespace) -> GenerateOptions:
         value = getattr(args, key, None)
         if value is not None:
             values[key] = value
-    if values.get("version") is not None:
-        values = {**_repository_options(values.get("output") or GenerateOptions.output), **values}
+    if values.get("version") is not None and not values.get("add"):
+        values = {**_repository_options(values.get("output") or GenerateOptions.output, values.get("name")), **values}
     options = GenerateOptions(**values)
     if not options.model:
         raise TritonizeError("no model given", hint="pass --model PATH, or set model: in the --config file")
@@ -112,12 +119,25 @@ def resolve_options(args: argparse.Namespace) -> GenerateOptions:
 NOT_INHERITED = ("model", "version", "force", "skip_verify", "trust_remote_code")
 
 
-def _repository_options(output: str) -> dict:
-    """The options an existing repository was generated with: a new version must fit its configs."""
-    current = find_manifest(output)
+def _repository_options(output: str, name: str | None) -> dict:
+    """The options the model a new version joins was generated with (the only one, or --name): a new version
+    must fit its configs. A name the repository does not hold inherits nothing (`repository.joins` refuses it)."""
+    manifests = find_manifests(output)
+    if name and name not in {m.name for m in manifests}:
+        return {}
+    current = choose(manifests, name, output, "--name") if manifests else None
     if current is None:
         return {}
     return {k: v for k, v in current.options.to_dict().items() if k not in NOT_INHERITED}
+
+
+def _entry(models: list[dict], name: str | None, origin: Path) -> dict:
+    """The entry of a manifest of several models that --name names."""
+    listed = [str(m.get("name")) for m in models]
+    if not name or name not in listed:
+        raise TritonizeError(f"{origin} describes {len(models)} models ({', '.join(listed)})"
+                             + (f", not {name!r}" if name else ": name one"), hint="pass --name NAME")
+    return models[listed.index(name)]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -129,22 +149,33 @@ def generate(options: GenerateOptions) -> Path:
     """The whole pipeline; returns the repository path."""
     from . import export, source, verify
 
+    if options.add and options.force:
+        raise TritonizeError("--add keeps every model of the repository and --force replaces the repository: choose one")
+    if options.add and options.version is not None:
+        raise TritonizeError("--add writes a new model, whose first version is 1; --version adds a version to a model "
+                             "already there", hint="drop --version, or drop --add and name the model with --name")
     with step("Reading the model folder"):
         spec = source.read_model(options)
     name = options.name or source.default_name(options.model)
     repo = repository.plan(options, spec, name)
     output = Path(options.output)
-    joined = repository.joins(output, options)  # fail before minutes of export, not after
-    if joined is None:
+    # Everything that can refuse is asked before minutes of export, not after.
+    joined = repository.joins(output, options)
+    index = repository.check_add(output, repo) if options.add else []  # the models it joins ([]: a new repository)
+    if joined is not None:
+        index = repository.read_index(output)
+    elif not index:
         repository.check_output(output, options.force)
     err.print(
         f"[bold]{name}[/]: {spec.architecture}, task {spec.task}, {repo.description}"
         f", max length {spec.max_length}, buckets {list(repo.buckets)}"
     )
     if joined is not None:  # the configs a version shares with the others, checked before minutes of export
-        repository.check_joins(repository.render(repo, repository.manifest(options, repo), verify.VerificationReport.skipped_report()), output)
-        err.print(f"version {repo.version} joins {output} (versions {', '.join(map(str, repository.versions(output)))}), "
-                  f"with the options in its {MANIFEST_FILE}")
+        repository.check_joins(repository.model_files(repo, verify.VerificationReport.skipped_report()), output)
+        err.print(f"version {repo.version} of {name} joins {output} (versions "
+                  f"{', '.join(map(str, repository.versions(output, name)))}), with its options in {MANIFEST_FILE}")
+    elif index:
+        err.print(f"{name} joins {output} beside {', '.join(e.name for e in index)}")
     staging = repository.staging_dir(output)
     try:
         graph = export.load_torch_model(spec)
@@ -166,7 +197,7 @@ def generate(options: GenerateOptions) -> Path:
                                    options.min_cosine_int8)
             report.export_seconds = {k: round(v, 2) for k, v in artifacts.seconds.items()}
             verify.check(report)
-        files = repository.render(repo, repository.manifest(options, repo), report)
+        files = repository.render(repo, repository.manifest(options, repo), report, index)
         binaries = {f"{repo.model_name}/{repo.version}/{f.name}": f for f in artifacts.files_for(artifacts.onnx)}
         for python_step in (repo.tokenizer_step, repo.post_step):  # each step that tokenizes or decodes words
             if python_step is not None:
@@ -175,6 +206,9 @@ def generate(options: GenerateOptions) -> Path:
         if joined is not None:
             with step(f"Adding version {repo.version} to {output}"):
                 repository.add_version(files, binaries, output, staging, repo.version)
+        elif index:
+            with step(f"Adding {name} to {output}"):
+                repository.add_model(files, binaries, output, staging, repo.version)
         else:
             with step(f"Writing the repository to {output}"):
                 repository.write(files, binaries, output, staging, force=options.force, version=repo.version)
@@ -183,7 +217,11 @@ def generate(options: GenerateOptions) -> Path:
     summary = report.summary()
     err.print(f"[bold green]Repository ready[/] at {output}" + (f"  (vs {report.reference}: {summary})" if summary else ""))
     if joined is not None:
-        err.print(f"Switch a running server to it: python deploy.py local switch --repository {output}")
+        pick = f" --model {name}" if len(index) > 1 else ""
+        err.print(f"Switch a running server to it: python deploy.py local switch --repository {output}{pick}")
+    elif index:
+        err.print(f"Serve {', '.join([*(e.name for e in index), name])} together: python deploy.py local up "
+                  f"--repository {output} (a server already running loads {name} when it restarts)")
     else:
         err.print(f"Serve it: python deploy.py local up --repository {output}")
     return output

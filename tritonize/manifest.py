@@ -1,7 +1,9 @@
-"""tritonize.yaml: the effective generate options plus what was read from the model folder.
+"""tritonize.yaml: the effective generate options plus what was read from the model folder, per model.
 
 One reader for every consumer (reconfigure, tune, bench, the runtimes' summaries, the client scripts).
-Regenerating from the file (`tritonize generate --config tritonize.yaml`) gives the same repository.
+A repository of one model holds that model's entry as the whole file; a repository of several holds a
+list of entries under `models`, in the order the models were added. Regenerating from an entry
+(`tritonize generate --config tritonize.yaml [--name NAME]`) gives the same model.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import yaml
 
 from . import tasks
 from .errors import TritonizeError
-from .spec import FIRST_VERSION, MANIFEST_FILE, GenerateOptions, ModelSpec
+from .spec import FIRST_VERSION, MANIFEST_FILE, MODELS_KEY, GenerateOptions, ModelSpec
 
 # Key that records what was read from the model folder (informational for --config, which ignores it).
 RESOLVED_KEY = "resolved_model"
@@ -59,16 +61,64 @@ class Manifest:
         return cls(options, model)
 
 
-def find_manifest(repository: str | Path) -> Manifest | None:
-    """The repository's manifest, or None where there is none."""
+def entries(data: object, origin: str = MANIFEST_FILE) -> list[dict]:
+    """Each model's entry of a tritonize.yaml, as written: the file itself for one model, else each of `models`."""
+    if isinstance(data, dict) and MODELS_KEY in data:
+        data = data[MODELS_KEY]
+        if isinstance(data, list) and data and all(isinstance(entry, dict) for entry in data):
+            return list(data)
+    elif isinstance(data, dict):
+        return [data]
+    raise TritonizeError(f"{origin} does not describe a repository this tritonize can read",
+                         hint="regenerate the repository with this tritonize")
+
+
+def load_entries(repository: str | Path) -> list[dict] | None:
+    """The raw entries of a repository's tritonize.yaml, or None where there is no such file."""
     path = Path(repository) / MANIFEST_FILE
     if not path.is_file():
         return None
-    return Manifest.from_dict(yaml.safe_load(path.read_text()) or {}, str(path))
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise TritonizeError(f"{path} is not valid YAML: {exc}") from exc
+    return entries(data, str(path))
 
 
-def read_manifest(repository: str | Path) -> Manifest:
-    manifest = find_manifest(repository)
-    if manifest is None:
+def find_manifests(repository: str | Path) -> list[Manifest]:
+    """Every model's manifest, in the order the models were added; [] where the repository has no manifest."""
+    raw = load_entries(repository)
+    origin = str(Path(repository) / MANIFEST_FILE)
+    return [Manifest.from_dict(entry, origin) for entry in raw or []]
+
+
+def read_manifests(repository: str | Path) -> list[Manifest]:
+    """Every model the repository serves (the HTTP API's catalog, the runtimes' summaries, the index files)."""
+    manifests = find_manifests(repository)
+    if not manifests:
         raise TritonizeError(f"{repository} has no {MANIFEST_FILE}", hint="generate the repository with tritonize first")
-    return manifest
+    return manifests
+
+
+def choose(manifests: list[Manifest], name: str | None, repository: str | Path, flag: str = "--model") -> Manifest:
+    """The named model, or the only one; ambiguity and unknown names are one line listing the models."""
+    names = ", ".join(m.name for m in manifests)
+    if name:
+        for manifest in manifests:
+            if manifest.name == name:
+                return manifest
+        raise TritonizeError(f"{repository} has no model {name!r} (it holds {names})", hint=f"pass {flag} with one of them")
+    if len(manifests) > 1:
+        raise TritonizeError(f"{repository} holds {len(manifests)} models ({names}): name one", hint=f"pass {flag} NAME")
+    return manifests[0]
+
+
+def find_manifest(repository: str | Path, name: str | None = None, flag: str = "--model") -> Manifest | None:
+    """The named model's manifest, or the only model's; None where the repository has no manifest."""
+    manifests = find_manifests(repository)
+    return choose(manifests, name, repository, flag) if manifests else None
+
+
+def read_manifest(repository: str | Path, name: str | None = None, flag: str = "--model") -> Manifest:
+    """The named model's manifest, or the only model's (`flag` is what the error tells the user to pass)."""
+    return choose(read_manifests(repository), name, repository, flag)

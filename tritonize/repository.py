@@ -4,6 +4,12 @@ Nothing reaches the output directory until every config has parsed into
 Triton's own `ModelConfig` protobuf; the new repository is assembled in a
 temporary directory beside the output and swapped in by rename, and the
 previous repository is put back if the swap fails.
+
+A repository may serve several models, each in its own folders (`spec.step_names`). What is about the
+repository as a whole lives in its index files at the top: tritonize.yaml (every model's options),
+verification.json (every model's report), health.json (every model's check) and README.md. With one
+model each holds that model's entry alone, as repositories always have; with several, a list of entries.
+Adding a model (`add_model`) moves its folders in and replaces the index files only.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from tritonclient.grpc import model_config_pb2
 
 from . import serving, tasks
 from .errors import TritonizeError
-from .manifest import Manifest, find_manifest, read_manifest
+from .manifest import Manifest, choose, find_manifests, load_entries, read_manifest
 from .paths import TEMPLATES_DIR
 from .spec import (
     CONFIG_FILE,
@@ -32,6 +38,7 @@ from .spec import (
     LOCAL_CONFIG_NAME,
     MANIFEST_FILE,
     MODEL_FILE,
+    MODELS_KEY,
     README_FILE,
     SERVED_ENTRY,
     VERIFICATION_FILE,
@@ -44,8 +51,10 @@ from .spec import (
     TensorRTSpec,
     default_queue_size,
     normalise_buckets,
+    repo_paths,
     step_names,
 )
+from .serving import health
 from .serving.health import HEALTH_FILE
 from .verify import VerificationReport
 
@@ -143,38 +152,42 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def render(repo: RepoSpec, manifest: Manifest, report: VerificationReport) -> list[RenderedFile]:
-    """Every text file of the repository, from templates/."""
+@dataclass(frozen=True)
+class IndexEntry:
+    """One model's part of the repository's index files, as written: its tritonize.yaml entry, its
+    verification report and its health check; and its RepoSpec, which the README describes."""
+
+    repo: RepoSpec
+    manifest: dict
+    report: dict
+    check: dict
+
+    @property
+    def name(self) -> str:
+        return self.repo.name
+
+
+# The index files, in the order they are replaced: the manifest last, since it says which models there are.
+INDEX_FILES = (README_FILE, HEALTH_FILE, VERIFICATION_FILE, MANIFEST_FILE)
+
+
+def index_entry(repo: RepoSpec, manifest: Manifest, report: VerificationReport) -> IndexEntry:
+    return IndexEntry(repo, manifest.to_dict(), report.to_dict(), health_check(repo))
+
+
+def render(repo: RepoSpec, manifest: Manifest, report: VerificationReport,
+           index: list[IndexEntry] | tuple[IndexEntry, ...] = ()) -> list[RenderedFile]:
+    """Every text file of the model's folders, from templates/, and the index files over `index` (the other
+    models of the repository, as read by `read_index`) with this model's entry in its place, or last."""
+    entry = index_entry(repo, manifest, report)
+    entries = [entry if e.name == repo.name else e for e in index]
+    if repo.name not in {e.name for e in index}:
+        entries.append(entry)
+    return model_files(repo, report) + index_files(entries)
+
+
+def _render(layout: list[tuple[str, str, dict]], common: dict) -> list[RenderedFile]:
     env = _environment()
-    common = {
-        "repo": repo,
-        "local_config_name": LOCAL_CONFIG_NAME,
-        "manifest_file": MANIFEST_FILE,
-        "model_file": MODEL_FILE,
-        "sample_body": tasks.of(repo.model.head).sample_body("hello"),
-    }
-    t, m, e = repo.tokenizer_name, repo.model_name, repo.name
-    layout = [
-        (f"{e}/{CONFIG_FILE}", "ensemble/config.pbtxt.j2", {}),
-        (f"{t}/{CONFIG_FILE}", "tokenizer/config.pbtxt.j2", {"step": repo.tokenizer_step}),
-        (f"{m}/{CONFIG_FILE}", "model/onnxruntime.pbtxt.j2", {"step": repo.model_step, "ragged": False}),
-        (
-            f"{m}/{LOCAL_CONFIG_DIR}/{LOCAL_CONFIG_NAME}.pbtxt",
-            "model/python.pbtxt.j2",
-            {"step": repo.model_step, "ragged": repo.local.ragged},
-        ),
-        (MANIFEST_FILE, "repository/tritonize.yaml.j2", {"options": manifest.to_dict()}),
-        (VERIFICATION_FILE, "repository/verification.json.j2", {"report": report.to_dict()}),
-        (README_FILE, "repository/README.md.j2", {}),
-        (HEALTH_FILE, "repository/health.json.j2", {"health_json": health_check(repo)}),
-        # Each version keeps the report of its own graph; the one at the top is the served version's.
-        (f"{m}/{repo.version}/{VERIFICATION_FILE}", "repository/verification.json.j2", {"report": report.to_dict()}),
-    ]
-    if repo.post_step:
-        layout.append((f"{repo.post_step.name}/{CONFIG_FILE}", "post/config.pbtxt.j2", {"step": repo.post_step}))
-    if repo.labels:
-        # Triton's classification extension reads labels next to the config that names them.
-        layout += [(f"{d}/{LABELS_FILE}", "repository/labels.txt.j2", {}) for d in (m, e)]
     files = []
     for path, template, extra in layout:
         try:
@@ -185,11 +198,80 @@ def render(repo: RepoSpec, manifest: Manifest, report: VerificationReport) -> li
     return files
 
 
-def health_check(repo: RepoSpec) -> str:
-    """health.json: the one-row request the health check sends through the ensemble, and what it must answer."""
+def model_files(repo: RepoSpec, report: VerificationReport) -> list[RenderedFile]:
+    """The configs, labels and version report of one model's folders."""
+    common = {"repo": repo, "local_config_name": LOCAL_CONFIG_NAME, "model_file": MODEL_FILE, "manifest_file": MANIFEST_FILE}
+    t, m, e = repo.tokenizer_name, repo.model_name, repo.name
+    layout = [
+        (f"{e}/{CONFIG_FILE}", "ensemble/config.pbtxt.j2", {}),
+        (f"{t}/{CONFIG_FILE}", "tokenizer/config.pbtxt.j2", {"step": repo.tokenizer_step}),
+        (f"{m}/{CONFIG_FILE}", "model/onnxruntime.pbtxt.j2", {"step": repo.model_step, "ragged": False}),
+        (
+            f"{m}/{LOCAL_CONFIG_DIR}/{LOCAL_CONFIG_NAME}.pbtxt",
+            "model/python.pbtxt.j2",
+            {"step": repo.model_step, "ragged": repo.local.ragged},
+        ),
+        # Each version keeps the report of its own graph; the one in the index is the served version's.
+        (f"{m}/{repo.version}/{VERIFICATION_FILE}", "repository/verification.json.j2", {"report": report.to_dict()}),
+    ]
+    if repo.post_step:
+        layout.append((f"{repo.post_step.name}/{CONFIG_FILE}", "post/config.pbtxt.j2", {"step": repo.post_step}))
+    if repo.labels:
+        # Triton's classification extension reads labels next to the config that names them.
+        layout += [(f"{d}/{LABELS_FILE}", "repository/labels.txt.j2", {}) for d in (m, e)]
+    return _render(layout, common)
+
+
+def index_files(entries: list[IndexEntry]) -> list[RenderedFile]:
+    """tritonize.yaml, verification.json, README.md and health.json: one model's entries alone, several listed."""
+    several = len(entries) > 1
+    options = {MODELS_KEY: [e.manifest for e in entries]} if several else entries[0].manifest
+    report = {MODELS_KEY: {e.name: e.report for e in entries}} if several else entries[0].report
+    checks = json.dumps(health.document([e.check for e in entries]), indent=2, ensure_ascii=False)
+    models = [{"repo": e.repo, "sample_body": tasks.of(e.repo.model.head).sample_body("hello")} for e in entries]
+    layout = [
+        (MANIFEST_FILE, "repository/tritonize.yaml.j2", {"options": options, "names": [e.name for e in entries]}),
+        (VERIFICATION_FILE, "repository/verification.json.j2", {"report": report}),
+        (README_FILE, "repository/README.md.j2", {"models": models}),
+        (HEALTH_FILE, "repository/health.json.j2", {"health_json": checks}),
+    ]
+    return _render(layout, {"manifest_file": MANIFEST_FILE, "local_config_name": LOCAL_CONFIG_NAME})
+
+
+def health_check(repo: RepoSpec) -> dict:
+    """One model's health check: the one-row request sent through its ensemble, and what it must answer."""
     request = json.loads(tasks.of(repo.model.head).sample_body())
-    return json.dumps({"model": repo.name, "request": request, "outputs": [t.name for t in repo.outputs]},
-                      indent=2, ensure_ascii=False)
+    return {"model": repo.name, "request": request, "outputs": [t.name for t in repo.outputs]}
+
+
+def _read_json(path: Path) -> dict:
+    """A JSON object from a file; {} where it is missing or unreadable (the index is then rebuilt from the models)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def read_index(output: Path) -> list[IndexEntry]:
+    """Every model's entries in an existing repository's index files, as written: what adding a model or a
+    version keeps. A report or check missing from the index is taken from the model's folder or rebuilt."""
+    output = Path(output)
+    raw = load_entries(output) or []
+    manifests = [Manifest.from_dict(data, str(output / MANIFEST_FILE)) for data in raw]
+    stored = _read_json(output / VERIFICATION_FILE)
+    if MODELS_KEY in stored:
+        reports = dict(stored[MODELS_KEY])
+    else:  # a repository of one model: the file is its report
+        reports = {manifests[0].name: stored} if stored and len(manifests) == 1 else {}
+    checks = {c.get("model"): c for c in health.checks_of(_read_json(output / HEALTH_FILE)) if isinstance(c, dict)}
+    entries = []
+    for data, current in zip(raw, manifests):
+        repo = plan(current.options, current.model, current.name)
+        report = reports.get(current.name) or _read_json(repo_paths(output, current.name)["model"] / str(repo.version)
+                                                         / VERIFICATION_FILE) or VerificationReport.skipped_report().to_dict()
+        entries.append(IndexEntry(repo, data, report, checks.get(current.name) or health_check(repo)))
+    return entries
 
 
 def served_files(repo: RepoSpec) -> dict[str, Path]:
@@ -241,13 +323,55 @@ def _owned(output: Path) -> bool:
     return not entries or (output / MANIFEST_FILE).is_file()
 
 
+def _held(output: Path) -> list[str]:
+    """The names of the models a repository holds, as its tritonize.yaml lists them ([] where it cannot be read)."""
+    try:
+        return [str(entry.get("name")) for entry in load_entries(output) or []]
+    except TritonizeError:
+        return []
+
+
 def check_output(output: Path, force: bool) -> None:
-    """Refuse to replace a directory tritonize did not write, unless forced."""
-    if not force and not _owned(output):
+    """Refuse to replace a directory tritonize did not write, or a repository of several models, unless forced."""
+    if force:
+        return
+    if not _owned(output):
         raise TritonizeError(
             f"{output} exists and was not written by tritonize (no {MANIFEST_FILE})",
             hint="choose another --output, or pass --force to replace it",
         )
+    held = _held(output)
+    if len(held) > 1:
+        raise TritonizeError(
+            f"{output} holds {len(held)} models ({', '.join(held)}): writing a repository there would remove them",
+            hint="--add puts a model beside them; --force replaces the repository; or choose another --output",
+        )
+
+
+def _is_empty(output: Path) -> bool:
+    return not output.exists() or (output.is_dir() and not any(not p.name.startswith(".") for p in output.iterdir()))
+
+
+def check_add(output: Path, repo: RepoSpec) -> list[IndexEntry]:
+    """The index of the repository `repo` is added to, refused in one line where it cannot sit beside what is
+    there; [] where `output` is missing or empty (the model starts a repository)."""
+    output = Path(output)
+    if _is_empty(output):
+        return []
+    if not _owned(output):
+        raise TritonizeError(f"{output} exists and was not written by tritonize (no {MANIFEST_FILE}): --add only adds "
+                             "to a tritonize repository", hint="choose another --output")
+    index = read_index(output)
+    names = [e.name for e in index]
+    if repo.name in names:
+        raise TritonizeError(f"{output} already holds a model named {repo.name!r} (models: {', '.join(names)})",
+                             hint="choose another --name; for a new version of it, pass --version N instead of --add")
+    folders = [repo.name, *(step.name for step in repo.steps)]
+    taken = [f for f in folders if (output / f).exists()]
+    if taken:
+        raise TritonizeError(f"{output} already has a folder {taken[0]}/, which model {repo.name!r} needs for its "
+                             f"steps ({', '.join(folders)})", hint="choose another --name")
+    return index
 
 
 def staging_dir(output: Path) -> Path:
@@ -273,11 +397,15 @@ def _place(binaries: dict[str, Path], root: Path, staging: Path) -> None:
             shutil.copy2(source, target)
 
 
-def replace_file(path: Path, text: str) -> None:
+def replace_file(path: Path, text: str | bytes) -> None:
     """Write beside, then rename over: a server loading the model reads the old file or the new one, never half."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_bytes(text.encode("utf-8") if isinstance(text, str) else text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def write(
@@ -323,9 +451,56 @@ def write(
     return output
 
 
-def versions(output: Path) -> list[int]:
-    """The version folders of a repository, read from its ensemble's folder (every step has the same)."""
-    current = find_manifest(output)
+def add_model(files: list[RenderedFile], binaries: dict[str, Path], output: Path, staging: Path,
+              version: int = FIRST_VERSION) -> Path:
+    """Add one model's folders beside the models of a repository, which a server may be serving.
+
+    Nothing the repository holds changes but its index files: the model's folders are assembled in
+    `staging` and renamed in (none of them exists: `check_add`), then the index files are replaced one by
+    one, the manifest last. A failure at any point removes the folders moved in and puts every index file
+    back as it was, byte for byte.
+    """
+    output = Path(output)
+    validate(files)
+    root = staging / "model"
+    own = [f for f in files if f.path not in INDEX_FILES]
+    for f in own:
+        target = root / f.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(f.text, encoding="utf-8")
+    _place(binaries, root, staging)
+    for model_dir in {f.path.split("/")[0] for f in own if f.path.endswith(CONFIG_FILE)}:
+        (root / model_dir / str(version)).mkdir(exist_ok=True)
+    folders = sorted(p.name for p in root.iterdir())
+    taken = [f for f in folders if (output / f).exists()]
+    if taken:
+        raise TritonizeError(f"{output} already has a folder {taken[0]}/", hint="choose another --name")
+    index = sorted((f for f in files if f.path in INDEX_FILES), key=lambda f: INDEX_FILES.index(f.path))
+    before = {f.path: (output / f.path).read_bytes() if (output / f.path).is_file() else None for f in index}
+    moved: list[str] = []
+    try:
+        for folder in folders:
+            os.replace(root / folder, output / folder)
+            moved.append(folder)
+        for f in index:
+            replace_file(output / f.path, f.text)
+    except BaseException:
+        for rel, data in before.items():
+            if data is None:
+                (output / rel).unlink(missing_ok=True)
+            else:
+                replace_file(output / rel, data)
+        for folder in moved:
+            shutil.rmtree(output / folder, ignore_errors=True)
+        raise
+    return output
+
+
+def versions(output: Path, name: str | None = None) -> list[int]:
+    """The version folders of a model (the only one, or `name`), read from its ensemble's folder (every step
+    has the same)."""
+    manifests = find_manifests(output)
+    current = choose(manifests, name, output, "--name") if manifests else None
     folder = Path(output) / current.name if current else None
     if folder is None or not folder.is_dir():
         return []
@@ -333,25 +508,31 @@ def versions(output: Path) -> list[int]:
 
 
 def joins(output: Path, options: GenerateOptions) -> Manifest | None:
-    """The manifest of the repository a new version joins, or None where generate writes a whole repository.
+    """The manifest of the model a new version joins, or None where generate writes a whole repository.
 
     A version joins only above every version already there: a version folder a server may have loaded is
-    never rewritten in place.
+    never rewritten in place. In a repository of several models, each model has its own versions.
     """
     if options.version is None:
         return None
-    current = find_manifest(output)
-    if current is None:
+    manifests = find_manifests(output)
+    if not manifests:
         return None
-    present = versions(output)
+    names = [m.name for m in manifests]
+    if options.name and options.name not in names:
+        raise TritonizeError(
+            f"{output} has no model {options.name!r} to add version {options.version} to (it holds {', '.join(names)})",
+            hint="a new version keeps its model's name; to serve another model beside these, pass --add without --version",
+        )
+    current = choose(manifests, options.name, output, "--name")
+    present = versions(output, current.name)
     if present and options.version <= present[-1]:
         raise TritonizeError(
-            f"{output} already has version(s) {', '.join(map(str, present))}: version {options.version} would rewrite "
+            f"{output} already has version(s) {', '.join(map(str, present))}"
+            f"{f' of {current.name}' if len(manifests) > 1 else ''}: version {options.version} would rewrite "
             "what a server may be serving",
             hint=f"pass --version {present[-1] + 1}",
         )
-    if options.name and options.name != current.name:
-        raise TritonizeError(f"{output} serves {current.name!r}; a new version keeps the name (got --name {options.name})")
     return current
 
 
@@ -431,23 +612,26 @@ def manifest(options: GenerateOptions, repo: RepoSpec) -> Manifest:
         max_length=repo.model.max_length,
         buckets=list(repo.buckets),
         force=False,
+        add=False,
     )
     return Manifest(effective, repo.model)
 
 
-def reconfigure(repo_dir: Path, overrides: Overrides) -> RepoSpec:
-    """Re-render only the configs of an existing repository with changed options (no re-export).
+def reconfigure(repo_dir: Path, overrides: Overrides, name: str | None = None) -> RepoSpec:
+    """Re-render only the configs of one model of an existing repository (the only one, or `name`) with
+    changed options (no re-export), and its entry of the manifest.
 
     Used by `tritonize tune`: batching, instance counts and buckets change;
     the ONNX graph, tokenizer and verification report stay as they are.
     """
     repo_dir = Path(repo_dir)
-    current = read_manifest(repo_dir)
+    current = read_manifest(repo_dir, name)
+    index = read_index(repo_dir)
     options = overrides.apply(current.options)
     repo = plan(options, current.model, current.name)
-    report_path = repo_dir / VERIFICATION_FILE
-    report = VerificationReport.from_dict(json.loads(report_path.read_text())) if report_path.is_file() else VerificationReport.skipped_report()
-    files = [f for f in render(repo, manifest(options, repo), report) if f.path.endswith(".pbtxt") or f.path == MANIFEST_FILE]
+    # Only the configs and the manifest are written: the report stays as verification wrote it.
+    files = [f for f in render(repo, manifest(options, repo), VerificationReport.skipped_report(), index)
+             if f.path.endswith(".pbtxt") or f.path == MANIFEST_FILE]
     validate(files)
     for f in files:
         replace_file(repo_dir / f.path, f.text)

@@ -41,6 +41,9 @@ MODEL_FILE = "model.onnx"
 TOKENIZER_FILE = "tokenizer.json"
 LABELS_FILE = "labels.txt"
 MANIFEST_FILE = "tritonize.yaml"
+# tritonize.yaml and verification.json of a repository of several models: each model's entry under this key
+# (a repository of one model holds its entry alone, as before several models were served together).
+MODELS_KEY = "models"
 VERIFICATION_FILE = "verification.json"
 README_FILE = "README.md"
 SERVED_ENTRY = "model.py"  # what the Python backend imports in a step's version folder
@@ -155,6 +158,9 @@ class GenerateOptions:
     opset: int = 17
     trust_remote_code: bool = False
     force: bool = False
+    # Add this model to the repository at `output`, beside the models already there (under its own name),
+    # instead of replacing the repository.
+    add: bool = False
     skip_verify: bool = False
     atol: float = 1e-4
     min_cosine_fp16: float = 0.999

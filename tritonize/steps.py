@@ -4,7 +4,8 @@ The in-process floor of the benchmark and the tests use the served modules
 (`TextEncoder`, `OnnxRunner`, a task's post step or reader) configured from
 the repository's own configs, handed over in the form Triton hands them to
 a Python model: nothing here has settings of its own. `in_process` chains
-them as the ensemble chains them, so the floor computes the whole answer.
+them as the ensemble chains them, so the floor computes the whole answer. In a repository of several
+models, `name` says which model's steps.
 """
 
 from __future__ import annotations
@@ -26,20 +27,21 @@ from .spec import CONFIG_FILE, LOCAL_CONFIG_DIR, LOCAL_CONFIG_NAME, repo_paths
 Row = tuple[str, ...]  # one request row: a text, or a pair (query and document, question and context)
 
 
-def _step(repo_dir: Path, role: str, config: str) -> tuple[dict, str]:
-    manifest = read_manifest(repo_dir)
+def _step(repo_dir: Path, role: str, config: str, name: str | None = None) -> tuple[dict, str]:
+    manifest = read_manifest(repo_dir, name)
     folder = repo_paths(repo_dir, manifest.name)[role]
     return config_as_triton_passes_it(folder / config), str(folder / str(manifest.version))
 
 
-def text_encoder(repo_dir: Path) -> TextEncoder:
-    """The served tokenizer of a repository."""
-    return TextEncoder.from_config(*_step(repo_dir, "tokenizer", CONFIG_FILE))
+def text_encoder(repo_dir: Path, name: str | None = None) -> TextEncoder:
+    """The served tokenizer of a repository's model."""
+    return TextEncoder.from_config(*_step(repo_dir, "tokenizer", CONFIG_FILE, name))
 
 
-def onnx_runner(repo_dir: Path, intra_op_threads: int | None = None, shards: int | None = None) -> OnnxRunner:
+def onnx_runner(repo_dir: Path, intra_op_threads: int | None = None, shards: int | None = None,
+                name: str | None = None) -> OnnxRunner:
     """The local server's model step; `intra_op_threads` and `shards` override its configuration (the floor's layouts)."""
-    config, version_dir = _step(repo_dir, "model", f"{LOCAL_CONFIG_DIR}/{LOCAL_CONFIG_NAME}.pbtxt")
+    config, version_dir = _step(repo_dir, "model", f"{LOCAL_CONFIG_DIR}/{LOCAL_CONFIG_NAME}.pbtxt", name)
     return OnnxRunner.from_config(config, version_dir, threads=intra_op_threads, shards=shards)
 
 
@@ -59,13 +61,14 @@ class Answer:
 class TokenChain:
     """Tokenizer step, model step and the task's post step (if any), one request at a time."""
 
-    def __init__(self, repo_dir: Path, intra_op_threads: int | None = None, shards: int | None = None):
-        task = tasks.of(read_manifest(repo_dir).model.head)
+    def __init__(self, repo_dir: Path, intra_op_threads: int | None = None, shards: int | None = None,
+                 name: str | None = None):
+        task = tasks.of(read_manifest(repo_dir, name).model.head)
         self.text_inputs = [t.name for t in task.text_inputs]
-        self.encoder = text_encoder(repo_dir)
-        self.runner = onnx_runner(repo_dir, intra_op_threads, shards)
+        self.encoder = text_encoder(repo_dir, name)
+        self.runner = onnx_runner(repo_dir, intra_op_threads, shards, name)
         self.max_length = self.encoder.max_length
-        self.post = (_served_module(task.post_module).PostStep.from_config(*_step(repo_dir, "post", CONFIG_FILE))
+        self.post = (_served_module(task.post_module).PostStep.from_config(*_step(repo_dir, "post", CONFIG_FILE, name))
                      if task.post_module else None)
 
     def lengths(self, row: Row) -> list[int]:
@@ -93,12 +96,13 @@ class TokenChain:
 class ReaderChain:
     """A first step that windows each row and calls the model step itself (question answering)."""
 
-    def __init__(self, repo_dir: Path, intra_op_threads: int | None = None, shards: int | None = None):
-        task = tasks.of(read_manifest(repo_dir).model.head)
-        config, version_dir = _step(repo_dir, "tokenizer", CONFIG_FILE)
+    def __init__(self, repo_dir: Path, intra_op_threads: int | None = None, shards: int | None = None,
+                 name: str | None = None):
+        task = tasks.of(read_manifest(repo_dir, name).model.head)
+        config, version_dir = _step(repo_dir, "tokenizer", CONFIG_FILE, name)
         self.reader = _served_module(task.front_module).Reader.from_config(config, version_dir)
         self.output_name = config["output"][0]["name"]
-        self.runner = onnx_runner(repo_dir, intra_op_threads, shards)
+        self.runner = onnx_runner(repo_dir, intra_op_threads, shards, name)
         self.max_length = self.reader.max_seq_len
 
     def lengths(self, row: Row) -> list[int]:
@@ -122,8 +126,9 @@ class ReaderChain:
         return Answer({self.output_name: np.array(cells, dtype=object).reshape(-1, 1)}, real, padded[0])
 
 
-def in_process(repo_dir: Path, intra_op_threads: int | None = None, shards: int | None = None) -> TokenChain | ReaderChain:
-    """The repository's steps chained as its ensemble chains them, in this process."""
-    task = tasks.of(read_manifest(repo_dir).model.head)
+def in_process(repo_dir: Path, intra_op_threads: int | None = None, shards: int | None = None,
+               name: str | None = None) -> TokenChain | ReaderChain:
+    """A model's steps (the repository's only model, or `name`) chained as its ensemble chains them, in this process."""
+    task = tasks.of(read_manifest(repo_dir, name).model.head)
     chain = ReaderChain if task.orchestrates else TokenChain
-    return chain(Path(repo_dir), intra_op_threads, shards)
+    return chain(Path(repo_dir), intra_op_threads, shards, name)

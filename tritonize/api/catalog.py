@@ -1,4 +1,4 @@
-"""The models the API serves, read once from the repository's manifest at start.
+"""The models the API serves, read once from the repository's manifest at start: every model of it.
 
 A route asks for a model by name (OpenAI's and Cohere's `model`) or, where the client sends none
 (text-embeddings-inference's routes), for the one model of the task the route serves.
@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..manifest import Manifest, read_manifest
+from ..manifest import Manifest, read_manifests
 from ..spec import TOKENIZER_FILE, repo_paths
 from ..tasks import Task
 from ..tasks import of as task_of
@@ -64,7 +64,7 @@ class Catalog:
     @classmethod
     def read(cls, repository: str | Path) -> Catalog:
         root = Path(repository).resolve()
-        return cls((ServedModel(read_manifest(root), root),))
+        return cls(tuple(ServedModel(manifest, root) for manifest in read_manifests(root)))
 
     def find_any(self, name: str | None = None) -> ServedModel:
         """The named model of any task; without a name, the only model served."""

@@ -78,9 +78,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     settings = settings_from(args)
-    from ..manifest import read_manifest
+    from ..manifest import read_manifests
 
-    read_manifest(settings.repository)  # a missing or foreign repository: one line, before the port opens
+    read_manifests(settings.repository)  # a missing or foreign repository: one line, before the port opens
     print(f"tritonize API on http://{settings.host}:{settings.port} -> Triton gRPC {settings.grpc_url}"
           + (" (API key required)" if settings.api_key else ""), file=sys.stderr)
     serve(settings)

@@ -42,12 +42,16 @@ def choice_list(choices: tuple[str, ...], allow_none: bool = False):
     return parse
 
 
-def add_target_arguments(p: argparse.ArgumentParser, duration_s: float, workloads: list[str]) -> None:
+MODEL_HELP = "the model to measure, where the repository holds several (default: its only model)"
+
+
+def add_target_arguments(p: argparse.ArgumentParser, duration_s: float, workloads: list[str],
+                         model_help: str = MODEL_HELP) -> None:
     """Which repository, which texts and how long to measure: shared by bench and tune."""
     d = BenchOptions(repository=Path("."))
     p.add_argument("--repository", "-r", type=Path, default=Path("triton_repo"),
                    help="the generated repository: names, tokenizer and the floor's graph (default: %(default)s)")
-    p.add_argument("--model", default="", help="the ensemble's name (default: from tritonize.yaml)")
+    p.add_argument("--model", default="", help=model_help)
     bound = p.add_mutually_exclusive_group()
     bound.add_argument("--duration", type=float, default=None, help=f"seconds per measurement (default: {duration_s:g})")
     bound.add_argument("--requests", type=int, default=None, help="requests per measurement, instead of a duration")
@@ -63,7 +67,8 @@ def add_target_arguments(p: argparse.ArgumentParser, duration_s: float, workload
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="measure Triton against a Starlette server, Infinity and the in-process floor")
     d = BenchOptions(repository=Path("."))
-    add_target_arguments(p, d.duration_s, d.workloads)
+    add_target_arguments(p, d.duration_s, d.workloads, MODEL_HELP + "; for a repository of one model, the name "
+                         "the server serves it under, where that differs")
     p.add_argument("--url", default="127.0.0.1:8000", help="Triton's HTTP endpoint (also read for statistics)")
     p.add_argument("--grpc-url", default="127.0.0.1:8001", help="Triton's gRPC endpoint")
     p.add_argument("--metrics-url", default="127.0.0.1:8002", help="Triton's metrics endpoint (the served steps' counters)")

@@ -71,12 +71,13 @@ class _Tally:
 
 
 class Floor:
-    """The repository's own served steps, loaded once."""
+    """A model's own served steps (the repository's only model, or `name`), loaded once."""
 
-    def __init__(self, repository: Path, threads: int = 0):
+    def __init__(self, repository: Path, threads: int = 0, name: str | None = None):
         self.repository = Path(repository)
+        self.name = name
         self.threads = threads or (os.cpu_count() or 1)
-        self.chain = steps.in_process(repository, intra_op_threads=self.threads)
+        self.chain = steps.in_process(repository, intra_op_threads=self.threads, name=name)
         self.count = self.chain.count
         self.runner = self.chain.runner
         self._single: list = []  # single-threaded sessions, made on first use
@@ -89,7 +90,7 @@ class Floor:
         if sessions == 1:
             return [self.runner]
         while len(self._single) < sessions:
-            runner = steps.onnx_runner(self.repository, intra_op_threads=1, shards=0)  # run() only: no shards
+            runner = steps.onnx_runner(self.repository, intra_op_threads=1, shards=0, name=self.name)  # run() only
             self._batch(runner, [warm])
             self._single.append(runner)
         return self._single[:sessions]

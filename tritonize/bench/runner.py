@@ -22,7 +22,7 @@ from pathlib import Path
 from .. import tasks
 from ..console import err
 from ..errors import TritonizeError
-from ..manifest import Manifest, read_manifest
+from ..manifest import Manifest, choose, read_manifests
 from ..runtime.base import Endpoints, ServerOptions
 from ..runtime.process import free_ports
 from ..spec import Overrides, repo_paths
@@ -46,7 +46,9 @@ class BenchOptions:
     """Everything a run needs; the CLI and tune build one."""
 
     repository: Path
-    model: str = ""  # the ensemble's name; default: tritonize.yaml's name
+    # The model measured, where the repository holds several (default: its only model); with a repository of one
+    # model, the name a server serves it under, where that differs.
+    model: str = ""
     http_url: str = "127.0.0.1:8000"
     grpc_url: str = "127.0.0.1:8001"
     metrics_url: str = "127.0.0.1:8002"
@@ -86,6 +88,15 @@ def compare_tag(main: Manifest, other: Manifest, folder: Path, taken: set[str]) 
     repository's, else its folder's name."""
     tag = other.options.precision if other.options.precision != main.options.precision else folder.resolve().name
     return tag if tag not in taken else f"{tag}-{len(taken) + 1}"
+
+
+def measured_model(repository: Path, model: str = "") -> Manifest:
+    """The repository's model that `model` names; a one-model repository's only model whatever `model` says,
+    since a server may serve it under another name (its answers are then checked against this model's)."""
+    manifests = read_manifests(repository)
+    if model and len(manifests) == 1:
+        return manifests[0]
+    return choose(manifests, model or None, repository)
 
 
 def step_models(repository: Path, name: str) -> dict[str, str]:
@@ -128,12 +139,12 @@ class Bench:
     def __init__(self, options: BenchOptions):
         self.o = options
         repo = Path(options.repository)
-        manifest = read_manifest(repo)
+        manifest = measured_model(repo, options.model)
         self.name = options.model or manifest.name
         self.manifest = manifest
         self.task = tasks.of(manifest.model.head)
         self.inputs = tuple(t.name for t in self.task.text_inputs)
-        self.floor = floor.Floor(repo)
+        self.floor = floor.Floor(repo, name=manifest.name)
         self.workloads = corpus.workloads_for(
             self.floor.chain, self.task, options.workloads, options.corpus_file, options.short_tokens, options.long_tokens
         )
@@ -175,7 +186,7 @@ class Bench:
                 snaps = None
             try:
                 stats.served_counters(metrics_url)
-                served: stats.ServedCounters | None = stats.ServedCounters(metrics_url)
+                served: stats.ServedCounters | None = stats.ServedCounters(metrics_url, list(self.steps.values()))
             except (OSError, ValueError):
                 self.say(f"[yellow]no metrics at {metrics_url}: the served steps' counters are left out[/]")
                 served = None
@@ -365,8 +376,10 @@ class Bench:
                 self.infinity["engines"][key] = {"engine": engine.engine, "warnings": server.warnings()}
 
     def compared(self, folder: Path) -> tuple[str, Bench]:
-        """A repository to measure beside this one: same task and inputs, or refused in one line."""
-        sub = Bench(dataclasses.replace(self.o, repository=folder, model="", start_local=True, baselines=[], compare=[],
+        """A repository to measure beside this one: same task and inputs, or refused in one line. Where it holds
+        several models, the one named as the measured one is compared."""
+        model = self.name if self.name in {m.name for m in read_manifests(folder)} else ""
+        sub = Bench(dataclasses.replace(self.o, repository=folder, model=model, start_local=True, baselines=[], compare=[],
                                         output=Path(self.o.output) / f"compare-{len(self.compared_meta) + 1}"))
         if sub.task.name != self.task.name or sub.inputs != self.inputs:
             raise TritonizeError(f"--compare {folder}: its task is {sub.task.name} with inputs {', '.join(sub.inputs)}; "

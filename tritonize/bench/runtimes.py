@@ -37,14 +37,14 @@ class Measured:
     max_abs_vs_onnxruntime: float
 
 
-def shape_feeds(repository: Path) -> dict[str, dict[str, np.ndarray]]:
+def shape_feeds(repository: Path, name: str | None = None) -> dict[str, dict[str, np.ndarray]]:
     """For each shape, `rows` distinct corpus texts of exactly `tokens` tokens, as the tokenizer step hands them to
     the model step; every graph runs the same feeds."""
     from ..manifest import read_manifest
     from ..steps import text_encoder
 
-    encoder = text_encoder(repository)
-    max_length = read_manifest(repository).model.max_length  # "long" is the max length where that is shorter
+    encoder = text_encoder(repository, name)
+    max_length = read_manifest(repository, name).model.max_length  # "long" is the max length where that is shorter
     words = " ".join(corpus.read_corpus()).split()
 
     def count(text: str) -> int:
@@ -91,9 +91,10 @@ def time_it(run: Callable[[dict], np.ndarray], feeds: dict, seconds: float) -> l
     return times
 
 
-def measure(graphs: dict[str, Path], repository: Path, threads: int, seconds: float) -> list[Measured]:
+def measure(graphs: dict[str, Path], repository: Path, threads: int, seconds: float,
+            name: str | None = None) -> list[Measured]:
     found: list[Measured] = []
-    feeds_by_shape = shape_feeds(repository)
+    feeds_by_shape = shape_feeds(repository, name)
     for graph, path in graphs.items():
         sessions = {name: make(path, threads) for name, make in RUNTIMES.items()}
         for shape, (_, rows) in SHAPES.items():
@@ -114,6 +115,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("runtimes", help="the model step's ONNX under onnxruntime and OpenVINO, in-process, side by side")
     p.add_argument("--repository", "-r", type=Path, action="append", required=True,
                    help="a repository whose model step to measure; repeat for more graphs (fp32, int8)")
+    p.add_argument("--model", default=None, help="the model of each repository, where one holds several")
     p.add_argument("--threads", type=int, default=0, help="threads per runtime (default: every core)")
     p.add_argument("--seconds", type=float, default=4.0, help="timed seconds per runtime and shape")
     p.add_argument("--output", "-o", type=Path, default=Path("bench_results"), help="folder for runtimes.json")
@@ -128,10 +130,10 @@ def run(args: argparse.Namespace) -> int:
 
     graphs = {}
     for repo in args.repository:
-        manifest = read_manifest(repo)
+        manifest = read_manifest(repo, args.model)
         graphs[f"{manifest.name} ({manifest.options.precision})"] = repo_paths(repo, manifest.name)["model"] / str(manifest.version) / MODEL_FILE
     threads = args.threads or os.cpu_count() or 1
-    rows = measure(graphs, args.repository[0], threads, args.seconds)
+    rows = measure(graphs, args.repository[0], threads, args.seconds, args.model)
     out.print(f"Model step in-process, {threads} thread(s), median ms per batch (per row); OpenVINO / onnxruntime speed")
     by = {(m.graph, m.shape, m.runtime): m for m in rows}
     for graph in graphs:

@@ -138,9 +138,10 @@ def padding_waste(token_counts: list[int], batch: float, runner) -> dict[str, fl
     return {"batch": size, "computed_tokens": computed, "real_tokens": real, "waste": round((computed - real) / real, 4)}
 
 
-def served_counters(metrics_url: str, timeout_s: float = 5.0) -> dict[str, float]:
-    """The served steps' tritonize_* counters (serving/metrics.py), summed over steps; rejections per reason
-    as "tritonize_inputs_rejected_total/<reason>"."""
+def served_counters(metrics_url: str, timeout_s: float = 5.0, models: list[str] | None = None) -> dict[str, float]:
+    """The served steps' tritonize_* counters (serving/metrics.py), summed over steps (those of `models` only,
+    where given: the other models of the repository are not measured); rejections per reason as
+    "tritonize_inputs_rejected_total/<reason>"."""
     url = metrics_url if metrics_url.startswith(("http://", "https://")) else f"http://{metrics_url}"
     if not url.rstrip("/").endswith("/metrics"):
         url = url.rstrip("/") + "/metrics"
@@ -152,8 +153,10 @@ def served_counters(metrics_url: str, timeout_s: float = 5.0) -> dict[str, float
             continue
         series, value = line.rsplit(" ", 1)
         name, _, labels = series.partition("{")
-        reason = next((part.split("=", 1)[1].strip('"') for part in labels.rstrip("}").split(",")
-                       if part.startswith("reason=")), None)
+        values = dict(part.split("=", 1) for part in labels.rstrip("}").split(",") if "=" in part)
+        if models is not None and values.get("model", "").strip('"') not in models:
+            continue
+        reason = values["reason"].strip('"') if "reason" in values else None
         key = f"{name}/{reason}" if reason else name
         totals[key] = totals.get(key, 0.0) + float(value)
     return totals
@@ -162,15 +165,16 @@ def served_counters(metrics_url: str, timeout_s: float = 5.0) -> dict[str, float
 class ServedCounters:
     """What the served steps counted during one measurement: deltas of their tritonize_* counters."""
 
-    def __init__(self, metrics_url: str):
+    def __init__(self, metrics_url: str, models: list[str] | None = None):
         self.metrics_url = metrics_url
+        self.models = models
         self.before: dict[str, float] = {}
 
     def start(self) -> None:
-        self.before = served_counters(self.metrics_url)
+        self.before = served_counters(self.metrics_url, models=self.models)
 
     def finish(self) -> dict:
-        after = served_counters(self.metrics_url)
+        after = served_counters(self.metrics_url, models=self.models)
         delta = {k: round(v - self.before.get(k, 0.0), 3) for k, v in after.items() if v - self.before.get(k, 0.0)}
         tokens = delta.get("tritonize_tokens_total", 0.0)
         if tokens:

@@ -37,8 +37,8 @@ import numpy as np
 from .. import tasks
 from ..console import err, out
 from ..errors import TritonizeError
-from ..manifest import read_manifest
 from . import check, corpus, floor, load
+from .runner import measured_model
 from .cli import choice_list, int_list
 
 POLL_S = 0.5
@@ -104,12 +104,12 @@ class Outcome:
 class Stress:
     def __init__(self, repository: Path, http_url: str, grpc_url: str, model: str = "", workload: str = "mixed",
                  timeout_s: float = DEFAULT_TIMEOUT_S):
-        manifest = read_manifest(repository)
+        manifest = measured_model(repository, model)
         self.name = model or manifest.name
         self.task = tasks.of(manifest.model.head)
         self.inputs = tuple(t.name for t in self.task.text_inputs)
         self.http_url, self.grpc_url, self.timeout_s = http_url, grpc_url, timeout_s
-        f = floor.Floor(repository)
+        f = floor.Floor(repository, name=manifest.name)
         rows = corpus.workloads_for(f.chain, self.task, [workload], None, corpus.DEFAULT_SHORT_TOKENS,
                                     corpus.DEFAULT_LONG_TOKENS)[workload].rows
         self.rows = rows[:ROWS]
@@ -247,7 +247,8 @@ class Stress:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("stress", help="open-loop overload: rejections, latency bounds, readiness and correctness")
     p.add_argument("--repository", "-r", type=Path, default=Path("triton_repo"))
-    p.add_argument("--model", default="", help="the ensemble's name (default: from tritonize.yaml)")
+    p.add_argument("--model", default="", help="the model to load, where the repository holds several (default: its "
+                   "only model; for a repository of one model, the name the server serves it under, where that differs)")
     p.add_argument("--url", default="127.0.0.1:8000", help="Triton's HTTP endpoint (readiness is polled there)")
     p.add_argument("--grpc-url", default="127.0.0.1:8001")
     p.add_argument("--start-local", action="store_true", help="start a local Triton on free ports for the run")

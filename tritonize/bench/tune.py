@@ -10,6 +10,9 @@ must beat it by 3% (the noise of a short run) to replace it. The chosen point's 
 concurrency (the slowest workload's) is written too, as the capacity the queue bounds follow
 (`spec.default_queue_size`).
 
+In a repository of several models, `--model NAME` says which is tuned; the shadow holds that model's
+folders only, so each point loads and measures it alone.
+
     tritonize tune --repository triton_repo --p99-budget-ms 250
     tritonize tune --repository triton_repo --grid max_queue_delay_us=0,2000 model_instances=1,2 buckets=16:64:256
 """
@@ -106,12 +109,16 @@ def grid_points(grid: dict[str, list], current: dict) -> list[dict]:
     return points
 
 
-def shadow_repository(repo: Path, target: Path) -> Path:
-    """A copy of `repo` whose configs are real files and everything else links back."""
+def shadow_repository(repo: Path, target: Path, name: str | None = None) -> Path:
+    """A copy of `repo` whose configs are real files and everything else links back; with `name`, the index
+    files and that model's folders only."""
     repo = Path(repo).resolve()
+    folders = set(step_models(repo, name).values()) if name else None
     for path in repo.rglob("*"):
         rel = path.relative_to(repo)
         if any(part.startswith(".") or part == "__pycache__" for part in rel.parts):
+            continue
+        if folders is not None and rel.parts[0] not in folders and (repo / rel.parts[0]).is_dir():
             continue
         dest = target / rel
         if path.is_dir():
@@ -130,11 +137,11 @@ class Tuner:
         from .. import steps, tasks
 
         self.repo = Path(args.repository)
-        manifest = read_manifest(self.repo)
+        manifest = read_manifest(self.repo, args.model or None)
         self.manifest = manifest
         self.task = tasks.of(manifest.model.head)
         self.inputs = tuple(t.name for t in self.task.text_inputs)
-        self.name = args.model or manifest.name
+        self.name = manifest.name
         self.grid = parse_grid(args.grid)
         self.points = [Point(c) for c in grid_points(self.grid, manifest.options.to_dict())]
         self.concurrency = sorted(args.concurrency)
@@ -142,7 +149,7 @@ class Tuner:
         self.bound = lambda c: load.Bound(requests=args.requests, duration_s=duration,
                                           warmup=args.warmup if args.warmup is not None else max(10, 2 * c))
         self.workloads = corpus.workloads_for(
-            steps.in_process(self.repo, intra_op_threads=1, shards=0), self.task, args.workloads, args.corpus,
+            steps.in_process(self.repo, intra_op_threads=1, shards=0, name=self.name), self.task, args.workloads, args.corpus,
             args.short_tokens, args.long_tokens,
         )
         self.timeout_s = args.timeout
@@ -153,13 +160,12 @@ class Tuner:
         from ..repository import reconfigure
         from ..runtime.local import LocalRuntime
 
-        shadow = shadow_repository(self.repo, workdir / "repo")
-        reconfigure(shadow, Overrides.of(point.changes))
+        shadow = shadow_repository(self.repo, workdir / "repo", self.name)
+        reconfigure(shadow, Overrides.of(point.changes), self.name)
         http, grpc, metrics = free_ports(3)
         options = ServerOptions(repository=shadow, http_port=http, grpc_port=grpc, metrics_port=metrics,
                                 run_dir=workdir / "run")
-        names = step_models(shadow, self.manifest.name)
-        names["ensemble"] = self.name
+        names = step_models(shadow, self.name)
         with LocalRuntime(options, quiet=True) as endpoints:
             snaps = stats.Snapshots(endpoints.http, list(names.values()))
             for wname, w in self.workloads.items():
@@ -286,7 +292,8 @@ def run(args: argparse.Namespace) -> int:
         err.print(f"the current configuration ({Point(result['before']).label()}) stays")
     if not args.dry_run:
         capacity = {"capacity_rps": result["capacity_rps"]} if result["capacity_rps"] else {}
-        repo = reconfigure(tuner.repo, Overrides.of({**(result["chosen"] if result["changed"] else {}), **capacity}))
+        repo = reconfigure(tuner.repo, Overrides.of({**(result["chosen"] if result["changed"] else {}), **capacity}),
+                           tuner.name)
         if capacity:
             err.print(f"capacity {result['capacity_rps']:g} req/s written: each step's queue holds "
                       f"{repo.model_step.max_queue_size} requests")

@@ -15,7 +15,7 @@ from typing import ClassVar
 from .. import tasks
 from ..tasks.base import Task, sample_body
 from ..errors import TritonizeError
-from ..manifest import Manifest, find_manifest
+from ..manifest import Manifest, find_manifests
 
 
 @dataclass
@@ -108,8 +108,9 @@ class Runtime(abc.ABC):
     def logs(self, tail: int | None = None) -> str:
         """The server's log, the last `tail` lines (all with None)."""
 
-    def switch(self):
-        """Serve the version the repository now names, refusing no request (`runtime/versions.py`)."""
+    def switch(self, model: str | None = None):
+        """Serve the version the repository now names for `model` (the only one, or the named one), refusing
+        no request (`runtime/versions.py`)."""
         raise TritonizeError(
             f"{type(self).__name__} does not switch versions in a running server",
             hint="roll a new server over instead (docs/operate.md, 'Versions'): start it on the new repository, "
@@ -192,12 +193,12 @@ def require_repository(repository: Path) -> None:
         )
 
 
-def served_manifest(repository: Path) -> Manifest | None:
-    """The manifest for summaries, where it can be read: Triton serves a repository without one."""
+def served_manifests(repository: Path) -> list[Manifest]:
+    """Every model's manifest for summaries, where they can be read: Triton serves a repository without one."""
     try:
-        return find_manifest(repository)
+        return find_manifests(repository)
     except TritonizeError:
-        return None
+        return []
 
 
 def sample_api_curl(api_url: str, manifest: Manifest) -> str | None:
@@ -212,7 +213,7 @@ def sample_api_curl(api_url: str, manifest: Manifest) -> str | None:
 
 
 def sample_curl(endpoints: Endpoints, manifest: Manifest | None) -> str:
-    """A curl that works for the repository's task (JSON body, declared as such)."""
+    """A curl that works for the model's task (JSON body, declared as such)."""
     model = manifest.name if manifest else "<model>"
     body = tasks.of(manifest.model.head).sample_body() if manifest else sample_body(Task.text_inputs)
     return (

@@ -11,8 +11,9 @@ import argparse
 from pathlib import Path
 
 from ..console import out
+from ..errors import TritonizeError
 from . import docker, local
-from .base import Endpoints, Runtime, ServerOptions, sample_api_curl, sample_curl, served_manifest
+from .base import Endpoints, Runtime, ServerOptions, sample_api_curl, sample_curl, served_manifests
 from .monitoring import sample_query
 
 RUNTIMES = {
@@ -50,6 +51,8 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
         "the supervisor then reloads a step whose stub died instead of restarting the server",
     )
     p.add_argument("--log-verbose", type=int, default=d.log_verbose)
+    p.add_argument("--model", default=None,
+                   help="`switch`: the model whose new version to serve, where the repository holds several")
     p.add_argument("--tail", type=int, default=200, help="lines shown by `logs`")
 
 
@@ -73,6 +76,8 @@ def make_runtime(args: argparse.Namespace) -> Runtime:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.model and args.action != "switch":
+        raise TritonizeError(f"--model goes with `switch` (`{args.action}` serves or reports every model)")
     runtime = make_runtime(args)
     if args.action == "up":
         endpoints = runtime.up()
@@ -94,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
             out.print(f"  {m.name:<32} v{m.version or '-':<4} {m.state}" + (f"  ({m.reason})" if m.reason else ""))
         return 0 if status.ready else 1
     elif args.action == "switch":
-        done = runtime.switch()
+        done = runtime.switch(args.model)
         if done.changed:
             out.print(f"[bold green]Serving version {done.version}[/] (was {', '.join(map(str, done.previous)) or '-'}): "
                       f"loaded in {done.load_s:.1f}s, old version retired in {done.retire_s:.1f}s")
@@ -106,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_summary(endpoints: Endpoints, repository: Path, runtime: Runtime) -> None:
-    manifest = served_manifest(repository)
+    manifests = served_manifests(repository)
     out.print(f"[bold green]Triton is ready[/]  ({type(runtime).__name__})")
     out.print(f"  HTTP     {endpoints.http}")
     out.print(f"  gRPC     {endpoints.grpc}")
@@ -120,9 +125,10 @@ def print_summary(endpoints: Endpoints, repository: Path, runtime: Runtime) -> N
     for m in status.models:
         out.print(f"  model    {m.name} [{m.state}]")
     out.print("Try it:")
-    out.print("  " + sample_curl(endpoints, manifest), markup=False, highlight=False, soft_wrap=True)
-    if api_url and manifest and (api_curl := sample_api_curl(api_url, manifest)):
-        out.print("  " + api_curl, markup=False, highlight=False, soft_wrap=True)
+    for manifest in manifests or [None]:
+        out.print("  " + sample_curl(endpoints, manifest), markup=False, highlight=False, soft_wrap=True)
+        if api_url and manifest and (api_curl := sample_api_curl(api_url, manifest)):
+            out.print("  " + api_curl, markup=False, highlight=False, soft_wrap=True)
     if status.prometheus:
         out.print("Requests per second per model, through Prometheus:")
         out.print("  " + sample_query(status.prometheus), markup=False, highlight=False, soft_wrap=True)

@@ -95,6 +95,14 @@ def pins_label(pins: tuple[Pin, ...]) -> str:
     return " ".join(pin.requirement for pin in pins)
 
 
+def health_digest() -> str:
+    """The image's label for its health script: an image whose script differs (one that reads a single check,
+    say, where the repository now holds several) is rebuilt."""
+    import hashlib
+
+    return hashlib.sha256((SERVING_DIR / "health.py").read_bytes()).hexdigest()
+
+
 def base_image(release: str = DEFAULT_TRITON_RELEASE) -> str:
     return f"{BASE_REPOSITORY}:{release}-py3"
 
@@ -163,6 +171,7 @@ def render_dockerfile(release: str = DEFAULT_TRITON_RELEASE) -> str:
         health_dir=str(PurePosixPath(HEALTH_SCRIPT).parent),
         health_script=HEALTH_SCRIPT,
         health_b64=base64.b64encode((SERVING_DIR / "health.py").read_bytes()).decode("ascii"),
+        health_digest=health_digest(),
         command_json=json.dumps(list(triton_command(ServerOptions()))),
     )
 
@@ -425,9 +434,10 @@ class DockerRuntime(Runtime):
         if not opts.build:
             try:
                 labels = client.images.get(image).labels or {}
-                if opts.image or labels.get(f"{LABEL_PREFIX}.pins") == pins_label(image_pins()):
+                if opts.image or (labels.get(f"{LABEL_PREFIX}.pins") == pins_label(image_pins())
+                                  and labels.get(f"{LABEL_PREFIX}.health-sha256") == health_digest()):
                     return
-                err.print(f"{image} was built from another lock; rebuilding")
+                err.print(f"{image} was built from another lock or health script; rebuilding")
             except ImageNotFound:
                 pass
         with _Progress(f"building {image} from {base_image(opts.release)}") as progress:

@@ -10,6 +10,11 @@ against Kubernetes' and KServe's schemas.
 Every decision is made once, in `k8s_spec` (a `K8sSpec`); templates/k8s/ only lays it out. The
 container runs what the compose file and `deploy.py docker` run (`docker.triton_command`), and its
 probes run the image's health script, the real inference the reliability work settled on.
+
+A repository of several models is one Deployment: every pod serves every model, and the probes run every
+model's check. The objects are named after the model of a one-model repository, and after the
+repository's folder where it holds several (a Service called after one model would mislead the clients
+of the others); `--name` chooses, e.g. to keep the names of a deployment whose repository has grown.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from typing import Any
 
 from ..console import err, out
 from ..errors import TritonizeError
-from ..manifest import read_manifest
+from ..manifest import read_manifests
 from ..paths import TEMPLATES_DIR
 from ..serving.health import HEALTH_FILE
 from ..spec import MODEL_SUFFIX, POST_SUFFIX, TENSORRT_CACHE, TOKENIZER_SUFFIX
@@ -102,7 +107,8 @@ class K8sOptions:
 
     repository: Path = Path("triton_repo")
     output: Path = Path("k8s")
-    name: str | None = None  # Kubernetes object names (default: the model's name, made DNS-safe)
+    name: str | None = None  # Kubernetes object names (default: the model's name, or the repository's folder name
+    # where it holds several models; made DNS-safe)
     namespace: str | None = None  # None: kubectl's current namespace
     source: str = IMAGE
     image: str | None = None  # a reference without a tag gets one (the repository digest, or the release)
@@ -197,7 +203,7 @@ class K8sSpec:
 
     app: str  # the Deployment, Service, HPA and PDB name
     namespace: str | None
-    model: str  # the ensemble clients call
+    models: tuple[str, ...]  # the ensembles clients call
     device: str
     source: str
     repository: Path
@@ -332,8 +338,10 @@ def _check(options: K8sOptions) -> None:
     docker.release_key(options.release)
 
 
-def _app_name(options: K8sOptions, model: str) -> str:
-    app = options.name if options.name is not None else dns_name(model)
+def _app_name(options: K8sOptions, repository: Path, models: list[str]) -> str:
+    """--name, else the only model's name, else the repository folder's: the objects serve every model."""
+    default = models[0] if len(models) == 1 else Path(repository).resolve().name
+    app = options.name if options.name is not None else dns_name(default)
     if not _DNS_LABEL.match(app):
         raise TritonizeError(
             f"{app!r} cannot name Kubernetes objects (lower case letters, digits and '-', starting with a letter)",
@@ -458,12 +466,15 @@ def k8s_spec(options: K8sOptions) -> K8sSpec:
     _check(options)
     repository = Path(options.repository)
     require_repository(repository)
-    manifest = read_manifest(repository)
+    manifests = read_manifests(repository)
     if not (repository / HEALTH_FILE).is_file():
         raise TritonizeError(f"{repository} has no {HEALTH_FILE}", hint="regenerate it with this tritonize")
-    device, tensorrt = manifest.options.device, manifest.options.tensorrt
+    # One pod serves every model: a GPU when any model step runs on one, TensorRT's startup and cache when any builds.
+    device = "gpu" if any(m.options.device == "gpu" for m in manifests) else "cpu"
+    tensorrt = any(m.options.tensorrt for m in manifests)
     gpus = _gpus(options, device, repository)
-    app = _app_name(options, manifest.name)
+    models = [m.name for m in manifests]
+    app = _app_name(options, repository, models)
     digest = repository_digest(repository)
     serving_image = docker.default_image(options.release)
     model_image = None
@@ -494,7 +505,7 @@ def k8s_spec(options: K8sOptions) -> K8sSpec:
     return K8sSpec(
         app=app,
         namespace=options.namespace,
-        model=manifest.name,
+        models=tuple(models),
         device=device,
         source=options.source,
         repository=repository,
@@ -624,7 +635,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     d = K8sOptions()
     p.add_argument("--repository", "-r", type=Path, default=d.repository, help="model repository (default: %(default)s)")
     p.add_argument("--output", "-o", type=Path, default=d.output, help="folder to write (default: %(default)s)")
-    p.add_argument("--name", default=None, help="object names (default: the model's name)")
+    p.add_argument("--name", default=None, help="object names (default: the model's name; for a repository of "
+                   "several models, its folder's name)")
     p.add_argument("--namespace", "-n", default=None, help="(default: kubectl's current namespace)")
     src = p.add_argument_group("where the repository comes from")
     src.add_argument("--source", choices=tuple(SOURCES), default=d.source,
@@ -662,7 +674,7 @@ def run(args: argparse.Namespace) -> int:
     options = options_from_args(args)
     spec = k8s_spec(options)
     paths = write(spec, options.output)
-    err.print(f"[green]✓[/] {len(paths)} files in {options.output} for {spec.model} "
+    err.print(f"[green]✓[/] {len(paths)} files in {options.output} for {', '.join(spec.models)} "
               f"({spec.device}, repository from {spec.source}, image {spec.image})")
     for path in paths:
         out.print(f"  {path}", markup=False, highlight=False)

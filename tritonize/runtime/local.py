@@ -477,8 +477,9 @@ class LocalRuntime(Runtime):
     def admin_key(self) -> str:
         return admin_key(self.directory)
 
-    def switch(self) -> versions.Switch:
-        """Serve the version the repository now names (after `generate --version N`), refusing no request."""
+    def switch(self, model: str | None = None) -> versions.Switch:
+        """Serve the version the repository now names for `model` (after `generate --version N`), refusing no
+        request."""
         found = self._instance()
         if found is None:
             raise TritonizeError(f"no local server on port {self.options.http_port}", hint="start one: deploy.py local up")
@@ -489,7 +490,7 @@ class LocalRuntime(Runtime):
                 hint="start it with `deploy.py local up --model-control explicit` (the API needs the instance's admin key)",
             )
         return versions.switch(inst.endpoints.http, Path(inst.repository), self.config_name,
-                               {ADMIN_HEADER: admin_key(directory)}, self._say)
+                               {ADMIN_HEADER: admin_key(directory)}, self._say, model)
 
     def admin_headers(self, protocol: str = "http") -> dict[str, str]:
         """The header a client sends to use the restricted APIs of this server (gRPC prefixes Triton's name)."""

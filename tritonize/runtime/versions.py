@@ -1,5 +1,8 @@
 """Switch a running server to the version its repository now names, without refusing a request.
 
+Versions are per model: in a repository of several models, each model has its own version folders and
+its own pin, and a switch moves one model (`--model NAME`) while the others keep serving.
+
 Triton keeps one config per model and pins nothing by itself: the ensemble's config pins every step to
 one version, and each step serves its newest folder. `tritonize generate --version N` writes the new
 folders and the new pin. The switch, through the model-repository API (explicit model control, behind
@@ -79,12 +82,15 @@ def switch(
     config_name: str | None,
     headers: dict[str, str],
     say: Callable[[str], None] = lambda _: None,
+    model: str | None = None,
 ) -> Switch:
+    """Switch `model` (the repository's only model, or the named one); the repository's other models keep
+    serving as they are."""
     import tritonclient.http as httpclient
     from tritonclient.utils import InferenceServerException
 
     repository = Path(repository)
-    manifest = read_manifest(repository)
+    manifest = read_manifest(repository, model)
     target = manifest.version
     paths = repo_paths(repository, manifest.name)
     steps = [paths[role] for role in ("model", "post", "tokenizer") if paths[role].is_dir()]
