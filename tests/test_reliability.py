@@ -488,9 +488,12 @@ def test_twenty_stub_kills_in_a_row_are_each_recovered(
                 assert status.reloads == KILLS and status.restarts == 0, log
                 assert instance.read_instance(runtime.directory).pid == first_pid  # the same server throughout
         else:
+            # Each kill is one restart. Now and then Triton 2.51 exits by itself as a stub is killed; the supervisor
+            # then restarts it for that reason, and the log says so.
+            exits = log.count("tritonserver exited: restarted")
+            stubs = [log.count(f"the Python stub of {name}_{step} died: restarted in") for step in STEPS]
             assert status.restarts == KILLS and status.reloads == 0
-            assert all(log.count(f"the Python stub of {name}_{step} died: restarted in") == KILLS // 2
-                       for step in STEPS), log
+            assert sum(stubs) + exits == KILLS and exits <= 2 and min(stubs) >= KILLS // 2 - exits, log
     finally:
         stop_and_check(runtime)
 
