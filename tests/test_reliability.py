@@ -498,6 +498,18 @@ def test_twenty_stub_kills_in_a_row_are_each_recovered(
         stop_and_check(runtime)
 
 
+def answered_again(runtime: LocalRuntime, endpoints, name: str, since: float) -> float:
+    """Ask until the ensemble answers again (within RECOVERY_S of `since`); the seconds it took."""
+    with TextClient(endpoints.grpc, name, timeout_s=5) as client:
+        while True:
+            try:
+                client.embed(["back"])
+                return time.monotonic() - since
+            except Exception:  # noqa: BLE001 - refused until the recovery is through
+                assert time.monotonic() - since < RECOVERY_S, supervisor_log(runtime)
+                time.sleep(0.1)
+
+
 def kill_and_take_the_port(runtime: LocalRuntime, taker: socket.socket) -> None:
     """Kill the server, then listen on its HTTP port, both while the supervisor is stopped: its restart must fail."""
     watcher = instance.read_supervisor(runtime.directory)
@@ -539,16 +551,8 @@ def test_a_failed_restart_is_tried_again_until_the_server_answers(tiny_embedding
         busy = runtime.status()
         assert busy.running and not busy.ready and "restarting" in busy.detail and "already in use" in busy.detail
         taker.close()
-        released = time.monotonic()
-        with TextClient(endpoints.grpc, tiny_embedding_repo.name, timeout_s=5) as client:
-            while True:
-                try:
-                    client.embed(["back"])
-                    break
-                except Exception:  # noqa: BLE001 - refused until the restart is through
-                    assert time.monotonic() - released < RECOVERY_S, supervisor_log(runtime)
-                    time.sleep(0.1)
-        print(f"answered {time.monotonic() - released:.1f} s after the port was released")
+        took = answered_again(runtime, endpoints, tiny_embedding_repo.name, time.monotonic())
+        print(f"answered {took:.1f} s after the port was released")
         assert "tritonserver exited: restarted after" in wait_logged(runtime, "restarted after")
         status = runtime.status()
         assert status.ready and status.restarts == 1
@@ -591,16 +595,9 @@ def test_a_stub_killed_while_the_restarted_server_loads_is_recovered(
         ready, _ = http_get(f"{endpoints.http}/v2/health/ready")
         killed = time.monotonic()
         os.kill(stub, signal.SIGKILL)
-        with TextClient(endpoints.grpc, tiny_embedding_repo.name, timeout_s=5) as client:
-            while True:
-                try:
-                    client.embed(["back"])
-                    break
-                except Exception:  # noqa: BLE001 - refused until the restart is through
-                    assert time.monotonic() - killed < RECOVERY_S, supervisor_log(runtime)
-                    time.sleep(0.1)
+        took = answered_again(runtime, endpoints, tiny_embedding_repo.name, killed)
         print(f"the model stub killed {'after' if ready == 200 else 'before'} the restarted server was ready: "
-              f"answered again after {time.monotonic() - killed:.1f} s")
+              f"answered again after {took:.1f} s")
         assert ready != 200  # the kill landed while the model loaded
         assert "a Python stub died while Triton loaded its models" in supervisor_log(runtime)
     finally:

@@ -4,9 +4,16 @@
 built wheel carries it as package data inside `tritonize/templates`.
 """
 
+import os
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 _INSTALLED_TEMPLATES = PACKAGE_DIR / "templates"
 TEMPLATES_DIR = _INSTALLED_TEMPLATES if _INSTALLED_TEMPLATES.is_dir() else PACKAGE_DIR.parent / "templates"
 DATA_DIR = PACKAGE_DIR / "data"
+
+
+def child_pythonpath() -> str:
+    """PYTHONPATH for a child process (the supervisor, the API, a baseline) that must import this package from
+    where this process did, ahead of whatever the environment already names."""
+    return os.pathsep.join(p for p in (str(PACKAGE_DIR.parent), os.environ.get("PYTHONPATH")) if p)

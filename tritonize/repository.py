@@ -408,6 +408,20 @@ def replace_file(path: Path, text: str | bytes) -> None:
         raise
 
 
+def _assemble(files: list[RenderedFile], binaries: dict[str, Path], root: Path, staging: Path, version: int) -> Path:
+    """The rendered files and the binaries under `root`, and every model's version folder (the ensemble's has
+    no file, but must exist)."""
+    root.mkdir(parents=True, exist_ok=True)
+    for f in files:
+        target = root / f.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(f.text, encoding="utf-8")
+    _place(binaries, root, staging)
+    for model_dir in {f.path.split("/")[0] for f in files if f.path.endswith(CONFIG_FILE)}:
+        (root / model_dir / str(version)).mkdir(exist_ok=True)
+    return root
+
+
 def write(
     files: list[RenderedFile],
     binaries: dict[str, Path],
@@ -426,16 +440,7 @@ def write(
     output = Path(output)
     check_output(output, force)
     validate(files)
-    root = staging / "repository"
-    root.mkdir()
-    for f in files:
-        target = root / f.path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(f.text, encoding="utf-8")
-    _place(binaries, root, staging)
-    # Version directories must exist even where there is no file (the ensemble).
-    for model_dir in {f.path.split("/")[0] for f in files if f.path.endswith(CONFIG_FILE)}:
-        (root / model_dir / str(version)).mkdir(exist_ok=True)
+    root = _assemble(files, binaries, staging / "repository", staging, version)
     if not output.exists():
         os.replace(root, output)
         return output
@@ -462,15 +467,7 @@ def add_model(files: list[RenderedFile], binaries: dict[str, Path], output: Path
     """
     output = Path(output)
     validate(files)
-    root = staging / "model"
-    own = [f for f in files if f.path not in INDEX_FILES]
-    for f in own:
-        target = root / f.path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(f.text, encoding="utf-8")
-    _place(binaries, root, staging)
-    for model_dir in {f.path.split("/")[0] for f in own if f.path.endswith(CONFIG_FILE)}:
-        (root / model_dir / str(version)).mkdir(exist_ok=True)
+    root = _assemble([f for f in files if f.path not in INDEX_FILES], binaries, staging / "model", staging, version)
     folders = sorted(p.name for p in root.iterdir())
     taken = [f for f in folders if (output / f).exists()]
     if taken:

@@ -76,15 +76,17 @@ class TritonBackend:
             raise triton_error(exc) from None
         return {o: result.as_numpy(o) for o in outputs}
 
-    async def ready(self) -> bool:
-        if self._client is None:
-            return False
+    async def output_names(self, name: str) -> tuple[str, ...] | None:
+        """The ensemble's outputs from its metadata; None when Triton does not answer."""
         from tritonclient.utils import InferenceServerException
 
+        if self._client is None:
+            return None
         try:
-            return bool(await self._client.is_server_ready(client_timeout=5.0))
+            meta = await self._client.get_model_metadata(name, client_timeout=5.0)
         except InferenceServerException:
-            return False
+            return None
+        return tuple(o.name for o in meta.outputs)
 
 
 def triton_error(exc) -> ApiError:

@@ -68,34 +68,34 @@ class Catalog:
 
     def find_any(self, name: str | None = None) -> ServedModel:
         """The named model of any task; without a name, the only model served."""
-        if name or len(self.models) != 1:
-            if not name:
-                raise ApiError(400, Kind.VALIDATION, "several models are served "
-                               f"({', '.join(m.name for m in self.models)}): name one with `model`", "model")
-            found = [m for m in self.models if m.name == name]
-            if not found:
-                raise ApiError(404, Kind.NOT_FOUND, f"the model {name!r} does not exist; served: "
-                               f"{', '.join(m.name for m in self.models)}", "model", "model_not_found")
-            return found[0]
-        return self.models[0]
+        if name:
+            return self._named(name)
+        return self._only(self.models, "models")
 
     def find(self, task: Task, name: str | None = None) -> ServedModel:
         """The named model, which must serve `task`; without a name, the only model of that task."""
         if name:
-            found = [m for m in self.models if m.name == name]
-            if not found:
-                served = ", ".join(m.name for m in self.models)
-                raise ApiError(404, Kind.NOT_FOUND, f"the model {name!r} does not exist; served: {served}", "model",
-                               "model_not_found")
-            if found[0].task is not task:
-                raise ApiError(400, Kind.VALIDATION, f"the model {name!r} is a {found[0].task.name} model, and this "
+            found = self._named(name)
+            if found.task is not task:
+                raise ApiError(400, Kind.VALIDATION, f"the model {name!r} is a {found.task.name} model, and this "
                                f"route serves {task.name} models", "model", "wrong_model_type")
-            return found[0]
-        of_task = [m for m in self.models if m.task is task]
-        if len(of_task) == 1:
-            return of_task[0]
+            return found
+        of_task = tuple(m for m in self.models if m.task is task)
         if not of_task:
             raise ApiError(424, Kind.BACKEND, f"no {task.name} model is served here "
                            f"(served: {', '.join(f'{m.name} ({m.task.name})' for m in self.models)})", "model")
-        raise ApiError(400, Kind.VALIDATION, f"several {task.name} models are served "
-                       f"({', '.join(m.name for m in of_task)}): name one with `model`", "model")
+        return self._only(of_task, f"{task.name} models")
+
+    def _named(self, name: str) -> ServedModel:
+        for model in self.models:
+            if model.name == name:
+                return model
+        raise ApiError(404, Kind.NOT_FOUND, f"the model {name!r} does not exist; served: "
+                       f"{', '.join(m.name for m in self.models)}", "model", "model_not_found")
+
+    @staticmethod
+    def _only(models: tuple[ServedModel, ...], what: str) -> ServedModel:
+        if len(models) != 1:
+            raise ApiError(400, Kind.VALIDATION, f"several {what} are served "
+                           f"({', '.join(m.name for m in models)}): name one with `model`", "model")
+        return models[0]

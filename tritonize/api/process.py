@@ -15,10 +15,12 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import TritonizeError
+from ..paths import child_pythonpath
 from .state import DEFAULT_PORT
 
 HEALTH_TIMEOUT_S = 60.0
@@ -55,9 +57,7 @@ class ApiProcess:
         return cmd + (["--api-key-file", str(self.key_file)] if self.key_file else [])
 
     def start(self) -> str:
-        env = dict(os.environ)
-        root = str(Path(__file__).resolve().parents[2])  # the child imports this package from where this one did
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env = {**os.environ, "PYTHONPATH": child_pythonpath()}
         out = open(self.log_file, "ab") if self.log_file else subprocess.DEVNULL  # noqa: SIM115 - the child owns it
         try:
             self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
@@ -69,18 +69,11 @@ class ApiProcess:
         return self.url
 
     def wait_healthy(self, timeout_s: float = HEALTH_TIMEOUT_S) -> None:
-        deadline = time.monotonic() + timeout_s
-        last = ""
-        while time.monotonic() < deadline:
-            if self.proc is not None and self.proc.poll() is not None:
-                raise TritonizeError(f"the API exited with code {self.proc.returncode} before it was healthy",
-                                     hint=f"see {self.log_file}" if self.log_file else "run `tritonize api` by hand")
-            code, last = health(self.url)
-            if code == 200:
-                return
-            time.sleep(0.2)
-        self.stop()
-        raise TritonizeError(f"the API at {self.url} was not healthy within {timeout_s:.0f}s ({last})")
+        try:
+            wait_healthy(self.url, lambda: self.proc is None or self.proc.poll() is None, timeout_s, self.log_file)
+        except TritonizeError:
+            self.stop()
+            raise
 
     def stop(self) -> None:
         if self.proc is None:
@@ -100,6 +93,32 @@ class ApiProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def wait_healthy(url: str, alive: Callable[[], bool], timeout_s: float, log_file: Path | None) -> float:
+    """Poll /health until it answers 200 (the seconds it took); one clear error when the API exits first or
+    does not answer in time, with the last line of its log."""
+    start = time.monotonic()
+    while True:
+        code, detail = health(url)
+        if code == 200:
+            return time.monotonic() - start
+        if not alive() or time.monotonic() - start > timeout_s:
+            why = detail if alive() else "it exited"
+            tail = _log_tail(log_file)
+            raise TritonizeError(f"the API at {url} did not answer /health within {timeout_s:.0f}s ({why})"
+                                 + (f": {tail}" if tail else ""),
+                                 hint=f"see {log_file}" if log_file else "run `tritonize api` by hand")
+        time.sleep(0.2)
+
+
+def _log_tail(log_file: Path | None) -> str:
+    """The last non-empty line of the API's log, or ""."""
+    try:
+        lines = [line for line in Path(log_file).read_text(errors="replace").splitlines() if line.strip()]
+    except (OSError, TypeError):
+        return ""
+    return lines[-1] if lines else ""
 
 
 def health(url: str, timeout_s: float = 10.0) -> tuple[int, str]:

@@ -162,11 +162,6 @@ class TEIToken(Body):
     stop: int | None
 
 
-class TEIError(Body):
-    error: str
-    error_type: str
-
-
 # -- tritonize's own ----------------------------------------------------------------------------------------------
 class EntitiesRequest(Body):
     inputs: Union[str, list[str]]

@@ -64,15 +64,12 @@ class ApiState:
 
     async def learn_outputs(self) -> None:
         """Which outputs each ensemble has (token counts only in repositories that report them)."""
-        from tritonclient.utils import InferenceServerException
-
-        client = self.backend._client
         for model in self.catalog.models:
-            try:
-                meta = await client.get_model_metadata(model.name, client_timeout=5.0)
-                self.outputs[model.name] = tuple(o.name for o in meta.outputs)
-            except InferenceServerException:
+            names = await self.backend.output_names(model.name)
+            if names is None:
                 self.outputs.pop(model.name, None)  # asked again at the next start; counts are 0 until then
+            else:
+                self.outputs[model.name] = names
 
     def tokenizer(self, model: ServedModel):
         """The served step's tokenizer file, for /tokenize (inference never tokenizes in the API)."""

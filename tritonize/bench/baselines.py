@@ -11,6 +11,7 @@ import urllib.request
 from pathlib import Path
 
 from ..errors import TritonizeError
+from ..paths import child_pythonpath
 from ..runtime.base import http_get
 from ..runtime.process import free_ports
 
@@ -108,11 +109,7 @@ class BaselineProcess(ChildServer):
         return cmd
 
     def env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        # The child imports this package from wherever this process did.
-        root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        return env
+        return {**os.environ, "PYTHONPATH": child_pythonpath()}
 
 
 def ask(url: str, row: tuple[str, ...], timeout_s: float = 60.0) -> dict:

@@ -120,18 +120,15 @@ class Runtime(abc.ABC):
 
 def http_get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
     """GET without raising on HTTP errors; (0, b"") when nothing answers."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - loopback/user URL
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-    except (urllib.error.URLError, OSError, TimeoutError):
-        return 0, b""
+    return _send(urllib.request.Request(url), timeout)
 
 
 def http_post(url: str, body: bytes, headers: dict[str, str] | None = None, timeout: float = 2.0) -> tuple[int, bytes]:
     """POST without raising on HTTP errors; (0, b"") when nothing answers."""
-    req = urllib.request.Request(url, data=body, method="POST", headers=headers or {})
+    return _send(urllib.request.Request(url, data=body, method="POST", headers=headers or {}), timeout)
+
+
+def _send(req: urllib.request.Request, timeout: float) -> tuple[int, bytes]:
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - loopback/user URL
             return resp.status, resp.read()

@@ -40,6 +40,7 @@ from rich.markup import escape
 
 from ..console import err
 from ..errors import TritonizeError
+from ..paths import child_pythonpath
 from ..serving.health import HEALTH_FILE, probe_file
 from ..spec import LOCAL_CONFIG_NAME
 from . import process, versions
@@ -80,6 +81,7 @@ from .base import (
 )
 from ..api.process import ApiOptions, ApiProcess
 from ..api.process import health as api_health
+from ..api.process import wait_healthy as wait_api_healthy
 from ..api.state import DEFAULT_PORT as DEFAULT_API_PORT
 from .monitoring import DEFAULT_PORT as DEFAULT_PROMETHEUS_PORT
 from .monitoring import DEFAULT_SCRAPE_INTERVAL_S, FIRST_SCRAPE_S, INSTALL_HINT, LocalPrometheus, MonitoringOptions
@@ -397,24 +399,14 @@ class LocalRuntime(Runtime):
                                  hint="choose another with --api-port, or --no-api")
         child = ApiProcess(Path(o.repository).resolve(), endpoints.grpc, host=o.host, port=self.api.port,
                            key_file=self.api.key_file)
-        root = str(Path(__file__).resolve().parents[2])  # the child imports this package from where this one did
         record = spawn_api(self.directory, ApiRecord(0, None, child.url, child.command(),
-                                                     {"PYTHONPATH": process.join_path(root, os.environ.get("PYTHONPATH"))}))
-        start = time.monotonic()
-        deadline = start + API_READY_S
-        while True:
-            code, detail = api_health(record.url)
-            if code == 200:
-                break
-            if not record.alive() or time.monotonic() > deadline:
-                stop_api(self.directory)
-                tail = process.tail_lines(self.directory / API_LOG_FILE, 5).strip()
-                raise TritonizeError(f"the API at {record.url} did not answer /health ({detail or 'exited'})"
-                                     + (f": {tail.splitlines()[-1]}" if tail else ""),
-                                     hint=f"see {self.directory / API_LOG_FILE}, or start without it: --no-api")
-            time.sleep(0.2)
-        self._say(f"[green]✓[/] API on {record.url} (OpenAI, Cohere/Jina, TEI routes) "
-                  f"[dim]({time.monotonic() - start:.1f}s)[/]")
+                                                     {"PYTHONPATH": child_pythonpath()}))
+        try:
+            took = wait_api_healthy(record.url, record.alive, API_READY_S, self.directory / API_LOG_FILE)
+        except TritonizeError as exc:
+            stop_api(self.directory)
+            raise TritonizeError(exc.message, hint=f"{exc.hint}, or start without it: --no-api") from None
+        self._say(f"[green]✓[/] API on {record.url} (OpenAI, Cohere/Jina, TEI routes) [dim]({took:.1f}s)[/]")
         return record
 
     def _start(self, cmd: list[str], install: TritonInstall) -> Endpoints:
@@ -499,9 +491,7 @@ class LocalRuntime(Runtime):
     # the supervisor
     def _start_supervisor(self) -> None:
         (self.directory / SUPERVISOR_STATE_FILE).unlink(missing_ok=True)
-        env = dict(os.environ)
-        root = str(Path(__file__).resolve().parents[2])  # the child imports this package from where this one did
-        env["PYTHONPATH"] = process.join_path(root, env.get("PYTHONPATH"))
+        env = {**os.environ, "PYTHONPATH": child_pythonpath()}
         with open(self.directory / SUPERVISOR_LOG_FILE, "ab") as log:
             subprocess.Popen([sys.executable, "-m", SUPERVISOR_MODULE, str(self.directory)],
                              stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
