@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from ..client import split_url, text_array
+from ..client import build_request, split_url
 from .catalog import ServedModel
 from .errors import ApiError, Kind
 
@@ -63,13 +63,7 @@ class TritonBackend:
 
         if self._client is None:
             raise ApiError(503, Kind.UNHEALTHY, "the API is not connected to Triton")
-        tensors = []
-        for input_name, texts in inputs.items():
-            data = text_array(texts)
-            tensor = grpcclient.InferInput(input_name, list(data.shape), "BYTES")
-            tensor.set_data_from_numpy(data)
-            tensors.append(tensor)
-        requested = [grpcclient.InferRequestedOutput(o) for o in outputs]
+        tensors, requested = build_request(grpcclient, inputs, outputs, 0)
         try:
             result = await self._client.infer(name, tensors, outputs=requested, client_timeout=self.timeout_s)
         except InferenceServerException as exc:
