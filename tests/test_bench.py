@@ -80,6 +80,38 @@ def test_targets_over_the_peer_and_over_fp32_come_only_from_what_the_run_measure
     assert not any(t["name"].startswith("int8 vs") for t in evaluate(doc))  # only over an fp32 repository
 
 
+def test_targets_for_scaling_tails_and_the_client_inclusive_floor() -> None:
+    """Concurrency 4 over 1, p99 over p50 at each concurrency, and throughput over the rate these cores allow
+    with this client (the floor's CPU per row plus the client's per request, every core busy)."""
+    from tritonize.bench.report import client_inclusive_floor
+    from tritonize.bench.targets import evaluate
+
+    def run(workload: str, c: int, rps: float, p50: float, p99: float, client_ms: float = 1.0) -> dict:
+        return {"system": "triton-grpc", "workload": workload, "concurrency": c, "throughput_rps": rps,
+                "latency_ms": {"p50": p50, "p99": p99}, "cpu": {"cores": 2, "ms_per_request": {"client": client_ms}}}
+
+    floor = {"batch1_latency_ms": {"p50": 3.0, "p99": 10.0},
+             "arrival": {"rps": 600.0, "cpu_ms_per_row": 3.0}, "sorted": {"rps": 300.0, "cpu_ms_per_row": 6.0}}
+    doc = {"meta": {"precision": "fp32"},
+           "floor": {"short": floor, "mixed": floor},
+           "runs": [run("short", 1, 200.0, 4.0, 7.0), run("short", 4, 320.0, 12.0, 30.0),
+                    run("short", 16, 460.0, 30.0, 95.0), run("mixed", 1, 150.0, 4.0, 16.0),
+                    run("mixed", 4, 200.0, 15.0, 40.0), run("mixed", 16, 250.0, 50.0, 120.0, client_ms=2.0)]}
+    found = {(t["name"], t["workload"], t["concurrency"]): t for t in evaluate(doc)}
+    assert found[("concurrency 4 vs 1", "short", 4)]["passed"]  # 320 >= 1.5 x 200
+    assert not found[("concurrency 4 vs 1", "mixed", 4)]["passed"]  # 200 < 1.5 x 150
+    assert found[("p99 tail", "short", 1)]["passed"] and not found[("p99 tail", "short", 4)]["passed"]
+    assert not found[("p99 tail", "short", 16)]["passed"]  # 95 > 3 x 30
+    assert not found[("p99 vs floor", "mixed", 1)]["passed"]  # 16 > 1.5 x 10
+    assert found[("p50 vs floor", "short", 1)]["limit"] == 4.5  # floor + 1.5 ms
+    # 2 cores x 1000 / (3 ms floor + 1 ms client) = 500 req/s; 460 >= 0.9 x 500.
+    assert client_inclusive_floor(doc, doc["runs"][2]) == {"floor_cpu_ms": 3.0, "client_cpu_ms": 1.0, "cpu_ms": 4.0,
+                                                            "rps": 500.0}
+    assert found[("throughput vs client-inclusive floor", "short", 16)]["passed"]
+    assert found[("throughput vs client-inclusive floor", "mixed", 16)]["limit"] == 225.0  # 0.9 x 2000 / (6 + 2)
+    assert not found[("throughput vs floor", "short", 16)]["passed"]  # 460 < 0.8 x 600
+
+
 # -- the baseline server, in process -------------------------------------------
 
 

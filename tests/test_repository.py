@@ -53,6 +53,7 @@ def test_every_config_parses_into_model_config(model: ModelSpec, device: str) ->
     repo, files, configs = _render(model, device=device)
     assert set(configs) == {
         "demo/config.pbtxt",
+        "demo/configs/local.pbtxt",  # the local server's ensemble: tokenizer and model as one step
         "demo_tokenizer/config.pbtxt",
         "demo_model/config.pbtxt",
         "demo_model/configs/local.pbtxt",
@@ -74,9 +75,11 @@ def test_every_config_parses_into_model_config(model: ModelSpec, device: str) ->
     assert container.instance_group[0].kind == expected_kind
     assert local.instance_group[0].kind == mc.ModelInstanceGroup.KIND_CPU  # the local server has no GPU path
     assert tokenizer.instance_group[0].kind == mc.ModelInstanceGroup.KIND_CPU
-    # Ragged batching only where the model regroups rows itself (the Python backend).
-    assert all(i.allow_ragged_batch for i in local.input)
+    # The local step takes the texts (equal shapes, so no ragged batches); the container's graph takes tokens.
+    assert [i.name for i in local.input] == ["TEXT"] and not any(i.allow_ragged_batch for i in local.input)
     assert not any(i.allow_ragged_batch for i in container.input)
+    # Two instances of every batching step: a bounded queue's only instance leaves Triton 2.51's batcher asleep.
+    assert all(c.instance_group[0].count == 2 for c in (tokenizer, container, local))
 
     assert [i.name for i in ensemble.input] == ["TEXT"]
     assert ensemble.input[0].data_type == mc.TYPE_STRING and list(ensemble.input[0].dims) == [1]
@@ -90,25 +93,23 @@ def test_every_config_parses_into_model_config(model: ModelSpec, device: str) ->
 
 @pytest.mark.parametrize("model", [EMBEDDING, CLASSIFIER], ids=["embedding", "classification"])
 def test_ensemble_wiring_matches_the_steps(model: ModelSpec) -> None:
+    """Both ensembles, the container's over its steps and the local server's over the local configs, connect
+    every input to a tensor produced before it and return the same outputs."""
     _, _, configs = _render(model)
-    steps = {c.name: c for c in configs.values() if c.platform != "ensemble"}
-    ensemble = configs["demo/config.pbtxt"]
-    produced = {"TEXT"}
-    for step in ensemble.ensemble_scheduling.step:
-        target = steps[step.model_name]
-        assert set(step.input_map) == {i.name for i in target.input}
-        assert set(step.input_map.values()) <= produced  # every input is produced earlier
-        assert set(step.output_map) <= {o.name for o in target.output}
-        produced |= set(step.output_map.values())
-    assert {o.name for o in ensemble.output} <= produced
-    # The local config serves exactly the tensors the container's config does.
-    container, local = configs["demo_model/config.pbtxt"], configs["demo_model/configs/local.pbtxt"]
-    assert [(i.name, i.data_type, list(i.dims)) for i in container.input] == [
-        (i.name, i.data_type, list(i.dims)) for i in local.input
-    ]
-    assert [(o.name, o.data_type, list(o.dims)) for o in container.output] == [
-        (o.name, o.data_type, list(o.dims)) for o in local.output
-    ]
+    container_steps = {c.name: c for p, c in configs.items() if c.platform != "ensemble" and "/configs/" not in p}
+    local_steps = container_steps | {c.name: c for p, c in configs.items() if p.endswith("/configs/local.pbtxt")}
+    for path, steps in (("demo/config.pbtxt", container_steps), ("demo/configs/local.pbtxt", local_steps)):
+        ensemble = configs[path]
+        produced = {"TEXT"}
+        for step in ensemble.ensemble_scheduling.step:
+            target = steps[step.model_name]
+            assert set(step.input_map) == {i.name for i in target.input}
+            assert set(step.input_map.values()) <= produced  # every input is produced earlier
+            assert set(step.output_map) <= {o.name for o in target.output}
+            produced |= set(step.output_map.values())
+        assert {o.name for o in ensemble.output} <= produced
+    assert configs["demo/config.pbtxt"].output == configs["demo/configs/local.pbtxt"].output
+    assert len(configs["demo/configs/local.pbtxt"].ensemble_scheduling.step) == 1
 
 
 def test_classification_labels_are_written_where_configs_name_them() -> None:

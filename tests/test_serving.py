@@ -21,6 +21,7 @@ from tritonize.generate import generate
 from tritonize.repository import config_as_triton_passes_it
 from tritonize.serving import batching
 from tritonize.serving.onnx_model import OnnxRunner
+from tritonize.serving.one_step import tokenizer_outputs
 from tritonize.serving.tokenizer import InvalidText, TextEncoder
 from tritonize.source import read_model
 from tritonize.spec import GenerateOptions
@@ -53,12 +54,18 @@ def test_each_step_carries_byte_identical_copies_of_the_served_modules(repo: Pat
         "tiny_tokenizer/1/texts.py": "texts.py",
         "tiny_tokenizer/1/metrics.py": "metrics.py",
         "tiny_tokenizer/1/chat.py": "chat.py",
-        "tiny_model/1/model.py": "onnx_model.py",
+        # The local server's one step: the tokenizer and the model (serving/one_step.py) with what both import.
+        "tiny_model/1/model.py": "one_step.py",
+        "tiny_model/1/onnx_model.py": "onnx_model.py",
+        "tiny_model/1/tokenizer.py": "tokenizer.py",
         "tiny_model/1/batching.py": "batching.py",
+        "tiny_model/1/texts.py": "texts.py",
+        "tiny_model/1/metrics.py": "metrics.py",
+        "tiny_model/1/chat.py": "chat.py",
     }
     for rel, module in pairs.items():
         assert filecmp.cmp(repo / rel, serving.SERVING_DIR / module, shallow=False), rel
-    python_files = sorted(str(p.relative_to(repo)) for p in repo.rglob("*.py"))
+    python_files = sorted(str(p.relative_to(repo)) for p in repo.rglob("*.py"))  # nothing else
     assert python_files == sorted(pairs)
 
 
@@ -66,6 +73,8 @@ def test_step_files_follow_relative_imports() -> None:
     assert set(serving.step_files("tokenizer", "model.py")) == {"model.py", "batching.py", "texts.py", "metrics.py",
                                                                 "chat.py"}
     assert set(serving.step_files("onnx_model", "model.py")) == {"model.py", "batching.py"}
+    assert set(serving.step_files("one_step", "model.py")) == {"model.py", "onnx_model.py", "tokenizer.py", "batching.py",
+                                                               "texts.py", "metrics.py", "chat.py"}
     assert set(serving.step_files("question_answering", "model.py")) == {"model.py", "texts.py", "metrics.py"}
     assert set(serving.step_files("token_classification", "model.py")) == {"model.py", "batching.py", "texts.py", "metrics.py"}
     assert set(serving.step_files("sparse_embedding", "model.py")) == {"model.py"}
@@ -91,8 +100,28 @@ def test_served_modules_import_only_what_a_triton_container_has() -> None:
 
 
 def test_served_modules_fall_back_outside_triton() -> None:
-    for name in ("tokenizer", "onnx_model"):
+    for name in ("tokenizer", "onnx_model", "one_step"):
         assert sys.modules[f"tritonize.serving.{name}"].pb_utils is None
+
+
+def test_the_local_server_runs_tokenizer_and_model_as_one_step(repo: Path) -> None:
+    """Locally the ensemble calls the model step alone, with the texts; it returns the graph's outputs and the
+    tokenizer's row outputs, tokenizes as the tokenizer step does and counts under that step's name."""
+    local = config_as_triton_passes_it(repo / "tiny" / "configs" / "local.pbtxt")
+    assert [s["model_name"] for s in local["ensemble_scheduling"]["step"]] == ["tiny_model"]
+    container = config_as_triton_passes_it(repo / "tiny" / "config.pbtxt")
+    assert [s["model_name"] for s in container["ensemble_scheduling"]["step"]] == ["tiny_tokenizer", "tiny_model"]
+    assert {o["name"] for o in local["output"]} == {o["name"] for o in container["output"]}
+    step = config_as_triton_passes_it(repo / "tiny_model" / "configs" / "local.pbtxt")
+    tokenizer = config_as_triton_passes_it(repo / "tiny_tokenizer" / "config.pbtxt")
+    assert [i["name"] for i in step["input"]] == ["TEXT"]
+    produced, passed = tokenizer_outputs(step, [IDS, MASK])
+    assert produced == (IDS, MASK, "tokens", "truncated") and passed == ("tokens", "truncated")
+    params = {k: v["string_value"] for k, v in step["parameters"].items()}
+    assert all(params[k] == v["string_value"] for k, v in tokenizer["parameters"].items())
+    assert params["metrics_model"] == "tiny_tokenizer"
+    assert filecmp.cmp(repo / "tiny_model" / "1" / "tokenizer.json", repo / "tiny_tokenizer" / "1" / "tokenizer.json",
+                       shallow=False)
 
 
 def test_bucket_lookup_and_padding() -> None:
@@ -134,7 +163,8 @@ def test_configured_runner_regroups_as_the_server_does(repo: Path) -> None:
     config = config_as_triton_passes_it(repo / "tiny_model" / "configs" / "local.pbtxt")
     runner = steps.onnx_runner(repo)
     assert runner.max_rows == config["max_batch_size"] == 64
-    assert len(runner.shards) == max(1, os.cpu_count() or 1)  # data_parallel: one shard per core, one instance
+    instances = config["instance_group"][0]["count"]
+    assert instances == 2 and len(runner.shards) == max(1, (os.cpu_count() or 1) // instances)  # the cores shared
     assert runner.input_names == [IDS, MASK]
 
 

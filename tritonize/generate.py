@@ -199,9 +199,8 @@ def generate(options: GenerateOptions) -> Path:
             verify.check(report)
         files = repository.render(repo, repository.manifest(options, repo), report, index)
         binaries = {f"{repo.model_name}/{repo.version}/{f.name}": f for f in artifacts.files_for(artifacts.onnx)}
-        for python_step in (repo.tokenizer_step, repo.post_step):  # each step that tokenizes or decodes words
-            if python_step is not None:
-                binaries[f"{python_step.name}/{repo.version}/{TOKENIZER_FILE}"] = Path(spec.tokenizer_file)
+        for python_step in repo.tokenizer_folders:
+            binaries[f"{python_step.name}/{repo.version}/{TOKENIZER_FILE}"] = Path(spec.tokenizer_file)
         binaries.update(repository.served_files(repo))
         if joined is not None:
             with step(f"Adding version {repo.version} to {output}"):

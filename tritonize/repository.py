@@ -123,7 +123,7 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str) -> RepoSpec:
         graph_outputs=task.graph_outputs(model.head),
         truncation=task.truncation_for(model.head),
         tokenizer_step=step("tokenizer", task.front_module, options.tokenizer_instances, "KIND_CPU"),
-        model_step=step("model", "onnx_model", options.model_instances, "KIND_GPU" if options.device == "gpu" else "KIND_CPU"),
+        model_step=step("model", "onnx_model" if task.orchestrates else "one_step", options.model_instances, "KIND_GPU" if options.device == "gpu" else "KIND_CPU"),
         buckets=normalise_buckets(options.buckets, model.max_length),
         device=options.device,  # type: ignore[arg-type]
         precision=options.precision,  # type: ignore[arg-type]
@@ -203,13 +203,15 @@ def model_files(repo: RepoSpec, report: VerificationReport) -> list[RenderedFile
     common = {"repo": repo, "local_config_name": LOCAL_CONFIG_NAME, "model_file": MODEL_FILE, "manifest_file": MANIFEST_FILE}
     t, m, e = repo.tokenizer_name, repo.model_name, repo.name
     layout = [
-        (f"{e}/{CONFIG_FILE}", "ensemble/config.pbtxt.j2", {}),
+        (f"{e}/{CONFIG_FILE}", "ensemble/config.pbtxt.j2", {"steps": repo.ensemble_steps, "local": False}),
+        (f"{e}/{LOCAL_CONFIG_DIR}/{LOCAL_CONFIG_NAME}.pbtxt", "ensemble/config.pbtxt.j2",
+         {"steps": repo.local_ensemble_steps, "local": True}),
         (f"{t}/{CONFIG_FILE}", "tokenizer/config.pbtxt.j2", {"step": repo.tokenizer_step}),
         (f"{m}/{CONFIG_FILE}", "model/onnxruntime.pbtxt.j2", {"step": repo.model_step, "ragged": False}),
         (
             f"{m}/{LOCAL_CONFIG_DIR}/{LOCAL_CONFIG_NAME}.pbtxt",
             "model/python.pbtxt.j2",
-            {"step": repo.model_step, "ragged": repo.local.ragged},
+            {"step": repo.model_step},
         ),
         # Each version keeps the report of its own graph; the one in the index is the served version's.
         (f"{m}/{repo.version}/{VERIFICATION_FILE}", "repository/verification.json.j2", {"report": report.to_dict()}),

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 from .serving.batching import ATTENTION_MASK, INPUT_IDS, OFFSETS, SPECIAL_TOKENS_MASK, TOKEN_COUNT, TRUNCATED
+from .serving.metrics import METRICS_MODEL
 
 Device = Literal["cpu", "gpu"]
 Precision = Literal["fp32", "fp16", "int8"]
@@ -146,8 +147,10 @@ class GenerateOptions:
     # Requests/s the server answers at full load, as `tritonize tune` measures it on the serving machine;
     # None: not measured (generation cannot know where the repository will be served), the floor holds.
     capacity_rps: float | None = None
-    tokenizer_instances: int = 1
-    model_instances: int = 1
+    # Two instances of each batching step: Triton 2.51's dynamic batcher, once a queue is bounded, is not woken
+    # when its only instance frees and waits up to 500 ms (docs/performance.md); a second instance is free then.
+    tokenizer_instances: int = 2
+    model_instances: int = 2
     buckets: list[int] | None = None
     # Bytes of text one request may carry (its texts summed), checked by the first step before it decodes
     # anything; 0: no bound. Within it, every text is read as the model reads it.
@@ -354,8 +357,27 @@ class RepoSpec:
         return params | ({"truncation": self.truncation} if self.truncation else {}) | self.front_parameters
 
     @property
+    def one_step(self) -> bool:
+        """The local server runs the tokenizer and the model as one step (serving/one_step.py); a first step that
+        calls the model step itself (question answering) keeps it a step of its own."""
+        return not self.orchestrated
+
+    @property
+    def local_inputs(self) -> tuple[TensorSpec, ...]:
+        """The local model step's inputs: the texts where it tokenizes them itself."""
+        return self.text_inputs if self.one_step else self.token_inputs
+
+    @property
+    def local_outputs(self) -> tuple[TensorSpec, ...]:
+        """The graph's outputs, and as one step also the tokenizer's tensors that the ensemble passes on."""
+        if not self.one_step:
+            return self.graph_outputs
+        onward = {t.name for t in self.ensemble_outputs + (self.post_inputs if self.post_step else ())}
+        return self.graph_outputs + tuple(t for t in self.tokenizer_outputs if t.name in onward)
+
+    @property
     def local_model_parameters(self) -> dict[str, str]:
-        return {
+        runner = {
             "onnx_file": MODEL_FILE,
             "intra_op_threads": str(self.local.intra_op_threads),
             "allow_spinning": str(int(self.local.allow_spinning)),
@@ -363,6 +385,14 @@ class RepoSpec:
             "buckets": ",".join(map(str, self.buckets)),
             "pad_id": str(self.pad_token_id),
         }
+        if not self.one_step:
+            return runner
+        return runner | self.tokenizer_parameters | {METRICS_MODEL: self.tokenizer_name}
+
+    @property
+    def tokenizer_folders(self) -> tuple[StepSpec, ...]:
+        """The steps whose version folder holds tokenizer.json: each that tokenizes or decodes words."""
+        return tuple(s for s in (self.tokenizer_step, self.model_step if self.one_step else None, self.post_step) if s)
 
     @property
     def ensemble_steps(self) -> tuple[EnsembleStep, ...]:
@@ -378,6 +408,14 @@ class RepoSpec:
         if self.post_step:
             steps += (EnsembleStep(self.post_step.name, same(self.post_inputs), same(self.outputs)),)
         return steps
+
+    @property
+    def local_ensemble_steps(self) -> tuple[EnsembleStep, ...]:
+        """The ensemble's steps on the local server: the tokenizer and model as one step, then any post step."""
+        if not self.one_step:
+            return self.ensemble_steps
+        return (EnsembleStep(self.model_name, {t.name: t.name for t in self.text_inputs},
+                             {t.name: t.name for t in self.local_outputs}),) + self.ensemble_steps[2:]
 
 
 def default_buckets(max_length: int, ladder: tuple[int, ...] = DEFAULT_BUCKET_LADDER) -> tuple[int, ...]:

@@ -41,6 +41,8 @@ class Throughput:
     by_batch: dict[int, float] = field(default_factory=dict)
     waste_by_batch: dict[int, float] = field(default_factory=dict)
     layout_by_batch: dict[int, str] = field(default_factory=dict)  # sessions x threads, e.g. "2x1"
+    # CPU this process spent per row at each batch size's best point (every thread: sessions, tokenizer, feeder).
+    cpu_ms_by_batch: dict[int, float] = field(default_factory=dict)
     best_by_layout: dict[str, float] = field(default_factory=dict)  # best rows/s of each layout
 
     @property
@@ -54,6 +56,7 @@ class Throughput:
             "best_batch": best,
             "rps": round(self.by_batch[best], 2),
             "layout": self.layout_by_batch[best],
+            "cpu_ms_per_row": round(self.cpu_ms_by_batch[best], 3),
             "padding_waste": self.waste_by_batch[best],
             "by_batch": {str(b): round(v, 2) for b, v in self.by_batch.items()},
             "layout_by_batch": {str(b): v for b, v in self.layout_by_batch.items()},
@@ -68,6 +71,7 @@ class _Tally:
     real: int = 0
     computed: int = 0
     elapsed: float = 0.0
+    cpu_s: float = 0.0
 
 
 class Floor:
@@ -121,7 +125,7 @@ class Floor:
         """Feed shuffled chunks to every runner from its own thread until the bound; what got done."""
         visit = np.random.default_rng(0).permutation(len(chunks))
         lock, tally, state = threading.Lock(), _Tally(), {"next": 0, "stop": False}
-        start = time.perf_counter()
+        start, cpu0 = time.perf_counter(), time.process_time()
 
         def work(runner) -> None:
             while True:
@@ -142,7 +146,7 @@ class Floor:
             w.start()
         for w in workers:
             w.join()
-        tally.elapsed = time.perf_counter() - start
+        tally.elapsed, tally.cpu_s = time.perf_counter() - start, time.process_time() - cpu0
         return tally
 
     def throughput(
@@ -177,6 +181,7 @@ class Floor:
                     result.by_batch[b] = rps
                     result.layout_by_batch[b] = layout
                     result.waste_by_batch[b] = round((tally.computed - tally.real) / tally.real, 4)
+                    result.cpu_ms_by_batch[b] = 1e3 * tally.cpu_s * mean_tokens / tally.real
         return result
 
 

@@ -131,32 +131,54 @@ def breakdown_table(document: dict) -> Table | None:
     return table
 
 
+def floor_best(document: dict, run: dict) -> dict | None:
+    """The floor's best batch a run is held to: the measured repository's only (a compared one has its own graph);
+    on mixed lengths the length-sorted one, as the model step regroups rows by length."""
+    if split_system(run["system"])[1]:
+        return None
+    order = "sorted" if run["workload"] == "mixed" else "arrival"
+    return (document.get("floor", {}).get(run["workload"]) or {}).get(order)
+
+
+def client_inclusive_floor(document: dict, run: dict) -> dict | None:
+    """The best any server could do on these cores with this load generator: every core busy with the floor's
+    CPU per row at its best batch plus the client's CPU per request measured in the run."""
+    best, cpu = floor_best(document, run), run.get("cpu") or {}
+    client = (cpu.get("ms_per_request") or {}).get("client")
+    if not best or not best.get("cpu_ms_per_row") or client is None:
+        return None
+    per_request = best["cpu_ms_per_row"] + client
+    return {"floor_cpu_ms": best["cpu_ms_per_row"], "client_cpu_ms": client, "cpu_ms": round(per_request, 3),
+            "rps": round(1e3 * cpu["cores"] / per_request, 2)}
+
+
 def cpu_table(document: dict) -> Table | None:
-    """CPU per request by process, beside what the floor's best batch costs: the gap, itemised."""
+    """CPU per request by process, beside what the floor's best batch costs: the gap, itemised; and the
+    client-inclusive floor, the rate these cores allow with this client."""
     rows = [r for r in document["runs"] if r.get("cpu", {}).get("ms_per_request")]
     if not rows:
         return None
     roles = _step_roles(document)
     table = Table(title="CPU per request (ms, every process of the local server, and the load generator)", title_justify="left")
     for col in ("system", "workload", "conc", "tritonserver", *(f"{r} stub" for r in roles), "client", "total", "floor",
-                "floor at its batch", "idle"):
+                "floor at its batch", "floor + client", "limit req/s", "of limit", "idle"):
         table.add_column(col, justify="left" if col in ("system", "workload") else "right")
     for r in _sorted_runs(rows):
         c = r["cpu"]
         per = c["ms_per_request"]
         names = [(r.get("steps") or {}).get(k, {}).get("name") for k in roles]  # a compared repository's own
-        # The floor is the measured repository's graph: no figure beside a compared one's rows.
-        # Mixed lengths: the length-sorted floor, as the targets take it (the model step regroups rows by length).
-        order = "sorted" if r["workload"] == "mixed" else "arrival"
-        best = None if split_system(r["system"])[1] else (document.get("floor", {}).get(r["workload"]) or {}).get(order)
-        # The floor keeps every core busy at its best batch: cores / rate is its CPU per request.
-        floor_ms = f"{1e3 * c['cores'] / best['rps']:.2f}" if best and best.get("rps") else "-"
+        best = floor_best(document, r)
+        # The floor's own CPU per row at its best batch (measured; before it was measured: cores / rate).
+        floor_ms = (best.get("cpu_ms_per_row") or 1e3 * c["cores"] / best["rps"]) if best and best.get("rps") else None
         # The same floor at the batch the model step averaged: what is left above it is per-call overhead,
         # what lies between it and the best batch is batch formation.
         at = floor_rate_at(best.get("by_batch") or {}, (r.get("steps") or {}).get("model", {}).get("avg_batch")) if best else None
+        limit = client_inclusive_floor(document, r)
         table.add_row(r["label"], r["workload"], str(r["concurrency"]), _ms(per.get("tritonserver")),
-                      *(_ms(per.get(n)) for n in names), _ms(per.get("client")), _ms(c["total_ms_per_request"]), floor_ms,
-                      f"{1e3 * c['cores'] / at:.2f}" if at else "-", f"{c['idle_pct']:.0f}%")
+                      *(_ms(per.get(n)) for n in names), _ms(per.get("client")), _ms(c["total_ms_per_request"]),
+                      _ms(floor_ms), f"{1e3 * c['cores'] / at:.2f}" if at else "-",
+                      _ms(limit["cpu_ms"]) if limit else "-", f"{limit['rps']:.0f}" if limit else "-",
+                      f"{r['throughput_rps'] / limit['rps']:.2f}" if limit else "-", f"{c['idle_pct']:.0f}%")
     return table
 
 

@@ -27,7 +27,7 @@ from ..runtime.base import Endpoints, ServerOptions
 from ..runtime.process import free_ports
 from ..spec import Overrides, repo_paths
 from . import baselines, check, corpus, cpu, floor, infinity, load, stats
-from .report import compared_system, label_of, split_system
+from .report import client_inclusive_floor, compared_system, label_of, split_system
 from .targets import evaluate
 
 TRITON_LABELS = {"grpc": "Triton gRPC", "http": "Triton HTTP", "api": "API /v1/embeddings"}
@@ -441,6 +441,10 @@ class Bench:
             "skipped": self.skipped,
             "compared": self.compared_meta,
         }
+        for run in document["runs"]:
+            limit = client_inclusive_floor(document, run)
+            if limit:
+                run["client_inclusive_floor"] = limit
         document["targets"] = evaluate(document)
         return document
 

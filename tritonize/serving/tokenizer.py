@@ -43,7 +43,7 @@ from .batching import (
 )
 from .chat import PARAMETER as PAIR_TEMPLATE
 from .chat import PairTemplate
-from .metrics import StepMetrics
+from .metrics import METRICS_MODEL, StepMetrics
 from .texts import InvalidText, check_size, decode, unk_token_id
 
 try:
@@ -154,15 +154,16 @@ class TextEncoder:
         self.template = template  # pairs rendered as one text, without special tokens (apply_chat_template's way)
 
     @classmethod
-    def from_config(cls, model_config: dict, version_dir: str) -> TextEncoder:
-        """Everything from the step's configuration: files are found through the version directory."""
+    def from_config(cls, model_config: dict, version_dir: str, outputs: tuple[str, ...] | None = None) -> TextEncoder:
+        """Everything from the step's configuration: files are found through the version directory. `outputs`:
+        the tensors to produce, where the step declares more than the tokenizer's (serving/one_step.py)."""
         p = parameters(model_config)
         return cls(
             os.path.join(version_dir, p["tokenizer_file"]),
             int(p["max_length"]),
             parse_buckets(p["buckets"]),
             int(p["pad_id"]),
-            tuple(o["name"] for o in model_config["output"]),
+            outputs or tuple(o["name"] for o in model_config["output"]),
             p.get("truncation", "longest_first"),
             int(p.get("max_request_bytes", "0")),
             p.get("truncate", "1") == "1",
@@ -289,22 +290,22 @@ def _error(message: str):
     return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG))
 
 
-class TritonPythonModel:
-    """Reads its input names and outputs from the configuration; one error per bad request; counts what it
-    tokenized and refused on Triton's metrics port (serving/metrics.py)."""
+class RequestEncoder:
+    """A batch of Triton requests -> each one's token tensors, or its refusal; counts what it tokenized and
+    refused on Triton's metrics port (serving/metrics.py). The tokenizer step, and the local server's one step."""
 
-    def initialize(self, args):
-        config = json.loads(args["model_config"])
-        version_dir = os.path.join(args["model_repository"], args["model_version"])
-        self.encoder = TextEncoder.from_config(config, version_dir)
-        self.input_names = [i["name"] for i in config["input"]]
-        self.metrics = StepMetrics(config["name"])
+    def __init__(self, model_config: dict, version_dir: str, outputs: tuple[str, ...] | None = None):
+        self.encoder = TextEncoder.from_config(model_config, version_dir, outputs)
+        self.input_names = [i["name"] for i in model_config["input"]]
+        self.metrics = StepMetrics(parameters(model_config).get(METRICS_MODEL) or model_config["name"])
 
     def _refuse(self, exc: InvalidText):
         self.metrics.rejected(exc.reason)
         return _error(str(exc))
 
-    def execute(self, requests):
+    def encode(self, requests) -> tuple[list, list[int], list[dict[str, np.ndarray]]]:
+        """(a response per request: its error, or None where it was encoded; the encoded requests' indices;
+        their tensors)."""
         responses = [None] * len(requests)
         valid, groups, counts = [], [], {}
         for i, request in enumerate(requests):
@@ -325,9 +326,21 @@ class TritonPythonModel:
                 except InvalidText as exc:
                     responses[i] = self._refuse(exc)
                     valid.remove(i)
+        self.metrics.record(counts)
+        return responses, valid, encoded
+
+
+class TritonPythonModel:
+    """Reads its input names and outputs from the configuration; one error per bad request."""
+
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        self.front = RequestEncoder(config, os.path.join(args["model_repository"], args["model_version"]))
+
+    def execute(self, requests):
+        responses, valid, encoded = self.front.encode(requests)
         for i, tensors in zip(valid, encoded):
             responses[i] = pb_utils.InferenceResponse(
                 output_tensors=[pb_utils.Tensor(name, arr) for name, arr in tensors.items()]
             )
-        self.metrics.record(counts)
         return responses
