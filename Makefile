@@ -101,7 +101,8 @@ install: $(STAMP)
 infinity: install
 	$(BIN)/python -m tritonize.bench.infinity install --venv $(INFINITY_VENV) --torch $(TORCH_VERSION) --quiet
 
-$(REPO)/tritonize.yaml: | $(STAMP)
+# Generated again when what a repository is made of changes: the served modules, the templates, the layout.
+$(REPO)/tritonize.yaml: tritonize/repository.py tritonize/spec.py $(wildcard tritonize/serving/*.py templates/*/*.j2) | $(STAMP)
 	$(BIN)/python generate.py --model "$(MINILM)" --name $(NAME) --output $(REPO)
 
 repo: $(REPO)/tritonize.yaml

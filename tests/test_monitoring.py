@@ -347,9 +347,10 @@ def test_prometheus_sees_the_traffic_value_for_value(monitored: Monitored) -> No
     sent = {
         key("nv_inference_request_success", name): len(requests),
         key("nv_inference_count", name): texts,
-        key("nv_inference_request_success", step): len(requests) + refused,  # an error answer counts as success
-        key("nv_inference_exec_count", f"{name}_model"): len(requests),  # one request at a time: no batching
-        key("nv_inference_count", f"{name}_model"): texts,
+        # The local server's first step is the model step, which tokenizes (and refuses) itself.
+        key("nv_inference_request_success", f"{name}_model"): len(requests) + refused,  # an error answer counts
+        key("nv_inference_exec_count", f"{name}_model"): len(requests) + refused,  # one at a time: no batching
+        key("nv_inference_count", f"{name}_model"): texts + refused,
         key("tritonize_inputs_rejected_total", step, reason="empty"): refused,
         **{key(COUNTED[k], step): v for k, v in counts.items()},
     }

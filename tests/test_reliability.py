@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -492,8 +493,11 @@ def test_twenty_stub_kills_in_a_row_are_each_recovered(
             # then restarts it for that reason, and the log says so.
             exits = log.count("tritonserver exited: restarted")
             stubs = [log.count(f"the Python stub of {name}_{step} died: restarted in") for step in STEPS]
+            # A stub killed before the supervisor's first look at the restarted server is named by its pid only.
+            unnamed = len(re.findall(r"the Python stub of pid \d+ died: restarted in", log))
             assert status.restarts == KILLS and status.reloads == 0
-            assert sum(stubs) + exits == KILLS and exits <= 2 and min(stubs) >= KILLS // 2 - exits, log
+            assert sum(stubs) + unnamed + exits == KILLS and exits + unnamed <= 2, log
+            assert min(stubs) >= KILLS // 2 - exits - unnamed, log
     finally:
         stop_and_check(runtime)
 

@@ -55,9 +55,12 @@ def test_every_config_parses_into_model_config(model: ModelSpec, device: str) ->
         "demo/config.pbtxt",
         "demo/configs/local.pbtxt",  # the local server's ensemble: tokenizer and model as one step
         "demo_tokenizer/config.pbtxt",
+        "demo_tokenizer/configs/local.pbtxt",  # idle on the local server: one instance
         "demo_model/config.pbtxt",
         "demo_model/configs/local.pbtxt",
     }
+    idle = configs["demo_tokenizer/configs/local.pbtxt"]
+    assert idle.instance_group[0].count == 1 and idle.input == configs["demo_tokenizer/config.pbtxt"].input
     ensemble, tokenizer = configs["demo/config.pbtxt"], configs["demo_tokenizer/config.pbtxt"]
     container, local = configs["demo_model/config.pbtxt"], configs["demo_model/configs/local.pbtxt"]
 

@@ -92,7 +92,7 @@ def _tails(runs: list[dict], w: str, f: dict | None) -> list[Target]:
     found: list[Target] = []
     for c, ratio in TAIL_RATIO.items():
         run = _find(runs, TRITON, w, c)
-        if run and w in LATENCY_SLACK_MS:
+        if run and run.get("latency_ms") and w in LATENCY_SLACK_MS:
             p50, p99 = run["latency_ms"]["p50"], run["latency_ms"]["p99"]
             found.append(Target("p99 tail", w, c, p99, round(ratio * p50, 3), p99 <= ratio * p50, f"p99 <= {ratio:g} x p50"))
     one = _find(runs, TRITON, w, 1)
