@@ -49,6 +49,6 @@ COPY --from=install /opt/tritonserver /opt/tritonserver
 # The server finds its libraries by its RPATH ($ORIGIN/../lib); the stub, a separate binary, through this.
 ENV PATH=/opt/tritonserver/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     LD_LIBRARY_PATH=/opt/tritonserver/lib
-RUN tritonserver --help > /dev/null \
+RUN (tritonserver --help 2>&1 || true) | grep -q -- --model-repository \
  && ! ldd /opt/tritonserver/backends/python/${STUB_NAME} | grep "not found" \
  && python3 -c "import numpy, onnxruntime"

@@ -37,7 +37,6 @@ from ..paths import TEMPLATES_DIR
 from ..lockfile import SERVING_IMAGE_LOCK, Pin, read_lock
 from ..serving import SERVING_DIR
 from ..serving.health import HEALTH_FILE
-from ..serving.watchdog import RESTART_EXIT
 from . import process
 from .base import (
     METRICS_CONFIG,
@@ -116,6 +115,8 @@ def duration_s(text: str) -> int:
     if not re.fullmatch(r"\d+s", text):
         raise ValueError(f"not a duration in seconds: {text!r}")
     return int(text[:-1])
+
+
 LABEL_PREFIX = "ai.tritonize"
 BASE_LABEL = "org.opencontainers.image.base.name"  # the image an image was built on: another base, a rebuild
 TEMPLATE = TEMPLATES_DIR / "docker" / "Dockerfile.j2"
@@ -298,6 +299,7 @@ class DockerOptions:
     config_name: str | None = None  # serve configs/<name>.pbtxt instead of config.pbtxt
     network: str | None = None  # the container's network ("host": Triton binds the host's ports itself)
     build_network: str | None = None  # the build's network (pip needs one that reaches PyPI)
+    ulimits: tuple[tuple[str, int, int], ...] = ULIMITS  # --ulimit replaces one by name
 
     @property
     def resolved_image(self) -> str:
@@ -414,6 +416,7 @@ def container_spec(options: ServerOptions, docker_options: DockerOptions) -> Con
             f"{LABEL_PREFIX}.release": docker_options.release,
         },
         environment=dict(ENVIRONMENT),
+        ulimits=docker_options.ulimits,
         healthcheck_test=health_test(ports["http"]),
         network=docker_options.network,
     )
@@ -730,6 +733,32 @@ class DockerRuntime(Runtime):
 # --------------------------------------------------------------------------- CLI
 
 
+def parse_ulimit(value: str) -> tuple[str, int, int]:
+    """`NAME=SOFT[:HARD]` (-1: unlimited), as `docker run --ulimit` takes it."""
+    name, sep, limits = value.partition("=")
+    soft, _, hard = limits.partition(":")
+    try:
+        if not sep or not name.isalpha():
+            raise ValueError
+        return name, int(soft), int(hard or soft)
+    except ValueError:
+        raise ValueError(f"--ulimit takes NAME=SOFT[:HARD], e.g. memlock=8388608; got {value!r}") from None
+
+
+def with_ulimits(values: list[str]) -> tuple[tuple[str, int, int], ...]:
+    """ULIMITS with the given ones replacing those of the same name (a host that cannot raise memlock, say)."""
+    given = {name: (name, soft, hard) for name, soft, hard in map(parse_ulimit, values)}
+    return tuple(given.pop(name, (name, soft, hard)) for name, soft, hard in ULIMITS) + tuple(given.values())
+
+
+def _ulimit_arg(value: str) -> str:
+    try:
+        parse_ulimit(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
+
+
 def _gpus_arg(value: str) -> str:
     try:
         parse_gpus(value)
@@ -757,6 +786,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="serve each model's configs/NAME.pbtxt (e.g. local: no onnxruntime backend needed)")
     g.add_argument("--network", default=None, help="the container's network; host: Triton binds --host's ports itself")
     g.add_argument("--build-network", default=None, help="the image build's network (pip must reach PyPI)")
+    g.add_argument("--ulimit", type=_ulimit_arg, action="append", default=[], metavar="NAME=SOFT[:HARD]",
+                   help="replace one of the container's ulimits (default: memlock=-1, stack=67108864); a host "
+                   "without CAP_SYS_RESOURCE cannot raise memlock")
 
 
 def from_args(options: ServerOptions, args: argparse.Namespace) -> DockerRuntime:
@@ -772,6 +804,7 @@ def from_args(options: ServerOptions, args: argparse.Namespace) -> DockerRuntime
         config_name=getattr(args, "config_name", None),
         network=getattr(args, "network", None),
         build_network=getattr(args, "build_network", None),
+        ulimits=with_ulimits(getattr(args, "ulimit", None) or []),
     )
     return DockerRuntime(options, docker_options)
 
