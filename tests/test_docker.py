@@ -737,3 +737,14 @@ def test_grafana_shows_the_dashboard_read_only_with_no_admin_account() -> None:
     for volume in grafana["volumes"]:
         assert volume["type"] == "bind" and volume["read_only"] is True
         assert (COMPOSE.parent / volume["source"]).is_dir(), volume["source"]
+
+
+def test_ulimit_flags_replace_the_defaults_by_name() -> None:
+    """A host without CAP_SYS_RESOURCE cannot give a container memlock=-1: `--ulimit memlock=N` replaces it."""
+    assert dk.with_ulimits([]) == dk.ULIMITS
+    assert dict((n, (s, h)) for n, s, h in dk.with_ulimits(["memlock=8388608"]))["memlock"] == (8388608, 8388608)
+    assert dict((n, (s, h)) for n, s, h in dk.with_ulimits(["nofile=1024:4096"]))["nofile"] == (1024, 4096)
+    assert dict((n, s) for n, s, _ in dk.with_ulimits(["memlock=1"]))["stack"] == 67108864
+    for bad in ("memlock", "memlock=x", "=5"):
+        with pytest.raises(ValueError):
+            dk.parse_ulimit(bad)
