@@ -40,12 +40,18 @@ fi
 stop_daemon() {
   local pid
   pid=$(cat "$pidfile" 2>/dev/null || true)
-  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+  # Only this script's dockerd: a pidfile left behind may name a PID that another process reuses now.
+  if [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = dockerd ]; then
     kill -TERM "$pid"
     for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-    kill -0 "$pid" 2>/dev/null && kill -KILL "$pid"
+    if kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid"; sleep 1; fi
   fi
   rm -f "$pidfile"
+  # What the daemon leaves: its network namespace's bind mount, its runtime state; the data root is kept.
+  if [ -d "$exec_root/netns" ]; then
+    for ns in "$exec_root"/netns/*; do umount "$ns" 2>/dev/null || true; done
+  fi
+  rm -rf --one-file-system "$exec_root"
 }
 
 stop_daemon  # one left by a run that was killed
