@@ -6,7 +6,8 @@
 # Installs Debian's docker.io and mmdebstrap when they are missing (as root; no service is started), starts
 # dockerd with its own socket, data root, exec root and pidfile under DIR (the data root is kept between
 # runs: the stand-in images are cached there), runs COMMAND with DOCKER_HOST pointing at it, and stops the
-# daemon on the way out, whatever happened. No bridge and no iptables rules: containers use host networking.
+# daemon on the way out, whatever happened. No default bridge and no iptables rules: the tests make a network of
+# their own (the engine publishes ports through its proxy), and builds use the host's network to reach PyPI.
 set -euo pipefail
 
 dir=$(mkdir -p "$1" && cd "$1" && pwd)

@@ -3,7 +3,9 @@
 The serving image is built by `deploy.py docker up` itself (the docker SDK, docker/Dockerfile's every step)
 FROM the stand-in (standin.py), and serves the MiniLM repository's configs/local.pbtxt: the stand-in's Triton
 2.51 has no onnxruntime backend, so config.pbtxt (the native onnxruntime step) is not what runs here.
-Host networking: the test engine has no bridge, so Triton binds the loopback ports itself.
+The containers share a user-defined network, as compose's services do: Triton's ports are published on
+127.0.0.1 by the engine, and the API container reaches Triton by its name over gRPC. (The engine has no
+default bridge and sets no iptables rules, so builds use the host's network to reach PyPI.)
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ NAME = "minilm"
 STEP = f"{NAME}_model"  # configs/local.pbtxt's one step: tokenizer and onnxruntime in one Python model
 CONTAINER = "tritonize-test-triton"
 API_CONTAINER = "tritonize-test-api"
+NETWORK = "tritonize-test"
 TEXTS = ["hello world", "the quick brown fox jumps over the lazy dog", "Ünïcödé café — 日本語のテキスト 🚀", "a"]
 LONG = " ".join(["containers restart only when their process exits"] * 40)
 KILLS = 3  # stubs killed in a row, each healed before the next
@@ -73,12 +76,26 @@ class Deployed:
 
 
 @pytest.fixture(scope="module")
-def deployed(engine, images, served_repo, local_options, tmp_path_factory) -> Deployed:
+def network(engine) -> str:
+    """A user-defined bridge network (its own interface, removed at the end; no iptables rules)."""
+    found = engine.networks.list(names=[NETWORK])
+    created = found[0] if found else engine.networks.create(NETWORK, driver="bridge")
+    yield NETWORK
+    for name in (CONTAINER, API_CONTAINER, CONTAINER + "-plain"):
+        try:
+            engine.containers.get(name).remove(force=True)
+        except Exception:  # noqa: BLE001 - not there
+            pass
+    created.remove()
+
+
+@pytest.fixture(scope="module")
+def deployed(engine, images, network, served_repo, local_options, tmp_path_factory) -> Deployed:
     options = local_options(served_repo, tmp_path_factory.mktemp("run"))
     flags = ["--repository", str(served_repo), "--http-port", str(options.http_port),
              "--grpc-port", str(options.grpc_port), "--metrics-port", str(options.metrics_port),
              "--gpus", "none", "--base-image", images["triton"].image, "--config-name", "local",
-             "--network", "host", "--build-network", "host", "--container-name", CONTAINER, "--timeout", "300",
+             "--network", network, "--build-network", "host", "--container-name", CONTAINER, "--timeout", "300",
              *(["--ulimit", f"memlock={MEMLOCK}"] if MEMLOCK != -1 else [])]
     start = time.perf_counter()
     up = cli("up", *flags)
@@ -91,11 +108,6 @@ def deployed(engine, images, served_repo, local_options, tmp_path_factory) -> De
     deployed = Deployed(flags, Endpoints("127.0.0.1", options.http_port, options.grpc_port, options.metrics_port),
                         image, engine)
     yield deployed
-    for name in (CONTAINER, API_CONTAINER):
-        try:
-            engine.containers.get(name).remove(force=True)
-        except Exception:  # noqa: BLE001 - already removed by the tests
-            pass
 
 
 def stub_pids(container: Any, step: str) -> list[int]:
@@ -181,7 +193,11 @@ def test_the_container_runs_as_specified(deployed) -> None:
     attrs, host = container.attrs, container.attrs["HostConfig"]
     assert attrs["Config"]["User"] == "1000:1000"
     assert attrs["Config"]["Entrypoint"] == list(dk.entrypoint())
-    assert host["NetworkMode"] == "host" and host["ShmSize"] == 1 << 30
+    assert host["NetworkMode"] == NETWORK and host["ShmSize"] == 1 << 30
+    published = attrs["NetworkSettings"]["Ports"]
+    for inside, outside in zip(dk.CONTAINER_PORTS.values(), (deployed.endpoints.http_port, deployed.endpoints.grpc_port,
+                                                            deployed.endpoints.metrics_port)):
+        assert published[f"{inside}/tcp"] == [{"HostIp": "127.0.0.1", "HostPort": str(outside)}]
     assert host["RestartPolicy"]["Name"] == dk.RESTART_POLICY
     assert {(u["Name"], u["Soft"], u["Hard"]) for u in host["Ulimits"]} == set(ULIMITS)
     code, out = container.exec_run(["sh", "-c", "ulimit -s; ulimit -l"])
@@ -197,8 +213,8 @@ def test_the_container_runs_as_specified(deployed) -> None:
     assert code != 0 and b"Read-only file system" in out
     code, out = container.exec_run(["id", "-u"])
     assert code == 0 and out.strip() == b"1000"
-    # Every port Triton listens on is bound to 127.0.0.1 only (as /proc/net/tcp{,6} write it: IPv4, IPv4-mapped
-    # IPv6 and ::1).
+    # On the host, every published port is bound to 127.0.0.1 only (the engine's proxy listens there; as
+    # /proc/net/tcp{,6} write it: IPv4, IPv4-mapped IPv6 and ::1).
     listening = {}
     for line in Path("/proc/net/tcp").read_text().splitlines()[1:] + Path("/proc/net/tcp6").read_text().splitlines()[1:]:
         local, state = line.split()[1], line.split()[3]
@@ -221,8 +237,10 @@ def test_status_and_logs(deployed) -> None:
 # --------------------------------------------------------------------------- the API beside it
 
 
-def test_the_api_container_answers_the_openai_route_over_grpc(deployed, engine, images, served_repo,
+def test_the_api_container_answers_the_openai_route_over_grpc(deployed, engine, images, network, served_repo,
                                                               local_options, tmp_path) -> None:
+    """docker/api.Dockerfile's image beside Triton on their network, as compose runs it: gRPC to Triton by name,
+    its port published on loopback, its own healthcheck healthy, /v1/embeddings equal to the ensemble's."""
     import json
     import urllib.request
 
@@ -236,9 +254,10 @@ def test_the_api_container_answers_the_openai_route_over_grpc(deployed, engine, 
     from docker.types import Mount
 
     api = engine.containers.run(
-        "tritonize-api:test", name=API_CONTAINER, detach=True, network_mode="host", read_only=True,
-        command=["tritonize", "api", "--repository", "/models", "--grpc-url", f"127.0.0.1:{deployed.endpoints.grpc_port}",
-                 "--host", "127.0.0.1", "--port", str(port)],
+        "tritonize-api:test", name=API_CONTAINER, detach=True, network=network, read_only=True,
+        ports={"8080/tcp": ("127.0.0.1", port)},
+        command=["tritonize", "api", "--repository", "/models", "--grpc-url", f"{CONTAINER}:8001",
+                 "--host", "0.0.0.0", "--port", "8080"],
         mounts=[Mount(target="/models", source=str(served_repo), type="bind", read_only=True)],
         security_opt=list(dk.SECURITY_OPT),
     )
@@ -254,6 +273,12 @@ def test_the_api_container_answers_the_openai_route_over_grpc(deployed, engine, 
         direct = embedding(deployed.infer(TEXTS))
         direct = direct / np.linalg.norm(direct, axis=1, keepdims=True)
         assert got.shape == direct.shape and np.abs(got - direct).max() <= 1e-4
+
+        def healthy() -> bool:
+            api.reload()
+            return api.attrs["State"]["Health"]["Status"] == "healthy"
+
+        wait_for(healthy, 90, 0.5)
     finally:
         api.remove(force=True)
 
@@ -332,7 +357,7 @@ def test_without_the_watchdog_a_dead_stub_leaves_an_unhealthy_container_running(
     """What the HEALTHCHECK alone does: reports `unhealthy`, and nothing restarts (Docker restarts a container
     only when its process exits). Both stubs of the step are killed, so that every request fails."""
     options = local_options(served_repo, tmp_path)
-    docker_options = dk.DockerOptions(image=deployed.image, gpus="none", config_name="local", network="host",
+    docker_options = dk.DockerOptions(image=deployed.image, gpus="none", config_name="local", network=NETWORK,
                                       container_name=CONTAINER + "-plain")
     spec = dk.container_spec(options, replace(docker_options, ulimits=ULIMITS))
     kwargs = spec.run_kwargs()
