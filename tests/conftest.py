@@ -8,6 +8,11 @@ from pathlib import Path
 
 import pytest
 
+# tests/container/ runs against a Docker engine that `make test-container` starts (tests/container/engine.sh);
+# `make test` never collects it.
+CONTAINER_TESTS = os.environ.get("TRITONIZE_CONTAINER_TESTS") == "1"
+collect_ignore = [] if CONTAINER_TESTS else ["container"]
+
 # --- Local Triton server: tiny generated repositories and free ports ----------
 # Used by tests/test_local_runtime.py and tests/test_e2e_local.py.
 

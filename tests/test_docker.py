@@ -242,23 +242,50 @@ def test_compose_healthcheck_runs_a_real_inference() -> None:
         assert str(check[key]) == str(dk.HEALTHCHECK[key])
 
 
-def test_the_image_carries_the_served_health_script_byte_for_byte() -> None:
+def test_the_image_carries_the_served_scripts_byte_for_byte() -> None:
+    """health.py, and the entrypoint (watchdog.py) with the /proc reader it imports (procfs.py)."""
     import base64
 
-    from tritonize.serving import SERVING_DIR
+    lines = [line for line in DOCKERFILE.read_text().splitlines() if "base64 -d" in line]
+    assert len(lines) == len(dk.IMAGE_SCRIPTS)
+    for name, line in zip(dk.IMAGE_SCRIPTS, lines):
+        encoded = line.split("'")[1]
+        assert base64.b64decode(encoded) == (SERVING_DIR / name).read_bytes()
+        assert f"> {dk.SCRIPTS_DIR}/{name}" in line
+    assert f"{dk.SCRIPTS_DIR}/health.py" == dk.HEALTH_SCRIPT and f"{dk.SCRIPTS_DIR}/watchdog.py" == dk.WATCHDOG_SCRIPT
 
-    line = next(line for line in DOCKERFILE.read_text().splitlines() if "base64 -d" in line)
-    encoded = line.split("'")[1]
-    assert base64.b64decode(encoded) == (SERVING_DIR / "health.py").read_bytes()
-    assert f"> {dk.HEALTH_SCRIPT}" in line
+
+def test_an_image_with_other_scripts_is_rebuilt() -> None:
+    """The image's label carries its scripts' digest, which `up` compares before reusing an image: one built
+    with a health script that reads a single check must not probe a repository of several models."""
+    digest = hashlib.sha256()
+    for name in dk.IMAGE_SCRIPTS:
+        digest.update((SERVING_DIR / name).read_bytes())
+    assert dk.health_digest() == digest.hexdigest()
+    assert f'{dk.LABEL_PREFIX}.health-sha256="{digest.hexdigest()}"' in DOCKERFILE.read_text()
 
 
-def test_an_image_with_another_health_script_is_rebuilt() -> None:
-    """The image's label carries its health script's digest, which `up` compares before reusing an image: one
-    built with a script that reads a single check must not probe a repository of several models."""
-    digest = hashlib.sha256((SERVING_DIR / "health.py").read_bytes()).hexdigest()
-    assert dk.health_digest() == digest
-    assert f'{dk.LABEL_PREFIX}.health-sha256="{digest}"' in DOCKERFILE.read_text()
+def test_the_image_runs_triton_under_the_watchdog() -> None:
+    """ENTRYPOINT is the watchdog and CMD Triton's command, so compose's and the SDK's `command` replace CMD only;
+    the watchdog's settings are the module's."""
+    lines = _instructions(dk.render_dockerfile())
+    entrypoint = json.loads(next(line for line in lines if line.startswith("ENTRYPOINT "))[len("ENTRYPOINT "):])
+    assert entrypoint == list(dk.entrypoint()) and entrypoint[:2] == ["python3", dk.WATCHDOG_SCRIPT]
+    assert entrypoint[-1] == "--" and f"--file={dk.MODELS_DIR}/health.json" in entrypoint
+    for key, value in dk.WATCHDOG.items():
+        assert f"--{key.replace('_', '-')}={value}" in entrypoint
+
+
+def test_compose_is_rendered_from_the_settings() -> None:
+    """One place for the container's settings: docker-compose.yml is rendered from the module `deploy.py docker`
+    reads (ports, shm size, ulimits, healthcheck, stop grace, restart policy)."""
+    assert COMPOSE.read_text() == dk.render_compose(), (
+        "docker-compose.yml drifted from templates/docker/docker-compose.yml.j2 and tritonize/runtime/docker.py: "
+        "python -m tritonize.runtime.docker compose > docker-compose.yml"
+    )
+    triton = default_compose()["services"]["triton"]
+    assert triton["stop_grace_period"] == f"{dk.STOP_GRACE_S}s" and triton["restart"] == dk.RESTART_POLICY
+    assert triton["ports"] == [f"127.0.0.1:{port}:{port}" for port in dk.CONTAINER_PORTS.values()]
 
 
 def test_compose_command_is_the_container_command() -> None:
@@ -340,8 +367,10 @@ def test_dockerfile_builds_on_the_default_release() -> None:
     release = arg.split("=", 1)[1]
     assert release == dk.DEFAULT_TRITON_RELEASE
     froms = [line for line in lines if line.startswith("FROM ")]
-    assert len(froms) == 1
-    assert froms[0].replace("${TRITON_RELEASE}", release) == f"FROM nvcr.io/nvidia/tritonserver:{release}-py3"
+    assert froms == ["FROM ${BASE_IMAGE}"]
+    base = next(line for line in lines if line.startswith("ARG BASE_IMAGE="))
+    assert base.replace("${TRITON_RELEASE}", release) == f"ARG BASE_IMAGE=nvcr.io/nvidia/tritonserver:{release}-py3"
+    assert lines.index(base) < lines.index(froms[0])  # a build argument of FROM: the stand-in replaces it in tests
 
 
 def test_dockerfile_adds_only_pinned_tokenizers() -> None:
@@ -391,6 +420,22 @@ def test_tokenizers_pin_is_the_generators() -> None:
 
 
 # --------------------------------------------------------------------------- container spec
+
+
+def test_host_network_spec_binds_triton_itself(repo: Path) -> None:
+    """Under host networking nothing is published: Triton binds the requested address and ports itself, and
+    the healthcheck probes that port."""
+    options = ServerOptions(repository=repo, http_port=9100, grpc_port=9101, metrics_port=9102)
+    spec = dk.container_spec(options, dk.DockerOptions(network="host", config_name="local", gpus="none"))
+    kwargs = spec.run_kwargs()
+    assert kwargs["network_mode"] == "host" and "ports" not in kwargs
+    command = kwargs["command"]
+    for flag in ("--http-port=9100", "--grpc-port=9101", "--metrics-port=9102", "--model-config-name=local",
+                 "--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1"):
+        assert flag in command
+    assert kwargs["healthcheck"]["test"] == ["CMD", *dk.health_test(9100)]
+    assert "http://127.0.0.1:9100" in kwargs["healthcheck"]["test"]
+    assert kwargs["healthcheck"]["interval"] == dk.duration_s(dk.HEALTHCHECK["interval"]) * 10**9
 
 
 def test_default_spec(repo: Path) -> None:
@@ -692,3 +737,14 @@ def test_grafana_shows_the_dashboard_read_only_with_no_admin_account() -> None:
     for volume in grafana["volumes"]:
         assert volume["type"] == "bind" and volume["read_only"] is True
         assert (COMPOSE.parent / volume["source"]).is_dir(), volume["source"]
+
+
+def test_ulimit_flags_replace_the_defaults_by_name() -> None:
+    """A host without CAP_SYS_RESOURCE cannot give a container memlock=-1: `--ulimit memlock=N` replaces it."""
+    assert dk.with_ulimits([]) == dk.ULIMITS
+    assert dict((n, (s, h)) for n, s, h in dk.with_ulimits(["memlock=8388608"]))["memlock"] == (8388608, 8388608)
+    assert dict((n, (s, h)) for n, s, h in dk.with_ulimits(["nofile=1024:4096"]))["nofile"] == (1024, 4096)
+    assert dict((n, s) for n, s, _ in dk.with_ulimits(["memlock=1"]))["stack"] == 67108864
+    for bad in ("memlock", "memlock=x", "=5"):
+        with pytest.raises(ValueError):
+            dk.parse_ulimit(bad)

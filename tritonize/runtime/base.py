@@ -217,3 +217,46 @@ def sample_curl(endpoints: Endpoints, manifest: Manifest | None) -> str:
         f"curl -s -X POST {endpoints.http}/v2/models/{model}/infer "
         f"-H 'Content-Type: application/json' -d '{body}'"
     )
+
+
+# -- the server at work: both runtimes drain before SIGTERM
+
+DRAIN_QUIET_S = 0.5  # nothing waiting in any step and nothing finished for this long: the server has drained
+
+
+def activity(endpoints: Endpoints) -> tuple[int, int] | None:
+    """(requests waiting in any step's queue, requests finished by any model so far), from Triton's metrics;
+    None when the metrics do not answer."""
+    code, body = http_get(endpoints.metrics, timeout=2.0)
+    if code != 200:
+        return None
+    waiting = finished = 0
+    for line in body.decode(errors="replace").splitlines():
+        name = line.split("{", 1)[0]
+        if name == "nv_inference_pending_request_count":
+            waiting += int(float(line.rsplit(" ", 1)[1]))
+        elif name in ("nv_inference_request_success", "nv_inference_request_failure"):
+            finished += int(float(line.rsplit(" ", 1)[1]))
+    return waiting, finished
+
+
+def drain(endpoints: Endpoints, timeout_s: float, quiet_s: float = DRAIN_QUIET_S) -> float:
+    """Wait (at most timeout_s) until nothing waits in any step and nothing has finished for quiet_s; the seconds
+    spent.
+
+    On SIGTERM Triton 2.51 refuses new requests to every model, the steps of an ensemble included, so a
+    request still between two steps would fail: `down` lets the server go quiet first. A request that is
+    computed in one step for longer than quiet_s, with nothing else moving, can still be caught.
+    """
+    start = time.monotonic()
+    last, quiet_since = None, time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        now = activity(endpoints)
+        if now is None:
+            break
+        if now[0] or now != last:
+            last, quiet_since = now, time.monotonic()
+        elif time.monotonic() - quiet_since >= quiet_s:
+            break
+        time.sleep(0.05)
+    return time.monotonic() - start

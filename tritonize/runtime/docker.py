@@ -5,8 +5,15 @@ launches can be read and tested without an engine. `DockerRuntime` only
 connects, builds or pulls the image, runs that spec and waits for readiness.
 
 The container serves the repository's `config.pbtxt` files (native
-onnxruntime / TensorRT backends): it never passes `--model-config-name`,
-which is how the local server selects its Python-backend `configs/local.pbtxt`.
+onnxruntime / TensorRT backends) unless `--config-name` says otherwise (the
+local server selects its Python-backend `configs/local.pbtxt` that way; the
+test stand-in for NVIDIA's image, which has no onnxruntime backend, does too).
+
+The container's settings (ports, shm size, ulimits, healthcheck, watchdog,
+stop grace, restart policy) are this module's constants: the SDK runtime
+applies them and docker-compose.yml is rendered from them
+(templates/docker/docker-compose.yml.j2), so what `deploy.py docker` proves
+holds for `docker compose up`.
 The `docker` SDK is imported lazily so that building the CLI stays fast.
 """
 
@@ -38,6 +45,7 @@ from .base import (
     Runtime,
     ServerOptions,
     ServerStatus,
+    drain,
     http_get,
     repository_models,
     require_repository,
@@ -67,19 +75,52 @@ ULIMITS = (("memlock", -1, -1), ("stack", 67108864, 67108864))
 SECURITY_OPT = ("no-new-privileges:true",)
 ENVIRONMENT = {"PYTHONDONTWRITEBYTECODE": "1"}  # the repository is mounted read-only
 EXIT_TIMEOUT_S = 30  # Triton drains in-flight requests this long after SIGTERM
-HEALTH_SCRIPT = "/opt/tritonize/health.py"  # tritonize/serving/health.py, baked into the image
+STOP_GRACE_S = EXIT_TIMEOUT_S + 10  # SIGTERM to SIGKILL: the drain, and the server's own exit
+RESTART_POLICY = "unless-stopped"  # what brings the container back when the watchdog ends it
+SCRIPTS_DIR = "/opt/tritonize"  # the image's copies of tritonize/serving/{health,procfs,watchdog}.py
+HEALTH_SCRIPT = f"{SCRIPTS_DIR}/health.py"
+WATCHDOG_SCRIPT = f"{SCRIPTS_DIR}/watchdog.py"
+IMAGE_SCRIPTS = ("health.py", "procfs.py", "watchdog.py")  # from tritonize/serving/, byte for byte
+HEALTH_TIMEOUT_S = 8
+
+
+def health_test(http_port: int = CONTAINER_PORTS["http"]) -> tuple[str, ...]:
+    """The health check's command: a tiny inference through the ensemble (the repository's health.json), not
+    /v2/health/ready, which keeps answering 200 after a Python stub has died."""
+    return ("python3", HEALTH_SCRIPT, "--url", f"http://127.0.0.1:{http_port}",
+            "--file", f"{MODELS_DIR}/{HEALTH_FILE}", "--timeout", str(HEALTH_TIMEOUT_S))
+
+
 HEALTHCHECK = {
-    # A tiny inference through the ensemble (the repository's health.json), not /v2/health/ready:
-    # Triton's ready endpoint keeps answering 200 after a Python stub has died.
-    "test": ("python3", HEALTH_SCRIPT, "--url", f"http://127.0.0.1:{CONTAINER_PORTS['http']}",
-             "--file", f"/models/{HEALTH_FILE}", "--timeout", "8"),
+    "test": health_test(),
     "interval": "10s",
     "timeout": "10s",
     "start_period": "300s",  # first load may build TensorRT engines
     "retries": 3,
 }
+# The image's entrypoint (tritonize/serving/watchdog.py) runs the same check more often and ends the
+# container after `retries` failures in a row: the healthcheck only reports `unhealthy`, and Docker restarts
+# a container only when its process exits.
+WATCHDOG = {"interval": 5, "retries": 3, "timeout": HEALTH_TIMEOUT_S, "start_period": 300}
+
+
+def entrypoint() -> tuple[str, ...]:
+    """The image's ENTRYPOINT: the watchdog, with Triton's command (CMD, or the runtime's) after `--`."""
+    flags = [f"--{key.replace('_', '-')}={value}" for key, value in WATCHDOG.items()]
+    return ("python3", WATCHDOG_SCRIPT, f"--file={MODELS_DIR}/{HEALTH_FILE}", *flags, "--")
+
+
+def duration_s(text: str) -> int:
+    """A compose duration of whole seconds ("10s") as seconds."""
+    if not re.fullmatch(r"\d+s", text):
+        raise ValueError(f"not a duration in seconds: {text!r}")
+    return int(text[:-1])
+
+
 LABEL_PREFIX = "ai.tritonize"
+BASE_LABEL = "org.opencontainers.image.base.name"  # the image an image was built on: another base, a rebuild
 TEMPLATE = TEMPLATES_DIR / "docker" / "Dockerfile.j2"
+COMPOSE_TEMPLATE = TEMPLATES_DIR / "docker" / "docker-compose.yml.j2"
 
 _RELEASE_RE = re.compile(r"^(\d{2})\.(\d{2})$")
 
@@ -96,11 +137,14 @@ def pins_label(pins: tuple[Pin, ...]) -> str:
 
 
 def health_digest() -> str:
-    """The image's label for its health script: an image whose script differs (one that reads a single check,
-    say, where the repository now holds several) is rebuilt."""
+    """The image's label for its scripts (health check, watchdog): an image whose scripts differ (one that reads
+    a single check, say, where the repository now holds several) is rebuilt."""
     import hashlib
 
-    return hashlib.sha256((SERVING_DIR / "health.py").read_bytes()).hexdigest()
+    digest = hashlib.sha256()
+    for name in IMAGE_SCRIPTS:
+        digest.update((SERVING_DIR / name).read_bytes())
+    return digest.hexdigest()
 
 
 def base_image(release: str = DEFAULT_TRITON_RELEASE) -> str:
@@ -127,15 +171,24 @@ def release_is_patched(release: str) -> bool:
 
 
 def triton_command(
-    options: ServerOptions, models_dir: str = MODELS_DIR, ports: dict[str, int] | None = None
+    options: ServerOptions,
+    models_dir: str = MODELS_DIR,
+    ports: dict[str, int] | None = None,
+    config_name: str | None = None,
+    address: str | None = None,
 ) -> tuple[str, ...]:
-    """The tritonserver command line inside the container (ports are the container's own; KServe's differ)."""
+    """The tritonserver command line inside the container (ports are the container's own; KServe's differ).
+
+    config_name selects each model's configs/<name>.pbtxt; address binds every endpoint (host networking,
+    where the container publishes nothing and Triton's own sockets are the host's)."""
     ports = ports or CONTAINER_PORTS
     command = [
         "tritonserver",
         f"--model-repository={models_dir}",
         f"--model-control-mode={options.model_control}",
     ]
+    if config_name:
+        command.append(f"--model-config-name={config_name}")
     if options.model_control == "explicit":
         command.append("--load-model=*")  # explicit mode loads nothing unless asked
     command += [
@@ -147,6 +200,8 @@ def triton_command(
         *(f"--metrics-config={setting}" for setting in METRICS_CONFIG),
         f"--log-verbose={options.log_verbose}",
     ]
+    if address:
+        command += [f"--{kind}-address={address}" for kind in ("http", "grpc", "metrics")]
     return tuple(command)
 
 
@@ -168,11 +223,37 @@ def render_dockerfile(release: str = DEFAULT_TRITON_RELEASE) -> str:
         label_prefix=LABEL_PREFIX,
         ports=[str(p) for p in CONTAINER_PORTS.values()],
         healthcheck=HEALTHCHECK,
-        health_dir=str(PurePosixPath(HEALTH_SCRIPT).parent),
+        scripts_dir=SCRIPTS_DIR,
+        scripts=[(f"{SCRIPTS_DIR}/{name}", base64.b64encode((SERVING_DIR / name).read_bytes()).decode("ascii"))
+                 for name in IMAGE_SCRIPTS],
         health_script=HEALTH_SCRIPT,
-        health_b64=base64.b64encode((SERVING_DIR / "health.py").read_bytes()).decode("ascii"),
+        watchdog_script=WATCHDOG_SCRIPT,
         health_digest=health_digest(),
+        entrypoint_json=json.dumps(list(entrypoint())),
         command_json=json.dumps(list(triton_command(ServerOptions()))),
+    )
+
+
+def render_compose() -> str:
+    """docker-compose.yml, from templates/docker/docker-compose.yml.j2 and this module's settings."""
+    import jinja2
+
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+    template = env.from_string(COMPOSE_TEMPLATE.read_text())
+    return template.render(
+        release=DEFAULT_TRITON_RELEASE,
+        image_repository=IMAGE_REPOSITORY,
+        command=triton_command(ServerOptions(log_verbose=0))[:-1],  # --log-verbose comes from the environment
+        models_dir=MODELS_DIR,
+        ports=CONTAINER_PORTS,
+        environment=ENVIRONMENT,
+        shm_size=DEFAULT_SHM_SIZE,
+        ulimits=ULIMITS,
+        security_opt=SECURITY_OPT,
+        healthcheck_json=json.dumps(["CMD", *HEALTHCHECK["test"]]),
+        healthcheck=HEALTHCHECK,
+        restart=RESTART_POLICY,
+        stop_grace_s=STOP_GRACE_S,
     )
 
 
@@ -214,10 +295,19 @@ class DockerOptions:
     gpus: str = "all"
     shm_size: str = DEFAULT_SHM_SIZE
     container_name: str = CONTAINER_NAME
+    base_image: str | None = None  # build on this instead of NVIDIA's image (the test stand-in)
+    config_name: str | None = None  # serve configs/<name>.pbtxt instead of config.pbtxt
+    network: str | None = None  # the container's network ("host": Triton binds the host's ports itself)
+    build_network: str | None = None  # the build's network (pip needs one that reaches PyPI)
+    ulimits: tuple[tuple[str, int, int], ...] = ULIMITS  # --ulimit replaces one by name
 
     @property
     def resolved_image(self) -> str:
         return self.image or default_image(self.release)
+
+    @property
+    def host_network(self) -> bool:
+        return self.network == "host"
 
 
 @dataclass(frozen=True)
@@ -235,7 +325,20 @@ class ContainerSpec:
     environment: dict[str, str] = field(default_factory=dict)
     ulimits: tuple[tuple[str, int, int], ...] = ULIMITS
     security_opt: tuple[str, ...] = SECURITY_OPT
-    restart_policy: dict[str, Any] = field(default_factory=lambda: {"Name": "unless-stopped"})
+    restart_policy: dict[str, Any] = field(default_factory=lambda: {"Name": RESTART_POLICY})
+    healthcheck_test: tuple[str, ...] = HEALTHCHECK["test"]
+    network: str | None = None
+
+    def healthcheck(self) -> dict[str, Any]:
+        """HEALTHCHECK's settings in the engine's units (nanoseconds), with this container's test."""
+        ns = 1_000_000_000
+        return {
+            "test": ["CMD", *self.healthcheck_test],
+            "interval": duration_s(HEALTHCHECK["interval"]) * ns,
+            "timeout": duration_s(HEALTHCHECK["timeout"]) * ns,
+            "start_period": duration_s(HEALTHCHECK["start_period"]) * ns,
+            "retries": HEALTHCHECK["retries"],
+        }
 
     def run_kwargs(self) -> dict[str, Any]:
         """Exactly the keyword arguments for `client.containers.run(...)`."""
@@ -257,7 +360,13 @@ class ContainerSpec:
             "security_opt": list(self.security_opt),
             "restart_policy": dict(self.restart_policy),
             "stop_signal": "SIGTERM",
+            "healthcheck": self.healthcheck(),
         }
+        if self.network == "host":
+            kwargs["network_mode"] = "host"
+            del kwargs["ports"]  # nothing is published: Triton binds the host's ports (triton_command's address)
+        elif self.network:
+            kwargs["network"] = self.network
         if self.gpus is not None:
             request = (
                 DeviceRequest(device_ids=list(self.gpus.device_ids), capabilities=[["gpu"]])
@@ -283,9 +392,15 @@ def container_spec(options: ServerOptions, docker_options: DockerOptions) -> Con
     release_key(docker_options.release)
     repository = Path(options.repository).expanduser().resolve()
     host = bind_address(options.host)
+    if docker_options.host_network:
+        ports = {"http": options.http_port, "grpc": options.grpc_port, "metrics": options.metrics_port}
+        command = triton_command(options, ports=ports, config_name=docker_options.config_name, address=host)
+    else:
+        ports = CONTAINER_PORTS
+        command = triton_command(options, config_name=docker_options.config_name)
     return ContainerSpec(
         image=docker_options.resolved_image,
-        command=triton_command(options),
+        command=command,
         name=docker_options.container_name,
         repository=repository,
         ports={
@@ -301,6 +416,9 @@ def container_spec(options: ServerOptions, docker_options: DockerOptions) -> Con
             f"{LABEL_PREFIX}.release": docker_options.release,
         },
         environment=dict(ENVIRONMENT),
+        ulimits=docker_options.ulimits,
+        healthcheck_test=health_test(ports["http"]),
+        network=docker_options.network,
     )
 
 
@@ -431,21 +549,24 @@ class DockerRuntime(Runtime):
             with _Progress(f"pulling {image}") as progress:
                 _follow(client.api.pull(repository, tag=tag or "latest", stream=True, decode=True), progress, "pull")
             return
+        base = opts.base_image or base_image(opts.release)
         if not opts.build:
             try:
                 labels = client.images.get(image).labels or {}
                 if opts.image or (labels.get(f"{LABEL_PREFIX}.pins") == pins_label(image_pins())
-                                  and labels.get(f"{LABEL_PREFIX}.health-sha256") == health_digest()):
+                                  and labels.get(f"{LABEL_PREFIX}.health-sha256") == health_digest()
+                                  and labels.get(BASE_LABEL) == base):
                     return
-                err.print(f"{image} was built from another lock or health script; rebuilding")
+                err.print(f"{image} was built from another lock, base image or script; rebuilding")
             except ImageNotFound:
                 pass
-        with _Progress(f"building {image} from {base_image(opts.release)}") as progress:
+        with _Progress(f"building {image} from {base}") as progress:
             dockerfile = render_dockerfile(opts.release).encode()
             stream = client.api.build(
                 fileobj=io.BytesIO(dockerfile),
                 tag=image,
-                buildargs={"TRITON_RELEASE": opts.release},
+                buildargs={"TRITON_RELEASE": opts.release, "BASE_IMAGE": base},
+                network_mode=opts.build_network,
                 rm=True,
                 forcerm=True,
                 decode=True,
@@ -553,8 +674,12 @@ class DockerRuntime(Runtime):
         if container is None:
             err.print(f"no container named {self.docker_options.container_name}")
             return False
-        # SIGTERM, then Triton drains in-flight requests for up to EXIT_TIMEOUT_S.
-        container.stop(timeout=int(max(timeout_s, EXIT_TIMEOUT_S)) + 10)
+        # Triton 2.51 refuses new requests to every model on SIGTERM, the steps of an ensemble included: the
+        # requests already in flight finish first (drain), then SIGTERM, then SIGKILL after the grace period.
+        if container.status == "running":
+            waited = drain(self._published_endpoints(container), timeout_s)
+            err.print(f"drained in {waited:.1f}s", markup=False, highlight=False)
+        container.stop(timeout=max(int(timeout_s) + STOP_GRACE_S - EXIT_TIMEOUT_S, STOP_GRACE_S))
         container.remove()
         err.print(f"[green]✓[/] container {self.docker_options.container_name} stopped and removed")
         return True
@@ -585,6 +710,10 @@ class DockerRuntime(Runtime):
                 return reach_address(bind_address(self.options.host)), fallback
             return reach_address(bindings[0].get("HostIp", "")), int(bindings[0]["HostPort"])
 
+        if (container.attrs.get("HostConfig") or {}).get("NetworkMode") == "host":
+            flags = dict(arg[2:].split("=", 1) for arg in container.attrs["Config"]["Cmd"] if "=" in arg)
+            return Endpoints(reach_address(flags.get("http-address", "")), int(flags["http-port"]),
+                             int(flags["grpc-port"]), int(flags["metrics-port"]))
         host, http_port = host_port(CONTAINER_PORTS["http"], self.options.http_port)
         _, grpc_port = host_port(CONTAINER_PORTS["grpc"], self.options.grpc_port)
         _, metrics_port = host_port(CONTAINER_PORTS["metrics"], self.options.metrics_port)
@@ -602,6 +731,32 @@ class DockerRuntime(Runtime):
 
 
 # --------------------------------------------------------------------------- CLI
+
+
+def parse_ulimit(value: str) -> tuple[str, int, int]:
+    """`NAME=SOFT[:HARD]` (-1: unlimited), as `docker run --ulimit` takes it."""
+    name, sep, limits = value.partition("=")
+    soft, _, hard = limits.partition(":")
+    try:
+        if not sep or not name.isalpha():
+            raise ValueError
+        return name, int(soft), int(hard or soft)
+    except ValueError:
+        raise ValueError(f"--ulimit takes NAME=SOFT[:HARD], e.g. memlock=8388608; got {value!r}") from None
+
+
+def with_ulimits(values: list[str]) -> tuple[tuple[str, int, int], ...]:
+    """ULIMITS with the given ones replacing those of the same name (a host that cannot raise memlock, say)."""
+    given = {name: (name, soft, hard) for name, soft, hard in map(parse_ulimit, values)}
+    return tuple(given.pop(name, (name, soft, hard)) for name, soft, hard in ULIMITS) + tuple(given.values())
+
+
+def _ulimit_arg(value: str) -> str:
+    try:
+        parse_ulimit(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
 
 
 def _gpus_arg(value: str) -> str:
@@ -625,6 +780,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="all, none (CPU; generate with --device cpu), a count, or device=0,1 (default: %(default)s)")
     g.add_argument("--shm-size", default=d.shm_size, help="/dev/shm for Python-backend instances (default: %(default)s)")
     g.add_argument("--container-name", default=d.container_name, help="(default: %(default)s)")
+    g.add_argument("--base-image", default=None,
+                   help="build the serving image on this image instead of NVIDIA's (a test stand-in: docs/container.md)")
+    g.add_argument("--config-name", default=None,
+                   help="serve each model's configs/NAME.pbtxt (e.g. local: no onnxruntime backend needed)")
+    g.add_argument("--network", default=None, help="the container's network; host: Triton binds --host's ports itself")
+    g.add_argument("--build-network", default=None, help="the image build's network (pip must reach PyPI)")
+    g.add_argument("--ulimit", type=_ulimit_arg, action="append", default=[], metavar="NAME=SOFT[:HARD]",
+                   help="replace one of the container's ulimits (default: memlock=-1, stack=67108864); a host "
+                   "without CAP_SYS_RESOURCE cannot raise memlock")
 
 
 def from_args(options: ServerOptions, args: argparse.Namespace) -> DockerRuntime:
@@ -636,11 +800,16 @@ def from_args(options: ServerOptions, args: argparse.Namespace) -> DockerRuntime
         gpus=getattr(args, "gpus", "all"),
         shm_size=getattr(args, "shm_size", DEFAULT_SHM_SIZE),
         container_name=getattr(args, "container_name", CONTAINER_NAME),
+        base_image=getattr(args, "base_image", None),
+        config_name=getattr(args, "config_name", None),
+        network=getattr(args, "network", None),
+        build_network=getattr(args, "build_network", None),
+        ulimits=with_ulimits(getattr(args, "ulimit", None) or []),
     )
     return DockerRuntime(options, docker_options)
 
 
-if __name__ == "__main__":  # `python -m tritonize.runtime.docker > docker/Dockerfile`
+if __name__ == "__main__":  # `python -m tritonize.runtime.docker [compose] > docker/Dockerfile | docker-compose.yml`
     import sys
 
-    sys.stdout.write(render_dockerfile())
+    sys.stdout.write(render_compose() if sys.argv[1:] == ["compose"] else render_dockerfile())

@@ -76,6 +76,7 @@ from .base import (
     ServerStatus,
     http_get,
     repository_models,
+    drain,
     require_repository,
     wait_ready,
 )
@@ -91,7 +92,6 @@ DEFAULT_HTTP_PORT = ServerOptions().http_port
 # shared-memory registration): restricted to clients that send ADMIN_HEADER with the instance's key.
 RESTRICTED_APIS = ("logging", "trace", "model-repository", "shared-memory")
 GRPC_HEADER_PREFIX = "triton-grpc-protocol-"  # what Triton expects before a restricted gRPC protocol's header
-DRAIN_QUIET_S = 0.5  # nothing waiting in any step and nothing finished for this long: the server has drained
 DEFAULT_STOP_TIMEOUT_S = 30.0  # Triton's own --exit-timeout-secs default
 REPLACED_GRACE_S = 3.0  # SIGTERM to SIGKILL for a drained server that has steps reloaded after a stub died
 API_READY_S = 60.0  # the API's /health must answer within this after the server is ready
@@ -99,6 +99,11 @@ SUPERVISOR_STOP_S = 60.0  # a supervisor in the middle of a restart ends its try
 
 
 # -- where the server comes from ------------------------------------------
+
+# The wheel's layout, in site-packages (the container tests' stand-in image is laid out from it too):
+WHEEL_SERVER_DIR = "pytriton/tritonserver"  # bin/tritonserver, backends/python/, caches/, the stubs
+WHEEL_LIBS_DIR = "nvidia_pytriton.libs"  # the server's shared libraries (libtritonserver, a libcudart, ...)
+WHEEL_STUBS_DIR = "python_backend_stubs"  # <X.Y>/triton_python_backend_stub, one per Python version
 
 
 @dataclass(frozen=True)
@@ -121,14 +126,14 @@ def find_install(tritonserver: Path | None = None) -> TritonInstall:
             "the local runtime needs the nvidia-pytriton wheel (it ships the tritonserver binary)",
             hint="pip install 'nvidia-pytriton>=0.7'  (or: pip install -e '.[local]')",
         ) from None
-    root = Path(pytriton.__file__).resolve().parent / "tritonserver"
-    site = root.parents[1]
+    site = Path(pytriton.__file__).resolve().parents[1]
+    root = site / WHEEL_SERVER_DIR
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     install = TritonInstall(
         server=Path(tritonserver) if tritonserver else root / "bin" / "tritonserver",
-        libs=site / "nvidia_pytriton.libs",
+        libs=site / WHEEL_LIBS_DIR,
         python_backend=root / "backends" / "python",
-        stub=root / "python_backend_stubs" / version / STUB_NAME,
+        stub=root / WHEEL_STUBS_DIR / version / STUB_NAME,
         python_bin=Path(sys.prefix) / "bin",
     )
     if not install.server.is_file():
@@ -162,47 +167,6 @@ def check_install(install: TritonInstall) -> None:
             f"the Python-backend stub cannot load {', '.join(missing)}",
             hint=f"install the system Python library: apt-get install libpython{version}",
         )
-
-
-# -- the server at work -------------------------------------------------
-
-
-def activity(endpoints: Endpoints) -> tuple[int, int] | None:
-    """(requests waiting in any step's queue, requests finished by any model so far), from Triton's metrics;
-    None when the metrics do not answer."""
-    code, body = http_get(endpoints.metrics, timeout=2.0)
-    if code != 200:
-        return None
-    waiting = finished = 0
-    for line in body.decode(errors="replace").splitlines():
-        name = line.split("{", 1)[0]
-        if name == "nv_inference_pending_request_count":
-            waiting += int(float(line.rsplit(" ", 1)[1]))
-        elif name in ("nv_inference_request_success", "nv_inference_request_failure"):
-            finished += int(float(line.rsplit(" ", 1)[1]))
-    return waiting, finished
-
-
-def drain(endpoints: Endpoints, timeout_s: float, quiet_s: float = DRAIN_QUIET_S) -> float:
-    """Wait (at most timeout_s) until nothing waits in any step and nothing has finished for quiet_s; the seconds
-    spent.
-
-    On SIGTERM Triton 2.51 refuses new requests to every model, the steps of an ensemble included, so a
-    request still between two steps would fail: `down` lets the server go quiet first. A request that is
-    computed in one step for longer than quiet_s, with nothing else moving, can still be caught.
-    """
-    start = time.monotonic()
-    last, quiet_since = None, time.monotonic()
-    while time.monotonic() - start < timeout_s:
-        now = activity(endpoints)
-        if now is None:
-            break
-        if now[0] or now != last:
-            last, quiet_since = now, time.monotonic()
-        elif time.monotonic() - quiet_since >= quiet_s:
-            break
-        time.sleep(0.05)
-    return time.monotonic() - start
 
 
 # -- the runtime ----------------------------------------------------------

@@ -12,6 +12,8 @@ import re
 import socket
 from pathlib import Path
 
+from ..serving.procfs import group, group_zombies  # noqa: F401 - group_zombies: the supervisor's
+
 SHOWN_LOG_LINES = 40
 MAX_LINE = 300  # error lines embed whole tracebacks; the model table shows them readably
 # Printed by Triton on any machine without a GPU; never the cause of a failure.
@@ -86,24 +88,9 @@ def is_zombie(pid: int) -> bool:
         return False
 
 
-def _group(pgid: int) -> list[tuple[int, str]]:
-    """(pid, state) of every process in a process group."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid:
-            found.append((int(entry.name), fields[0]))
-    return sorted(found)
-
-
 def group_processes(pgid: int) -> list[int]:
     """Live (non-zombie) processes in a process group: the server and its backend stubs."""
-    return [pid for pid, state in _group(pgid) if state != "Z"]
+    return [pid for pid, state in group(pgid) if state != "Z"]
 
 
 def exited(pid: int) -> bool:
@@ -117,12 +104,7 @@ def exited(pid: int) -> bool:
 
 def group_exited(pgid: int) -> bool:
     """True once every process of a group has exited, every thread of each (zombies left to reap count)."""
-    return all(state == "Z" and exited(pid) for pid, state in _group(pgid)) and exited(pgid)
-
-
-def group_zombies(pgid: int) -> list[int]:
-    """Dead processes of a group that their parent has not reaped (a killed Python-backend stub)."""
-    return [pid for pid, state in _group(pgid) if state == "Z"]
+    return all(state == "Z" and exited(pid) for pid, state in group(pgid)) and exited(pgid)
 
 
 def reap(pid: int) -> None:

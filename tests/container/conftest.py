@@ -1,0 +1,77 @@
+"""Fixtures of the container tests: the engine `make test-container` started, the stand-in images, the repository.
+
+Every test here talks to a real Docker engine and a real Triton. They run only under
+tests/container/engine.sh, which starts a dockerd of its own (DOCKER_HOST on its own socket); they refuse
+the system's engine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from standin import Built, standin
+
+SYSTEM_SOCKETS = ("unix:///var/run/docker.sock", "unix:///run/docker.sock")
+FIGURES: dict[str, Any] = {}  # measured figures, written to <engine dir>/figures.json at the end
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).resolve().parent
+    for item in items:
+        if here in Path(str(item.fspath)).resolve().parents:
+            item.add_marker(pytest.mark.container)
+
+
+def record(name: str, value: Any) -> None:
+    FIGURES[name] = value
+
+
+@pytest.fixture(scope="session")
+def engine_dir() -> Path:
+    host = os.environ.get("DOCKER_HOST", "")
+    if (os.environ.get("TRITONIZE_CONTAINER_TESTS") != "1" or not host.startswith("unix://")
+            or host in SYSTEM_SOCKETS or "TRITONIZE_CONTAINER_DIR" not in os.environ):
+        pytest.fail("the container tests run under their own engine: make test-container")
+    directory = Path(os.environ["TRITONIZE_CONTAINER_DIR"])
+    yield directory
+    (directory / "figures.json").write_text(json.dumps(FIGURES, indent=2) + "\n")
+
+
+@pytest.fixture(scope="session")
+def engine(engine_dir) -> Any:
+    import docker
+
+    client = docker.from_env(timeout=600)
+    assert client.ping()
+    return client
+
+
+@pytest.fixture(scope="session")
+def images(engine, engine_dir) -> dict[str, Built]:
+    start = time.perf_counter()
+    root, python, triton = standin(engine, engine_dir)
+    for key, built in (("debian_root", root), ("standin_python", python), ("standin_triton", triton)):
+        record(key, {"image": built.image, "build_s": built.seconds, "size_mb": built.size_mb})
+    record("standin_total_s", round(time.perf_counter() - start, 1))
+    return {"root": root, "python": python, "triton": triton}
+
+
+@pytest.fixture(scope="session")
+def served_repo(minilm_repo) -> Path:
+    """The MiniLM repository (tests/conftest.py), copied where the containers' uid 1000 can read it."""
+    directory = Path(tempfile.mkdtemp(prefix="tritonize-container-"))
+    directory.chmod(0o755)
+    repo = directory / "repo"
+    shutil.copytree(minilm_repo, repo)
+    for path in [repo, *repo.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    yield repo
+    shutil.rmtree(directory, ignore_errors=True)

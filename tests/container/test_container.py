@@ -1,0 +1,391 @@
+"""`deploy.py docker up | status | logs | down` end to end, on a real engine, with the stand-in for NVIDIA's image.
+
+The serving image is built by `deploy.py docker up` itself (the docker SDK, docker/Dockerfile's every step)
+FROM the stand-in (standin.py), and serves the MiniLM repository's configs/local.pbtxt: the stand-in's Triton
+2.51 has no onnxruntime backend, so config.pbtxt (the native onnxruntime step) is not what runs here.
+The containers share a user-defined network, as compose's services do: Triton's ports are published on
+127.0.0.1 by the engine, and the API container reaches Triton by its name over gRPC. (The engine has no
+default bridge and sets no iptables rules, so builds use the host's network to reach PyPI.)
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from conftest import record
+from tritonize.client import TextClient
+from tritonize.runtime import docker as dk
+from tritonize.runtime.base import Endpoints, ServerOptions, http_get
+from tritonize.runtime.instance import STUB_NAME
+from tritonize.runtime.local import LocalRuntime
+from tritonize.serving.watchdog import RESTART_LINE
+
+ROOT = Path(__file__).resolve().parents[2]
+NAME = "minilm"
+STEP = f"{NAME}_model"  # configs/local.pbtxt's one step: tokenizer and onnxruntime in one Python model
+CONTAINER = "tritonize-test-triton"
+API_CONTAINER = "tritonize-test-api"
+NETWORK = "tritonize-test"
+TEXTS = ["hello world", "the quick brown fox jumps over the lazy dog", "Ünïcödé café — 日本語のテキスト 🚀", "a"]
+LONG = " ".join(["containers restart only when their process exits"] * 40)
+KILLS = 3  # stubs killed in a row, each healed before the next
+HEAL_BOUND_S = 60.0
+ATOL = 1e-5
+# NVIDIA's memlock=-1 needs CAP_SYS_RESOURCE, which the test machine may lack: the host's hard limit then.
+_HARD = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]
+MEMLOCK = -1 if _HARD == resource.RLIM_INFINITY else _HARD
+LOOPBACK = {"0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000"}
+ULIMITS = dk.with_ulimits([f"memlock={MEMLOCK}"])
+
+pytestmark = pytest.mark.usefixtures("local_triton")
+
+
+def cli(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "deploy.py"), "docker", *args], capture_output=True,
+                          text=True, timeout=timeout, check=False)
+
+
+@dataclass
+class Deployed:
+    flags: list[str]
+    endpoints: Endpoints
+    image: str
+    client: Any  # the docker SDK's
+
+    def container(self) -> Any:
+        return self.client.containers.get(CONTAINER)
+
+    def infer(self, texts: list[str], protocol: str = "grpc") -> dict[str, np.ndarray]:
+        url = self.endpoints.grpc if protocol == "grpc" else self.endpoints.http
+        with TextClient(url, NAME, protocol=protocol) as client:
+            return client.infer(texts)
+
+
+@pytest.fixture(scope="module")
+def network(engine) -> str:
+    """A user-defined bridge network (its own interface, removed at the end; no iptables rules)."""
+    found = engine.networks.list(names=[NETWORK])
+    created = found[0] if found else engine.networks.create(NETWORK, driver="bridge")
+    yield NETWORK
+    for name in (CONTAINER, API_CONTAINER, CONTAINER + "-plain"):
+        try:
+            engine.containers.get(name).remove(force=True)
+        except Exception:  # noqa: BLE001 - not there
+            pass
+    created.remove()
+
+
+@pytest.fixture(scope="module")
+def deployed(engine, images, network, served_repo, local_options, tmp_path_factory) -> Deployed:
+    options = local_options(served_repo, tmp_path_factory.mktemp("run"))
+    flags = ["--repository", str(served_repo), "--http-port", str(options.http_port),
+             "--grpc-port", str(options.grpc_port), "--metrics-port", str(options.metrics_port),
+             "--gpus", "none", "--base-image", images["triton"].image, "--config-name", "local",
+             "--network", network, "--build-network", "host", "--container-name", CONTAINER, "--timeout", "300",
+             *(["--ulimit", f"memlock={MEMLOCK}"] if MEMLOCK != -1 else [])]
+    start = time.perf_counter()
+    up = cli("up", *flags)
+    assert up.returncode == 0, up.stdout + up.stderr
+    built = re.search(r"✓ building .*?\((\d+(?:\.\d+)?)s\)", up.stderr, re.S)
+    image = dk.default_image()
+    record("serving_image", {"image": image, "build_s": float(built.group(1)) if built else 0.0,
+                             "size_mb": round(engine.images.get(image).attrs["Size"] / 1e6, 1)})
+    record("up_s", round(time.perf_counter() - start, 1))
+    deployed = Deployed(flags, Endpoints("127.0.0.1", options.http_port, options.grpc_port, options.metrics_port),
+                        image, engine)
+    yield deployed
+
+
+def stub_pids(container: Any, step: str) -> list[int]:
+    """Host PIDs of the step's live Python-backend stubs in the container."""
+    table = container.top(ps_args="-o pid,stat,args")
+    return [int(row[0]) for row in table["Processes"]
+            if STUB_NAME in row[2] and f"/{step}/" in row[2] and not row[1].startswith("Z")]
+
+
+def answered(deployed: Deployed) -> bool:
+    try:
+        return bool(deployed.infer(["still serving"]))
+    except Exception:  # noqa: BLE001 - refused, reset, or the step's error
+        return False
+
+
+def wait_for(predicate, timeout_s: float, step_s: float = 0.25) -> float:
+    """Seconds until predicate() held; fails the test after timeout_s."""
+    start = time.monotonic()
+    while not predicate():
+        assert time.monotonic() - start < timeout_s, f"not within {timeout_s}s"
+        time.sleep(step_s)
+    return time.monotonic() - start
+
+
+# --------------------------------------------------------------------------- serving
+
+
+def test_the_healthcheck_goes_healthy(deployed) -> None:
+    container = deployed.container()
+
+    def healthy() -> bool:
+        container.reload()
+        return container.attrs["State"]["Health"]["Status"] == "healthy"
+
+    wait_for(healthy, 60)
+    state = container.attrs["State"]
+    first = next(entry for entry in state["Health"]["Log"] if entry["ExitCode"] == 0)
+    assert "answered" in first["Output"]
+    record("healthy_after_start_s", round(timestamp(first["End"]) - timestamp(state["StartedAt"]), 1))
+
+
+def timestamp(text: str) -> float:
+    """An engine timestamp (RFC 3339, nanoseconds) as seconds."""
+    from datetime import datetime
+
+    head, _, rest = text.partition(".")
+    fraction = rest.rstrip("Z").split("+")[0].split("-")[0]
+    return datetime.fromisoformat(head + "+00:00").timestamp() + float(f"0.{fraction or 0}")
+
+
+def test_up_answers_raw_strings_over_http_and_grpc_as_the_local_server_does(deployed, served_repo, local_options,
+                                                                            tmp_path) -> None:
+    container = {p: deployed.infer(TEXTS, p) for p in ("http", "grpc")}
+    with LocalRuntime(local_options(served_repo, tmp_path), quiet=True) as endpoints:
+        with TextClient(endpoints.grpc, NAME, protocol="grpc") as client:
+            local = client.infer(TEXTS)
+    assert local and set(local) == set(container["http"]) == set(container["grpc"])
+    for protocol, outputs in container.items():
+        for name, value in outputs.items():
+            assert_same(value, local[name], (protocol, name))
+            assert value.shape[0] == len(TEXTS)
+
+
+def embedding(outputs: dict[str, np.ndarray]) -> np.ndarray:
+    """The ensemble's embedding: its one float output of one row per text."""
+    (value,) = [v for v in outputs.values() if v.dtype.kind == "f" and v.ndim == 2]
+    return value
+
+
+def assert_same(got: np.ndarray, expected: np.ndarray, what: object = "") -> None:
+    """Floats within ATOL, anything else (flags, counts) equal."""
+    assert got.shape == expected.shape, what
+    if got.dtype.kind == "f":
+        assert np.isfinite(got).all() and np.abs(got - expected).max() <= ATOL, what
+    else:
+        assert np.array_equal(got, expected), what
+
+
+def test_the_container_runs_as_specified(deployed) -> None:
+    """Loopback only, the repository read-only, the shm size and the settings compose applies too."""
+    container = deployed.container()
+    attrs, host = container.attrs, container.attrs["HostConfig"]
+    assert attrs["Config"]["User"] == "1000:1000"
+    assert attrs["Config"]["Entrypoint"] == list(dk.entrypoint())
+    assert host["NetworkMode"] == NETWORK and host["ShmSize"] == 1 << 30
+    published = attrs["NetworkSettings"]["Ports"]
+    for inside, outside in zip(dk.CONTAINER_PORTS.values(), (deployed.endpoints.http_port, deployed.endpoints.grpc_port,
+                                                            deployed.endpoints.metrics_port)):
+        assert published[f"{inside}/tcp"] == [{"HostIp": "127.0.0.1", "HostPort": str(outside)}]
+    assert host["RestartPolicy"]["Name"] == dk.RESTART_POLICY
+    assert {(u["Name"], u["Soft"], u["Hard"]) for u in host["Ulimits"]} == set(ULIMITS)
+    code, out = container.exec_run(["sh", "-c", "ulimit -s; ulimit -l"])
+    stack, memlock = out.decode().split()
+    assert int(stack) * 1024 == dict((n, s) for n, s, _ in ULIMITS)["stack"]
+    assert memlock == ("unlimited" if MEMLOCK == -1 else str(MEMLOCK // 1024))
+    assert host["SecurityOpt"] == list(dk.SECURITY_OPT)
+    (mount,) = attrs["Mounts"]
+    assert mount["Destination"] == dk.MODELS_DIR and mount["RW"] is False
+    code, out = container.exec_run(["python3", "-c", "import os; s = os.statvfs('/dev/shm'); print(s.f_blocks * s.f_frsize)"])
+    assert code == 0 and int(out) == 1 << 30
+    code, out = container.exec_run(["touch", f"{dk.MODELS_DIR}/written"])
+    assert code != 0 and b"Read-only file system" in out
+    code, out = container.exec_run(["id", "-u"])
+    assert code == 0 and out.strip() == b"1000"
+    # On the host, every published port is bound to 127.0.0.1 only (the engine's proxy listens there; as
+    # /proc/net/tcp{,6} write it: IPv4, IPv4-mapped IPv6 and ::1).
+    listening = {}
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:] + Path("/proc/net/tcp6").read_text().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        address, port = local.rsplit(":", 1)
+        if state == "0A":
+            listening.setdefault(int(port, 16), set()).add(address)
+    for port in (deployed.endpoints.http_port, deployed.endpoints.grpc_port, deployed.endpoints.metrics_port):
+        assert listening.get(port) and listening[port] <= LOOPBACK, (port, listening.get(port))
+
+
+def test_status_and_logs(deployed) -> None:
+    status = cli("status", *deployed.flags)
+    assert status.returncode == 0, status.stderr
+    text = status.stdout + status.stderr
+    assert "running" in text and "healthy" in text and NAME in text
+    logs = cli("logs", *deployed.flags, "--tail", "400")
+    assert logs.returncode == 0 and "Started GRPCInferenceService" in logs.stdout + logs.stderr
+
+
+# --------------------------------------------------------------------------- the API beside it
+
+
+def test_the_api_container_answers_the_openai_route_over_grpc(deployed, engine, images, network, served_repo,
+                                                              local_options, tmp_path) -> None:
+    """docker/api.Dockerfile's image beside Triton on their network, as compose runs it: gRPC to Triton by name,
+    its port published on loopback, its own healthcheck healthy, /v1/embeddings equal to the ensemble's."""
+    import json
+    import urllib.request
+
+    from standin import build
+
+    start = time.perf_counter()
+    build(engine, ROOT, "docker/api.Dockerfile", "tritonize-api:test", None, {"PYTHON_IMAGE": images["python"].image})
+    record("api_image", {"build_s": round(time.perf_counter() - start, 1),
+                         "size_mb": round(engine.images.get("tritonize-api:test").attrs["Size"] / 1e6, 1)})
+    port = local_options(served_repo, tmp_path).http_port
+    from docker.types import Mount
+
+    api = engine.containers.run(
+        "tritonize-api:test", name=API_CONTAINER, detach=True, network=network, read_only=True,
+        ports={"8080/tcp": ("127.0.0.1", port)},
+        command=["tritonize", "api", "--repository", "/models", "--grpc-url", f"{CONTAINER}:8001",
+                 "--host", "0.0.0.0", "--port", "8080"],
+        mounts=[Mount(target="/models", source=str(served_repo), type="bind", read_only=True)],
+        security_opt=list(dk.SECURITY_OPT),
+    )
+    try:
+        wait_for(lambda: http_get(f"http://127.0.0.1:{port}/health")[0] == 200, 90, 0.5)
+        assert api.attrs["Config"]["User"] == "1000:1000"
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/v1/embeddings", method="POST", headers={"Content-Type": "application/json"},
+            data=json.dumps({"model": NAME, "input": TEXTS, "encoding_format": "float"}).encode())
+        with urllib.request.urlopen(request, timeout=30) as response:
+            body = json.loads(response.read())
+        got = np.array([row["embedding"] for row in sorted(body["data"], key=lambda r: r["index"])])
+        direct = embedding(deployed.infer(TEXTS))
+        direct = direct / np.linalg.norm(direct, axis=1, keepdims=True)
+        assert got.shape == direct.shape and np.abs(got - direct).max() <= 1e-4
+
+        def healthy() -> bool:
+            api.reload()
+            return api.attrs["State"]["Health"]["Status"] == "healthy"
+
+        wait_for(healthy, 90, 0.5)
+    finally:
+        api.remove(force=True)
+
+
+# --------------------------------------------------------------------------- a dead stub
+
+
+def test_a_killed_stub_ends_the_container_and_the_restart_policy_heals_it(deployed) -> None:
+    """Counted, as the local supervisor's test is: KILLS stubs killed in a row, each time the ensemble answers
+    again within HEAL_BOUND_S, the engine counts one restart more and the watchdog's log one line more."""
+    container = deployed.container()
+    reference = deployed.infer(TEXTS)
+    heals = []
+    for kill in range(1, KILLS + 1):
+        wait_for(lambda: answered(deployed) and len(stub_pids(container, STEP)) > 0, HEAL_BOUND_S)
+        victim = stub_pids(container, STEP)[0]
+        os.kill(victim, signal.SIGKILL)
+        start = time.monotonic()
+
+        def restarted() -> bool:
+            container.reload()
+            return container.attrs["RestartCount"] >= kill
+
+        wait_for(restarted, HEAL_BOUND_S)
+        wait_for(lambda: answered(deployed), HEAL_BOUND_S - (time.monotonic() - start))
+        heals.append(round(time.monotonic() - start, 1))
+    container.reload()
+    assert container.attrs["RestartCount"] == KILLS
+    log = container.logs().decode("utf-8", "replace")
+    assert log.count(RESTART_LINE) == KILLS
+    assert log.count("(a dead stub)") == KILLS
+    after = deployed.infer(TEXTS)
+    for name, value in reference.items():
+        assert_same(after[name], value, name)
+    record("kill_to_answer_s", heals)
+
+
+def test_down_answers_all_16_requests_in_flight(deployed) -> None:
+    results: list[Any] = [None] * 16
+    started = threading.Barrier(17)
+
+    def one(i: int) -> None:
+        started.wait()
+        try:
+            results[i] = deployed.infer([LONG] * 8, "http")
+        except Exception as exc:  # noqa: BLE001 - reported below
+            results[i] = exc
+
+    with ThreadPoolExecutor(16) as pool:
+        futures = [pool.submit(one, i) for i in range(16)]
+        started.wait()
+        time.sleep(0.3)
+        start = time.monotonic()
+        down = cli("down", *deployed.flags)
+        down_s = time.monotonic() - start
+        for future in futures:
+            future.result()
+    assert down.returncode == 0, down.stderr
+    failed = [r for r in results if not isinstance(r, dict)]
+    assert not failed, failed[:3]
+    assert all(embedding(r).shape[0] == 8 for r in results)
+    drained = re.search(r"drained in (\d+\.\d)s", down.stderr)
+    record("down", {"in_flight": 16, "answered": 16 - len(failed), "down_s": round(down_s, 1),
+                    "drain_s": float(drained.group(1)) if drained else None})
+    from docker.errors import NotFound
+
+    with pytest.raises(NotFound):
+        deployed.container()
+
+
+# --------------------------------------------------------------------------- without the watchdog
+
+
+def test_without_the_watchdog_a_dead_stub_leaves_an_unhealthy_container_running(deployed, engine, served_repo,
+                                                                               local_options, tmp_path) -> None:
+    """What the HEALTHCHECK alone does: reports `unhealthy`, and nothing restarts (Docker restarts a container
+    only when its process exits). Both stubs of the step are killed, so that every request fails."""
+    options = local_options(served_repo, tmp_path)
+    docker_options = dk.DockerOptions(image=deployed.image, gpus="none", config_name="local", network=NETWORK,
+                                      container_name=CONTAINER + "-plain")
+    spec = dk.container_spec(options, replace(docker_options, ulimits=ULIMITS))
+    kwargs = spec.run_kwargs()
+    kwargs["entrypoint"] = [spec.command[0]]  # Triton itself, no watchdog
+    kwargs["command"] = list(spec.command[1:])
+    kwargs["healthcheck"] = {**kwargs["healthcheck"], "interval": 2 * 10**9, "start_period": 10**9}
+    container = engine.containers.run(**kwargs)
+    try:
+        endpoints = Endpoints("127.0.0.1", options.http_port, options.grpc_port, options.metrics_port)
+        plain = Deployed([], endpoints, deployed.image, engine)
+        wait_for(lambda: answered(plain), 120, 0.5)
+        for pid in stub_pids(container, STEP):
+            os.kill(pid, signal.SIGKILL)
+        start = time.monotonic()
+
+        def unhealthy() -> bool:
+            container.reload()
+            return container.attrs["State"]["Health"]["Status"] == "unhealthy"
+
+        try:
+            wait_for(unhealthy, 60, 0.5)
+        except AssertionError:
+            raise AssertionError(f"{container.attrs['State']}\n{container.top(ps_args='-o pid,stat,args')}") from None
+        record("unhealthy_after_kill_s", round(time.monotonic() - start, 1))
+        time.sleep(10)
+        container.reload()
+        assert container.status == "running" and container.attrs["RestartCount"] == 0
+        assert http_get(f"{endpoints.http}/v2/health/ready")[0] == 200  # Triton still says ready
+        assert not answered(plain)
+    finally:
+        container.remove(force=True)

@@ -1,0 +1,30 @@
+"""Processes of a process group, read from /proc: the live ones, and the dead ones nobody reaped.
+
+Triton 2.51 never reaps a Python-backend stub that was killed, so a dead stub is a zombie in the server's
+process group. Standard library only: the local runtime and supervisor read it (runtime/process.py), and
+the serving image's entrypoint (watchdog.py) carries it beside health.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def group(pgid: int) -> list[tuple[int, str]]:
+    """(pid, state) of every process in a process group."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:
+            found.append((int(entry.name), fields[0]))
+    return sorted(found)
+
+
+def group_zombies(pgid: int) -> list[int]:
+    """Dead processes of a group that their parent has not reaped (a killed Python-backend stub)."""
+    return [pid for pid, state in group(pgid) if state == "Z"]
