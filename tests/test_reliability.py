@@ -97,7 +97,7 @@ def test_every_batching_step_gets_a_bounded_queue(tiny_embedding_repo, tmp_path)
         return found
 
     reject = 0  # ModelQueuePolicy.REJECT
-    assert len(policies()) == 3  # tokenizer, model (container and local configs)
+    assert len(policies()) == 4  # tokenizer and model, each with the container's and the local config
     assert set(policies().values()) == {(512, reject)}  # the floor: capacity not measured, every step and config
     reconfigure(repo, Overrides(model_instances=2))
     assert set(policies().values()) == {(512, reject)}  # instances do not change what a second of work is
