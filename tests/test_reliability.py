@@ -29,7 +29,7 @@ import pytest
 from tritonize.client import ServerError, TextClient, backoff_delays, is_unavailable
 from tritonize.manifest import read_manifest
 from tritonize.repository import parse_config, reconfigure
-from tritonize.runtime import instance
+from tritonize.runtime import instance, process
 from tritonize.runtime.base import http_get
 from tritonize.runtime.local import LocalRuntime
 from tritonize.runtime.process import group_processes, group_zombies
@@ -375,14 +375,15 @@ class Traffic:
 
 
 def live_stub(directory: Path, step: str, timeout_s: float = 10.0) -> int:
-    """The pid of a live stub of the step in the server the instance's record names now."""
+    """The pid of a live stub of the step in the server the instance's record names now: the newest (after a
+    reload Triton may still be ending an old instance's stub itself, and a kill of that one would be absorbed)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         inst = instance.read_instance(directory)
         stubs = instance.stub_models(inst.pid) if inst else {}
         found = [pid for pid, model in stubs.items() if model.endswith(f"_{step}")]
         if found:
-            return found[0]
+            return max(found, key=lambda pid: process.start_ticks(pid) or 0)
         time.sleep(0.02)
     raise AssertionError(f"no live {step} stub in {directory} after {timeout_s:.0f} s")
 

@@ -174,6 +174,8 @@ class Supervisor:
             return Fault("tritonserver exited")
         live = stub_models(inst.pid)
         dead = dead_stubs(inst, self.state)
+        if dead and not inst.alive():  # the server died meanwhile and its stubs with it: the server is the cause
+            return Fault("tritonserver exited")
         self.stubs = {pid: step for pid, step in {**self.stubs, **live}.items() if pid in live or pid in dead}
         if dead:
             known = all(pid in self.stubs for pid in dead)
