@@ -484,7 +484,11 @@ def test_twenty_stub_kills_in_a_row_are_each_recovered(
             # Each dead stub's step is reloaded alone. Triton 2.51 keeps a little of every instance whose stub died
             # (docs/reliability.md); once, on a loaded machine, it exited by itself after a dozen reloads, or did
             # not answer the reload: the supervisor then restarted the server, and that is in its log.
-            fallbacks = log.count("tritonserver exited: restarted") + log.count("reload failed")
+            # A stub killed before the supervisor's first look at it is named by its pid only: without its step
+            # there is nothing to reload, so the server is restarted.
+            unnamed = len(re.findall(r"the Python stub of pid \d+ died: restarted in", log))
+            fallbacks = log.count("tritonserver exited: restarted") + log.count("reload failed") + unnamed
+            assert unnamed <= 2, log
             assert status.reloads >= KILLS - 2 * fallbacks and status.restarts <= fallbacks + 1, log
             if not fallbacks:
                 assert status.reloads == KILLS and status.restarts == 0, log
