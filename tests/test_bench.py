@@ -91,7 +91,8 @@ def test_targets_for_scaling_tails_and_the_client_inclusive_floor() -> None:
                 "latency_ms": {"p50": p50, "p99": p99}, "cpu": {"cores": 2, "ms_per_request": {"client": client_ms}}}
 
     floor = {"batch1_latency_ms": {"p50": 3.0, "p99": 10.0},
-             "arrival": {"rps": 600.0, "cpu_ms_per_row": 3.0}, "sorted": {"rps": 300.0, "cpu_ms_per_row": 6.0}}
+             "arrival": {"order": "arrival", "rps": 600.0, "cpu_ms_per_row": 3.0},
+             "sorted": {"order": "sorted", "rps": 300.0, "cpu_ms_per_row": 6.0}}
     doc = {"meta": {"precision": "fp32"},
            "floor": {"short": floor, "mixed": floor},
            "runs": [run("short", 1, 200.0, 4.0, 7.0), run("short", 4, 320.0, 12.0, 30.0),

@@ -206,7 +206,7 @@ def model_files(repo: RepoSpec, report: VerificationReport) -> list[RenderedFile
         (f"{e}/{CONFIG_FILE}", "ensemble/config.pbtxt.j2", {"steps": repo.ensemble_steps, "local": False}),
         (f"{e}/{LOCAL_CONFIG_DIR}/{LOCAL_CONFIG_NAME}.pbtxt", "ensemble/config.pbtxt.j2",
          {"steps": repo.local_ensemble_steps, "local": True}),
-        (f"{t}/{CONFIG_FILE}", "tokenizer/config.pbtxt.j2", {"step": repo.tokenizer_step}),
+        (f"{t}/{CONFIG_FILE}", "tokenizer/config.pbtxt.j2", {"step": repo.tokenizer_step, "idle": False}),
         *([(f"{t}/{LOCAL_CONFIG_DIR}/{LOCAL_CONFIG_NAME}.pbtxt", "tokenizer/config.pbtxt.j2",
             {"step": dataclasses.replace(repo.tokenizer_step, instance_count=1), "idle": True})] if repo.one_step else []),
         (f"{m}/{CONFIG_FILE}", "model/onnxruntime.pbtxt.j2", {"step": repo.model_step, "ragged": False}),

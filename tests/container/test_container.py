@@ -29,7 +29,7 @@ import pytest
 from conftest import record
 from tritonize.client import TextClient
 from tritonize.runtime import docker as dk
-from tritonize.runtime.base import Endpoints, ServerOptions, http_get
+from tritonize.runtime.base import Endpoints, http_get
 from tritonize.runtime.instance import STUB_NAME
 from tritonize.runtime.local import LocalRuntime
 from tritonize.serving.watchdog import RESTART_LINE

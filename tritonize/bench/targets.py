@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from .report import client_inclusive_floor, compared_system
+from .report import client_inclusive_floor, compared_system, floor_best
 
 LATENCY_SLACK_MS = {"short": 1.5, "long": 3.0}  # p50 over the floor's batch-1 p50, at concurrency 1
 # p99 over p50 on fixed-length texts, by concurrency (at LOADED a request may wait behind a whole batch).
@@ -64,12 +64,12 @@ def evaluate(document: dict) -> list[dict]:
                                 f"p50 <= floor batch-1 p50 + {LATENCY_SLACK_MS[w]:g} ms"))
         found += _tails(runs, w, f)
         loaded = _find(runs, TRITON, w, LOADED)
-        if loaded and f:
-            order = "sorted" if w == "mixed" else "arrival"
-            limit = FLOOR_SHARE[w] * f[order]["rps"]
+        best = floor_best(document, loaded) if loaded else None
+        if best:
+            limit = FLOOR_SHARE[w] * best["rps"]
             rps = loaded["throughput_rps"]
             found.append(Target("throughput vs floor", w, LOADED, rps, round(limit, 2), rps >= limit,
-                                f">= {FLOOR_SHARE[w]:g} x floor best batch ({order})"))
+                                f">= {FLOOR_SHARE[w]:g} x floor best batch ({best['order']})"))
         inclusive = client_inclusive_floor(document, loaded) if loaded else None
         if inclusive:
             limit, rps = CLIENT_FLOOR_SHARE * inclusive["rps"], loaded["throughput_rps"]

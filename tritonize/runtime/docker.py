@@ -26,9 +26,9 @@ import json
 import os
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from ..console import err
@@ -205,21 +205,27 @@ def triton_command(
     return tuple(command)
 
 
-def render_dockerfile(release: str = DEFAULT_TRITON_RELEASE) -> str:
-    """docker/Dockerfile, from templates/docker/Dockerfile.j2."""
+def _render(path: Path, **values: Any) -> str:
+    """A template of this module's files, every value it names required."""
     import jinja2
 
-    release_key(release)
-    if not TEMPLATE.is_file():
-        raise TritonizeError(f"missing template {TEMPLATE}", hint="reinstall tritonize")
+    if not path.is_file():
+        raise TritonizeError(f"missing template {path}", hint="reinstall tritonize")
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
-    template = env.from_string(TEMPLATE.read_text())
-    return template.render(
+    return env.from_string(path.read_text()).render(**values)
+
+
+def render_dockerfile(release: str = DEFAULT_TRITON_RELEASE) -> str:
+    """docker/Dockerfile, from templates/docker/Dockerfile.j2."""
+    release_key(release)
+    pins = image_pins()
+    return _render(
+        TEMPLATE,
         release=release,
         min_release=MIN_TRITON_RELEASE,
         base_repository=BASE_REPOSITORY,
-        pins=image_pins(),
-        pins_label=pins_label(image_pins()),
+        pins=pins,
+        pins_label=pins_label(pins),
         label_prefix=LABEL_PREFIX,
         ports=[str(p) for p in CONTAINER_PORTS.values()],
         healthcheck=HEALTHCHECK,
@@ -236,11 +242,8 @@ def render_dockerfile(release: str = DEFAULT_TRITON_RELEASE) -> str:
 
 def render_compose() -> str:
     """docker-compose.yml, from templates/docker/docker-compose.yml.j2 and this module's settings."""
-    import jinja2
-
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
-    template = env.from_string(COMPOSE_TEMPLATE.read_text())
-    return template.render(
+    return _render(
+        COMPOSE_TEMPLATE,
         release=DEFAULT_TRITON_RELEASE,
         image_repository=IMAGE_REPOSITORY,
         command=triton_command(ServerOptions(log_verbose=0))[:-1],  # --log-verbose comes from the environment
@@ -751,20 +754,17 @@ def with_ulimits(values: list[str]) -> tuple[tuple[str, int, int], ...]:
     return tuple(given.pop(name, (name, soft, hard)) for name, soft, hard in ULIMITS) + tuple(given.values())
 
 
-def _ulimit_arg(value: str) -> str:
-    try:
-        parse_ulimit(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return value
+def _checked_by(parse: Callable[[str], Any]) -> Callable[[str], str]:
+    """An argparse type that keeps the text and refuses, in parse's words, what parse cannot read."""
 
+    def check(value: str) -> str:
+        try:
+            parse(value)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return value
 
-def _gpus_arg(value: str) -> str:
-    try:
-        parse_gpus(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return value
+    return check
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -776,7 +776,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how = g.add_mutually_exclusive_group()
     how.add_argument("--build", action="store_true", help="rebuild the image even if it exists")
     how.add_argument("--pull", action="store_true", help="pull --image from its registry instead of building")
-    g.add_argument("--gpus", type=_gpus_arg, default=d.gpus,
+    g.add_argument("--gpus", type=_checked_by(parse_gpus), default=d.gpus,
                    help="all, none (CPU; generate with --device cpu), a count, or device=0,1 (default: %(default)s)")
     g.add_argument("--shm-size", default=d.shm_size, help="/dev/shm for Python-backend instances (default: %(default)s)")
     g.add_argument("--container-name", default=d.container_name, help="(default: %(default)s)")
@@ -786,7 +786,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="serve each model's configs/NAME.pbtxt (e.g. local: no onnxruntime backend needed)")
     g.add_argument("--network", default=None, help="the container's network; host: Triton binds --host's ports itself")
     g.add_argument("--build-network", default=None, help="the image build's network (pip must reach PyPI)")
-    g.add_argument("--ulimit", type=_ulimit_arg, action="append", default=[], metavar="NAME=SOFT[:HARD]",
+    g.add_argument("--ulimit", type=_checked_by(parse_ulimit), action="append", default=[], metavar="NAME=SOFT[:HARD]",
                    help="replace one of the container's ulimits (default: memlock=-1, stack=67108864); a host "
                    "without CAP_SYS_RESOURCE cannot raise memlock")
 
