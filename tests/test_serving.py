@@ -20,7 +20,7 @@ from tritonize.export import load_torch_model
 from tritonize.generate import generate
 from tritonize.repository import config_as_triton_passes_it
 from tritonize.serving import batching
-from tritonize.serving.onnx_model import OnnxRunner
+from tritonize.serving.onnx_model import PARALLEL_MIN_TOKENS, OnnxRunner
 from tritonize.serving.one_step import tokenizer_outputs
 from tritonize.serving.tokenizer import InvalidText, TextEncoder
 from tritonize.source import read_model
@@ -294,12 +294,13 @@ def test_grouping_wastes_less_padding_than_the_longest_row(repo: Path, encoder: 
 
 def test_data_parallel_shards_take_the_costliest_work_first(repo: Path, encoder: TextEncoder) -> None:
     runner = runner_for(repo, 2, shards=2)
-    texts = ["dog " * n for n in (1, 2, 3, 4, 30, 31)]
+    texts = ["dog " * n for n in (1, 2, 3, 4, 61, 62, 62, 62)]
     batches = [encoder.encode([t]) for t in texts]
     lengths = np.array([int(b[MASK].sum()) for b in batches])
+    assert lengths.sum() >= PARALLEL_MIN_TOKENS
     pieces = runner.plan(lengths)
     # Two groups (one bucket each), each cut in two; the long rows go first, so neither shard idles at the end.
-    assert [sorted(lengths[p].tolist()) for p in pieces] == [[33], [32], [5, 6], [3, 4]]
+    assert [sorted(lengths[p].tolist()) for p in pieces] == [[63, 64], [64, 64], [5, 6], [3, 4]]
 
     calls = spy_runs(runner)
     sharded = runner.run_grouped(batches)
@@ -309,6 +310,18 @@ def test_data_parallel_shards_take_the_costliest_work_first(repo: Path, encoder:
         assert np.abs(got[0] - want[0]).max() <= 1e-5  # same rows back, in request order
     runner.run_grouped([encoder.encode(["dog"])])
     assert calls[-1][1] is runner.session  # a lone row runs on the multi-threaded session
+
+
+def test_a_small_batch_runs_on_every_core_at_once(repo: Path, encoder: TextEncoder) -> None:
+    """Below PARALLEL_MIN_TOKENS a batch is not cut for the shards: it runs whole on the multi-threaded session."""
+    runner = runner_for(repo, 2, shards=2)
+    small = [encoder.encode(["dog " * n]) for n in (1, 2, 3, 4, 30, 31)]
+    assert sum(int(b[MASK].sum()) for b in small) < PARALLEL_MIN_TOKENS
+    calls = spy_runs(runner)
+    got = runner.run_grouped(small)
+    assert [shape for shape, _ in calls] == [(4, 6), (1, 32), (1, 33)] and all(s is runner.session for _, s in calls)
+    for g, want in zip(got, runner_for(repo, 1, shards=0).run_grouped(small)):
+        assert np.abs(g[0] - want[0]).max() <= 1e-5
 
 
 def test_one_shard_per_instance_keeps_lone_rows_on_the_wide_session(repo: Path, encoder: TextEncoder) -> None:

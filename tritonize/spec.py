@@ -148,7 +148,8 @@ class GenerateOptions:
     # None: not measured (generation cannot know where the repository will be served), the floor holds.
     capacity_rps: float | None = None
     # Two instances of each batching step: Triton 2.51's dynamic batcher, once a queue is bounded, is not woken
-    # when its only instance frees and waits up to 500 ms (docs/performance.md); a second instance is free then.
+    # when its only instance frees and waits up to 500 ms (docs/benchmark.md); a second instance is mostly free
+    # then. Without the bound (max_queue_size 0) one instance is faster and never stalls.
     tokenizer_instances: int = 2
     model_instances: int = 2
     buckets: list[int] | None = None
@@ -251,7 +252,7 @@ class LocalRuntimeSpec:
 
     intra_op_threads: int = 0  # 0: every core, for a lone text
     allow_spinning: bool = True  # within a run only (force_spinning_stop)
-    data_parallel: bool = True  # batches as one single-threaded shard per core
+    data_parallel: bool = True  # batches as one single-threaded shard per core (from 256 tokens: onnx_model.py)
     ragged: bool = True  # requests padded to different buckets may share a batch
     kind: InstanceKind = "KIND_CPU"
 

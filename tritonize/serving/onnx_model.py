@@ -29,15 +29,23 @@ except ImportError:  # imported outside Triton: tests and the in-process benchma
     pb_utils = None
 
 
+# Real tokens below which a batch runs on the multi-threaded session even where shards exist: cut smaller,
+# the pieces run at the small-batch cost of onnxruntime (all-MiniLM-L6-v2 on two cores, 16-token rows:
+# 4 rows on two threads 899 rows/s, two single-threaded shards of 2 rows 751; at 16 rows the shards lead,
+# 1198 against 1123).
+PARALLEL_MIN_TOKENS = 256
+
+
 class OnnxRunner:
     """onnxruntime sessions plus length-aware regrouping of rows.
 
-    A lone row runs on one session with `threads` intra-op threads (lowest
-    latency at low load). A batch of several rows runs on `shards`
-    single-threaded sessions in parallel: its length groups are cut into
-    pieces, and each free session takes the costliest piece left. On a CPU
-    that beats one session whose threads meet at a barrier after every
-    operator. With several instances per step, each gets cores // instances
+    A lone row, or a batch of fewer than PARALLEL_MIN_TOKENS real tokens,
+    runs on one session with `threads` intra-op threads (lowest latency at
+    low load). A larger batch runs on `shards` single-threaded sessions in
+    parallel: its length groups are cut into pieces, and each free session
+    takes the costliest piece left. On a CPU that beats one session whose
+    threads meet at a barrier after every operator. With several instances
+    per step, each gets cores // instances
     shards, so busy instances do not oversubscribe the cores. shards=0 runs
     everything on the multi-threaded session.
     """
@@ -120,7 +128,7 @@ class OnnxRunner:
         return list(self.pool.map(work, pieces))
 
     def _parallel_for(self, lengths: np.ndarray) -> bool:
-        return self.pool is not None and len(lengths) > 1
+        return self.pool is not None and len(lengths) > 1 and int(lengths.sum()) >= PARALLEL_MIN_TOKENS
 
     def plan(self, lengths: np.ndarray) -> list[np.ndarray]:
         """The row groups one execute() runs, each padded to its own longest row.
@@ -138,7 +146,8 @@ class OnnxRunner:
         if self._parallel_for(lengths):
             done = self._parallel(rows, lengths, pieces)
         else:
-            session = self.shards[0] if self.shards and len(lengths) > 1 else self.session
+            # One shard (an instance's share of the cores) takes its batches; with more, they run on every core.
+            session = self.shards[0] if len(self.shards) == 1 and len(lengths) > 1 else self.session
             done = [(g, self._run_group(rows, lengths, g, session)) for g in pieces]
         # Per-token outputs ([rows, tokens, ...]) come back padded with zeros to each request's own width,
         # as the container's onnxruntime backend returns them for the request's padded tensors.
