@@ -252,7 +252,7 @@ class LocalRuntimeSpec:
 
     intra_op_threads: int = 0  # 0: every core, for a lone text
     allow_spinning: bool = True  # within a run only (force_spinning_stop)
-    data_parallel: bool = True  # batches as one single-threaded shard per core (from 256 tokens: onnx_model.py)
+    data_parallel: bool = True  # batches as one single-threaded shard per core (large ones: onnx_model.py)
     ragged: bool = True  # requests padded to different buckets may share a batch
     kind: InstanceKind = "KIND_CPU"
 

@@ -45,9 +45,9 @@ class OnnxRunner:
     parallel: its length groups are cut into pieces, and each free session
     takes the costliest piece left. On a CPU that beats one session whose
     threads meet at a barrier after every operator. With several instances
-    per step, each gets cores // instances
-    shards, so busy instances do not oversubscribe the cores. shards=0 runs
-    everything on the multi-threaded session.
+    per step, each gets cores // instances shards, so busy instances do not
+    oversubscribe the cores. shards=0 runs everything on the multi-threaded
+    session.
     """
 
     def __init__(self, onnx_file: str, threads: int, buckets: list[int], pad_id: int,
