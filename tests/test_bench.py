@@ -72,7 +72,7 @@ def test_targets_over_the_peer_and_over_fp32_come_only_from_what_the_run_measure
     assert not found[("throughput vs infinity", "long")]["passed"]  # 30 < 1.2 x 26
     assert found[("int8 vs fp32 throughput", "short")] | {"passed": None} == {
         "name": "int8 vs fp32 throughput", "workload": "short", "concurrency": 16, "value": 500.0, "limit": 600.0,
-        "passed": None, "rule": ">= 2 x fp32 Triton (the measured repository)"}
+        "passed": None, "rule": ">= 2 x fp32 Triton (the measured repository)", "floor_reaches": None}
     assert not found[("int8 vs fp32 throughput", "short")]["passed"]
     assert ("int8 vs fp32 throughput", "long") not in found  # no int8 target on long texts
     assert ("throughput vs infinity-onnx", "short") not in found  # not measured, not judged
@@ -94,13 +94,17 @@ def test_targets_for_scaling_tails_and_the_client_inclusive_floor() -> None:
              "arrival": {"order": "arrival", "rps": 600.0, "cpu_ms_per_row": 3.0},
              "sorted": {"order": "sorted", "rps": 300.0, "cpu_ms_per_row": 6.0}}
     doc = {"meta": {"precision": "fp32"},
-           "floor": {"short": floor, "mixed": floor},
+           "floor": {"short": floor, "mixed": {**floor, "scaling_ceiling": {"4": 1.23}}},
            "runs": [run("short", 1, 200.0, 4.0, 7.0), run("short", 4, 320.0, 12.0, 30.0),
                     run("short", 16, 460.0, 30.0, 95.0), run("mixed", 1, 150.0, 4.0, 16.0),
                     run("mixed", 4, 200.0, 15.0, 40.0), run("mixed", 16, 250.0, 50.0, 120.0, client_ms=2.0)]}
     found = {(t["name"], t["workload"], t["concurrency"]): t for t in evaluate(doc)}
     assert found[("concurrency 4 vs 1", "short", 4)]["passed"]  # 320 >= 1.5 x 200
     assert not found[("concurrency 4 vs 1", "mixed", 4)]["passed"]  # 200 < 1.5 x 150
+    # Where the floor bounds the ratio, the target says so; the verdict stays the issue's.
+    assert found[("concurrency 4 vs 1", "mixed", 4)]["floor_reaches"] == 1.23
+    assert "the floor's own: 1.23 x" in found[("concurrency 4 vs 1", "mixed", 4)]["rule"]
+    assert found[("concurrency 4 vs 1", "short", 4)]["floor_reaches"] is None
     assert found[("p99 tail", "short", 1)]["passed"] and not found[("p99 tail", "short", 4)]["passed"]
     assert not found[("p99 tail", "short", 16)]["passed"]  # 95 > 3 x 30
     assert not found[("p99 vs floor", "mixed", 1)]["passed"]  # 16 > 1.5 x 10
@@ -162,17 +166,44 @@ def test_a_dead_model_loop_fails_every_request_at_once() -> None:
 # -- the in-process floor ------------------------------------------------------
 
 
-def test_floor_reports_latency_and_both_orders(tiny_embedding_repo) -> None:
+def test_floor_reports_latency_and_every_order(tiny_embedding_repo) -> None:
     f = floor.Floor(tiny_embedding_repo.repository)
     rows = [(t,) for t in corpus.read_corpus()[:64]]
-    result = floor.measure(f, rows, requests=20, duration_s=None, fixed_length=False, batches=(1, 8))
+    result = floor.measure(f, rows, requests=20, duration_s=None, fixed_length=False, batches=(1, 2, 8), ceilings=(4,))
     assert result["batch1_latency_ms"]["requests"] == 20
     assert result["batch1_latency_ms"]["p50"] > 0
-    for order in ("arrival", "sorted"):
-        assert result[order]["rps"] > 0 and set(result[order]["by_batch"]) == {"1", "8"}
-    # Sorting by length can only reduce padding.
-    assert result["sorted"]["padding_waste_by_batch"]["8"] <= result["arrival"]["padding_waste_by_batch"]["8"]
+    for order in ("arrival", "sorted", "regrouped"):
+        assert result[order]["rps"] > 0 and set(result[order]["by_batch"]) == {"1", "2", "8"}
+        assert set(result[order]["by_layout"]) == {f"{n}x{t}" for n, t in f.layouts()}
+    # Sorting by length, or regrouping each batch by length as the model step does, can only reduce padding.
+    for order in ("sorted", "regrouped"):
+        assert result[order]["padding_waste_by_batch"]["8"] <= result["arrival"]["padding_waste_by_batch"]["8"]
     assert result["arrival"]["padding_waste_by_batch"]["1"] == 0
+    ceiling = result["scaling_ceiling"]["4"]
+    assert ceiling is not None and ceiling > 0
+    # Rows of one length: no regrouped order, the ceiling read from arrival order.
+    fixed = floor.measure(f, rows[:1] * 16, requests=8, duration_s=None, fixed_length=True, batches=(1, 2), ceilings=(4,))
+    assert "regrouped" not in fixed and fixed["scaling_ceiling"]["4"] > 0
+
+
+def test_the_batch_reported_is_the_graphs() -> None:
+    """The local one step runs every request waiting at once, whatever Triton handed it together: its own counters
+    give the batch; without them (the container, a two-step server), Triton's statistics do."""
+    from tritonize.bench.report import model_batch
+
+    steps = {"model": {"avg_batch": 1.3}}
+    assert model_batch({"steps": steps, "served": {"graph_batch": 7.5}}) == 7.5
+    assert model_batch({"steps": steps, "served": {}}) == 1.3
+    assert model_batch({"steps": steps}) == 1.3
+
+
+def test_scaling_ceiling_counts_rows_in_flight() -> None:
+    """A batch of b on s sessions has b x s requests in flight: only points with at most c of them bound concurrency c."""
+    t = floor.Throughput("regrouped", by_layout={"1x2": {1: 300.0, 4: 500.0, 8: 900.0}, "2x1": {1: 400.0, 2: 450.0, 4: 800.0}})
+    # Batch-1 mean 4 ms: one request at a time runs 250 rows/s.
+    assert floor.scaling_ceiling(t, 4.0, 4) == 2.0  # 500 (1x2, batch 4), not 800 (2x1, batch 4: 8 in flight)
+    assert floor.scaling_ceiling(t, 4.0, 1) == 1.2  # 300
+    assert floor.scaling_ceiling(t, 0.0, 4) is None
 
 
 def test_cpu_meter_charges_each_process_of_the_group(tmp_path) -> None:

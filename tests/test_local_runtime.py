@@ -98,8 +98,8 @@ def test_up_status_logs_down_leaves_no_process(tiny_embedding_repo, local_option
         pid = runtime.server_pid
         assert http_get(f"{endpoints.http}/v2/health/ready")[0] == 200
         assert endpoints.http == f"http://127.0.0.1:{options.http_port}"
-        # The model step (tokenizer and graph in one, two instances) and the idle tokenizer step's one instance.
-        assert len(stub_processes(pid)) == 3
+        # The model step (tokenizer and graph in one, one instance that pipelines) and the idle tokenizer step's one.
+        assert len(stub_processes(pid)) == 2
 
         status = runtime.status()
         assert status.running and status.ready

@@ -49,3 +49,6 @@ def test_the_tokenizer_step_counts_what_it_tokenized_and_refused(tiny_embedding_
     assert metrics[("tritonize_inputs_rejected_total", f'{step},reason="empty"')] == 2
     assert metrics[("tritonize_inputs_rejected_total", f'{step},reason="invalid_utf8"')] == 1
     assert metrics[("tritonize_inputs_rejected_total", f'{step},reason="too_large"')] == 0
+    # The local one step's graph ran each request on its own (they were sent one at a time); none was refused.
+    assert metrics[("tritonize_graph_runs_total", step)] == 3 and metrics[("tritonize_graph_texts_total", step)] == 3
+    assert metrics[("tritonize_queue_full_total", step)] == 0

@@ -34,6 +34,7 @@ from tritonize.runtime.base import http_get
 from tritonize.runtime.local import LocalRuntime
 from tritonize.runtime.process import group_processes, group_zombies
 from tritonize.serving import health, texts
+from tritonize.serving.batching import QUEUE_BOUND
 from tritonize.spec import DEFAULT_MAX_REQUEST_BYTES, MIN_QUEUE_SIZE, Overrides, default_queue_size
 
 # -- without a server ----------------------------------------------------------------
@@ -81,6 +82,7 @@ def test_backoff_is_exponential_with_full_jitter() -> None:
 
 
 def test_every_batching_step_gets_a_bounded_queue(tiny_embedding_repo, tmp_path) -> None:
+    reject = 0  # ModelQueuePolicy.REJECT
     repo = tmp_path / "repo"
     shutil.copytree(tiny_embedding_repo.repository, repo)
     name = read_manifest(repo).name
@@ -93,10 +95,13 @@ def test_every_batching_step_gets_a_bounded_queue(tiny_embedding_repo, tmp_path)
                 continue
             batching = config.dynamic_batching
             policy = batching.default_queue_policy if batching.HasField("default_queue_policy") else None
-            found[str(path.relative_to(repo))] = (policy.max_queue_size, policy.timeout_action) if policy else None
+            # The local one step holds its bound itself, as a parameter, and refuses as a REJECT policy does.
+            own = int(config.parameters[QUEUE_BOUND].string_value) if QUEUE_BOUND in config.parameters else 0
+            assert not (policy and own), f"{path}: two bounds"
+            found[str(path.relative_to(repo))] = ((policy.max_queue_size, policy.timeout_action) if policy
+                                                  else (own, reject) if own else None)
         return found
 
-    reject = 0  # ModelQueuePolicy.REJECT
     assert len(policies()) == 4  # tokenizer and model, each with the container's and the local config
     assert set(policies().values()) == {(512, reject)}  # the floor: capacity not measured, every step and config
     reconfigure(repo, Overrides(model_instances=2))
@@ -768,7 +773,11 @@ def test_clients_retry_a_full_queue_when_asked(tiny_embedding_repo, local_option
     with LocalRuntime(local_options(repo, tmp_path / "run"), quiet=True) as endpoints:
         plain = burst(endpoints.grpc, 0)
         patient = burst(endpoints.grpc, 30)
+        page = http_get(endpoints.metrics)[1].decode()
     refused = [r for r in plain if isinstance(r, ServerError)]
+    # Locally the one step refused them at its own bound, and counted each.
+    counted = sum(float(line.rsplit(" ", 1)[1]) for line in page.splitlines() if line.startswith("tritonize_queue_full_total"))
+    assert counted >= len(refused) > 0
     print(f"burst of 48 at concurrency 16, queue of 1: {len(refused)} refused without retries, "
           f"{sum(isinstance(r, ServerError) for r in patient)} with up to 30 retries")
     assert refused and all(is_unavailable(r) for r in refused)

@@ -81,8 +81,11 @@ def test_every_config_parses_into_model_config(model: ModelSpec, device: str) ->
     # The local step takes the texts (equal shapes, so no ragged batches); the container's graph takes tokens.
     assert [i.name for i in local.input] == ["TEXT"] and not any(i.allow_ragged_batch for i in local.input)
     assert not any(i.allow_ragged_batch for i in container.input)
-    # Two instances of every batching step: a bounded queue's only instance leaves Triton 2.51's batcher asleep.
-    assert all(c.instance_group[0].count == 2 for c in (tokenizer, container, local))
+    # Two instances of every batching step whose queue Triton bounds: a bounded queue's only instance leaves Triton
+    # 2.51's batcher asleep. The local one step bounds its own queue and pipelines, in one instance.
+    assert all(c.instance_group[0].count == 2 for c in (tokenizer, container))
+    assert local.instance_group[0].count == 1 and not local.dynamic_batching.HasField("default_queue_policy")
+    assert local.parameters["max_queue_size"].string_value == str(container.dynamic_batching.default_queue_policy.max_queue_size)
 
     assert [i.name for i in ensemble.input] == ["TEXT"]
     assert ensemble.input[0].data_type == mc.TYPE_STRING and list(ensemble.input[0].dims) == [1]

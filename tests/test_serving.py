@@ -7,6 +7,7 @@ from __future__ import annotations
 import filecmp
 import os
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -122,8 +123,63 @@ def test_the_local_server_runs_tokenizer_and_model_as_one_step(repo: Path) -> No
     params = {k: v["string_value"] for k, v in step["parameters"].items()}
     assert all(params[k] == v["string_value"] for k, v in tokenizer["parameters"].items())
     assert params["metrics_model"] == "tiny_tokenizer"
+    # One instance that pipelines and holds the bound itself; Triton's bound stays off (it would stall the batcher).
+    # The container's model step keeps two instances and Triton's bound.
+    assert params[batching.QUEUE_BOUND] == "512" and "default_queue_policy" not in step["dynamic_batching"]
+    assert [g["count"] for g in step["instance_group"]] == [1]
+    container_model = config_as_triton_passes_it(repo / "tiny_model" / "config.pbtxt")
+    assert container_model["dynamic_batching"]["default_queue_policy"]["max_queue_size"] == 512
+    assert [g["count"] for g in container_model["instance_group"]] == [2]
     assert filecmp.cmp(repo / "tiny_model" / "1" / "tokenizer.json", repo / "tiny_tokenizer" / "1" / "tokenizer.json",
                        shallow=False)
+
+
+def test_the_one_steps_pipeline_runs_what_waits_as_one_batch_within_its_bound() -> None:
+    """Everything handed over while a run is under way becomes the next run; beyond the bound nothing more may
+    wait; closing lets the worker finish and returns nothing left over."""
+    import threading
+
+    from tritonize.serving.one_step import Pipeline, queue_full_message
+
+    release, runs = threading.Event(), []
+
+    def run(items: list) -> None:
+        runs.append(list(items))
+        release.wait(10)
+
+    pipeline = Pipeline(run, bound=3)
+    pipeline.put(["a"])
+    deadline = time.monotonic() + 10
+    while not runs and time.monotonic() < deadline:  # the worker took "a" and is running it
+        time.sleep(0.005)
+    assert runs == [["a"]]
+    assert pipeline.room(5) == 3
+    pipeline.put(["b", "c"])
+    assert pipeline.room(5) == 1 and pipeline.room(1) == 1
+    pipeline.put(["d"])
+    assert pipeline.room(1) == 0  # full: execute() refuses before decoding anything
+    release.set()
+    assert pipeline.close() == []
+    assert runs == [["a"], ["b", "c", "d"]]
+    with pytest.raises(RuntimeError):
+        pipeline.put(["e"])
+    assert Pipeline(run).room(10_000) == 10_000  # no bound
+    # A batch whose run raises does not take the worker with it: the next batch still runs.
+    seen = []
+
+    def flaky(items: list) -> None:
+        seen.append(list(items))
+        if items == ["boom"]:
+            raise RuntimeError("boom")
+
+    survivor = Pipeline(flaky)
+    survivor.put(["boom"])
+    deadline = time.monotonic() + 10
+    while not seen and time.monotonic() < deadline:
+        time.sleep(0.005)
+    survivor.put(["after"])
+    assert survivor.close() == [] and seen == [["boom"], ["after"]]
+    assert "Exceeds maximum queue size: 3 requests" in queue_full_message(3)
 
 
 def test_bucket_lookup_and_padding() -> None:
@@ -166,7 +222,7 @@ def test_configured_runner_regroups_as_the_server_does(repo: Path) -> None:
     runner = steps.onnx_runner(repo)
     assert runner.max_rows == config["max_batch_size"] == 64
     instances = config["instance_group"][0]["count"]
-    assert instances == 2 and len(runner.shards) == max(1, (os.cpu_count() or 1) // instances)  # the cores shared
+    assert instances == 1 and len(runner.shards) == max(1, (os.cpu_count() or 1) // instances)  # the cores shared
     assert runner.input_names == [IDS, MASK]
 
 

@@ -16,7 +16,17 @@ from . import repository, tasks
 from .console import err, step
 from .errors import TritonizeError
 from .manifest import RESOLVED_KEY, choose, entries, find_manifests
-from .spec import DEVICES, MANIFEST_FILE, MIN_QUEUE_SIZE, MODELS_KEY, PRECISIONS, TOKENIZER_FILE, GenerateOptions
+from .spec import (
+    CONTAINER_MODEL_INSTANCES,
+    DEVICES,
+    LOCAL_ONE_STEP_INSTANCES,
+    MANIFEST_FILE,
+    MIN_QUEUE_SIZE,
+    MODELS_KEY,
+    PRECISIONS,
+    TOKENIZER_FILE,
+    GenerateOptions,
+)
 from .tasks.embedding import POOLINGS
 from .tasks.token_classification import AGGREGATIONS
 
@@ -54,7 +64,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--truncate", action=argparse.BooleanOptionalAction, default=None,
                    help="serve a text longer than the max length as its first tokens (default); --no-truncate refuses it")
     p.add_argument("--tokenizer-instances", type=int, help=f"(default: {d.tokenizer_instances})")
-    p.add_argument("--model-instances", type=int, help=f"(default: {d.model_instances})")
+    p.add_argument("--model-instances", type=int, help=f"(default: {CONTAINER_MODEL_INSTANCES} in the container, "
+                   f"{LOCAL_ONE_STEP_INSTANCES} on the local server, where the model step pipelines its batches)")
     p.add_argument("--buckets", type=_int_list, help="padding lengths, e.g. 16,32,64,128 (default: powers of two up to the max length)")
     p.add_argument("--opset", type=int, help=f"ONNX opset, 17 or later (default: {d.opset})")
     p.add_argument("--trust-remote-code", action="store_true", default=None, help="allow code shipped in the model folder to run")

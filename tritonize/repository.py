@@ -33,9 +33,11 @@ from .manifest import Manifest, choose, find_manifests, load_entries, read_manif
 from .paths import TEMPLATES_DIR
 from .spec import (
     CONFIG_FILE,
+    CONTAINER_MODEL_INSTANCES,
     LABELS_FILE,
     LOCAL_CONFIG_DIR,
     LOCAL_CONFIG_NAME,
+    LOCAL_ONE_STEP_INSTANCES,
     MANIFEST_FILE,
     MODEL_FILE,
     MODELS_KEY,
@@ -72,7 +74,7 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str) -> RepoSpec:
         ("--tokenizer-instances", options.tokenizer_instances),
         ("--model-instances", options.model_instances),
     ):
-        if value < 1:
+        if value is not None and value < 1:
             raise TritonizeError(f"{label} must be at least 1 (got {value})")
     for label, value in (("--max-queue-delay-us", options.max_queue_delay_us), ("--max-queue-size", options.max_queue_size),
                          ("--max-request-bytes", options.max_request_bytes)):
@@ -123,7 +125,9 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str) -> RepoSpec:
         graph_outputs=task.graph_outputs(model.head),
         truncation=task.truncation_for(model.head),
         tokenizer_step=step("tokenizer", task.front_module, options.tokenizer_instances, "KIND_CPU"),
-        model_step=step("model", "onnx_model" if task.orchestrates else "one_step", options.model_instances, "KIND_GPU" if options.device == "gpu" else "KIND_CPU"),
+        model_step=step("model", "onnx_model" if task.orchestrates else "one_step",
+                        options.model_instances or CONTAINER_MODEL_INSTANCES, "KIND_GPU" if options.device == "gpu" else "KIND_CPU"),
+        local_model_instances=options.model_instances or LOCAL_ONE_STEP_INSTANCES,
         buckets=normalise_buckets(options.buckets, model.max_length),
         device=options.device,  # type: ignore[arg-type]
         precision=options.precision,  # type: ignore[arg-type]
@@ -210,11 +214,7 @@ def model_files(repo: RepoSpec, report: VerificationReport) -> list[RenderedFile
         *([(f"{t}/{LOCAL_CONFIG_DIR}/{LOCAL_CONFIG_NAME}.pbtxt", "tokenizer/config.pbtxt.j2",
             {"step": dataclasses.replace(repo.tokenizer_step, instance_count=1), "idle": True})] if repo.one_step else []),
         (f"{m}/{CONFIG_FILE}", "model/onnxruntime.pbtxt.j2", {"step": repo.model_step, "ragged": False}),
-        (
-            f"{m}/{LOCAL_CONFIG_DIR}/{LOCAL_CONFIG_NAME}.pbtxt",
-            "model/python.pbtxt.j2",
-            {"step": repo.model_step},
-        ),
+        (f"{m}/{LOCAL_CONFIG_DIR}/{LOCAL_CONFIG_NAME}.pbtxt", "model/python.pbtxt.j2", {"step": repo.local_model_step}),
         # Each version keeps the report of its own graph; the one in the index is the served version's.
         (f"{m}/{repo.version}/{VERIFICATION_FILE}", "repository/verification.json.j2", {"report": report.to_dict()}),
     ]

@@ -15,7 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from .serving.batching import ATTENTION_MASK, INPUT_IDS, OFFSETS, SPECIAL_TOKENS_MASK, TOKEN_COUNT, TRUNCATED
+from .serving.batching import (
+    ATTENTION_MASK,
+    INPUT_IDS,
+    OFFSETS,
+    QUEUE_BOUND,
+    SPECIAL_TOKENS_MASK,
+    TOKEN_COUNT,
+    TRUNCATED,
+)
 from .serving.metrics import METRICS_MODEL
 
 Device = Literal["cpu", "gpu"]
@@ -114,6 +122,13 @@ class ModelSpec:
         return self.head.task
 
 
+# The model step's instances where --model-instances is not given: two in the container (see
+# GenerateOptions.tokenizer_instances); one for the local one step, which holds its own bound and pipelines its
+# batches (serving/one_step.py), so one instance keeps every core busy and a second would only split its batches.
+CONTAINER_MODEL_INSTANCES = 2
+LOCAL_ONE_STEP_INSTANCES = 1
+
+
 @dataclass
 class GenerateOptions:
     """Every user-facing option of `tritonize generate` (CLI flags and YAML keys).
@@ -149,9 +164,9 @@ class GenerateOptions:
     capacity_rps: float | None = None
     # Two instances of each batching step: Triton 2.51's dynamic batcher, once a queue is bounded, is not woken
     # when its only instance frees and waits up to 500 ms (docs/benchmark.md); a second instance is mostly free
-    # then. Without the bound (max_queue_size 0) one instance is faster and never stalls.
+    # then. The model step's: None takes CONTAINER_MODEL_INSTANCES and LOCAL_ONE_STEP_INSTANCES.
     tokenizer_instances: int = 2
-    model_instances: int = 2
+    model_instances: int | None = None
     buckets: list[int] | None = None
     # Bytes of text one request may carry (its texts summed), checked by the first step before it decodes
     # anything; 0: no bound. Within it, every text is read as the model reads it.
@@ -295,6 +310,7 @@ class RepoSpec:
     max_request_bytes: int = 0  # text bytes per request, checked by the first step before it decodes; 0: no bound
     truncate: bool = True  # False: a text over the max length is refused, not truncated
     version: int = FIRST_VERSION  # the version folder of every step; the ensemble pins its steps to it
+    local_model_instances: int = 1  # the local one step's instances (GenerateOptions.model_instances)
 
     @property
     def pad_token_id(self) -> int:
@@ -364,6 +380,15 @@ class RepoSpec:
         return not self.orchestrated
 
     @property
+    def local_model_step(self) -> StepSpec:
+        """The local server's model step. As one step it holds its queue bound itself (serving/one_step.py,
+        a parameter) and its config none: Triton's bound turns off the batcher's prefetching, and with it the
+        wake-up that Triton 2.51 loses."""
+        if not self.one_step:
+            return self.model_step
+        return dataclasses.replace(self.model_step, instance_count=self.local_model_instances, max_queue_size=0)
+
+    @property
     def local_inputs(self) -> tuple[TensorSpec, ...]:
         """The local model step's inputs: the texts where it tokenizes them itself."""
         return self.text_inputs if self.one_step else self.token_inputs
@@ -388,7 +413,8 @@ class RepoSpec:
         }
         if not self.one_step:
             return runner
-        return runner | self.tokenizer_parameters | {METRICS_MODEL: self.tokenizer_name}
+        return runner | self.tokenizer_parameters | {METRICS_MODEL: self.tokenizer_name,
+                                                     QUEUE_BOUND: str(self.model_step.max_queue_size)}
 
     @property
     def tokenizer_folders(self) -> tuple[StepSpec, ...]:

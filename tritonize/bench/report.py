@@ -11,6 +11,7 @@ from rich.table import Table
 
 from . import check, infinity
 from .baselines import BASELINES
+from .stats import GRAPH_BATCH
 
 SYSTEM_ORDER = ("triton-grpc", "triton-http", "triton-api", "doc", "doc-batched", *infinity.ENGINES)
 COLORS = {"triton-grpc": "#76b900", "triton-http": "#2a7ab0", "triton-api": "#1abc9c", "doc": "#c0392b", "doc-batched": "#e67e22",
@@ -94,7 +95,7 @@ def workload_table(document: dict, workload: str) -> Table:
         lat = r["latency_ms"]
         steps = r.get("steps")
         if steps:
-            batch = f"{steps['model']['avg_batch']:.1f}"
+            batch = f"{model_batch(r):.1f}"
             queue = "/".join(f"{steps[k]['queue_ms']:.2f}" for k in roles)
             compute = "/".join(f"{steps[k]['compute_ms']:.2f}" for k in roles)
         else:
@@ -110,8 +111,10 @@ def workload_table(document: dict, workload: str) -> Table:
         lat = f["batch1_latency_ms"]
         table.add_row("floor, batch 1", "1", _ms(lat["p50"]), _ms(lat["p95"]), _ms(lat["p99"]), _ms(lat["max"]),
                       f"{1000 / lat['mean']:.1f}" if lat["mean"] else "-", "0", "-", "1", "-", "-", "0%", style="dim")
-        for order in ("arrival", "sorted"):
-            t = f[order]
+        for order in ("arrival", "sorted", "regrouped"):
+            t = f.get(order)
+            if not t:  # regrouped: measured on mixed lengths only (rows of one length: the arrival order)
+                continue
             table.add_row(f"floor, best batch ({order}, {t['layout']})", "-", "-", "-", "-", "-", f"{t['rps']:.1f}", "0", "-",
                           str(t["best_batch"]), "-", "-", f"{100 * t['padding_waste']:.0f}%", style="dim")
     return table
@@ -172,7 +175,7 @@ def cpu_table(document: dict) -> Table | None:
         floor_ms = (best.get("cpu_ms_per_row") or 1e3 * c["cores"] / best["rps"]) if best and best.get("rps") else None
         # The same floor at the batch the model step averaged: what is left above it is per-call overhead,
         # what lies between it and the best batch is batch formation.
-        at = floor_rate_at(best.get("by_batch") or {}, (r.get("steps") or {}).get("model", {}).get("avg_batch")) if best else None
+        at = floor_rate_at(best.get("by_batch") or {}, model_batch(r)) if best else None
         limit = client_inclusive_floor(document, r)
         table.add_row(r["label"], r["workload"], str(r["concurrency"]), _ms(per.get("tritonserver")),
                       *(_ms(per.get(n)) for n in names), _ms(per.get("client")), _ms(c["total_ms_per_request"]),
@@ -180,6 +183,13 @@ def cpu_table(document: dict) -> Table | None:
                       _ms(limit["cpu_ms"]) if limit else "-", f"{limit['rps']:.0f}" if limit else "-",
                       f"{r['throughput_rps'] / limit['rps']:.2f}" if limit else "-", f"{c['idle_pct']:.0f}%")
     return table
+
+
+def model_batch(run: dict) -> float | None:
+    """Rows per graph run in a Triton run: the local one step's own count where it ran (it runs every request
+    waiting at once, whatever Triton handed it together), else the model step's batch as Triton reports it."""
+    graph = (run.get("served") or {}).get(GRAPH_BATCH)
+    return graph if graph else (run.get("steps") or {}).get("model", {}).get("avg_batch")
 
 
 def floor_rate_at(by_batch: dict[str, float], batch: float | None) -> float | None:

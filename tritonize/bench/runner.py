@@ -28,7 +28,7 @@ from ..runtime.process import free_ports
 from ..spec import Overrides, repo_paths
 from . import baselines, check, corpus, cpu, floor, infinity, load, stats
 from .report import client_inclusive_floor, compared_system, label_of, split_system
-from .targets import evaluate
+from .targets import SCALING, evaluate
 
 TRITON_LABELS = {"grpc": "Triton gRPC", "http": "Triton HTTP", "api": "API /v1/embeddings"}
 API_SYSTEM = "triton-api"  # `tritonize api` in front of the measured server, its answers checked on their own
@@ -224,11 +224,12 @@ class Bench:
                     result = load.measure(make, w.rows, c, self.o.bound(c), lambda: [f() for f in starts])
                     if pair:
                         self._floor_batch1(wname, w)
-                    extra = self._triton_extra(snaps, result, w) if snaps else {}
+                    counted = served.finish() if served else None
+                    extra = self._triton_extra(snaps, result, w, (counted or {}).get(stats.GRAPH_BATCH)) if snaps else {}
                     if meter:
                         extra["cpu"] = meter.finish(result.completed, result.client_cpu_s, result.wall_s)
-                    if served:
-                        extra["served"] = served.finish()
+                    if counted is not None:
+                        extra["served"] = counted
                     self._record(f"triton-{protocol}", label, wname, result, extra)
 
     def _floor_answers(self, wname: str) -> list[dict]:
@@ -279,7 +280,8 @@ class Bench:
         lat = self.floor.batch1_latency(w.rows, max(1, requests) if requests is not None else None, duration)
         self.batch1.setdefault(wname, []).extend(lat)
 
-    def _triton_extra(self, snaps: stats.Snapshots, result: load.LoadResult, w: corpus.Workload) -> dict:
+    def _triton_extra(self, snaps: stats.Snapshots, result: load.LoadResult, w: corpus.Workload,
+                      graph_batch: float | None = None) -> dict:
         deltas = snaps.finish(expected=result.completed)
         by_role = {role: deltas[model] for role, model in self.steps.items()}
         client_mean = result.summary()["latency_ms"]["mean"]
@@ -287,8 +289,9 @@ class Bench:
         return {
             "steps": {role: d.to_dict() for role, d in by_role.items()},
             "breakdown": stats.overhead_breakdown(client_mean, by_role["ensemble"], called),
-            # Estimated: the workload's rows, in order, batched as Triton batched them on average.
-            "padding_waste": stats.padding_waste(w.model_rows, by_role["model"].avg_batch or 1.0, self.floor.runner),
+            # Estimated: the workload's rows, in order, batched as the graph ran them on average.
+            "padding_waste": stats.padding_waste(w.model_rows, graph_batch or by_role["model"].avg_batch or 1.0,
+                                                 self.floor.runner),
         }
 
     def measure_baselines(self) -> None:
@@ -314,15 +317,18 @@ class Bench:
                         self._record(key, label, wname, result, {"server": work, "padding_waste": {"waste": work["padding_waste"]}})
 
     def measure_floor(self) -> dict:
-        result = {}
+        result, more = {}, SCALING[0]
         for wname, w in self.workloads.items():
             fixed = wname != "mixed"
             result[wname] = floor.measure(self.floor, w.rows, self.o.requests, self.o.duration_s if not self.o.requests else None,
-                                          fixed, batch1=self.batch1.get(wname))
+                                          fixed, batch1=self.batch1.get(wname), ceilings=(more,))
             f = result[wname]
+            orders = ", ".join(f"{o} {f[o]['rps']:.1f}" for o in ("sorted", "regrouped") if o in f)
+            ceiling = f["scaling_ceiling"].get(str(more))
             self.say(
                 f"  {'floor':<24} {wname:<5} batch-1 p50 {f['batch1_latency_ms']['p50']:.1f} ms, best batch"
-                f" {f['arrival']['rps']:.1f} req/s (sorted {f['sorted']['rps']:.1f})"
+                f" {f['arrival']['rps']:.1f} req/s ({orders})"
+                + (f"; concurrency {more} over 1 at most {ceiling:.2f}x" if ceiling else "")
             )
         return result
 

@@ -133,7 +133,7 @@ def padding_waste(token_counts: list[int], batch: float, runner) -> dict[str, fl
     computed = 0
     for i in range(0, len(token_counts), size):
         lengths = np.asarray(token_counts[i : i + size])
-        computed += sum(len(p) * int(lengths[p].max()) for p in runner.plan(lengths))
+        computed += runner.computed_tokens(lengths)
     real = sum(token_counts)
     return {"batch": size, "computed_tokens": computed, "real_tokens": real, "waste": round((computed - real) / real, 4)}
 
@@ -162,6 +162,9 @@ def served_counters(metrics_url: str, timeout_s: float = 5.0, models: list[str] 
     return totals
 
 
+GRAPH_BATCH = "graph_batch"  # texts per graph run of the local one step, in a measurement's served counters
+
+
 class ServedCounters:
     """What the served steps counted during one measurement: deltas of their tritonize_* counters."""
 
@@ -176,6 +179,9 @@ class ServedCounters:
     def finish(self) -> dict:
         after = served_counters(self.metrics_url, models=self.models)
         delta = {k: round(v - self.before.get(k, 0.0), 3) for k, v in after.items() if v - self.before.get(k, 0.0)}
+        runs = delta.get("tritonize_graph_runs_total")
+        if runs:  # the local one step runs every request waiting at once: its graph's batch, not Triton's
+            delta[GRAPH_BATCH] = round(delta.get("tritonize_graph_texts_total", 0.0) / runs, 2)
         tokens = delta.get("tritonize_tokens_total", 0.0)
         if tokens:
             delta["padding_waste"] = round(delta.get("tritonize_padded_tokens_total", tokens) / tokens - 1, 4)

@@ -7,7 +7,7 @@ model and machine. A target is skipped when its inputs were not measured.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from .report import client_inclusive_floor, compared_system, floor_best
 
@@ -43,6 +43,8 @@ class Target:
     limit: float
     passed: bool
     rule: str
+    # What the floor itself reaches on the same measure, where it bounds the target (concurrency 4 over 1).
+    floor_reaches: float | None = None
 
 
 def _find(runs: list[dict], system: str, workload: str, concurrency: int) -> dict | None:
@@ -77,8 +79,10 @@ def evaluate(document: dict) -> list[dict]:
                                 f">= {CLIENT_FLOOR_SHARE:g} x (floor + client CPU per request, every core)"))
         more, fewer, ratio, workloads = SCALING
         if w in workloads:
-            found += _over(f"concurrency {more} vs {fewer}", w, _find(runs, TRITON, w, more), _find(runs, TRITON, w, fewer),
-                           ratio, f"Triton gRPC at concurrency {fewer}", at=more)
+            ceiling = ((f or {}).get("scaling_ceiling") or {}).get(str(more))
+            found += [replace(t, rule=f"{t.rule} (the floor's own: {ceiling:.2f} x)", floor_reaches=ceiling) if ceiling else t
+                      for t in _over(f"concurrency {more} vs {fewer}", w, _find(runs, TRITON, w, more),
+                                     _find(runs, TRITON, w, fewer), ratio, f"Triton gRPC at concurrency {fewer}", at=more)]
         found += _ratios(loaded, [("doc-batched", "doc + batching", BASELINE_RATIO, "doc server with batching")]
                          + [(p, p, PEER_RATIO, p) for p in PEERS], runs, w)
         found += _precision(document, loaded, w)

@@ -28,6 +28,9 @@ INPUT_IDS, ATTENTION_MASK, TOKEN_TYPE_IDS, OFFSETS, SPECIAL_TOKENS_MASK = ENCODI
 # length (an API request's strict `truncate: false`). Each [N, 1].
 TOKEN_COUNT, TRUNCATED = "tokens", "truncated"
 ROW_FIELDS = (TOKEN_COUNT, TRUNCATED)
+# The configuration parameter with the local one step's own queue bound: requests handed to its worker and not
+# yet running (serving/one_step.py); 0: none.
+QUEUE_BOUND = "max_queue_size"
 
 
 def parse_buckets(text: str, max_length: int | None = None) -> list[int]:

@@ -29,6 +29,9 @@ COUNTERS = {
     "tritonize_inputs_rejected_total": "Requests refused with INVALID_ARG, by reason.",
     "tritonize_windows_total": "Question-answering windows sent to the model step.",
     "tritonize_entities_total": "Entities the token-classification step returned.",
+    "tritonize_graph_runs_total": "Graph runs of the local server's one step (each runs every request waiting).",
+    "tritonize_graph_texts_total": "Texts those graph runs carried: over the runs, the graph's batch size.",
+    "tritonize_queue_full_total": "Requests the local server's one step refused at its own queue bound (503).",
 }
 REASONS = ("too_large", "too_long", "invalid_utf8", "empty", "no_elements", "rows_mismatch", "tokenizer")
 # What the steps count in one execute() (their `counts` dicts) -> the counter each key feeds.
@@ -40,6 +43,9 @@ COUNTED = {
     "unknown": "tritonize_unknown_tokens_total",
     "windows": "tritonize_windows_total",
     "entities": "tritonize_entities_total",
+    "runs": "tritonize_graph_runs_total",
+    "run_texts": "tritonize_graph_texts_total",
+    "queue_full": "tritonize_queue_full_total",
 }
 
 

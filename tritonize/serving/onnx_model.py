@@ -138,6 +138,10 @@ class OnnxRunner:
         groups = length_groups(lengths, np.argsort(lengths, kind="stable"), self.buckets, self.max_rows)
         return costliest_first(groups, lengths, len(self.shards)) if self._parallel_for(lengths) else groups
 
+    def computed_tokens(self, lengths: np.ndarray) -> int:
+        """Tokens the plan computes for rows of these real lengths: each group padded to its own longest row."""
+        return sum(len(g) * int(lengths[g].max()) for g in self.plan(lengths))
+
     def run_grouped(self, batches: list[dict[str, np.ndarray]]) -> list[list[np.ndarray]]:
         """Many requests' token tensors -> per request, one array per output, in request order."""
         rows = {name: [r for b in batches for r in b[name]] for name in self.input_names}
