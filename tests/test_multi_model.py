@@ -399,11 +399,13 @@ def test_a_supervised_server_serves_a_model_added_while_it_runs(tiny_embedding_r
         source = build_classifier(tmp_path / "cls-src")
         generate(GenerateOptions(model=str(source), name="sentiment", output=str(repo), add=True))
         deadline = time.monotonic() + 90.0
-        while not (status := runtime.status()).ready or not status.restarts:
-            assert time.monotonic() < deadline, (status, (runtime.directory / "supervisor.log").read_text())
+        supervisor_log = runtime.directory / "supervisor.log"
+        # Ready after a restart, and the supervisor done with it: the server answers before the supervisor logs.
+        while not ((status := runtime.status()).ready and status.restarts and "restarted" in supervisor_log.read_text()):
+            assert time.monotonic() < deadline, (status, supervisor_log.read_text())
             time.sleep(0.5)
         assert status.restarts == 1 and "sentiment answered" in status.health
-        log = (runtime.directory / "supervisor.log").read_text()
+        log = supervisor_log.read_text()
         assert "sentiment: HTTP" in log  # why: the added model did not answer before the restart
         with TextClient(endpoints.grpc, "sentiment") as client:
             assert client.classify(["a fine day"], top_k=1)[0][0].label in ("negative", "neutral", "positive")

@@ -222,8 +222,9 @@ class Supervisor:
         self.stubs = stub_models(self.inst.pid)
         self.failures = 0
         self.next_check = time.monotonic() + CHECK_S
-        self.save("watching")
+        # Logged before the state says "watching": whoever reads the recovery in the status finds it in the log.
         log(self.directory, f"{what} in {self.state.last_recovery_s:.1f}s ({count})")
+        self.save("watching")
 
     # whole-server restart
     def restart_until_up(self) -> int:

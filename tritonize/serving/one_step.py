@@ -39,6 +39,7 @@ try:
 except ImportError:  # imported outside Triton: tests read `tokenizer_outputs` and run `Pipeline`
     pb_utils = None
 
+
 def tokenizer_outputs(model_config: dict, graph_inputs: list[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(what the tokenizer must produce: the graph's inputs and the tokenizer tensors the step declares as
     outputs; those declared outputs, which the step passes on)."""
