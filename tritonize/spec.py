@@ -310,7 +310,7 @@ class RepoSpec:
     max_request_bytes: int = 0  # text bytes per request, checked by the first step before it decodes; 0: no bound
     truncate: bool = True  # False: a text over the max length is refused, not truncated
     version: int = FIRST_VERSION  # the version folder of every step; the ensemble pins its steps to it
-    local_model_instances: int = 1  # the local one step's instances (GenerateOptions.model_instances)
+    local_model_instances: int = LOCAL_ONE_STEP_INSTANCES  # the local one step's instances (--model-instances)
 
     @property
     def pad_token_id(self) -> int:

@@ -45,11 +45,6 @@ def onnx_runner(repo_dir: Path, intra_op_threads: int | None = None, shards: int
     return OnnxRunner.from_config(config, version_dir, threads=intra_op_threads, shards=shards)
 
 
-def computed_tokens(runner: OnnxRunner, mask: np.ndarray) -> int:
-    """Tokens the served model step computes for rows of this attention mask (its plan's groups, as padded)."""
-    return runner.computed_tokens(np.maximum(1, mask.sum(axis=1)))
-
-
 def _served_module(name: str):
     return importlib.import_module(f"{__package__}.serving.{name}")
 
@@ -90,15 +85,14 @@ class TokenChain:
         feeds = self.encoder.encode([r[0] if len(r) == 1 else r for r in rows], width=0 if pad_to_longest else None)
         model = runner or self.runner
         model_feeds = {n: feeds[n] for n in model.input_names}  # as the ensemble maps them
-        plain = runner is not None and pad_to_longest
-        outs = model.run(model_feeds) if plain else model.run_grouped([model_feeds])[0]
+        outs, computed = model.run_or_regroup(model_feeds, plain=runner is not None and pad_to_longest)
         outputs = dict(zip(self.runner.output_names, outs))
         if self.post is not None:
             columns = {name: np.array([r[i] for r in rows], dtype=object).reshape(-1, 1) for i, name in enumerate(self.text_inputs)}
             outputs = self.post({**columns, **feeds, **outputs})
         outputs.update({n: feeds[n] for n in ROW_FIELDS if n in feeds})  # the tokenizer step's own, as served
         mask = feeds[ATTENTION_MASK]
-        return Answer(outputs, int(mask.sum()), int(mask.size) if plain else computed_tokens(model, mask))
+        return Answer(outputs, int(mask.sum()), computed)
 
 
 class ReaderChain:
@@ -124,13 +118,8 @@ class ReaderChain:
         padded = [0]
 
         def model(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-            padded[0] += int(feeds[ATTENTION_MASK].size)
-            model = runner or self.runner
-            if runner is not None and pad_to_longest:
-                outs = runner.run(feeds)
-            else:
-                outs = model.run_grouped([feeds])[0]
-                padded[0] += computed_tokens(model, feeds[ATTENTION_MASK]) - int(feeds[ATTENTION_MASK].size)
+            outs, computed = (runner or self.runner).run_or_regroup(feeds, plain=runner is not None and pad_to_longest)
+            padded[0] += computed
             return dict(zip(self.runner.output_names, outs))
 
         pairs = [(context, self.reader.windows(question, context)) for question, context in rows]

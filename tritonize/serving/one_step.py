@@ -32,7 +32,7 @@ from collections.abc import Callable
 
 from .batching import ATTENTION_MASK, ENCODING_FIELDS, QUEUE_BOUND, ROW_FIELDS
 from .onnx_model import OnnxRunner
-from .tokenizer import RequestEncoder, parameters
+from .tokenizer import RequestEncoder, error_response, parameters
 
 try:
     import triton_python_backend_utils as pb_utils
@@ -110,10 +110,6 @@ class Pipeline:
         return left
 
 
-def _error(message: str, code_name: str):
-    return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, getattr(pb_utils.TritonError, code_name)))
-
-
 class TritonPythonModel:
     """Tokenizes each request as the tokenizer step would, runs the batch as the model step would."""
 
@@ -134,7 +130,7 @@ class TritonPythonModel:
             return responses
         self.front.metrics.record({"queue_full": len(requests) - admitted})
         full = queue_full_message(self.pipeline.bound)
-        return responses + [_error(full, "UNAVAILABLE") for _ in requests[admitted:]]
+        return responses + [error_response(full, "UNAVAILABLE") for _ in requests[admitted:]]
 
     def _run(self, items: list) -> None:
         """One batch of every request waiting; each answered through its own sender."""
@@ -146,7 +142,7 @@ class TritonPythonModel:
                 outputs += [pb_utils.Tensor(n, tensors[n]) for n in self.passed]
                 answers.append(pb_utils.InferenceResponse(output_tensors=outputs))
         except Exception as exc:  # noqa: BLE001 - every request of the batch gets the error, the worker goes on
-            answers = [_error(f"the model step failed: {exc}", "INTERNAL")] * len(items)
+            answers = [error_response(f"the model step failed: {exc}", "INTERNAL")] * len(items)
         # Counted before the answers go out: a client that reads the counters after its answer finds its run.
         try:
             self.front.metrics.record({"runs": 1, "run_texts": sum(len(t[ATTENTION_MASK]) for _, t in items)})
@@ -163,4 +159,4 @@ class TritonPythonModel:
 
     def finalize(self):
         for sender, _ in self.pipeline.close():
-            self._send(sender, _error("the model is unloading", "UNAVAILABLE"))
+            self._send(sender, error_response("the model is unloading", "UNAVAILABLE"))

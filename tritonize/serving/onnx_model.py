@@ -36,6 +36,11 @@ except ImportError:  # imported outside Triton: tests and the in-process benchma
 PARALLEL_MIN_TOKENS = 256
 
 
+def real_lengths(mask: np.ndarray) -> np.ndarray:
+    """Each row's real tokens from its attention mask; a row of none counts as one (it still runs)."""
+    return np.maximum(1, mask.sum(axis=1))
+
+
 class OnnxRunner:
     """onnxruntime sessions plus length-aware regrouping of rows.
 
@@ -142,10 +147,17 @@ class OnnxRunner:
         """Tokens the plan computes for rows of these real lengths: each group padded to its own longest row."""
         return sum(len(g) * int(lengths[g].max()) for g in self.plan(lengths))
 
+    def run_or_regroup(self, feeds: dict[str, np.ndarray], plain: bool) -> tuple[list[np.ndarray], int]:
+        """One request's outputs and the tokens computed for them: a plain run of the feeds as padded (the
+        floor's arrival-order batches), or regrouped as the served step runs them."""
+        if plain:
+            return self.run(feeds), int(feeds[ATTENTION_MASK].size)
+        return self.run_grouped([feeds])[0], self.computed_tokens(real_lengths(feeds[ATTENTION_MASK]))
+
     def run_grouped(self, batches: list[dict[str, np.ndarray]]) -> list[list[np.ndarray]]:
         """Many requests' token tensors -> per request, one array per output, in request order."""
         rows = {name: [r for b in batches for r in b[name]] for name in self.input_names}
-        lengths = np.array([max(1, int(m.sum())) for b in batches for m in b[ATTENTION_MASK]])
+        lengths = np.concatenate([real_lengths(b[ATTENTION_MASK]) for b in batches])
         pieces = self.plan(lengths)
         if self._parallel_for(lengths):
             done = self._parallel(rows, lengths, pieces)

@@ -286,8 +286,9 @@ def row_field(name: str, rows: list) -> np.ndarray:
     return np.array([[bool(e.overflowing)] for e in rows], dtype=bool)
 
 
-def _error(message: str):
-    return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG))
+def error_response(message: str, code: str = "INVALID_ARG"):
+    """A request's answer that is an error: INVALID_ARG for its input unless `code` names another TritonError code."""
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, getattr(pb_utils.TritonError, code)))
 
 
 class RequestEncoder:
@@ -301,7 +302,7 @@ class RequestEncoder:
 
     def _refuse(self, exc: InvalidText):
         self.metrics.rejected(exc.reason)
-        return _error(str(exc))
+        return error_response(str(exc))
 
     def encode(self, requests) -> tuple[list, list[int], list[dict[str, np.ndarray]]]:
         """(a response per request: its error, or None where it was encoded; the encoded requests' indices;
