@@ -187,7 +187,7 @@ def test_floor_reports_latency_and_every_order(tiny_embedding_repo) -> None:
 
 
 def test_the_batch_reported_is_the_graphs() -> None:
-    """The local one step runs every request waiting at once, whatever Triton handed it together: its own counters
+    """The local one step runs the requests waiting at once, whatever Triton handed it together: its own counters
     give the batch; without them (the container, a two-step server), Triton's statistics do."""
     from tritonize.bench.report import model_batch
 

@@ -300,6 +300,27 @@ def test_concurrent_mixed_lengths_are_batched(emb) -> None:
     assert executions < len(texts), f"{executions} batches for {len(texts)} requests"
 
 
+def test_the_graph_runs_nicer_than_the_step_that_admits_requests(emb) -> None:
+    """In the one step's stub the graph's threads (the worker, onnxruntime's) run GRAPH_NICE steps nicer than
+    its main thread, which admits and refuses requests in execute(): under overload refusals keep their core."""
+    from tritonize.serving.one_step import GRAPH_NICE
+
+    with emb.client("grpc") as client:
+        assert np.isfinite(client.infer(["a text"])["embedding"]).all()
+    stubs = [p for p in group_processes(emb.pid)
+             if f"{emb.name}_model" in Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")]
+    assert len(stubs) == 1, stubs
+
+    def nice(task: Path) -> int:
+        return int(task.joinpath("stat").read_text().rsplit(")", 1)[1].split()[16])  # field 19 of proc(5)
+
+    tasks = {int(t.name): nice(t) for t in Path(f"/proc/{stubs[0]}/task").iterdir()}
+    main = tasks[stubs[0]]
+    nicer = [tid for tid, n in tasks.items() if n == min(19, main + GRAPH_NICE)]
+    assert len(nicer) >= (2 if (os.cpu_count() or 1) > 1 else 1), tasks  # the worker, onnxruntime's helpers
+    assert main < min(19, main + GRAPH_NICE), tasks
+
+
 def test_threaded_http_client(emb) -> None:
     with emb.client("http") as client:
         results = client.infer_many([[t] for t in TEXTS * 4], concurrency=8)

@@ -182,6 +182,40 @@ def test_the_one_steps_pipeline_runs_what_waits_as_one_batch_within_its_bound() 
     assert "Exceeds maximum queue size: 3 requests" in queue_full_message(3)
 
 
+def test_a_pipeline_run_takes_at_most_max_rows_rows_on_a_nicer_thread() -> None:
+    """Under a backlog each run takes the oldest requests up to the step's max_batch_size rows (an answer waits
+    for one batch, not for the whole backlog); a request larger than that runs alone. The worker runs nicer
+    than the thread that made it, so under overload execute() keeps the cores it needs to refuse at once."""
+    import os
+    import threading
+
+    from tritonize.serving.one_step import GRAPH_NICE, Pipeline, built_nicer
+
+    release, runs, nice = threading.Event(), [], []
+
+    def run(items: list) -> None:
+        runs.append(list(items))
+        nice.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        release.wait(10)
+
+    own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    pipeline = Pipeline(run, max_rows=4, rows=len, nice=GRAPH_NICE)
+    pipeline.put(["a"])
+    deadline = time.monotonic() + 10
+    while not runs and time.monotonic() < deadline:
+        time.sleep(0.005)
+    pipeline.put(["bb", "c", "d", "eeeeee", "f"])  # rows: 2, 1, 1, 6, 1
+    release.set()
+    assert pipeline.close() == []
+    assert runs == [["a"], ["bb", "c", "d"], ["eeeeee"], ["f"]]
+    assert set(nice) == {min(19, own + GRAPH_NICE)}
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == own  # the caller's own priority stays
+    # The runner is built on a nicer thread, so the threads it starts are nicer; its errors reach the caller.
+    assert built_nicer(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id()), 3) == min(19, own + 3)
+    with pytest.raises(ValueError, match="no model"):
+        built_nicer(lambda: (_ for _ in ()).throw(ValueError("no model")), 3)
+
+
 def test_bucket_lookup_and_padding() -> None:
     assert batching.parse_buckets("32,8,16") == [8, 16, 32]
     assert batching.parse_buckets("8,16,128", max_length=64) == [8, 16, 64]

@@ -180,7 +180,7 @@ class ServedCounters:
         after = served_counters(self.metrics_url, models=self.models)
         delta = {k: round(v - self.before.get(k, 0.0), 3) for k, v in after.items() if v - self.before.get(k, 0.0)}
         runs = delta.get("tritonize_graph_runs_total")
-        if runs:  # the local one step runs every request waiting at once: its graph's batch, not Triton's
+        if runs:  # the local one step runs the requests waiting at once: its graph's batch, not Triton's
             delta[GRAPH_BATCH] = round(delta.get("tritonize_graph_texts_total", 0.0) / runs, 2)
         tokens = delta.get("tritonize_tokens_total", 0.0)
         if tokens:

@@ -29,7 +29,7 @@ COUNTERS = {
     "tritonize_inputs_rejected_total": "Requests refused with INVALID_ARG, by reason.",
     "tritonize_windows_total": "Question-answering windows sent to the model step.",
     "tritonize_entities_total": "Entities the token-classification step returned.",
-    "tritonize_graph_runs_total": "Graph runs of the local server's one step (each runs every request waiting).",
+    "tritonize_graph_runs_total": "Graph runs of the local server's one step (each runs the requests waiting, up to max_batch_size rows).",
     "tritonize_graph_texts_total": "Texts those graph runs carried: over the runs, the graph's batch size.",
     "tritonize_queue_full_total": "Requests the local server's one step refused at its own queue bound (503).",
 }
