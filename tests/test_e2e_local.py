@@ -304,6 +304,7 @@ def test_the_graph_runs_nicer_than_the_step_that_admits_requests(emb) -> None:
     """In the one step's stub the graph's threads (the worker, onnxruntime's) run GRAPH_NICE steps nicer than
     its main thread, which admits and refuses requests in execute(): under overload refusals keep their core."""
     from tritonize.serving.one_step import GRAPH_NICE
+    from tritonize.serving.procfs import stat_fields
 
     with emb.client("grpc") as client:
         assert np.isfinite(client.infer(["a text"])["embedding"]).all()
@@ -311,10 +312,7 @@ def test_the_graph_runs_nicer_than_the_step_that_admits_requests(emb) -> None:
              if f"{emb.name}_model" in Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")]
     assert len(stubs) == 1, stubs
 
-    def nice(task: Path) -> int:
-        return int(task.joinpath("stat").read_text().rsplit(")", 1)[1].split()[16])  # field 19 of proc(5)
-
-    tasks = {int(t.name): nice(t) for t in Path(f"/proc/{stubs[0]}/task").iterdir()}
+    tasks = {int(t.name): int(stat_fields(t / "stat")[16]) for t in Path(f"/proc/{stubs[0]}/task").iterdir()}  # nice
     main = tasks[stubs[0]]
     nicer = [tid for tid, n in tasks.items() if n == min(19, main + GRAPH_NICE)]
     assert len(nicer) >= (2 if (os.cpu_count() or 1) > 1 else 1), tasks  # the worker, onnxruntime's helpers

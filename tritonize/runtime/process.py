@@ -12,7 +12,7 @@ import re
 import socket
 from pathlib import Path
 
-from ..serving.procfs import group, group_zombies  # noqa: F401 - group_zombies: the supervisor's
+from ..serving.procfs import group, group_zombies, stat_fields  # noqa: F401 - group_zombies: the supervisor's
 
 SHOWN_LOG_LINES = 40
 MAX_LINE = 300  # error lines embed whole tracebacks; the model table shows them readably
@@ -75,15 +75,14 @@ def port_in_use(host: str, port: int) -> bool:
 def start_ticks(pid: int) -> int | None:
     """The process start time from /proc, to tell a live server from a reused PID."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat_fields(Path(f"/proc/{pid}/stat"))[19])
     except OSError:
         return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
 
 
 def is_zombie(pid: int) -> bool:
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        return stat_fields(Path(f"/proc/{pid}/stat"))[0] == "Z"
     except OSError:
         return False
 

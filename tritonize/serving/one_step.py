@@ -31,6 +31,7 @@ import os
 import threading
 import traceback
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from .batching import ATTENTION_MASK, ENCODING_FIELDS, QUEUE_BOUND, ROW_FIELDS
@@ -64,23 +65,15 @@ def lower_priority(by: int) -> None:
 
 
 def built_nicer(build: Callable[[], T], by: int) -> T:
-    """build() on a thread `by` steps nicer, so that the threads it starts (onnxruntime's) run nicer too."""
-    done: list = []
+    """build() on a thread `by` steps nicer, so that the threads it starts (onnxruntime's) run nicer too; its
+    errors are raised on the caller's thread."""
+    with ThreadPoolExecutor(1, thread_name_prefix="one-step-build", initializer=lower_priority, initargs=(by,)) as once:
+        return once.submit(build).result()
 
-    def target() -> None:
-        lower_priority(by)
-        try:
-            done.append((build(), None))
-        except BaseException as exc:  # noqa: BLE001 - raised again on the caller's thread
-            done.append((None, exc))
 
-    thread = threading.Thread(target=target, name="one-step-build")
-    thread.start()
-    thread.join()
-    built, error = done[0]
-    if error is not None:
-        raise error
-    return built
+def item_rows(item: tuple) -> int:
+    """Rows of one handed-over request (its sender, its tensors)."""
+    return len(item[1][ATTENTION_MASK])
 
 
 def tokenizer_outputs(model_config: dict, graph_inputs: list[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -184,7 +177,7 @@ class TritonPythonModel:
         self.front = RequestEncoder(config, version_dir, produced)
         self.final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         self.pipeline = Pipeline(self._run, int(parameters(config).get(QUEUE_BOUND, "0")),
-                                 max_rows=int(config["max_batch_size"]), rows=lambda item: len(item[1][ATTENTION_MASK]),
+                                 max_rows=int(config["max_batch_size"]), rows=item_rows,
                                  nice=GRAPH_NICE)
 
     def execute(self, requests):
@@ -210,7 +203,7 @@ class TritonPythonModel:
             answers = [error_response(f"the model step failed: {exc}", "INTERNAL")] * len(items)
         # Counted before the answers go out: a client that reads the counters after its answer finds its run.
         try:
-            self.front.metrics.record({"runs": 1, "run_texts": sum(len(t[ATTENTION_MASK]) for _, t in items)})
+            self.front.metrics.record({"runs": 1, "run_texts": sum(map(item_rows, items))})
         except Exception as exc:  # noqa: BLE001 - a counter must not cost the answers
             pb_utils.Logger.log_warn(f"one step: the graph run was not counted: {exc}")
         for (sender, _), answer in zip(items, answers):

@@ -10,6 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 
 
+def stat_fields(stat: Path) -> list[str]:
+    """A /proc stat file's fields after the command name (which may hold spaces and parentheses): the first is
+    proc(5)'s field 3, the state. Raises OSError for a process or thread that is gone."""
+    return stat.read_text().rsplit(")", 1)[1].split()
+
+
 def group(pgid: int) -> list[tuple[int, str]]:
     """(pid, state) of every process in a process group."""
     found = []
@@ -17,7 +23,7 @@ def group(pgid: int) -> list[tuple[int, str]]:
         if not entry.name.isdigit():
             continue
         try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            fields = stat_fields(entry / "stat")
         except OSError:
             continue
         if int(fields[2]) == pgid:
