@@ -143,7 +143,7 @@ def test_the_one_steps_pipeline_runs_what_waits_as_one_batch_within_its_bound() 
 
     release, runs = threading.Event(), []
 
-    def run(items: list) -> None:
+    def run(items: list, busy: bool) -> None:
         runs.append(list(items))
         release.wait(10)
 
@@ -167,7 +167,7 @@ def test_the_one_steps_pipeline_runs_what_waits_as_one_batch_within_its_bound() 
     # A batch whose run raises does not take the worker with it: the next batch still runs.
     seen = []
 
-    def flaky(items: list) -> None:
+    def flaky(items: list, busy: bool) -> None:
         seen.append(list(items))
         if items == ["boom"]:
             raise RuntimeError("boom")
@@ -191,10 +191,11 @@ def test_a_pipeline_run_takes_at_most_max_rows_rows_on_a_nicer_thread() -> None:
 
     from tritonize.serving.one_step import GRAPH_NICE, Pipeline, built_nicer
 
-    release, runs, nice = threading.Event(), [], []
+    release, runs, nice, busy_runs = threading.Event(), [], [], []
 
-    def run(items: list) -> None:
+    def run(items: list, busy: bool) -> None:
         runs.append(list(items))
+        busy_runs.append(busy)
         nice.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
         release.wait(10)
 
@@ -208,6 +209,8 @@ def test_a_pipeline_run_takes_at_most_max_rows_rows_on_a_nicer_thread() -> None:
     release.set()
     assert pipeline.close() == []
     assert runs == [["a"], ["bb", "c", "d"], ["eeeeee"], ["f"]]
+    # The first run followed an idle wait; the backlog's runs each followed the previous one at once.
+    assert busy_runs == [False, True, True, True]
     assert set(nice) == {min(19, own + GRAPH_NICE)}
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == own  # the caller's own priority stays
     # The runner is built on a nicer thread, so the threads it starts are nicer; its errors reach the caller.
@@ -427,11 +430,34 @@ def test_one_shard_per_instance_keeps_lone_rows_on_the_wide_session(repo: Path, 
 def test_threads_spin_only_within_a_run(repo: Path) -> None:
     """The generated config spins intra-op threads during a run and stops them when it ends."""
     runner = steps.onnx_runner(repo)
+    assert runner.busy_session is runner.session  # asked for by the one step only: no second copy of the graph
     for session in [runner.session, *runner.shards]:
         options = session.get_session_options()
         assert options.get_session_config_entry("session.intra_op.allow_spinning") == "1"
         assert options.get_session_config_entry("session.force_spinning_stop") == "1"
 
+
+def test_a_busy_run_goes_to_threads_that_do_not_spin(repo: Path, encoder: TextEncoder) -> None:
+    """A run that follows the previous one at once leaves the cores between its operators to the previous
+    batch's answers: the one step's runner has a second multi-threaded session without spinning for it, with
+    the same answers as the spinning one."""
+    def runner(threads: int, spinning: bool) -> OnnxRunner:
+        return OnnxRunner(str(repo / "tiny_model" / "1" / "model.onnx"), threads, [8, 16, 32, 64], 0,
+                          allow_spinning=spinning, max_rows=64, shards=2, busy_session=True)
+
+    two = runner(2, True)
+    spinning = lambda s: s.get_session_options().get_session_config_entry("session.intra_op.allow_spinning")  # noqa: E731
+    assert (spinning(two.session), spinning(two.busy_session)) == ("1", "0")
+    small = [encoder.encode(["dog"]), encoder.encode(["a fox jumps"])]
+    calls = spy_runs(two)
+    idle, busy = two.run_grouped(small), two.run_grouped(small, busy=True)
+    assert [s for _, s in calls] == [two.session, two.busy_session]
+    for a, b in zip(idle, busy):
+        assert np.array_equal(a[0], b[0])
+    # One thread has nothing to spin, and a step that does not spin needs no second copy of the graph.
+    for threads, spins in ((1, True), (2, False)):
+        lone = runner(threads, spins)
+        assert lone.busy_session is lone.session
 
 def test_padding_waste_counts_the_plan_the_server_runs(repo: Path) -> None:
     """Counted with the configured runner's own plan: the figure matches what run_grouped really pads."""

@@ -17,7 +17,10 @@ max_batch_size rows. The step holds its own queue bound (`Pipeline`),
 because Triton's bound would turn off the dynamic batcher's prefetching and
 with it the wake-up that Triton 2.51 loses (docs/benchmark.md, "The 500 ms
 stalls"). The graph's threads run nicer than execute(): under overload the
-cores go first to admitting and refusing requests, then to the graph.
+cores go first to admitting and refusing requests, then to the graph. A
+run that follows the previous one at once runs on onnxruntime threads that
+do not spin, so the previous answers reach their clients meanwhile
+(`OnnxRunner`'s busy session).
 
 The step also returns the tokenizer's tensors that the ensemble passes on
 (token counts, the truncated flag, a post step's offsets), as the tokenizer
@@ -93,13 +96,17 @@ class Pipeline:
     """Requests handed over by execute(), run by one worker thread: each run takes what waits, oldest first,
     up to `max_rows` rows (`rows` counts an item's; a larger item runs alone).
 
+    `run(items, busy)` gets busy=True when the items were already waiting as
+    the previous run ended (the worker went on without waiting): that run's
+    answers are still on their way to the clients.
+
     `bound` caps the requests waiting (handed over, not yet taken by a run);
     execute() asks `room` before it decodes anything, so a full step refuses
     at the cost of a reply. `run` answers its items itself, errors included.
     The worker runs `nice` steps nicer than the thread that made the pipeline.
     """
 
-    def __init__(self, run: Callable[[list], None], bound: int = 0, max_rows: int = 0,
+    def __init__(self, run: Callable[[list, bool], None], bound: int = 0, max_rows: int = 0,
                  rows: Callable[[object], int] = lambda item: 1, nice: int = 0, name: str = "one-step-worker"):
         self.run, self.bound, self.max_rows, self.rows, self.nice = run, bound, max_rows, rows, nice
         self._waiting: list = []
@@ -141,17 +148,20 @@ class Pipeline:
     def _loop(self) -> None:
         if self.nice:
             lower_priority(self.nice)
+        ran = False
         while True:
             with self._ready:
+                busy = ran and bool(self._waiting)  # no wait since the last run: its answers are on their way
                 while not self._waiting and not self._closed:
                     self._ready.wait()
                 if not self._waiting:
                     return
                 items = self._take()
             try:
-                self.run(items)
+                self.run(items, busy)
             except Exception:  # noqa: BLE001 - `run` answers its items; the worker must outlive any one batch
                 traceback.print_exc()
+            ran = True
 
     def close(self, timeout_s: float = 30.0) -> list:
         """Stop taking requests; let the worker finish what waits; what it could not reach (returned) the
@@ -172,7 +182,7 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         version_dir = os.path.join(args["model_repository"], args["model_version"])
         # Built on a nicer thread: onnxruntime's threads run at the worker's priority, not at execute()'s.
-        self.runner = built_nicer(lambda: OnnxRunner.from_config(config, version_dir), GRAPH_NICE)
+        self.runner = built_nicer(lambda: OnnxRunner.from_config(config, version_dir, busy_session=True), GRAPH_NICE)
         produced, self.passed = tokenizer_outputs(config, self.runner.input_names)
         self.front = RequestEncoder(config, version_dir, produced)
         self.final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -190,10 +200,10 @@ class TritonPythonModel:
         full = queue_full_message(self.pipeline.bound)
         return responses + [error_response(full, "UNAVAILABLE") for _ in requests[admitted:]]
 
-    def _run(self, items: list) -> None:
+    def _run(self, items: list, busy: bool) -> None:
         """One batch of the requests waiting; each answered through its own sender."""
         try:
-            results = self.runner.run_grouped([{n: t[n] for n in self.runner.input_names} for _, t in items])
+            results = self.runner.run_grouped([{n: t[n] for n in self.runner.input_names} for _, t in items], busy)
             answers = []
             for (_, tensors), arrays in zip(items, results):
                 outputs = [pb_utils.Tensor(n, a) for n, a in zip(self.runner.output_names, arrays)]
