@@ -42,10 +42,11 @@ def encoder(repo: Path) -> TextEncoder:
     return steps.text_encoder(repo)
 
 
-def runner_for(repo: Path, threads: int, shards: int, max_rows: int = 64) -> OnnxRunner:
+def runner_for(repo: Path, threads: int, shards: int, max_rows: int = 64, allow_spinning: bool = True,
+               busy_session: bool = False) -> OnnxRunner:
     """A runner over the repository's graph with explicit settings (the configured one is steps.onnx_runner)."""
     return OnnxRunner(str(repo / "tiny_model" / "1" / "model.onnx"), threads, [8, 16, 32, 64], 0,
-                      allow_spinning=True, max_rows=max_rows, shards=shards)
+                      allow_spinning=allow_spinning, max_rows=max_rows, shards=shards, busy_session=busy_session)
 
 
 def test_each_step_carries_byte_identical_copies_of_the_served_modules(repo: Path) -> None:
@@ -441,12 +442,10 @@ def test_a_busy_run_goes_to_threads_that_do_not_spin(repo: Path, encoder: TextEn
     """A run that follows the previous one at once leaves the cores between its operators to the previous
     batch's answers: the one step's runner has a second multi-threaded session without spinning for it, with
     the same answers as the spinning one."""
-    def runner(threads: int, spinning: bool) -> OnnxRunner:
-        return OnnxRunner(str(repo / "tiny_model" / "1" / "model.onnx"), threads, [8, 16, 32, 64], 0,
-                          allow_spinning=spinning, max_rows=64, shards=2, busy_session=True)
+    def spinning(session) -> str:
+        return session.get_session_options().get_session_config_entry("session.intra_op.allow_spinning")
 
-    two = runner(2, True)
-    spinning = lambda s: s.get_session_options().get_session_config_entry("session.intra_op.allow_spinning")  # noqa: E731
+    two = runner_for(repo, 2, shards=2, busy_session=True)
     assert (spinning(two.session), spinning(two.busy_session)) == ("1", "0")
     small = [encoder.encode(["dog"]), encoder.encode(["a fox jumps"])]
     calls = spy_runs(two)
@@ -456,8 +455,9 @@ def test_a_busy_run_goes_to_threads_that_do_not_spin(repo: Path, encoder: TextEn
         assert np.array_equal(a[0], b[0])
     # One thread has nothing to spin, and a step that does not spin needs no second copy of the graph.
     for threads, spins in ((1, True), (2, False)):
-        lone = runner(threads, spins)
+        lone = runner_for(repo, threads, shards=2, allow_spinning=spins, busy_session=True)
         assert lone.busy_session is lone.session
+
 
 def test_padding_waste_counts_the_plan_the_server_runs(repo: Path) -> None:
     """Counted with the configured runner's own plan: the figure matches what run_grouped really pads."""

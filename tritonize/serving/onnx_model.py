@@ -68,7 +68,8 @@ class OnnxRunner:
         self.session = self._session(onnx_file, threads, allow_spinning)
         # A busy run follows the previous batch's answers, which Triton's threads and the client still carry;
         # threads spinning between its operators held the cores they needed (all-MiniLM-L6-v2, two cores,
-        # 16-token texts at concurrency 4: p99 2.3-2.6 x p50 spinning, 1.6-1.7 x not, throughput unchanged).
+        # 16-token texts at concurrency 4: p99 2.3-2.6 x p50 spinning, 1.5-1.7 x not; throughput within the noise,
+        # 1-6% lower at concurrency 4 on longer rows, where the cores idle more between operators).
         # After an idle wait a run still spins: alone, a lone text is fastest on cores kept awake.
         spins = allow_spinning and threads > 1
         self.busy_session = self._session(onnx_file, threads, False) if busy_session and spins else self.session
