@@ -127,6 +127,7 @@ def test_the_local_server_runs_tokenizer_and_model_as_one_step(repo: Path) -> No
     # One instance that pipelines and holds the bound itself; Triton's bound stays off (it would stall the batcher).
     # The container's model step keeps two instances and Triton's bound.
     assert params[batching.QUEUE_BOUND] == "512" and "default_queue_policy" not in step["dynamic_batching"]
+    assert params[batching.GATHER] == "2000"  # the worker's wait for the clients a run answered, in microseconds
     assert [g["count"] for g in step["instance_group"]] == [1]
     container_model = config_as_triton_passes_it(repo / "tiny_model" / "config.pbtxt")
     assert container_model["dynamic_batching"]["default_queue_policy"]["max_queue_size"] == 512
@@ -219,6 +220,71 @@ def test_a_pipeline_run_takes_at_most_max_rows_rows_on_a_nicer_thread() -> None:
     with pytest.raises(ValueError, match="no model"):
         built_nicer(lambda: (_ for _ in ()).throw(ValueError("no model")), 3)
 
+
+
+def test_a_run_waits_for_the_clients_the_previous_run_answered_within_the_gather_window() -> None:
+    """Closed-loop clients that split into two halves join into one run; the wait ends as soon as they are all
+    there, or gather_s after the previous run; a lone client, and a client slower than the window, never wait."""
+    import threading
+
+    from tritonize.serving.one_step import Pipeline
+
+    runs: list[tuple[list, bool, float]] = []
+    ends: list[float] = []
+    hold = threading.Event()
+
+    def run(items: list, busy: bool) -> None:
+        runs.append((list(items), busy, time.monotonic()))
+        if items == ["a", "b"]:
+            hold.wait(10)
+        ends.append(time.monotonic())
+
+    def ran(n: int) -> None:
+        deadline = time.monotonic() + 10
+        while len(ends) < n and time.monotonic() < deadline:
+            time.sleep(0.002)
+        assert len(ends) == n
+
+    halves = Pipeline(run, max_rows=8, gather_s=5.0)
+    halves.put(["a", "b"])  # the first run gathers nothing: no run before it
+    deadline = time.monotonic() + 10
+    while not runs and time.monotonic() < deadline:
+        time.sleep(0.002)
+    halves.put(["c", "d"])  # the other half, waiting while a and b run
+    hold.set()
+    time.sleep(0.05)
+    halves.put(["a2"])  # a's next request
+    time.sleep(0.05)
+    sent = time.monotonic()
+    halves.put(["b2"])  # b's: the four clients are all there, the run starts without waiting out the window
+    ran(2)
+    assert runs[1][:2] == (["c", "d", "a2", "b2"], True)
+    assert runs[1][2] - sent < 2.0
+    assert halves.close() == []
+
+    runs.clear(), ends.clear()
+    window = Pipeline(run, max_rows=8, gather_s=0.3)
+    window.put(["p", "q"])
+    ran(1)
+    window.put(["p2"])  # q's client does not come back: the run waits out the window after the last run
+    ran(2)
+    assert runs[1][:2] == (["p2"], True)
+    assert runs[1][2] - ends[0] >= 0.25
+    time.sleep(0.5)  # a client slower than the window
+    sent = time.monotonic()
+    window.put(["late"])
+    ran(3)
+    assert runs[2][:2] == (["late"], False) and runs[2][2] - sent < 0.2
+    assert window.close() == []
+
+    runs.clear(), ends.clear()
+    lone = Pipeline(run, max_rows=8, gather_s=5.0)
+    for k in range(3):  # one client: each run's one row is all the previous run answered
+        sent = time.monotonic()
+        lone.put([f"t{k}"])
+        ran(k + 1)
+        assert runs[k][2] - sent < 2.0 and runs[k][1] is False
+    assert lone.close() == []
 
 def test_bucket_lookup_and_padding() -> None:
     assert batching.parse_buckets("32,8,16") == [8, 16, 32]

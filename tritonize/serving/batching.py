@@ -31,6 +31,9 @@ ROW_FIELDS = (TOKEN_COUNT, TRUNCATED)
 # The configuration parameter with the local one step's own queue bound: requests handed to its worker and not
 # yet running (serving/one_step.py); 0: none.
 QUEUE_BOUND = "max_queue_size"
+# The parameter with how long, in microseconds, the local one step's worker waits after a run for the clients it
+# answered (serving/one_step.py, `Pipeline`); 0: it runs what waits at once.
+GATHER = "gather_us"
 
 
 def parse_buckets(text: str, max_length: int | None = None) -> list[int]:
