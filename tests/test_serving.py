@@ -49,6 +49,13 @@ def runner_for(repo: Path, threads: int, shards: int, max_rows: int = 64, allow_
                       allow_spinning=allow_spinning, max_rows=max_rows, shards=shards, busy_session=busy_session)
 
 
+def until(done, timeout_s: float = 10.0) -> None:
+    """Polls until done() holds or the timeout passes: a Pipeline's worker runs on a thread of its own."""
+    deadline = time.monotonic() + timeout_s
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.002)
+
+
 def test_each_step_carries_byte_identical_copies_of_the_served_modules(repo: Path) -> None:
     pairs = {
         "tiny_tokenizer/1/model.py": "tokenizer.py",
@@ -151,9 +158,7 @@ def test_the_one_steps_pipeline_runs_what_waits_as_one_batch_within_its_bound() 
 
     pipeline = Pipeline(run, bound=3)
     pipeline.put(["a"])
-    deadline = time.monotonic() + 10
-    while not runs and time.monotonic() < deadline:  # the worker took "a" and is running it
-        time.sleep(0.005)
+    until(lambda: runs)  # the worker took "a" and is running it
     assert runs == [["a"]]
     assert pipeline.room(5) == 3
     pipeline.put(["b", "c"])
@@ -176,9 +181,7 @@ def test_the_one_steps_pipeline_runs_what_waits_as_one_batch_within_its_bound() 
 
     survivor = Pipeline(flaky)
     survivor.put(["boom"])
-    deadline = time.monotonic() + 10
-    while not seen and time.monotonic() < deadline:
-        time.sleep(0.005)
+    until(lambda: seen)
     survivor.put(["after"])
     assert survivor.close() == [] and seen == [["boom"], ["after"]]
     assert "Exceeds maximum queue size: 3 requests" in queue_full_message(3)
@@ -204,9 +207,7 @@ def test_a_pipeline_run_takes_at_most_max_rows_rows_on_a_nicer_thread() -> None:
     own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
     pipeline = Pipeline(run, max_rows=4, rows=len, nice=GRAPH_NICE)
     pipeline.put(["a"])
-    deadline = time.monotonic() + 10
-    while not runs and time.monotonic() < deadline:
-        time.sleep(0.005)
+    until(lambda: runs)
     pipeline.put(["bb", "c", "d", "eeeeee", "f"])  # rows: 2, 1, 1, 6, 1
     release.set()
     assert pipeline.close() == []
@@ -219,7 +220,6 @@ def test_a_pipeline_run_takes_at_most_max_rows_rows_on_a_nicer_thread() -> None:
     assert built_nicer(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id()), 3) == min(19, own + 3)
     with pytest.raises(ValueError, match="no model"):
         built_nicer(lambda: (_ for _ in ()).throw(ValueError("no model")), 3)
-
 
 
 def test_a_run_waits_for_the_clients_the_previous_run_answered_within_the_gather_window() -> None:
@@ -240,16 +240,12 @@ def test_a_run_waits_for_the_clients_the_previous_run_answered_within_the_gather
         ends.append(time.monotonic())
 
     def ran(n: int) -> None:
-        deadline = time.monotonic() + 10
-        while len(ends) < n and time.monotonic() < deadline:
-            time.sleep(0.002)
+        until(lambda: len(ends) >= n)
         assert len(ends) == n
 
     halves = Pipeline(run, max_rows=8, gather_s=5.0)
     halves.put(["a", "b"])  # the first run gathers nothing: no run before it
-    deadline = time.monotonic() + 10
-    while not runs and time.monotonic() < deadline:
-        time.sleep(0.002)
+    until(lambda: runs)
     halves.put(["c", "d"])  # the other half, waiting while a and b run
     hold.set()
     time.sleep(0.05)
@@ -285,6 +281,7 @@ def test_a_run_waits_for_the_clients_the_previous_run_answered_within_the_gather
         ran(k + 1)
         assert runs[k][2] - sent < 2.0 and runs[k][1] is False
     assert lone.close() == []
+
 
 def test_bucket_lookup_and_padding() -> None:
     assert batching.parse_buckets("32,8,16") == [8, 16, 32]
