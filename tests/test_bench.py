@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from tritonize import steps
-from tritonize.bench import baseline_server, corpus, floor
+from tritonize.bench import baseline_server, corpus, floor, tune
 from tritonize.cli import main
+from tritonize.errors import TritonizeError
 from tritonize.manifest import read_manifest
 from tritonize.repository import parse_config, reconfigure
 from tritonize.spec import Overrides
@@ -301,6 +302,12 @@ def test_bench_runs_every_system_with_exact_counts(tiny_embedding_repo, tmp_path
     assert "CPU per request" in printed and "What the served steps counted" in printed
 
 
+def test_tune_grid_takes_the_local_gather_window() -> None:
+    assert tune.parse_grid(["gather-us=0,4000", "model_instances=1"]) == {"gather_us": [0, 4000], "model_instances": [1]}
+    with pytest.raises(TritonizeError, match="bad --grid item 'gather=1'"):
+        tune.parse_grid(["gather=1"])
+
+
 @pytest.mark.e2e
 @pytest.mark.usefixtures("local_triton")
 def test_tune_writes_the_better_configuration_back(tiny_embedding_repo, tmp_path) -> None:
@@ -319,6 +326,9 @@ def test_tune_writes_the_better_configuration_back(tiny_embedding_repo, tmp_path
     result = json.loads((tmp_path / "out" / "tune.json").read_text())
     assert [p["changes"] for p in result["points"]] == [{"max_queue_delay_us": 20000}, {"max_queue_delay_us": 0}]
     assert all(len(p["runs"]) == 2 and all(r["completed"] == 20 for r in p["runs"]) for p in result["points"])
+    # The start is measured again after the other points; the score compares with its better measurement.
+    again = result["start_again"]["runs"]
+    assert len(again) == 2 and all(r["completed"] == 20 for r in again)
     assert result["chosen"] == {"max_queue_delay_us": 0}
     name = read_manifest(repo).name
     for config in (

@@ -16,6 +16,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from tritonize import repository
 from tritonize.errors import TritonizeError
+from tritonize.serving import batching
 from tritonize.manifest import RESOLVED_KEY, Manifest
 from tritonize.spec import GenerateOptions, ModelSpec, Overrides
 from tritonize.tasks import classification, embedding, question_answering
@@ -163,6 +164,7 @@ def test_tensorrt_block_only_on_gpu() -> None:
         ({"model_instances": 0}, "--model-instances"),
         ({"max_queue_delay_us": -1}, "--max-queue-delay-us"),
         ({"max_request_bytes": -1}, "--max-request-bytes must be 0 or more"),
+        ({"gather_us": -1}, "--gather-us must be 0 or more"),
         ({"queue_budget_ms": 0}, "--queue-budget-ms must be more than 0"),
         ({"capacity_rps": -5.0}, "--capacity-rps must be more than 0"),
     ],
@@ -317,12 +319,14 @@ def test_reconfigure_rewrites_only_configs(tmp_path: Path) -> None:
     out = tmp_path / "repo"
     repository.write(files, binaries, out, repository.staging_dir(out))
     onnx_before = (out / "demo_model/1/model.onnx").read_bytes()
-    repository.reconfigure(out, Overrides(max_queue_delay_us=42, model_instances=2, max_batch_size=8))
+    repository.reconfigure(out, Overrides(max_queue_delay_us=42, model_instances=2, max_batch_size=8, gather_us=0))
     local = repository.parse_config((out / "demo_model/configs/local.pbtxt").read_text())
     assert local.dynamic_batching.max_queue_delay_microseconds == 42
+    assert local.parameters[batching.GATHER].string_value == "0"  # a `tune` grid key: the one step's gather window
     assert local.instance_group[0].count == 2 and local.max_batch_size == 8
     assert repository.parse_config((out / "demo/config.pbtxt").read_text()).max_batch_size == 8
     assert yaml.safe_load((out / "tritonize.yaml").read_text())["max_queue_delay_us"] == 42
+    assert yaml.safe_load((out / "tritonize.yaml").read_text())["gather_us"] == 0
     assert (out / "demo_model/1/model.onnx").read_bytes() == onnx_before
     with pytest.raises(TritonizeError, match="unknown option"):
         repository.reconfigure(out, Overrides.of({"max_queue_delay": 1}))

@@ -66,6 +66,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tokenizer-instances", type=int, help=f"(default: {d.tokenizer_instances})")
     p.add_argument("--model-instances", type=int, help=f"(default: {CONTAINER_MODEL_INSTANCES} in the container, "
                    f"{LOCAL_ONE_STEP_INSTANCES} on the local server, where the model step pipelines its batches)")
+    p.add_argument("--gather-us", type=int, help="the local server's one step: how long a run may wait for the clients "
+                   f"the previous run answered, so a few clients share one run; a lone client never waits (default: "
+                   f"{d.gather_us}; 0: run what waits at once)")
     p.add_argument("--buckets", type=_int_list, help="padding lengths, e.g. 16,32,64,128 (default: powers of two up to the max length)")
     p.add_argument("--opset", type=int, help=f"ONNX opset, 17 or later (default: {d.opset})")
     p.add_argument("--trust-remote-code", action="store_true", default=None, help="allow code shipped in the model folder to run")

@@ -46,6 +46,7 @@ from .spec import (
     VERIFICATION_FILE,
     FIRST_VERSION,
     GenerateOptions,
+    LocalRuntimeSpec,
     ModelSpec,
     Overrides,
     RepoSpec,
@@ -77,7 +78,7 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str) -> RepoSpec:
         if value is not None and value < 1:
             raise TritonizeError(f"{label} must be at least 1 (got {value})")
     for label, value in (("--max-queue-delay-us", options.max_queue_delay_us), ("--max-queue-size", options.max_queue_size),
-                         ("--max-request-bytes", options.max_request_bytes)):
+                         ("--max-request-bytes", options.max_request_bytes), ("--gather-us", options.gather_us)):
         if value is not None and value < 0:
             raise TritonizeError(f"{label} must be 0 or more (got {value})")
     for label, value in (("--queue-budget-ms", options.queue_budget_ms), ("--capacity-rps", options.capacity_rps)):
@@ -128,6 +129,7 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str) -> RepoSpec:
         model_step=step("model", "onnx_model" if task.orchestrates else "one_step",
                         options.model_instances or CONTAINER_MODEL_INSTANCES, "KIND_GPU" if options.device == "gpu" else "KIND_CPU"),
         local_model_instances=options.model_instances or LOCAL_ONE_STEP_INSTANCES,
+        local=LocalRuntimeSpec(gather_us=options.gather_us),
         buckets=normalise_buckets(options.buckets, model.max_length),
         device=options.device,  # type: ignore[arg-type]
         precision=options.precision,  # type: ignore[arg-type]

@@ -129,6 +129,12 @@ class ModelSpec:
 CONTAINER_MODEL_INSTANCES = 2
 LOCAL_ONE_STEP_INSTANCES = 1
 
+# How long the local one step's next run may wait for the clients the previous run answered (serving/one_step.py);
+# 0: it runs what waits at once. Against 0, at concurrency 4 on two cores: 128-token texts +12 to +21% in all five
+# sets measured, 16-token +7 to +20% in four (-18% in one, where clients came back later than the window). A lone
+# client never waits. `tritonize tune --grid gather_us=...` measures others on the serving machine.
+DEFAULT_GATHER_US = 2000
+
 
 @dataclass
 class GenerateOptions:
@@ -168,6 +174,7 @@ class GenerateOptions:
     # then. The model step's: None takes CONTAINER_MODEL_INSTANCES and LOCAL_ONE_STEP_INSTANCES.
     tokenizer_instances: int = 2
     model_instances: int | None = None
+    gather_us: int = DEFAULT_GATHER_US  # the local server only: the container batches with Triton's own batcher
     buckets: list[int] | None = None
     # Bytes of text one request may carry (its texts summed), checked by the first step before it decodes
     # anything; 0: no bound. Within it, every text is read as the model reads it.
@@ -211,6 +218,7 @@ class Overrides:
     capacity_rps: float | None = None
     tokenizer_instances: int | None = None
     model_instances: int | None = None
+    gather_us: int | None = None
     buckets: list[int] | None = None
     max_request_bytes: int | None = None
     truncate: bool | None = None
@@ -270,10 +278,7 @@ class LocalRuntimeSpec:
     allow_spinning: bool = True  # within a run only (force_spinning_stop)
     data_parallel: bool = True  # batches as one single-threaded shard per core (large ones: onnx_model.py)
     ragged: bool = True  # requests padded to different buckets may share a batch
-    # As one step, how long a run may wait for the clients the previous run answered (serving/one_step.py). Against
-    # running what waits at once, at concurrency 4 on two cores: 128-token texts +12 to +21% in all five sets
-    # measured, 16-token +7 to +20% in four (-18% in one, where clients came back later than the window).
-    gather_us: int = 2000
+    gather_us: int = DEFAULT_GATHER_US  # as one step: how long a run may wait for the clients the last one answered
     kind: InstanceKind = "KIND_CPU"
 
 
