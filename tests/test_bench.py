@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tritonize import steps
-from tritonize.bench import baseline_server, corpus, floor, tune
+from tritonize.bench import baseline_server, corpus, floor, stats, tune
 from tritonize.cli import main
 from tritonize.errors import TritonizeError
 from tritonize.manifest import read_manifest
@@ -45,6 +45,16 @@ def test_fixed_length_texts_have_exact_token_counts(tiny_embedding_repo) -> None
         assert all(len(r) == 1 for r in w[name].rows)
         assert {len(chain.encoder.tokenizer.encode(r[0]).ids) for r in w[name].rows} == {target}
     assert w["mixed"].summary()["tokens"]["max"] <= chain.max_length  # truncated as the server truncates
+
+
+def test_served_counters_are_read_once_they_stop_moving() -> None:
+    """The steps publish their counts up to PUBLISH_S late: a read settles on the first value read twice running."""
+    reads = iter([{"texts": 3.0}, {"texts": 7.0}, {"texts": 8.0}, {"texts": 8.0}, {"texts": 9.0}])
+    assert stats.settled(lambda: next(reads)) == {"texts": 8.0}
+    moving = iter(range(1000))
+    started = time.monotonic()
+    assert stats.settled(lambda: next(moving), limit_s=0.5) >= 2  # never still: the last read once the limit passed
+    assert time.monotonic() - started < 2.0
 
 
 def test_the_floor_at_a_batch_it_did_not_measure() -> None:

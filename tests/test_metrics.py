@@ -7,6 +7,7 @@ import urllib.request
 import pytest
 
 from tritonize import steps
+from tritonize.bench.stats import settled
 from tritonize.client import ServerError, TextClient
 from tritonize.runtime.local import LocalRuntime
 from tritonize.serving.metrics import COUNTED
@@ -15,7 +16,12 @@ pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("local_triton")]
 
 
 def scrape(url: str) -> dict[tuple[str, str], float]:
-    """tritonize_* series from a Prometheus text page: (name, labels) -> value."""
+    """tritonize_* series from a Prometheus text page: (name, labels) -> value, once the steps have published
+    what they counted (they publish within PUBLISH_S)."""
+    return settled(lambda: page(url))
+
+
+def page(url: str) -> dict[tuple[str, str], float]:
     with urllib.request.urlopen(url, timeout=5) as resp:  # noqa: S310 - loopback
         text = resp.read().decode()
     found = {}

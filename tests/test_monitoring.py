@@ -30,6 +30,7 @@ import pytest
 import yaml
 
 from tritonize import steps
+from tritonize.bench.stats import settled
 from tritonize.errors import TritonizeError
 from tritonize.runtime import monitoring as mon
 from tritonize.runtime import process
@@ -328,7 +329,9 @@ def test_prometheus_sees_the_traffic_value_for_value(monitored: Monitored) -> No
     requests = [["hello world"], ["Ünïcödé café 🚀 ☃", "many words in a row " * 40],  # truncated at 64 tokens
                 ["the quick brown fox", "a", "b c"]]
     refused = 2
-    before = triton_page(monitored.metrics)  # `up` already sent one: its health check
+    # `up` already sent one, its health check; the steps publish what they counted within PUBLISH_S.
+    settled(lambda: {k: v for k, v in triton_page(monitored.metrics).items() if k[0].startswith("tritonize_")})
+    before = triton_page(monitored.metrics)
     with TextClient(monitored.grpc, name) as client:
         for texts in requests:
             client.embed(texts)

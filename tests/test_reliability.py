@@ -754,6 +754,8 @@ def test_clients_retry_a_full_queue_when_asked(tiny_embedding_repo, local_option
     """A step that holds one waiting request refuses a burst; a client with retries gets every answer."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from test_metrics import scrape
+
     repo = tmp_path / "repo"
     shutil.copytree(tiny_embedding_repo.repository, repo)
     reconfigure(repo, Overrides(max_queue_size=1, max_batch_size=1))
@@ -773,10 +775,10 @@ def test_clients_retry_a_full_queue_when_asked(tiny_embedding_repo, local_option
     with LocalRuntime(local_options(repo, tmp_path / "run"), quiet=True) as endpoints:
         plain = burst(endpoints.grpc, 0)
         patient = burst(endpoints.grpc, 30)
-        page = http_get(endpoints.metrics)[1].decode()
+        metrics = scrape(endpoints.metrics)
     refused = [r for r in plain if isinstance(r, ServerError)]
     # Locally the one step refused them at its own bound, and counted each.
-    counted = sum(float(line.rsplit(" ", 1)[1]) for line in page.splitlines() if line.startswith("tritonize_queue_full_total"))
+    counted = sum(v for (name, _), v in metrics.items() if name == "tritonize_queue_full_total")
     assert counted >= len(refused) > 0
     print(f"burst of 48 at concurrency 16, queue of 1: {len(refused)} refused without retries, "
           f"{sum(isinstance(r, ServerError) for r in patient)} with up to 30 retries")

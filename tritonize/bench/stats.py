@@ -13,8 +13,14 @@ import json
 import time
 import urllib.request
 from dataclasses import asdict, dataclass
+from typing import Callable, TypeVar
 
 import numpy as np
+
+from ..serving.metrics import PUBLISH_S
+
+T = TypeVar("T")
+
 
 @dataclass(frozen=True)
 class StepStats:
@@ -162,6 +168,19 @@ def served_counters(metrics_url: str, timeout_s: float = 5.0, models: list[str] 
     return totals
 
 
+def settled(read: Callable[[], T], limit_s: float = 5.0) -> T:
+    """What `read` returns once two reads PUBLISH_S apart agree: the served steps publish their counts within
+    PUBLISH_S of making them (serving/metrics.py), so a read right after the last answer can miss the last ones."""
+    deadline = time.monotonic() + limit_s
+    last = read()
+    while True:
+        time.sleep(2 * PUBLISH_S)
+        now = read()
+        if now == last or time.monotonic() > deadline:
+            return now
+        last = now
+
+
 GRAPH_BATCH = "graph_batch"  # texts per graph run of the local one step, in a measurement's served counters
 
 
@@ -173,11 +192,14 @@ class ServedCounters:
         self.models = models
         self.before: dict[str, float] = {}
 
+    def read(self) -> dict[str, float]:
+        return settled(lambda: served_counters(self.metrics_url, models=self.models))
+
     def start(self) -> None:
-        self.before = served_counters(self.metrics_url, models=self.models)
+        self.before = self.read()
 
     def finish(self) -> dict:
-        after = served_counters(self.metrics_url, models=self.models)
+        after = self.read()
         delta = {k: round(v - self.before.get(k, 0.0), 3) for k, v in after.items() if v - self.before.get(k, 0.0)}
         runs = delta.get("tritonize_graph_runs_total")
         if runs:  # the local one step runs the requests waiting at once: its graph's batch, not Triton's

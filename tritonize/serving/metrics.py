@@ -6,9 +6,19 @@ they appear beside Triton's own `nv_*` metrics; outside Triton (tests, the
 benchmark's floor) every call is a no-op. Names follow Prometheus
 conventions: `tritonize_` prefix, `_total` for counters, the unit in the name.
 Every series carries the step's model name as `model`.
+
+Counts are published to Triton within `PUBLISH_S` of being made, not as they
+are made: each increment is a round trip to the server process, and a round
+trip per counter per execute(), on the threads that answer requests, cost
+the server process CPU on every request and 4-13% of the throughput at
+concurrency 1 (docs/benchmark.md).
 """
 
 from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
 
 try:
     import triton_python_backend_utils as pb_utils
@@ -33,6 +43,9 @@ COUNTERS = {
     "tritonize_graph_texts_total": "Texts those graph runs carried: over the runs, the graph's batch size.",
     "tritonize_queue_full_total": "Requests the local server's one step refused at its own queue bound (503).",
 }
+# How long counts wait to be published together (seconds): one round trip per series that moved, at most this often.
+# A reader that needs every count so far reads again after this (bench.stats.settled).
+PUBLISH_S = 0.1
 REASONS = ("too_large", "too_long", "invalid_utf8", "empty", "no_elements", "rows_mismatch", "tokenizer")
 # What the steps count in one execute() (their `counts` dicts) -> the counter each key feeds.
 COUNTED = {
@@ -50,11 +63,18 @@ COUNTED = {
 
 
 class StepMetrics:
-    """One step's counters. Families are kept on the object: a family that is dropped fails later updates."""
+    """One step's counters. Families are kept on the object: a family that is dropped fails later updates.
+
+    `record` and `rejected` only add to what is pending; a thread of the step's own publishes it every
+    PUBLISH_S while there is any, so no request waits on a round trip to the server for a counter."""
 
     def __init__(self, model: str):
         self.enabled = pb_utils is not None and hasattr(pb_utils, "MetricFamily")
         self._families, self._series = {}, {}
+        self._pending: Counter = Counter()  # series key -> count not yet published
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._closed = False
         if not self.enabled:
             return
         for name, description in COUNTERS.items():
@@ -66,14 +86,47 @@ class StepMetrics:
         for reason in REASONS:
             self._series[("rejected", reason)] = self._families["tritonize_inputs_rejected_total"].Metric(
                 labels={"model": model, "reason": reason})
+        self._publisher = threading.Thread(target=self._publish_loop, name="tritonize-metrics", daemon=True)
+        self._publisher.start()
 
     def record(self, counts: dict) -> None:
         """Add one execute()'s counts (keys of COUNTED)."""
         if self.enabled:
-            for key, value in counts.items():
-                if value:
-                    self._series[COUNTED[key]].increment(float(value))
+            self._add([(COUNTED[key], value) for key, value in counts.items() if value])
 
     def rejected(self, reason: str) -> None:
         if self.enabled:
-            self._series[("rejected", reason if reason in REASONS else "tokenizer")].increment(1.0)
+            self._add([(("rejected", reason if reason in REASONS else "tokenizer"), 1)])
+
+    def close(self) -> None:
+        """Publish what is pending and stop the publisher (the step's finalize: before its stub goes)."""
+        if self.enabled and not self._closed:
+            self._closed = True
+            self._wake.set()
+            self._publisher.join(timeout=2 * PUBLISH_S + 1.0)
+            self.publish()
+
+    def publish(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, Counter()
+        for key, value in pending.items():
+            try:
+                self._series[key].increment(float(value))
+            except Exception as exc:  # noqa: BLE001 - a counter must not stop the others, nor the step
+                pb_utils.Logger.log_warn(f"tritonize metrics: {value:g} not added to {key}: {exc}")
+
+    def _add(self, items: list) -> None:
+        if items:
+            with self._lock:
+                for key, value in items:
+                    self._pending[key] += value
+            self._wake.set()
+
+    def _publish_loop(self) -> None:
+        while not self._closed:
+            self._wake.wait()
+            if self._closed:
+                return  # close() publishes the rest
+            self._wake.clear()  # what is added from here on wakes the next round
+            time.sleep(PUBLISH_S)  # gather the counts of the next executes into one round trip each
+            self.publish()

@@ -612,3 +612,6 @@ class TritonPythonModel:
                 responses[i] = pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(self.output_name, out)])
         self.metrics.record(counts)
         return responses
+
+    def finalize(self):
+        self.metrics.close()

@@ -357,3 +357,6 @@ class TritonPythonModel:
             self.metrics.record({"entities": self.step.found})
             responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(n, a) for n, a in outputs.items()]))
         return responses
+
+    def finalize(self):
+        self.metrics.close()

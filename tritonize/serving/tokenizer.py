@@ -345,3 +345,6 @@ class TritonPythonModel:
                 output_tensors=[pb_utils.Tensor(name, arr) for name, arr in tensors.items()]
             )
         return responses
+
+    def finalize(self):
+        self.front.metrics.close()
