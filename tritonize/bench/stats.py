@@ -168,9 +168,10 @@ def served_counters(metrics_url: str, timeout_s: float = 5.0, models: list[str] 
     return totals
 
 
-def settled(read: Callable[[], T], limit_s: float = 5.0) -> T:
-    """What `read` returns once two reads PUBLISH_S apart agree: the served steps publish their counts within
-    PUBLISH_S of making them (serving/metrics.py), so a read right after the last answer can miss the last ones."""
+def settled(read: Callable[[], T], limit_s: float = 10 * PUBLISH_S) -> T:
+    """What `read` returns once two reads 2 x PUBLISH_S apart agree: the served steps publish their counts within
+    PUBLISH_S of making them (serving/metrics.py), so a read right after the last answer can miss the last ones.
+    A server that other clients keep busy never settles: the last read once `limit_s` has passed."""
     deadline = time.monotonic() + limit_s
     last = read()
     while True:
