@@ -64,6 +64,7 @@ import contextlib
 import io
 import json
 import logging
+import shutil
 import string
 import tempfile
 from collections.abc import Callable
@@ -807,6 +808,66 @@ def build_sparse_legacy(folder: Path, family: str, pooling: str = "sum", seed: i
         "prompts": {"query": "", "document": ""}, "default_prompt_name": None, "similarity_fn_name": "dot",
     }, indent=2) + "\n")
     return folder
+
+
+MULTI_VECTOR_DIM = 16
+MULTI_VECTOR_LAYOUTS = ("sentence-transformers", "pylate", "stanford")
+
+
+def build_multi_vector(folder: Path, layout: str = "sentence-transformers", family: str = "bert",
+                       seed: int = SEED) -> Path:
+    """A late-interaction (ColBERT) folder: the encoder, a token-level Dense to MULTI_VECTOR_DIM, normalised.
+    sentence-transformers: MultiVectorEncoder(modules=...).save, as the installed library writes it.
+    pylate: PyLate 3's layout, written by hand (config_sentence_transformers.json's model_type "ColBERT" and its
+    query/document keys, the Dense under pylate.models.Dense). stanford: Stanford ColBERT's checkpoint, written by
+    hand (architectures ["HF_ColBERT"], the projection as linear.weight among the encoder's weights,
+    artifact.metadata). The installed MultiVectorEncoder reads all three."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    from sentence_transformers import MultiVectorEncoder
+    from sentence_transformers.base.modules import Dense, Normalize, Transformer
+
+    folder = Path(folder)
+    base = build_hf_model(folder / "base" if layout == "sentence-transformers" else folder, family, seed=seed)
+    torch.manual_seed(seed)
+    projection = torch.nn.Linear(HIDDEN, MULTI_VECTOR_DIM, bias=False).weight.detach().clone()
+    if layout == "sentence-transformers":
+        dense = Dense(HIDDEN, MULTI_VECTOR_DIM, bias=False, activation_function=None, init_weight=projection,
+                      module_input_name="token_embeddings")
+        modules = [Transformer(str(base)), dense, Normalize(module_input_name="token_embeddings")]
+        MultiVectorEncoder(modules=modules, device="cpu").save(str(folder))
+        shutil.rmtree(base)
+        return folder
+    if layout == "pylate":
+        (folder / "1_Dense").mkdir(exist_ok=True)
+        save_file({"linear.weight": projection.contiguous()}, str(folder / "1_Dense" / "model.safetensors"))
+        (folder / "1_Dense" / "config.json").write_text(json.dumps({
+            "in_features": HIDDEN, "out_features": MULTI_VECTOR_DIM, "bias": False,
+            "activation_function": "torch.nn.modules.linear.Identity"}, indent=2) + "\n")
+        (folder / "modules.json").write_text(json.dumps([
+            {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+            {"idx": 1, "name": "1", "path": "1_Dense", "type": "pylate.models.Dense.Dense"},
+        ], indent=2) + "\n")
+        (folder / "sentence_bert_config.json").write_text(
+            json.dumps({"max_seq_length": 179, "do_lower_case": False}, indent=2) + "\n")
+        (folder / "config_sentence_transformers.json").write_text(json.dumps({
+            "model_type": "ColBERT", "__version__": {"sentence_transformers": "4.0.2", "pylate": "1.2.0"},
+            "prompts": {}, "default_prompt_name": None, "similarity_fn_name": "MaxSim",
+            "query_prefix": "[unused0]", "document_prefix": "[unused1]", "query_length": 32, "document_length": 180,
+            "attend_to_expansion_tokens": False, "skiplist_words": ["!", ",", ".", "?"], "do_query_expansion": True,
+        }, indent=2) + "\n")
+        return folder
+    if layout == "stanford":
+        weights = folder / "model.safetensors"
+        save_file({**load_file(str(weights)), "linear.weight": projection.contiguous()}, str(weights))
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**config, "architectures": ["HF_ColBERT"]}, indent=2) + "\n")
+        (folder / "artifact.metadata").write_text(json.dumps({
+            "query_token_id": "[unused0]", "doc_token_id": "[unused1]", "query_maxlen": 32, "doc_maxlen": 180,
+            "dim": MULTI_VECTOR_DIM, "similarity": "cosine", "attend_to_mask_tokens": False,
+            "mask_punctuation": True}, indent=2) + "\n")
+        return folder
+    raise ValueError(f"unknown multi-vector layout {layout!r}")
 
 
 # Qwen3-Reranker's prompt as a chat template that renders sentence-transformers' pair roles ("query", "document";

@@ -371,3 +371,34 @@ def test_sparse_and_causal_heads_tritonize_cannot_serve_are_refused_in_one_line(
     with pytest.raises(TritonizeError, match=expected) as info:
         generate(GenerateOptions(model=str(folder), output=str(tmp_path / "repo")))
     assert "\n" not in str(info.value) and not (tmp_path / "repo").exists()
+
+
+@pytest.mark.parametrize("layout", model_zoo.MULTI_VECTOR_LAYOUTS)
+@pytest.mark.parametrize("task", [None, "embedding"])
+def test_a_late_interaction_folder_is_refused_in_one_line(layout: str, task: str | None, tmp_path: Path) -> None:
+    """A ColBERT folder in each layout the installed MultiVectorEncoder reads (one vector per token) is refused,
+    --task embedding included: sentence-transformers would load it as a mean-pooled SentenceTransformer, and a
+    repository verified against that conversion serves one vector per text, silently wrong."""
+    from sentence_transformers import MultiVectorEncoder, SentenceTransformer
+
+    folder = model_zoo.build_multi_vector(tmp_path / layout, layout)
+    own = MultiVectorEncoder(str(folder), device="cpu").encode_document(["one vector per token"])[0]
+    assert own.ndim == 2 and own.shape[1] == model_zoo.MULTI_VECTOR_DIM
+    assert SentenceTransformer(str(folder), device="cpu").encode(["one vector per token"]).shape == (1, 32)
+    with pytest.raises(TritonizeError, match="holds a late-interaction model") as info:
+        generate(GenerateOptions(model=str(folder), task=task, output=str(tmp_path / "repo")))
+    assert "\n" not in str(info.value) and not (tmp_path / "repo").exists()
+
+
+def test_a_library_never_converts_a_folder_into_the_model_it_is_verified_against(tmp_path: Path) -> None:
+    """Verification and export load a folder only in the sentence-transformers class it was saved as: a SPLADE
+    folder that declares itself a SentenceTransformer would become a SparseEncoder with a new autoencoder on top."""
+    import shutil
+
+    folder = shutil.copytree(model_zoo.build("bert-splade", tmp_path / "zoo"), tmp_path / "retyped")
+    st_config = folder / "config_sentence_transformers.json"
+    st_config.write_text(json.dumps({**json.loads(st_config.read_text()), "model_type": "SentenceTransformer"}))
+    with pytest.raises(TritonizeError, match="saved as a sentence-transformers SentenceTransformer, and SparseEncoder "
+                                             "would convert it") as info:
+        generate(GenerateOptions(model=str(folder), output=str(tmp_path / "repo")))
+    assert "\n" not in str(info.value) and not (tmp_path / "repo").exists()

@@ -17,6 +17,13 @@ from .serving.batching import TOKEN_TYPE_IDS
 TRANSFORMER_MODULES = ("Transformer", "MLMTransformer")
 # Modules only a SparseEncoder has: a folder with any of them is sparse even where its config predates model_type.
 SPARSE_MODULES = ("MLMTransformer", "SpladePooling", "SparseStaticEmbedding", "SparseAutoEncoder")
+# Late interaction (ColBERT): one vector per token, scored by MaxSim. MultiVectorEncoder's modules, PyLate's model
+# type and config keys, and Stanford ColBERT's architecture and metadata file each mark such a folder.
+MULTI_VECTOR_MODULES = ("MultiVectorMask", "TokenPooling")
+MULTI_VECTOR_MODEL_TYPES = ("MultiVectorEncoder", "ColBERT")  # ColBERT: PyLate's, before MultiVectorEncoder
+PYLATE_CONFIG_KEYS = ("query_prefix", "document_prefix", "query_length", "document_length", "do_query_expansion",
+                      "attend_to_expansion_tokens", "skiplist_words")
+STANFORD_COLBERT = ("HF_ColBERT", "artifact.metadata")  # its architecture in config.json, its metadata file
 
 
 def read_json(path: Path) -> dict | list:
@@ -69,6 +76,20 @@ class ModelFolder:
         """Saved by sentence-transformers' SparseEncoder (SPLADE and kin): its model_type, or its own modules."""
         return self.st_config.get("model_type") == "SparseEncoder" or any(
             self.module_kind(m) in SPARSE_MODULES for m in self.modules or ())
+
+    @property
+    def late_interaction(self) -> str:
+        """What marks a late-interaction (ColBERT) folder, saved by any of the libraries that write one; "" if none."""
+        model_type = self.st_config.get("model_type")
+        if model_type in MULTI_VECTOR_MODEL_TYPES or any(k in MULTI_VECTOR_MODULES for k in self.module_kinds):
+            return f"a late-interaction model (sentence-transformers model_type {model_type!r})"
+        if any(str(m.get("type", "")).startswith("pylate.") for m in self.modules or ()) or any(
+                k in self.st_config for k in PYLATE_CONFIG_KEYS):
+            return "a late-interaction model in PyLate's layout"
+        architecture, metadata = STANFORD_COLBERT
+        if architecture in (self.config.get("architectures") or ()) or (self.root / metadata).is_file():
+            return "a late-interaction model in Stanford ColBERT's layout"
+        return ""
 
     @property
     def module_kinds(self) -> tuple[str, ...]:
@@ -125,6 +146,18 @@ class ModelFolder:
         st_path = root / "config_sentence_transformers.json"
         st_config = read_json(st_path) if st_path.is_file() else {}
         return cls(root, modules, transformer_dir, config, st_config if isinstance(st_config, dict) else {})
+
+
+def saved_model_type(root: str | Path) -> str | None:
+    """The model type sentence-transformers reads from a folder it loads (config_sentence_transformers.json's
+    model_type, "SentenceTransformer" for folders older than the key), or None where the folder has no modules.json
+    and the library builds its default modules instead of reading the folder's."""
+    root = Path(root)
+    if not (root / "modules.json").is_file():
+        return None
+    path = root / "config_sentence_transformers.json"
+    config = read_json(path) if path.is_file() else {}
+    return str(config.get("model_type") or "SentenceTransformer") if isinstance(config, dict) else "SentenceTransformer"
 
 
 def pad_token_id(tokenizer_file: str, fallback: int = 0) -> int:

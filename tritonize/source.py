@@ -130,6 +130,11 @@ def read_model(options: GenerateOptions) -> ModelSpec:
     root = resolve_model_dir(options.model)
     folder = ModelFolder.read(root)
     transformer_dir, config = folder.transformer_dir, folder.config
+    if folder.late_interaction:
+        raise TritonizeError(
+            f"{root} holds {folder.late_interaction}: one vector per token, which tritonize does not serve yet",
+            hint="it serves one vector per text, and a ColBERT model served as one would be silently wrong",
+        )
     if config.get("auto_map") and not options.trust_remote_code:
         raise TritonizeError(
             f"{transformer_dir.name} needs code from the model folder to run (auto_map in config.json)",

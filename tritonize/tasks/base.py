@@ -292,6 +292,24 @@ def pair_token_inputs(folder: ModelFolder, tokenizer_inputs: tuple[str, ...]) ->
     return TOKEN_INPUTS + ((TOKEN_TYPE_IDS,) if folder.uses_token_types(tokenizer_inputs) else ())
 
 
+def library_model(loader: Any, spec: ModelSpec, **kwargs: Any) -> Any:
+    """The folder in sentence-transformers' `loader` class (SentenceTransformer, CrossEncoder, SparseEncoder).
+    The library converts a folder saved as another model type into the loader's (a MultiVectorEncoder into a
+    mean-pooled SentenceTransformer): that is another model, so it is refused, never exported or verified against."""
+    from ..errors import TritonizeError
+    from ..folder import saved_model_type
+
+    path = spec.sentence_transformers_dir or spec.source
+    saved = saved_model_type(path)
+    if saved is not None and saved != loader.model_type:
+        raise TritonizeError(
+            f"{path} was saved as a sentence-transformers {saved}, and {loader.__name__} would convert it into "
+            f"another model",
+            hint="tritonize exports and verifies a folder only as the model type it was saved as",
+        )
+    return loader(path, device="cpu", trust_remote_code=spec.trust_remote_code, **kwargs)
+
+
 def load_pretrained(auto_class: Any, spec: ModelSpec, eager: bool, allow_missing: tuple[str, ...] = ()) -> Any:
     """The folder's weights in `auto_class`, in eval mode. A load that leaves weights newly
     initialised (a head the folder does not have) is refused: it would serve random numbers."""

@@ -26,7 +26,7 @@ import numpy as np
 from ..errors import TritonizeError
 from ..spec import GenerateOptions, ModelSpec, TensorSpec
 from ..spec import Head as BaseHead
-from .base import FLOAT, SAMPLE_TEXT, Task, Variant, load_pretrained, refuse_foreign_flags
+from .base import FLOAT, SAMPLE_TEXT, Task, Variant, library_model, load_pretrained, refuse_foreign_flags
 
 if TYPE_CHECKING:
     from ..folder import ModelFolder
@@ -257,9 +257,7 @@ class Embedding(Task):
             from sentence_transformers import SentenceTransformer
 
             kwargs = {"attn_implementation": "eager"} if eager else {}
-            st = SentenceTransformer(
-                spec.sentence_transformers_dir, device="cpu", trust_remote_code=spec.trust_remote_code, model_kwargs=kwargs
-            )
+            st = library_model(SentenceTransformer, spec, model_kwargs=kwargs)
             return own(st.eval(), head.truncate_dim).eval()
         # The pooler of a bare encoder is never used: its weights may be missing.
         model = load_pretrained(bare_class(spec.architecture), spec, eager, allow_missing=("pooler.",))
@@ -316,7 +314,7 @@ def _sentence_transformer(spec: ModelSpec) -> Any:
     """The folder in sentence-transformers, cutting texts where the served tokenizer cuts them."""
     from sentence_transformers import SentenceTransformer
 
-    model = SentenceTransformer(spec.sentence_transformers_dir, device="cpu", trust_remote_code=spec.trust_remote_code)
+    model = library_model(SentenceTransformer, spec)
     model.max_seq_length = spec.max_length
     return model
 

@@ -30,7 +30,7 @@ from ..serving.chat import PARAMETER as PAIR_TEMPLATE
 from ..serving.chat import PairTemplate
 from ..spec import TEXT_INPUT, GenerateOptions, ModelSpec, TensorSpec
 from ..spec import Head as BaseHead
-from .base import FLOAT, SAMPLE_TEXT, Task, load_pretrained, pair_token_inputs, refuse_foreign_flags
+from .base import FLOAT, SAMPLE_TEXT, Task, library_model, load_pretrained, pair_token_inputs, refuse_foreign_flags
 
 if TYPE_CHECKING:
     from ..folder import ModelFolder
@@ -263,8 +263,7 @@ class Rerank(Task):
 def _cross_encoder(spec: ModelSpec) -> Any:
     from sentence_transformers import CrossEncoder
 
-    return CrossEncoder(spec.sentence_transformers_dir or spec.source, device="cpu", max_length=spec.max_length,
-                        trust_remote_code=spec.trust_remote_code)
+    return library_model(CrossEncoder, spec, max_length=spec.max_length)
 
 
 def _activation(folder: ModelFolder) -> Activation:

@@ -23,7 +23,7 @@ from ..serving.sparse_embedding import INDICES, VALUES, active, compact
 from ..serving.sparse_embedding import rows as served_rows
 from ..spec import GenerateOptions, ModelSpec, TensorSpec
 from ..spec import Head as BaseHead
-from .base import FLOAT, SAMPLE_TEXT, Task, refuse_foreign_flags
+from .base import FLOAT, SAMPLE_TEXT, Task, library_model, refuse_foreign_flags
 
 if TYPE_CHECKING:
     from ..folder import ModelFolder
@@ -99,7 +99,7 @@ def _graph_class():
 def _sparse_encoder(spec: ModelSpec, **kwargs: Any) -> Any:
     from sentence_transformers import SparseEncoder
 
-    model = SparseEncoder(spec.sentence_transformers_dir, device="cpu", trust_remote_code=spec.trust_remote_code, **kwargs)
+    model = library_model(SparseEncoder, spec, **kwargs)
     model.max_seq_length = spec.max_length  # where the served tokenizer cuts texts
     return model
 
