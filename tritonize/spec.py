@@ -46,6 +46,12 @@ TOKEN_EXTRAS: dict[str, tuple[int, ...]] = {OFFSETS: (-1, 2), SPECIAL_TOKENS_MAS
 CONFIG_FILE = "config.pbtxt"
 LOCAL_CONFIG_NAME = "local"  # configs/local.pbtxt: the local server's runtime of the model step
 LOCAL_CONFIG_DIR = "configs"
+# What a server serves of each model, by name: the production configs (each step's config.pbtxt, as NVIDIA's
+# container loads them: the model step on the native onnxruntime backend, a Python tokenizer step, the ensemble)
+# or the fused one step (configs/local.pbtxt: the tokenizer and the graph in one Python step).
+PRODUCTION_VARIANT, FUSED_VARIANT = "production", "fused"
+VARIANT_CONFIGS: dict[str, str | None] = {PRODUCTION_VARIANT: None, FUSED_VARIANT: LOCAL_CONFIG_NAME}
+DEFAULT_VARIANT = FUSED_VARIANT  # what the local server serves unless told
 FIRST_VERSION = 1  # a new repository's version folders are 1/
 MODEL_FILE = "model.onnx"
 TOKENIZER_FILE = "tokenizer.json"
@@ -128,6 +134,12 @@ class ModelSpec:
 # batches (serving/one_step.py), so one instance keeps every core busy and a second would only split its batches.
 CONTAINER_MODEL_INSTANCES = 2
 LOCAL_ONE_STEP_INSTANCES = 1
+
+# onnxruntime's threads per model-step instance on the native backend, CPU: one. Two instances with
+# onnxruntime's default pools (a thread per core each) oversubscribe the cores the tokenizer stubs share. MiniLM,
+# gRPC, two cores, paired runs in one bench (docs/benchmark.md): 16-token texts at concurrency 16 346 req/s
+# against 260 with the default pools, mixed lengths 118 against 74. A GPU instance's threads only feed the GPU.
+CPU_INTRA_OP_THREADS = 1
 
 # How long the local one step's next run may wait for the clients the previous run answered (serving/one_step.py);
 # 0: it runs what waits at once. Against 0, at concurrency 4 on two cores: 128-token texts +12 to +21% in all five
@@ -370,6 +382,11 @@ class RepoSpec:
     @property
     def steps(self) -> tuple[StepSpec, ...]:
         return (self.tokenizer_step, self.model_step) + ((self.post_step,) if self.post_step else ())
+
+    @property
+    def model_parameters(self) -> dict[str, str]:
+        """The native onnxruntime backend's settings of the model step (its config.pbtxt)."""
+        return {"intra_op_thread_count": str(CPU_INTRA_OP_THREADS)} if self.device == "cpu" else {}
 
     @property
     def tokenizer_parameters(self) -> dict[str, str]:

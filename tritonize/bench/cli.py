@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..console import err, out
 from ..errors import TritonizeError
+from ..spec import DEFAULT_VARIANT, VARIANT_CONFIGS
 from . import corpus, infinity
 from .runner import ALL_BASELINES, Bench, BenchOptions, is_triton
 
@@ -84,6 +85,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--compare", type=Path, action="append", default=[], metavar="REPOSITORY",
                    help="another repository of the same task to measure in this run, on its own local server "
                         "(e.g. the int8 one beside fp32); repeatable")
+    p.add_argument("--variant", choices=tuple(VARIANT_CONFIGS), default=DEFAULT_VARIANT,
+                   help="what --start-local's server serves: production (config.pbtxt, the native onnxruntime "
+                        "backend) or fused (configs/local.pbtxt) (default: %(default)s)")
+    p.add_argument("--compare-variant", choices=tuple(VARIANT_CONFIGS), action="append", default=[],
+                   dest="compare_variants", metavar="VARIANT",
+                   help="the same repository serving another variant, measured in this run on its own local server")
     p.add_argument("--source-model", default=None, help="model folder the baselines load (default: tritonize.yaml's model)")
     p.add_argument("--output", "-o", type=Path, default=Path("bench_results"), help="folder for bench.json and bench.png")
     p.set_defaults(func=run)
@@ -117,6 +124,8 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
         long_tokens=args.long_tokens,
         timeout_s=args.timeout,
         compare=args.compare,
+        variant=args.variant,
+        compare_variants=args.compare_variants,
     )
 
 

@@ -25,7 +25,7 @@ from ..errors import TritonizeError
 from ..manifest import Manifest, choose, read_manifests
 from ..runtime.base import Endpoints, ServerOptions
 from ..runtime.process import free_ports
-from ..spec import Overrides, repo_paths
+from ..spec import DEFAULT_VARIANT, Overrides, repo_paths
 from . import baselines, check, corpus, cpu, floor, infinity, load, stats
 from .report import client_inclusive_floor, compared_system, label_of, split_system
 from .targets import SCALING, evaluate
@@ -71,6 +71,10 @@ class BenchOptions:
     timeout_s: float = load.DEFAULT_TIMEOUT_S
     # More repositories of the same task (int8 beside fp32, say): Triton only, each on its own local server.
     compare: list[Path] = field(default_factory=list)
+    # What a local server started for the run serves (spec.VARIANT_CONFIGS), and other variants of the same
+    # repository to measure beside it, each on its own local server.
+    variant: str = DEFAULT_VARIANT
+    compare_variants: list[str] = field(default_factory=list)
     quiet: bool = False
 
     def bound(self, concurrency: int) -> load.Bound:
@@ -127,7 +131,7 @@ def triton_endpoints(options: BenchOptions) -> Iterator[tuple[str, str, str, int
         metrics_port=metrics,
         run_dir=Path(options.output) / ".run",
     )
-    runtime = LocalRuntime(server, quiet=options.quiet)
+    runtime = LocalRuntime(server, quiet=options.quiet, variant=options.variant)
     with runtime as endpoints:
         endpoints: Endpoints
         yield endpoints.http, endpoints.grpc, endpoints.metrics, runtime.server_pid
@@ -396,6 +400,18 @@ class Bench:
                                    "precision": sub.manifest.options.precision}
         return tag, sub
 
+    def compared_variant(self, variant: str) -> tuple[str, Bench]:
+        """This repository on its own local server, serving another variant; tagged with the variant's name."""
+        if variant == self.o.variant or variant in self.compared_meta:
+            raise TritonizeError(f"--compare-variant {variant}: that variant is measured already",
+                                 hint=f"the run measures --variant {self.o.variant}; compare another one")
+        sub = Bench(dataclasses.replace(self.o, start_local=True, baselines=[], compare=[], compare_variants=[],
+                                        variant=variant,
+                                        output=Path(self.o.output) / f"compare-{len(self.compared_meta) + 1}"))
+        self.compared_meta[variant] = {"repository": str(Path(self.o.repository).resolve()), "model": sub.name,
+                                       "precision": sub.manifest.options.precision, "variant": variant}
+        return variant, sub
+
     def measure_compared(self, tag: str, sub: Bench) -> None:
         """Triton on the compared repository, its answers checked against its own graph in-process; its runs
         and checks join this run's under systems named with the tag."""
@@ -426,6 +442,7 @@ class Bench:
                                  hint="use --protocols grpc,http")
         install = self.find_infinity()
         compared = [self.compared(Path(folder)) for folder in self.o.compare]  # refused before anything is timed
+        compared += [self.compared_variant(variant) for variant in self.o.compare_variants]
         self.say(f"[bold]Triton[/] ({', '.join(self.o.protocols)})")
         self.measure_triton()
         for tag, other in compared:
@@ -460,6 +477,7 @@ class Bench:
             "model": self.name,
             "task": self.task.name,
             "precision": self.manifest.options.precision,
+            "variant": o.variant if o.start_local else "as served",
             "inputs": list(self.inputs),
             "repository": str(Path(o.repository).resolve()),
             "source_model": o.source_model or self.manifest.options.model,

@@ -10,7 +10,6 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
 
 from .. import tasks
 from ..tasks.base import Task, sample_body
@@ -86,7 +85,7 @@ class Runtime(abc.ABC):
 
     # Which model configuration it serves: None is each model's config.pbtxt,
     # a name N selects configs/N.pbtxt (Triton's --model-config-name).
-    config_name: ClassVar[str | None] = None
+    config_name: str | None = None
 
     def __init__(self, options: ServerOptions):
         self.options = options

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from ..errors import TritonizeError
+from ..spec import VARIANT_CONFIGS
 from . import process
 from .base import Endpoints
 
@@ -75,6 +76,12 @@ class Instance:
     def model_control(self) -> str:
         """none | explicit, as the server was started (explicit: the load API is on)."""
         return "explicit" if "--model-control-mode=explicit" in self.command else "none"
+
+    @property
+    def variant(self) -> str:
+        """Which configs the server was started on (spec.VARIANT_CONFIGS), read from its command line."""
+        named = next((a.split("=", 1)[1] for a in self.command if a.startswith("--model-config-name=")), None)
+        return next((v for v, name in VARIANT_CONFIGS.items() if name == named), f"configs/{named}.pbtxt")
 
     def alive(self) -> bool:
         process.reap(self.pid)

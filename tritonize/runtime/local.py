@@ -1,10 +1,11 @@
 """`deploy.py local up|down|status|logs`: the tritonserver binary from the nvidia-pytriton wheel.
 
-No Docker and no GPU: the wheel ships Triton 2.51 with its Python backend but
-no onnxruntime backend, so the server runs with `--model-config-name=local`,
-which selects each model's `configs/local.pbtxt` (onnxruntime inside a
-Python-backend model). The server runs in its own process group, so `down`
-stops it together with its Python-backend stub processes.
+No Docker and no GPU. The wheel ships Triton 2.51 with its Python backend alone; the server serves either
+variant of a repository (`--variant`): the production configs (each step's config.pbtxt, as NVIDIA's container
+loads them), with Triton's native onnxruntime backend built from its release sources (native_backend.py) laid
+out beside the Python backend, or the fused one step (`--model-config-name=local`, which selects each model's
+`configs/local.pbtxt`: the tokenizer and onnxruntime in one Python-backend model). The server runs in its own
+process group, so `down` stops it together with its Python-backend stub processes.
 
 Each server gets an instance directory `<run_dir>/local-<http_port>/` holding
 its state (pid, endpoints, repository), its log and its backend
@@ -42,8 +43,8 @@ from ..console import err
 from ..errors import TritonizeError
 from ..paths import child_pythonpath
 from ..serving.health import HEALTH_FILE, probe_file
-from ..spec import LOCAL_CONFIG_NAME
-from . import process, versions
+from ..spec import DEFAULT_VARIANT, VARIANT_CONFIGS
+from . import native_backend, process, versions
 from .instance import (
     ADMIN_HEADER,
     API_LOG_FILE,
@@ -104,6 +105,7 @@ SUPERVISOR_STOP_S = 60.0  # a supervisor in the middle of a restart ends its try
 WHEEL_SERVER_DIR = "pytriton/tritonserver"  # bin/tritonserver, backends/python/, caches/, the stubs
 WHEEL_LIBS_DIR = "nvidia_pytriton.libs"  # the server's shared libraries (libtritonserver, a libcudart, ...)
 WHEEL_STUBS_DIR = "python_backend_stubs"  # <X.Y>/triton_python_backend_stub, one per Python version
+WHEEL_SERVER_LIBRARY = "libtritonserver*.so"  # in WHEEL_LIBS_DIR, renamed with a hash by the wheel's build
 
 
 @dataclass(frozen=True)
@@ -159,6 +161,14 @@ def missing_libraries(binary: Path, libs: Path) -> list[str]:
     return [line.split("=>")[0].strip() for line in result.stdout.splitlines() if "not found" in line]
 
 
+def server_library(install: TritonInstall) -> Path:
+    """The wheel's libtritonserver, which a backend built elsewhere links by its plain name."""
+    found = sorted(install.libs.glob(WHEEL_SERVER_LIBRARY))
+    if not found:
+        raise TritonizeError(f"no {WHEEL_SERVER_LIBRARY} in {install.libs}", hint="reinstall nvidia-pytriton")
+    return found[0]
+
+
 def check_install(install: TritonInstall) -> None:
     missing = missing_libraries(install.stub, install.libs)
     if missing:
@@ -173,12 +183,10 @@ def check_install(install: TritonInstall) -> None:
 
 
 class LocalRuntime(Runtime):
-    config_name = LOCAL_CONFIG_NAME
-
     """The wheel's tritonserver as a child process group; also a context manager.
 
-    It serves each model's `configs/local.pbtxt` (config_name), where the
-    container serves config.pbtxt.
+    It serves the repository's `variant`: the production configs (config.pbtxt, on the native onnxruntime
+    backend) or the fused one step (configs/local.pbtxt).
 
     `with LocalRuntime(ServerOptions(...)) as endpoints:` starts the server,
     and stops it, stubs included, on the way out.
@@ -193,8 +201,15 @@ class LocalRuntime(Runtime):
         supervise: bool = False,
         monitoring: MonitoringOptions | None = None,
         api: ApiOptions | None = None,
+        variant: str = DEFAULT_VARIANT,
+        onnxruntime_backend: Path | None = None,
     ):
         super().__init__(options)
+        if variant not in VARIANT_CONFIGS:
+            raise TritonizeError(f"unknown variant {variant!r}", hint=f"use one of: {', '.join(VARIANT_CONFIGS)}")
+        self.variant = variant
+        self.config_name = VARIANT_CONFIGS[variant]
+        self.onnxruntime_backend = onnxruntime_backend  # None: the one `make backend` built
         self.api = api  # None: no HTTP API beside the server
         self.tritonserver = tritonserver
         self.stop_timeout_s = stop_timeout_s
@@ -270,7 +285,6 @@ class LocalRuntime(Runtime):
             str(install.server),
             f"--model-repository={Path(o.repository).resolve()}",
             f"--backend-directory={backend_dir}",
-            f"--model-config-name={self.config_name}",
             f"--http-address={o.host}",
             f"--grpc-address={o.host}",
             f"--metrics-address={o.host}",
@@ -282,6 +296,8 @@ class LocalRuntime(Runtime):
             f"--http-restricted-api={','.join(RESTRICTED_APIS)}:{ADMIN_HEADER}={self.admin_key()}",
             f"--grpc-restricted-protocol={','.join(RESTRICTED_APIS)}:{ADMIN_HEADER}={self.admin_key()}",
         ]
+        if self.config_name:
+            cmd.append(f"--model-config-name={self.config_name}")
         if o.model_control == "explicit":
             cmd.append("--load-model=*")  # serve the whole repository, as in mode "none"
         if o.log_verbose:
@@ -289,7 +305,9 @@ class LocalRuntime(Runtime):
         return cmd
 
     def _prepare_backend(self, install: TritonInstall) -> Path:
-        """A backend directory with the Python backend and the stub for this interpreter."""
+        """A backend directory with the Python backend and the stub for this interpreter, and for the production
+        configs the native onnxruntime backend."""
+        native = native_backend.find(self.onnxruntime_backend) if self.config_name is None else None
         backends = self.directory / "backends"
         target = backends / "python"
         shutil.rmtree(backends, ignore_errors=True)
@@ -298,6 +316,8 @@ class LocalRuntime(Runtime):
             if item.is_file():
                 shutil.copy2(item, target / item.name)
         shutil.copy2(install.stub, target / STUB_NAME)
+        if native:
+            native.lay_out(backends / "onnxruntime", server_library(install))
         return backends
 
     @staticmethod
@@ -561,7 +581,8 @@ class LocalRuntime(Runtime):
         watched = state is not None and state.alive()
         prometheus = self.prometheus(directory).running()
         dead = dead_stubs(inst, state)
-        detail = f"pid {inst.pid}, HTTP {endpoints.http}, gRPC {endpoints.grpc}, log {directory / LOG_FILE}"
+        detail = (f"{inst.variant} configs, pid {inst.pid}, HTTP {endpoints.http}, gRPC {endpoints.grpc}, "
+                  f"log {directory / LOG_FILE}")
         if watched and state.state != "watching":
             detail = f"{state.state} ({state.last_reason}); {detail}"
         return ServerStatus(
@@ -607,6 +628,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="tritonserver binary to run (default: the one in the nvidia-pytriton wheel)",
     )
     parser.add_argument(
+        "--variant",
+        choices=tuple(VARIANT_CONFIGS),
+        default=DEFAULT_VARIANT,
+        help="`up`: production serves each step's config.pbtxt as NVIDIA's container does (the model step on "
+             "Triton's native onnxruntime backend: `make backend` builds it); fused serves configs/local.pbtxt, "
+             "the tokenizer and the graph in one Python step (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--onnxruntime-backend",
+        type=Path,
+        default=None,
+        help=f"`up --variant production`: a built backend folder (default: ${native_backend.ENV}, else the one "
+             "`make backend` built)",
+    )
+    parser.add_argument(
         "--stop-timeout",
         type=float,
         default=DEFAULT_STOP_TIMEOUT_S,
@@ -639,6 +675,8 @@ def from_args(options: ServerOptions, args: argparse.Namespace) -> Runtime:
     return LocalRuntime(
         options,
         tritonserver=getattr(args, "tritonserver", None),
+        variant=getattr(args, "variant", DEFAULT_VARIANT),
+        onnxruntime_backend=getattr(args, "onnxruntime_backend", None),
         stop_timeout_s=getattr(args, "stop_timeout", DEFAULT_STOP_TIMEOUT_S),
         supervise=not getattr(args, "no_supervise", False),
         monitoring=MonitoringOptions(
