@@ -17,6 +17,8 @@ from pathlib import Path
 from ..runtime.process import group_processes
 
 SERVER = "tritonserver"
+# Of the server's CPU, the model step's where the native onnxruntime backend runs it in the server process.
+NATIVE_MODEL = "of it the model"
 
 
 def _label(pid: int, server_pid: int) -> str | None:
@@ -34,13 +36,7 @@ def _label(pid: int, server_pid: int) -> str | None:
 
 def _on_cpu_s(pid: int) -> float:
     """Nanosecond-resolution time on a CPU of every live thread (clock ticks are too coarse for short runs)."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            total += int((task / "schedstat").read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            continue
-    return total / 1e9
+    return sum(thread_cpu_s(pid).values())
 
 
 def group_cpu_s(server_pid: int) -> dict[str, float]:
@@ -56,17 +52,36 @@ def group_cpu_s(server_pid: int) -> dict[str, float]:
     return totals
 
 
+def thread_cpu_s(pid: int) -> dict[int, float]:
+    """CPU seconds so far of each live thread of one process."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            out[int(task.name)] = int((task / "schedstat").read_text().split()[0]) / 1e9
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
 @dataclass
 class CpuMeter:
-    """Snapshots of a local server's group; `finish` turns the difference into ms of CPU per request."""
+    """Snapshots of a local server's group; `finish` turns the difference into ms of CPU per request.
+
+    model_threads > 0: the native onnxruntime backend runs the model step inside the server, one thread per
+    instance (one onnxruntime thread each: spec.CPU_INTRA_OP_THREADS); the server's busiest that many threads over
+    the measurement are reported as the model's share of the server (every other thread of the server does far
+    less: gRPC, HTTP, the ensemble's scheduling)."""
 
     server_pid: int
     cores: int = field(default_factory=lambda: os.cpu_count() or 1)
+    model_threads: int = 0
     _start: dict[str, float] = field(default_factory=dict)
+    _threads: dict[int, float] = field(default_factory=dict)
     _t0: float = 0.0
 
     def start(self) -> None:
         self._start, self._t0 = group_cpu_s(self.server_pid), time.perf_counter()
+        self._threads = thread_cpu_s(self.server_pid) if self.model_threads else {}
 
     def finish(self, completed: int, client_cpu_s: float, wall_s: float | None = None) -> dict:
         wall = wall_s or (time.perf_counter() - self._t0)
@@ -75,6 +90,10 @@ class CpuMeter:
         used["client"] = client_cpu_s
         per_request = {k: round(1e3 * v / completed, 3) for k, v in used.items()} if completed else {}
         busy = sum(used.values())
+        if self.model_threads and completed:
+            grown = sorted((v - self._threads.get(t, 0.0) for t, v in thread_cpu_s(self.server_pid).items()),
+                           reverse=True)
+            per_request[NATIVE_MODEL] = round(1e3 * sum(grown[: self.model_threads]) / completed, 3)
         return {
             "ms_per_request": per_request,
             "total_ms_per_request": round(1e3 * busy / completed, 3) if completed else None,

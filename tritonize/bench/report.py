@@ -11,6 +11,7 @@ from rich.table import Table
 
 from . import check, infinity
 from .baselines import BASELINES
+from .cpu import NATIVE_MODEL
 from .stats import GRAPH_BATCH
 
 SYSTEM_ORDER = ("triton-grpc", "triton-http", "triton-api", "doc", "doc-batched", *infinity.ENGINES)
@@ -163,7 +164,9 @@ def cpu_table(document: dict) -> Table | None:
         return None
     roles = _step_roles(document)
     table = Table(title="CPU per request (ms, every process of the local server, and the load generator)", title_justify="left")
-    for col in ("system", "workload", "conc", "tritonserver", *(f"{r} stub" for r in roles), "client", "total", "floor",
+    native = any(NATIVE_MODEL in r["cpu"]["ms_per_request"] for r in rows)
+    for col in ("system", "workload", "conc", "tritonserver", *((NATIVE_MODEL,) if native else ()),
+                *(f"{r} stub" for r in roles), "client", "total", "floor",
                 "floor at its batch", "floor + client", "limit req/s", "of limit", "idle"):
         table.add_column(col, justify="left" if col in ("system", "workload") else "right")
     for r in _sorted_runs(rows):
@@ -178,7 +181,7 @@ def cpu_table(document: dict) -> Table | None:
         at = floor_rate_at(best.get("by_batch") or {}, model_batch(r)) if best else None
         limit = client_inclusive_floor(document, r)
         table.add_row(r["label"], r["workload"], str(r["concurrency"]), _ms(per.get("tritonserver")),
-                      *(_ms(per.get(n)) for n in names), _ms(per.get("client")), _ms(c["total_ms_per_request"]),
+                      *((_ms(per.get(NATIVE_MODEL)),) if native else ()), *(_ms(per.get(n)) for n in names), _ms(per.get("client")), _ms(c["total_ms_per_request"]),
                       _ms(floor_ms), f"{1e3 * c['cores'] / at:.2f}" if at else "-",
                       _ms(limit["cpu_ms"]) if limit else "-", f"{limit['rps']:.0f}" if limit else "-",
                       f"{r['throughput_rps'] / limit['rps']:.2f}" if limit else "-", f"{c['idle_pct']:.0f}%")

@@ -25,7 +25,8 @@ from ..errors import TritonizeError
 from ..manifest import Manifest, choose, read_manifests
 from ..runtime.base import Endpoints, ServerOptions
 from ..runtime.process import free_ports
-from ..spec import DEFAULT_VARIANT, Overrides, repo_paths
+from ..repository import parse_config
+from ..spec import CONFIG_FILE, DEFAULT_VARIANT, PRODUCTION_VARIANT, Overrides, repo_paths
 from . import baselines, check, corpus, cpu, floor, infinity, load, stats
 from .report import client_inclusive_floor, compared_system, label_of, split_system
 from .targets import SCALING, evaluate
@@ -178,10 +179,19 @@ class Bench:
         )
         return run
 
+    def native_model_threads(self) -> int:
+        """The model step's instances where a local server runs it on the native onnxruntime backend, inside the
+        server process; 0 where it has a stub of its own (the fused one step)."""
+        if not self.o.start_local or self.o.variant != PRODUCTION_VARIANT:
+            return 0
+        path = repo_paths(self.o.repository, self.manifest.name)["model"] / CONFIG_FILE
+        config = parse_config(path.read_text(), str(path))
+        return sum(g.count for g in config.instance_group) if config.platform == "onnxruntime_onnx" else 0
+
     def measure_triton(self) -> None:
         with triton_endpoints(self.o) as (http_url, grpc_url, metrics_url, server_pid):
             self.check_triton(grpc_url)
-            meter = cpu.CpuMeter(server_pid) if server_pid else None
+            meter = cpu.CpuMeter(server_pid, model_threads=self.native_model_threads()) if server_pid else None
             try:
                 stats.fetch(http_url)
                 snaps: stats.Snapshots | None = stats.Snapshots(http_url, list(self.steps.values()))
