@@ -37,6 +37,7 @@ import numpy as np
 from .. import tasks
 from ..console import err, out
 from ..errors import TritonizeError
+from ..spec import DEFAULT_VARIANT, VARIANT_CONFIGS
 from . import check, corpus, floor, load
 from .runner import measured_model
 from .cli import choice_list, int_list
@@ -252,6 +253,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--url", default="127.0.0.1:8000", help="Triton's HTTP endpoint (readiness is polled there)")
     p.add_argument("--grpc-url", default="127.0.0.1:8001")
     p.add_argument("--start-local", action="store_true", help="start a local Triton on free ports for the run")
+    p.add_argument("--variant", choices=tuple(VARIANT_CONFIGS), default=DEFAULT_VARIANT,
+                   help="what --start-local's server serves: production (config.pbtxt) or fused (default: %(default)s)")
     p.add_argument("--workload", type=choice_list(corpus.WORKLOADS), default=["mixed"], help="short, long or mixed")
     p.add_argument("--factor", type=float, default=DEFAULT_FACTOR, help="arrival rate over the measured capacity (default: %(default)s)")
     p.add_argument("--rate", type=float, default=None, help="arrival rate in requests/s, instead of factor x capacity")
@@ -269,7 +272,7 @@ def run(args: argparse.Namespace) -> int:
     if args.duration <= 0 or (args.rate is not None and args.rate <= 0) or args.factor <= 0:
         raise TritonizeError("--duration, --rate and --factor must be positive")
     options = BenchOptions(repository=args.repository, http_url=args.url, grpc_url=args.grpc_url,
-                           start_local=args.start_local, output=args.output)
+                           start_local=args.start_local, output=args.output, variant=args.variant)
     with triton_endpoints(options) as (http_url, grpc_url, _, _):
         stress = Stress(args.repository, http_url, grpc_url, args.model, args.workload[0], args.timeout)
         if args.burst:
