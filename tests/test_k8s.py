@@ -41,7 +41,7 @@ from tritonize.errors import TritonizeError
 from tritonize.serving.health import HEALTH_FILE
 from tritonize.runtime import docker, k8s
 from tritonize.serving import SERVING_DIR
-from tritonize.spec import MANIFEST_FILE, step_names
+from tritonize.spec import MANIFEST_FILE, TENSORRT_CACHE, step_names
 
 ROOT = Path(__file__).resolve().parents[1]
 CRD = ROOT / "tests" / "data" / "kserve-inferenceservice-crd.yaml"
@@ -75,6 +75,11 @@ def gpu_repo(tiny_embedding_repo, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def cpu_repo(tiny_embedding_repo) -> Path:
     return tiny_embedding_repo.repository
+
+
+@pytest.fixture(scope="module")
+def trt_repo(tiny_embedding_repo, tmp_path_factory) -> Path:
+    return as_gpu(tiny_embedding_repo.repository, tmp_path_factory.mktemp("trt") / "repo", tensorrt=True)
 
 
 def spec_for(repository: Path, source: str = k8s.IMAGE, **options: Any) -> k8s.K8sSpec:
@@ -359,6 +364,35 @@ def test_hpa_asks_for_the_metric_the_adapter_rule_serves(cpu_repo) -> None:
     assert annotations["prometheus.io/port"] == str(docker.CONTAINER_PORTS["metrics"])
 
 
+@pytest.mark.parametrize("claim", [None, "trt-engines"], ids=["emptydir", "claim"])
+def test_tensorrt_engine_cache_is_a_volume_at_the_configs_path(claim, trt_repo) -> None:
+    """TensorRT's engines at the path every TensorRT config names (spec.TENSORRT_CACHE): the pod's emptyDir by
+    default (kept across container restarts), or a claim the server may write, one folder per release."""
+    rendered = docs(spec_for(trt_repo, namespace="ml", trt_cache_pvc=claim))
+    for version in K8S_VERSIONS:
+        for name in k8s.APPLIED:
+            assert kube_errors(rendered[name], version) == [], (name, version)
+    assert kserve_errors(rendered[k8s.INFERENCE_SERVICE]) == []
+    pod = rendered[k8s.DEPLOYMENT]["spec"]["template"]["spec"]
+    mount = {m["mountPath"]: m for m in container(rendered[k8s.DEPLOYMENT])["volumeMounts"]}[TENSORRT_CACHE]
+    volume = {v["name"]: v for v in pod["volumes"]}[mount["name"]]
+    if claim is None:
+        assert volume == {"name": mount["name"], "emptyDir": {}} and "subPath" not in mount
+        assert "fsGroup" not in pod["securityContext"]
+    else:
+        # Writable (no readOnly), per release (an engine is one TensorRT version's), group-writable for uid 1000.
+        assert volume == {"name": mount["name"], "persistentVolumeClaim": {"claimName": claim}}
+        assert mount["subPath"] == f"triton-{docker.DEFAULT_TRITON_RELEASE}" and not mount.get("readOnly")
+        assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsGroup"] == k8s.RUN_AS
+        assert pod["securityContext"]["fsGroupChangePolicy"] == "OnRootMismatch"
+        assert pod["securityContext"]["runAsNonRoot"] is True
+    # The KServe variant keeps the pod's emptyDir, and its container securityContext no pod-only field.
+    model = rendered[k8s.INFERENCE_SERVICE]["spec"]["predictor"]["model"]
+    kserve_mount = {m["mountPath"]: m for m in model["volumeMounts"]}[TENSORRT_CACHE]
+    kserve_volumes = {v["name"]: v for v in rendered[k8s.INFERENCE_SERVICE]["spec"]["predictor"]["volumes"]}
+    assert kserve_volumes[kserve_mount["name"]]["emptyDir"] == {} and "fsGroup" not in model["securityContext"]
+
+
 def test_pod_is_restricted_and_drains_before_it_is_killed(cpu_repo) -> None:
     for source in SOURCES:
         deployment = docs(spec_for(cpu_repo, source))[k8s.DEPLOYMENT]
@@ -509,6 +543,8 @@ def test_deploy_py_renders_and_a_second_render_drops_stale_files(cpu_repo, tmp_p
         (["--name", "Not_A_Name"], "cannot name Kubernetes objects"),
         (["--namespace", "ML"], "is not a valid namespace"),
         (["--release", "latest"], "not a Triton release"),
+        (["--trt-cache-pvc", "engines"], "error: --trt-cache-pvc: no model of"),
+        (["--trt-cache-pvc", "Engines_1"], "error: --trt-cache-pvc 'Engines_1' is not a claim name"),
     ],
 )
 def test_bad_input_is_one_line(args, expected, cpu_repo, tmp_path, capsys) -> None:

@@ -104,6 +104,7 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str) -> RepoSpec:
     names = step_names(name)
     queue_size = (default_queue_size(options.queue_budget_ms, options.capacity_rps) if options.max_queue_size is None
                   else options.max_queue_size)
+    buckets = normalise_buckets(options.buckets, model.max_length)
 
     def step(role: str, module: str, instances: int, kind: str) -> StepSpec:
         return StepSpec(
@@ -130,10 +131,11 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str) -> RepoSpec:
                         options.model_instances or CONTAINER_MODEL_INSTANCES, "KIND_GPU" if options.device == "gpu" else "KIND_CPU"),
         local_model_instances=options.model_instances or LOCAL_ONE_STEP_INSTANCES,
         local=LocalRuntimeSpec(gather_us=options.gather_us),
-        buckets=normalise_buckets(options.buckets, model.max_length),
+        buckets=buckets,
         device=options.device,  # type: ignore[arg-type]
         precision=options.precision,  # type: ignore[arg-type]
-        tensorrt=TensorRTSpec("FP16" if options.precision == "fp16" else "FP32") if options.tensorrt else None,
+        tensorrt=(TensorRTSpec.of(options.precision, model.input_names, buckets, options.max_batch_size)
+                  if options.tensorrt else None),
         max_batch_size=options.max_batch_size,
         post_step=step("post", task.post_module, 1, "KIND_CPU") if task.post_module else None,
         token_extras=task.token_extras,

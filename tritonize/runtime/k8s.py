@@ -58,7 +58,8 @@ DEFAULT_SHM_SIZE = "1Gi"  # compose's shm_size; a Memory emptyDir counts against
 PRESTOP_S = 10  # the endpoint leaves the Service (and ingress) before Triton gets SIGTERM
 GRACE_S = PRESTOP_S + docker.EXIT_TIMEOUT_S + 10  # then Triton drains in-flight requests
 STARTUP_S = 300  # model load; compose's start_period
-STARTUP_TENSORRT_S = 900  # TensorRT builds an engine per bucket on the first load
+STARTUP_TENSORRT_S = 900  # a load that finds no engine cached builds it (one profile over every bucket)
+TRT_CACHE_VOLUME = "trt-cache"  # TensorRT's engine cache, at spec.TENSORRT_CACHE
 PROBE_PERIOD_S = 10
 HEALTH_TIMEOUT_S = 8  # the health script's own timeout; the probe's is 2 s longer
 
@@ -126,6 +127,7 @@ class K8sOptions:
     release: str = docker.DEFAULT_TRITON_RELEASE
     service_type: str = "ClusterIP"
     api: bool = True  # the HTTP API as a second container (docs/api.md)
+    trt_cache_pvc: str | None = None  # a claim for TensorRT's engine cache (None: an emptyDir, the pod's own)
 
 
 @dataclass(frozen=True)
@@ -225,6 +227,7 @@ class K8sSpec:
     tolerations: tuple[dict[str, str], ...] = ()
     security: dict[str, Any] = field(default_factory=dict)
     pod_security: dict[str, Any] = field(default_factory=dict)
+    volume_group: int | None = None  # the Deployment pod's fsGroup: the group that may write its claims
     grace_s: int = GRACE_S
     prestop_s: int = PRESTOP_S
 
@@ -232,6 +235,13 @@ class K8sSpec:
     def image(self) -> str:
         """What the Deployment runs."""
         return self.server.image
+
+    @property
+    def pod_security_context(self) -> dict[str, Any]:
+        """The Deployment pod's securityContext: a claim the server writes is made writable by its group."""
+        if self.volume_group is None:
+            return dict(self.pod_security)
+        return self.pod_security | {"fsGroup": self.volume_group, "fsGroupChangePolicy": "OnRootMismatch"}
 
     @property
     def container_security(self) -> dict[str, Any]:
@@ -335,6 +345,8 @@ def _check(options: K8sOptions) -> None:
         claim = options.pvc.split("/", 1)[0]
         if not _NAMESPACE.match(claim) or ".." in options.pvc.split("/"):
             raise TritonizeError(f"--pvc {options.pvc!r} is not CLAIM or CLAIM/PATH")
+    if options.trt_cache_pvc is not None and not _NAMESPACE.match(options.trt_cache_pvc):
+        raise TritonizeError(f"--trt-cache-pvc {options.trt_cache_pvc!r} is not a claim name")
     docker.release_key(options.release)
 
 
@@ -418,6 +430,25 @@ def _storage(options: K8sOptions) -> _Storage:
     return _Storage()
 
 
+def _tensorrt_cache(claim: str | None, release: str) -> tuple[tuple[dict[str, Any], ...], ...]:
+    """The volume and mount of TensorRT's engine cache (spec.TENSORRT_CACHE, where the configs point it).
+
+    By default an emptyDir: it outlives a container restart (a liveness kill, an OOM kill), which then loads
+    the engine instead of building it, and goes with the pod, so it never holds an engine another image or
+    GPU built, and no two pods write it. --trt-cache-pvc also carries engines to new pods (scale-out, a
+    rollout, a drained node), at the price of what a shared cache brings: one folder per release (an engine
+    is TensorRT's version's; onnxruntime names it by graph, precision and GPU compute capability), a claim
+    the server's group may write (fsGroup), ReadWriteMany for several replicas, and a pod that starts while
+    another writes an engine may read it half written and fail its load once (docs/operate.md).
+    """
+    if not claim:
+        return ({"name": TRT_CACHE_VOLUME, "emptyDir": {}},), ({"name": TRT_CACHE_VOLUME, "mountPath": TENSORRT_CACHE},)
+    return (
+        ({"name": TRT_CACHE_VOLUME, "persistentVolumeClaim": {"claimName": claim}},),
+        ({"name": TRT_CACHE_VOLUME, "mountPath": TENSORRT_CACHE, "subPath": f"triton-{release}"},),
+    )
+
+
 def _resources(options: K8sOptions, device: str, gpus: int) -> dict[str, dict[str, str]]:
     """Requests, and a memory limit equal to the request; no CPU limit: throttling a busy step only adds latency."""
     cpu, memory = DEFAULT_RESOURCES["gpu" if device == "gpu" else "cpu"]
@@ -483,12 +514,13 @@ def k8s_spec(options: K8sOptions) -> K8sSpec:
     elif options.image:
         serving_image = with_tag(options.image, f"{options.release}-py3")
 
+    if options.trt_cache_pvc and not tensorrt:
+        raise TritonizeError(f"--trt-cache-pvc: no model of {repository} runs TensorRT, so there is no engine to cache",
+                             hint="regenerate with --device gpu --tensorrt, or leave the flag out")
     resources = _resources(options, device, gpus)
     shm = ({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": options.shm_size}},)
     shm_mount = ({"name": "dshm", "mountPath": "/dev/shm"},)
-    # TensorRT's engine cache in a volume: it outlives a container restart, which then skips the build.
-    cache = ({"name": "trt-cache", "emptyDir": {}},) if tensorrt else ()
-    cache_mount = ({"name": "trt-cache", "mountPath": TENSORRT_CACHE},) if tensorrt else ()
+    cache, cache_mount = _tensorrt_cache(options.trt_cache_pvc, options.release) if tensorrt else ((), ())
     storage = _storage(options)
     startup_s = options.startup_timeout_s or (STARTUP_TENSORRT_S if tensorrt else STARTUP_S)
     server = _server(
@@ -496,9 +528,12 @@ def k8s_spec(options: K8sOptions) -> K8sSpec:
         shm_mount + cache_mount + storage.mounts, shm + cache + storage.volumes,
     )
     # KServe mounts what storageUri names itself, and names the container's ports: its probes use numbers.
+    # Its engine cache stays the pod's emptyDir (--trt-cache-pvc is the Deployment's: docs/operate.md).
+    kserve_cache, kserve_cache_mount = _tensorrt_cache(None, options.release) if tensorrt else ((), ())
     kserve = _server(
         model_image or serving_image, KSERVE_MODELS_DIR if storage.storage_uri else MODELS_DIR, KSERVE_PORTS,
-        KSERVE_PORTS["http"], startup_s, resources, shm_mount + cache_mount, shm + cache, storage.storage_uri,
+        KSERVE_PORTS["http"], startup_s, resources, shm_mount + kserve_cache_mount, shm + kserve_cache,
+        storage.storage_uri,
     )
     labels = {"app.kubernetes.io/name": "tritonize", "app.kubernetes.io/instance": app,
               "app.kubernetes.io/managed-by": MANAGED_BY}
@@ -531,6 +566,7 @@ def k8s_spec(options: K8sOptions) -> K8sSpec:
         pod_security={"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS,
                       "seccompProfile": {"type": "RuntimeDefault"}},
         security=dict(CONTAINER_SECURITY),
+        volume_group=RUN_AS if options.trt_cache_pvc else None,
     )
 
 
@@ -661,6 +697,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     scale.add_argument("--startup-timeout", dest="startup_timeout_s", type=int, default=None,
                        help=f"seconds allowed for the model load (default: {STARTUP_S}, {STARTUP_TENSORRT_S} with TensorRT)")
     p.add_argument("--service-type", choices=SERVICE_TYPES, default=d.service_type, help="(default: %(default)s)")
+    p.add_argument("--trt-cache-pvc", default=None, metavar="CLAIM",
+                   help="TensorRT repositories: keep the engine cache on this claim (a folder per release), so new "
+                   "pods load engines instead of building them (default: an emptyDir, kept across container restarts)")
     p.add_argument("--no-api", dest="api", action="store_false",
                    help=f"leave out the HTTP API container (port {API_PORT}: OpenAI, Cohere/Jina, TEI routes)")
 
