@@ -66,6 +66,21 @@ def local_triton() -> None:
 
 
 @pytest.fixture(scope="session")
+def native_backend() -> None:
+    """Skip when Triton's native onnxruntime backend is not built here (`make backend`), so the production configs
+    cannot be served locally; in CI that is a failure."""
+    from tritonize.errors import TritonizeError
+    from tritonize.runtime import native_backend as backend
+
+    try:
+        backend.find()
+    except TritonizeError as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must serve the production configs, but the native onnxruntime backend is missing: {exc}")
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
 def local_options():
     """Make ServerOptions on three free loopback ports (never Triton's defaults: other servers may hold them)."""
     from tritonize.runtime.base import ServerOptions

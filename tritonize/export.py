@@ -109,9 +109,31 @@ def export_onnx(spec: ModelSpec, graph, path: Path, opset: int, external_thresho
             do_constant_folding=True,
             dynamo=False,
         )
+    pin_output_dims(path, graph_outputs)
     if _parameter_bytes(graph) > external_threshold:
         save_onnx(onnx.load(str(path)), path, external=True)
     return path
+
+
+def pin_output_dims(path: Path, outputs) -> None:
+    """Write each output's fixed sizes into the graph where the tracer left a symbolic name (an embedding's
+    `Divembedding_dim_1`). Triton's native onnxruntime backend compares the model step's config with the session's
+    output shapes exactly, and onnxruntime resolves such a name at load for some heads (mean pooling) but not for
+    others (CLS or last-token pooling): their model step failed to load on the production configs."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    declared = {o.name: o.type.tensor_type.shape.dim for o in model.graph.output}
+    pinned = False
+    for tensor in outputs:
+        dims = declared[tensor.name]
+        for axis, size in enumerate(tensor.dims, start=1):  # axis 0 is the batch
+            if size > 0 and axis < len(dims) and not dims[axis].HasField("dim_value"):
+                dims[axis].Clear()
+                dims[axis].dim_value = size
+                pinned = True
+    if pinned:
+        onnx.save_model(model, str(path))
 
 
 def graph_vocab_size(graph) -> int:
