@@ -32,7 +32,7 @@ from test_e2e_tasks import (
     NER_TEXTS,
     QA_PAIRS,
     QUERY,
-    assert_same_answer,
+    assert_same_answers,
     assert_same_entities,
     cross_encoder_scores,
     pipeline_entities,
@@ -44,15 +44,14 @@ from test_reliability import (
     BAD_REQUESTS,
     RECOVERY_S,
     Traffic,
-    _body,
-    _post,
+    assert_refused_and_still_serving,
     live_stub,
     recorded,
     stop_and_check,
     supervisor_log,
 )
 from test_versions import TEXTS as VERSION_TEXTS
-from test_versions import floor, runtime_index
+from test_versions import floor, runtime_index, send_until
 
 from tritonize.cli import main
 from tritonize.client import TextClient, rerank_inputs
@@ -366,11 +365,7 @@ def test_answers_match_the_question_answering_pipeline(stack: Stack, references,
     with stack.client(PRODUCTION_VARIANT, model_name(zoo_id), protocol) as client:
         together = client.answers([q for q, _ in QA_PAIRS], [c for _, c in QA_PAIRS])
         alone = [client.answer(q, c) for q, c in QA_PAIRS]
-    for got, want, (_, context) in zip(together, expected, QA_PAIRS):
-        assert_same_answer(got, want)
-        assert context[got["start"]:got["end"]] == got["answer"]
-    for got, want in zip(alone, expected):
-        assert_same_answer(got, want)
+    assert_same_answers(together, alone, expected)
     record("vs library", f"{model_name(zoo_id)} (question-answering, span scores)",
            max(abs(g["score"] - w["score"]) for g, w in zip(together + alone, expected * 2)))
 
@@ -455,14 +450,7 @@ def test_int8_loads_on_the_native_backend_and_keeps_the_fp32_direction(stack: St
 @pytest.mark.parametrize("case", list(BAD_REQUESTS))
 def test_bad_requests_get_a_clear_error_and_the_production_server_keeps_serving(stack: Stack, case: str) -> None:
     endpoints, name = stack.endpoints[PRODUCTION_VARIANT], model_name(FP32)
-    body, headers = BAD_REQUESTS[case]
-    code, answer = _post(f"{endpoints.http}/v2/models/{name}/infer", body, headers)
-    error = json.loads(answer or b"{}").get("error", "")
-    print(f"{case}: HTTP {code}: {error[:120]}")
-    # Malformed JSON gets 500 from Triton 2.51's HTTP frontend (docs/reliability.md); every other case a 4xx.
-    assert (code == 500) if case == "malformed JSON" else (400 <= code < 500)
-    assert error
-    assert _post(f"{endpoints.http}/v2/models/{name}/infer", _body("still serving"))[0] == 200
+    assert_refused_and_still_serving(endpoints.http, name, case)
     with stack.client(PRODUCTION_VARIANT, name, "grpc") as client:
         assert client.embed(["still serving"]).shape == (1, 32)
 
@@ -479,7 +467,6 @@ def copy_of(repo: Path, tmp_path: Path) -> Path:
 def test_a_production_server_switches_versions_under_load_without_a_failed_request(
     tiny_embedding_repo, local_options, tmp_path
 ) -> None:
-    import tritonclient.http as httpclient
     from tiny_models import build_embedding_model
 
     repo = copy_of(tiny_embedding_repo.repository, tmp_path)
@@ -492,24 +479,10 @@ def test_a_production_server_switches_versions_under_load_without_a_failed_reque
     failures: list[str] = []
     stop = threading.Event()
 
-    def send(worker: int) -> None:
-        client = httpclient.InferenceServerClient(f"127.0.0.1:{runtime.options.http_port}")
-        i = worker
-        while not stop.is_set():
-            k = i % len(VERSION_TEXTS)
-            text = httpclient.InferInput("TEXT", [1, 1], "BYTES")
-            text.set_data_from_numpy(np.array([[VERSION_TEXTS[k].encode()]], dtype=object))
-            sent = time.monotonic()
-            try:
-                result = client.infer(name, [text])
-                answers.append((sent, result.get_response()["model_version"], k, result.as_numpy("embedding")[0]))
-            except Exception as exc:  # noqa: BLE001 - every failure is counted and shown
-                failures.append(str(exc)[:200])
-            i += 1
-
     with runtime as endpoints:
         assert "production configs" in runtime.status().detail
-        workers = [threading.Thread(target=send, args=(w,)) for w in range(2)]
+        workers = [threading.Thread(target=send_until, args=(stop, runtime.options.http_port, name, VERSION_TEXTS, w,
+                                                             answers, failures)) for w in range(2)]
         for w in workers:
             w.start()
         time.sleep(1.0)

@@ -421,6 +421,11 @@ def test_answers_match_the_question_answering_pipeline(served, zoo_id: str, prot
         assert client.task().name == "question-answering"
         together = client.answers([q for q, _ in QA_PAIRS], [c for _, c in QA_PAIRS])
         alone = [client.answer(q, c) for q, c in QA_PAIRS]
+    assert_same_answers(together, alone, expected)
+
+
+def assert_same_answers(together: list[dict], alone: list[dict], expected: list[dict]) -> None:
+    """QA_PAIRS answered in one request and one at a time, each as the pipeline answers it, its span in its context."""
     for got, want, (_, context) in zip(together, expected, QA_PAIRS):
         assert_same_answer(got, want)
         assert context[got["start"] : got["end"]] == got["answer"]

@@ -738,14 +738,19 @@ BAD_REQUESTS = {
 @pytest.mark.usefixtures("local_triton")
 def test_bad_requests_get_a_clear_error_and_the_server_keeps_serving(served, case: str) -> None:
     _, endpoints, name = served
+    assert_refused_and_still_serving(endpoints.http, name, case)
+
+
+def assert_refused_and_still_serving(http: str, name: str, case: str) -> None:
+    """BAD_REQUESTS[case] gets a clear error, and the next request is answered."""
     body, headers = BAD_REQUESTS[case]
-    code, answer = _post(f"{endpoints.http}/v2/models/{name}/infer", body, headers)
+    code, answer = _post(f"{http}/v2/models/{name}/infer", body, headers)
     error = json.loads(answer or b"{}").get("error", "")
     print(f"{case}: HTTP {code}: {error[:120]}")
     # Malformed JSON gets 500 from Triton 2.51's HTTP frontend (docs/reliability.md); every other case a 4xx.
     assert (code == 500) if case == "malformed JSON" else (400 <= code < 500)
     assert error
-    assert _post(f"{endpoints.http}/v2/models/{name}/infer", _body("still serving"))[0] == 200
+    assert _post(f"{http}/v2/models/{name}/infer", _body("still serving"))[0] == 200
 
 
 @pytest.mark.e2e

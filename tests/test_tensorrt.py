@@ -14,22 +14,14 @@ import dataclasses
 import re
 
 import pytest
+from test_repository import EMBEDDING
 from tritonclient.grpc import model_config_pb2 as mc
 
 from tritonize import repository
 from tritonize.spec import TENSORRT_CACHE, GenerateOptions, ModelSpec
-from tritonize.tasks import embedding
 from tritonize.verify import VerificationReport
 
-BERT = ModelSpec(
-    source="/models/x",
-    head=embedding.Head(pooling="mean", normalize=True, dim=384),
-    max_length=256,
-    architecture="BertModel",
-    model_type="bert",
-    tokenizer_file="/models/x/tokenizer.json",
-    input_names=("input_ids", "attention_mask", "token_type_ids"),
-)
+BERT = dataclasses.replace(EMBEDDING, input_names=("input_ids", "attention_mask", "token_type_ids"))
 MINILM_LIKE = dataclasses.replace(BERT, input_names=("input_ids", "attention_mask"))  # as the MiniLM export takes
 PASSED = VerificationReport(reference="pytorch", task="embedding", passed=True)
 PROFILE_KEYS = ("trt_profile_min_shapes", "trt_profile_opt_shapes", "trt_profile_max_shapes")

@@ -63,6 +63,27 @@ def test_a_version_joins_beside_the_served_one_and_never_rewrites_one(tiny_embed
     assert versions(repo) == [1, 2] and not (repo / f"{name}_model/3").exists()
 
 
+def send_until(stop: threading.Event, http_port: int, name: str, texts: list[str], worker: int,
+               answers: list[tuple[float, str, int, np.ndarray]], failures: list[str]) -> None:
+    """One client sending texts[worker], texts[worker + 1], ... one at a time until `stop`: each answer as (sent at,
+    version label, text index, vector), each failure's message."""
+    import tritonclient.http as httpclient
+
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{http_port}")
+    i = worker
+    while not stop.is_set():
+        k = i % len(texts)
+        text = httpclient.InferInput("TEXT", [1, 1], "BYTES")
+        text.set_data_from_numpy(np.array([[texts[k].encode()]], dtype=object))
+        sent = time.monotonic()
+        try:
+            result = client.infer(name, [text])
+            answers.append((sent, result.get_response()["model_version"], k, result.as_numpy("embedding")[0]))
+        except Exception as exc:  # noqa: BLE001 - every failure is counted and shown
+            failures.append(str(exc)[:200])
+        i += 1
+
+
 @pytest.mark.e2e
 def test_a_running_server_switches_versions_under_load_without_a_failed_request(
     tiny_embedding_repo, second_model, local_options, local_triton, tmp_path
@@ -77,23 +98,9 @@ def test_a_running_server_switches_versions_under_load_without_a_failed_request(
     failures: list[str] = []
     stop = threading.Event()
 
-    def send(worker: int) -> None:
-        client = httpclient.InferenceServerClient(f"127.0.0.1:{runtime.options.http_port}")
-        i = worker
-        while not stop.is_set():
-            k = i % len(TEXTS)
-            text = httpclient.InferInput("TEXT", [1, 1], "BYTES")
-            text.set_data_from_numpy(np.array([[TEXTS[k].encode()]], dtype=object))
-            sent = time.monotonic()
-            try:
-                result = client.infer(name, [text])
-                answers.append((sent, result.get_response()["model_version"], k, result.as_numpy("embedding")[0]))
-            except Exception as exc:  # noqa: BLE001 - every failure is counted and shown
-                failures.append(str(exc)[:200])
-            i += 1
-
     with runtime:
-        workers = [threading.Thread(target=send, args=(w,)) for w in range(4)]
+        workers = [threading.Thread(target=send_until, args=(stop, runtime.options.http_port, name, TEXTS, w, answers,
+                                                             failures)) for w in range(4)]
         for w in workers:
             w.start()
         time.sleep(1.0)
