@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,9 +49,8 @@ from test_reliability import (
     supervisor_log,
 )
 from test_versions import TEXTS as VERSION_TEXTS
-from test_versions import floor, runtime_index, send_until
+from test_versions import floor
 
-from tritonize.cli import main
 from tritonize.client import TextClient, rerank_inputs
 from tritonize.generate import generate
 from tritonize.manifest import read_manifest, read_manifests
@@ -455,64 +452,7 @@ def test_bad_requests_get_a_clear_error_and_the_production_server_keeps_serving(
         assert client.embed(["still serving"]).shape == (1, 32)
 
 
-# -- a version switch and a killed tokenizer stub on the two-step path --------------------------------
-
-
-def copy_of(repo: Path, tmp_path: Path) -> Path:
-    target = tmp_path / "repo"
-    shutil.copytree(repo, target, ignore=shutil.ignore_patterns("__pycache__"))
-    return target
-
-
-def test_a_production_server_switches_versions_under_load_without_a_failed_request(
-    tiny_embedding_repo, local_options, tmp_path
-) -> None:
-    from tiny_models import build_embedding_model
-
-    repo = copy_of(tiny_embedding_repo.repository, tmp_path)
-    name = tiny_embedding_repo.name
-    second = build_embedding_model(tmp_path / "v2-src", seed=1)
-    old = floor(repo)
-    runtime = LocalRuntime(local_options(repo, tmp_path / "run", model_control="explicit"), quiet=True,
-                           variant=PRODUCTION_VARIANT)
-    answers: list[tuple[float, str, int, np.ndarray]] = []  # (sent at, version label, text index, vector)
-    failures: list[str] = []
-    stop = threading.Event()
-
-    with runtime as endpoints:
-        assert "production configs" in runtime.status().detail
-        workers = [threading.Thread(target=send_until, args=(stop, runtime.options.http_port, name, VERSION_TEXTS, w,
-                                                             answers, failures)) for w in range(2)]
-        for w in workers:
-            w.start()
-        time.sleep(1.0)
-        # The new version is written while the server serves the old one from the same folder.
-        assert main(["generate", "--model", str(second), "--output", str(repo), "--version", "2"]) == 0
-        new = floor(repo)
-        asked = time.monotonic()
-        done = runtime.switch()
-        switched = time.monotonic()
-        time.sleep(1.5)
-        stop.set()
-        for w in workers:
-            w.join()
-        index = {(m["name"], m["version"]) for m in runtime_index(runtime) if m.get("state") == "READY"}
-        model_step = step_config(endpoints, f"{name}_model")
-
-    assert failures == [], failures[:3]
-    assert done.changed and done.version == 2 and done.previous == (1,)
-    assert index == {(name, "2"), (f"{name}_tokenizer", "2"), (f"{name}_model", "2")}
-    assert model_step["backend"] == "onnxruntime"  # the new version runs on the native backend too
-    assert not np.allclose(old, new, atol=1e-3)
-    by_version = {"1": old, "2": new}
-    for _, label, k, vector in answers:  # every answer is one version's whole answer, and says which
-        np.testing.assert_allclose(vector, by_version[label][k], atol=1e-5)
-    after = [label for sent, label, _, _ in answers if sent > switched]
-    assert len(after) > 10 and set(after) == {"2"}
-    before = [label for sent, label, _, _ in answers if sent < asked]
-    assert before and set(before) == {"1"}
-    print(f"\nproduction switch under load: {len(answers)} answers, 0 failed; loaded in {done.load_s}s, "
-          f"retired in {done.retire_s}s")
+# -- a killed tokenizer stub on the two-step path -----------------------------------------------------------------
 
 
 @pytest.mark.parametrize("model_control", ["none", "explicit"])

@@ -15,6 +15,7 @@ from tritonize.cli import main
 from tritonize.manifest import read_manifest
 from tritonize.repository import parse_config, versions
 from tritonize.runtime.local import LocalRuntime
+from tritonize.spec import PRODUCTION_VARIANT, VARIANT_CONFIGS
 from tritonize.steps import in_process
 
 TEXTS = ["a new version of the model", "zero downtime", "the quick brown fox jumps over the lazy dog"]
@@ -85,15 +86,21 @@ def send_until(stop: threading.Event, http_port: int, name: str, texts: list[str
 
 
 @pytest.mark.e2e
+@pytest.mark.parametrize("variant", list(VARIANT_CONFIGS))
 def test_a_running_server_switches_versions_under_load_without_a_failed_request(
-    tiny_embedding_repo, second_model, local_options, local_triton, tmp_path
+    tiny_embedding_repo, second_model, local_options, local_triton, tmp_path, request, variant: str
 ) -> None:
+    """On both variants of the configs: the production ones run the new version's model step on the native
+    onnxruntime backend too."""
     import tritonclient.http as httpclient
 
+    if variant == PRODUCTION_VARIANT:
+        request.getfixturevalue("native_backend")
     repo = copy_of(tiny_embedding_repo, tmp_path)
     name = tiny_embedding_repo.name
     old = floor(repo)
-    runtime = LocalRuntime(local_options(repo, tmp_path / "run", model_control="explicit"), quiet=True)
+    runtime = LocalRuntime(local_options(repo, tmp_path / "run", model_control="explicit"), quiet=True,
+                           variant=variant)
     answers: list[tuple[float, str, int, np.ndarray]] = []  # (sent at, version label, text index, vector)
     failures: list[str] = []
     stop = threading.Event()
@@ -115,12 +122,15 @@ def test_a_running_server_switches_versions_under_load_without_a_failed_request(
         for w in workers:
             w.join()
         index = {(m["name"], m["version"]) for m in runtime_index(runtime) if m.get("state") == "READY"}
+        backend = httpclient.InferenceServerClient(f"127.0.0.1:{runtime.options.http_port}").get_model_config(
+            f"{name}_model", "2")["backend"]
         again = runtime.switch()
 
     assert failures == []
     assert done.changed and done.version == 2 and done.previous == (1,)
     assert not again.changed
     assert index == {(name, "2"), (f"{name}_tokenizer", "2"), (f"{name}_model", "2")}
+    assert backend == ("onnxruntime" if variant == PRODUCTION_VARIANT else "python")
     by_version = {"1": old, "2": new}
     assert not np.allclose(old, new, atol=1e-3)
     for _, label, k, vector in answers:  # every answer is one version's whole answer, and says which
@@ -129,7 +139,7 @@ def test_a_running_server_switches_versions_under_load_without_a_failed_request(
     before = [label for sent, label, _, _ in answers if sent < switched - 5]
     assert len(after) > 20 and set(after) == {"2"}
     assert before and set(before) == {"1"}
-    print(f"\nswitch under load: {len(answers)} answers, 0 failed; {sum(a[1] == '1' for a in answers)} from version 1, "
+    print(f"\n{variant} switch under load: {len(answers)} answers, 0 failed; {sum(a[1] == '1' for a in answers)} from version 1, "
           f"{sum(a[1] == '2' for a in answers)} from version 2; loaded in {done.load_s}s, retired in {done.retire_s}s")
 
 
