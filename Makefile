@@ -192,7 +192,10 @@ test-fast: install test-backend
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
 # The container path on a real engine: tests/container/engine.sh installs docker.io and mmdebstrap if missing
-# (as root), starts a dockerd of its own under $(CONTAINER_DIR)/, runs tests/container/ and stops the daemon.
+# (as root), fetches compose v2 (Debian trixie's docker-compose, `apt-get download` with an apt configuration of
+# its own, never installed) as a CLI plugin under $(CONTAINER_DIR)/compose/, starts a dockerd of its own under
+# $(CONTAINER_DIR)/, runs tests/container/ (deploy.py docker and `docker compose up`, on a stand-in for NVIDIA's
+# image that carries the onnxruntime backend `make backend` builds) and stops the daemon.
 # Never part of `make test`; never the system's Docker daemon.
 test-container: install backend
 	tests/container/engine.sh $(CONTAINER_DIR) $(BIN)/python -m pytest tests/container -m container $(PYTEST_ARGS)

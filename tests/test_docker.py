@@ -38,6 +38,7 @@ from tritonize.runtime import docker as dk
 from tritonize.runtime import process
 from tritonize.runtime.base import ServerOptions
 from tritonize.serving import SERVING_DIR
+from tritonize.spec import TENSORRT_CACHE
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,13 +50,14 @@ DOCKERFILE = ROOT / "docker" / "Dockerfile"
 # --------------------------------------------------------------------------- helpers
 
 _VAR = re.compile(
-    r"\$(?:(?P<escaped>\$)|\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?+])(?P<arg>[^}]*))?\}"
+    r"\$(?:(?P<escaped>\$)|\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?+])(?P<arg>(?:[^}$]|\$\{[^}]*\}|\$)*))?\}"
     r"|(?P<bare>[A-Za-z_][A-Za-z0-9_]*))"
 )
 
 
 def interpolate(value: Any, env: dict[str, str]) -> Any:
-    """Compose's variable interpolation (`$VAR`, `${VAR}`, `${VAR:-d}`, `${VAR-d}`, `${VAR:?e}`, `$$`)."""
+    """Compose's variable interpolation (`$VAR`, `${VAR}`, `${VAR:-d}`, `${VAR-d}`, `${VAR:?e}`, `$$`), a default
+    that names another variable included (`${A:-x${B:-y}}`, one level, as compose v2 resolves it)."""
     if isinstance(value, dict):
         return {k: interpolate(v, env) for k, v in value.items()}
     if isinstance(value, list):
@@ -67,7 +69,7 @@ def interpolate(value: Any, env: dict[str, str]) -> Any:
         if m.group("escaped"):
             return "$"
         name = m.group("name") or m.group("bare")
-        op, arg, val = m.group("op"), m.group("arg") or "", env.get(name)
+        op, arg, val = m.group("op"), interpolate(m.group("arg") or "", env), env.get(name)
         if op == ":-":
             return val if val else arg
         if op == "-":
@@ -195,7 +197,7 @@ def test_compose_serves_the_repository_with_gpus_on_loopback() -> None:
     assert triton["deploy"]["resources"]["reservations"]["devices"] == [
         {"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}
     ]
-    (volume,) = triton["volumes"]
+    volume, cache = triton["volumes"]
     assert volume == {
         "type": "bind",
         "source": "./triton_repo",
@@ -203,6 +205,10 @@ def test_compose_serves_the_repository_with_gpus_on_loopback() -> None:
         "read_only": True,
         "bind": {"create_host_path": False},
     }
+    # TensorRT's engine cache, where the configs' trt_engine_cache_path points: a named volume, kept across
+    # restarts and `down` / `up` (tests/container/test_docker_compose.py writes and finds it on a real engine).
+    assert cache == {"type": "volume", "source": dk.TRT_CACHE_VOLUME, "target": TENSORRT_CACHE}
+    assert dk.TRT_CACHE_VOLUME in default_compose()["volumes"]
     assert triton["shm_size"] == dk.DEFAULT_SHM_SIZE
     assert triton["restart"] == "unless-stopped"
     assert triton["pull_policy"] == "build"
@@ -221,7 +227,7 @@ def test_compose_api_fronts_the_triton_service_over_grpc() -> None:
     assert command[:2] == ["tritonize", "api"] and command[command.index("--grpc-url") + 1] == "tritonserver:8001"
     assert "tritonserver" in services["triton"]["networks"]["default"]["aliases"]
     assert api["ports"] == ["127.0.0.1:8080:8080"]
-    assert api["volumes"] == services["triton"]["volumes"] and api["volumes"][0]["read_only"] is True
+    assert api["volumes"] == services["triton"]["volumes"][:1] and api["volumes"][0]["read_only"] is True
     assert api["read_only"] is True and api["restart"] == "unless-stopped"
     assert "http://127.0.0.1:8080/health" in " ".join(api["healthcheck"]["test"])
     assert api["environment"]["TRITONIZE_API_KEY"] == ""  # no key unless the environment sets one

@@ -8,7 +8,20 @@
 # runs: the stand-in images are cached there), runs COMMAND with DOCKER_HOST pointing at it, and stops the
 # daemon on the way out, whatever happened. No default bridge and no iptables rules: the tests make a network of
 # their own (the engine publishes ports through its proxy), and builds use the host's network to reach PyPI.
+#
+# Compose v2 for `docker compose up` (tests/container/test_docker_compose.py): bookworm has only docker-compose 1.29,
+# which refuses the project's file, so Debian trixie's docker-compose 2.26.1 (COMPOSE_VERSION; a static Go binary that
+# needs libc6 alone) is fetched with `apt-get download` through an apt configuration and state of its own
+# (DIR/compose/apt: its own sources list, lists, cache and an empty dpkg status; the system's apt sources,
+# lists and dpkg database are never touched and nothing is installed), checked against its SHA-256, unpacked
+# with `dpkg-deb -x` and placed as a CLI plugin in DIR/compose/docker-config/cli-plugins/ (DOCKER_CONFIG).
+# Kept between runs; fetched again when COMPOSE_VERSION changes.
 set -euo pipefail
+
+COMPOSE_VERSION=2.26.1-4
+COMPOSE_SHA256_amd64=47681197cb2b1ab88206b42a1a92fc75f50d9530a6322d03494a473eed0408ea
+COMPOSE_SUITE=trixie
+DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 
 dir=$(mkdir -p "$1" && cd "$1" && pwd)
 shift
@@ -55,6 +68,41 @@ stop_daemon() {
   rm -rf --one-file-system "$exec_root"
 }
 
+# Compose v2 as a CLI plugin of Debian's docker CLI (see the top), kept in DIR/compose between runs.
+compose_dir="$dir/compose"
+compose_plugin="$compose_dir/docker-config/cli-plugins/docker-compose"
+fetch_compose() {
+  local apt="$compose_dir/apt" arch deb expected
+  arch=$(dpkg --print-architecture)
+  rm -rf "$apt" "$compose_dir/root"
+  mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial"
+  : > "$apt/status"
+  echo "deb $DEBIAN_MIRROR $COMPOSE_SUITE main" > "$apt/sources.list"
+  local opts=(-o "Dir::Etc::SourceList=$apt/sources.list" -o Dir::Etc::SourceParts=/dev/null
+              -o Dir::Etc::Preferences=/dev/null -o Dir::Etc::PreferencesParts=/dev/null
+              -o "Dir::State::Lists=$apt/lists" -o "Dir::State::status=$apt/status" -o "Dir::Cache=$apt/cache"
+              -o APT::Sandbox::User=root -o "APT::Architecture=$arch")
+  echo "fetching docker-compose $COMPOSE_VERSION from Debian $COMPOSE_SUITE (apt-get download; nothing is installed)"
+  apt-get -qq "${opts[@]}" update
+  (cd "$apt" && apt-get -qq "${opts[@]}" download "docker-compose=$COMPOSE_VERSION")
+  deb="$apt/docker-compose_${COMPOSE_VERSION}_${arch}.deb"
+  expected="COMPOSE_SHA256_$arch"
+  if [ -n "${!expected:-}" ]; then
+    echo "${!expected}  $deb" | sha256sum --check --quiet -
+  fi
+  dpkg-deb -x "$deb" "$compose_dir/root"
+  mkdir -p "$(dirname "$compose_plugin")"
+  install -m 0755 "$compose_dir/root/usr/libexec/docker/cli-plugins/docker-compose" "$compose_plugin"
+  echo "$COMPOSE_VERSION" > "$compose_dir/version"
+  rm -rf "$apt" "$compose_dir/root"
+}
+if [ ! -x "$compose_plugin" ] || [ "$(cat "$compose_dir/version" 2>/dev/null)" != "$COMPOSE_VERSION" ]; then
+  fetch_compose
+fi
+# Debian's docker CLI (docker.io), whatever else is on the PATH, with the plugin above.
+docker_cli=/usr/bin/docker
+[ -x "$docker_cli" ] || docker_cli=$(command -v docker)
+
 stop_daemon  # one left by a run that was killed
 trap stop_daemon EXIT
 trap "exit 130" INT TERM
@@ -68,5 +116,6 @@ for _ in $(seq 1 120); do
 done
 curl -sf --unix-socket "$sock" http://localhost/_ping >/dev/null || { echo "dockerd did not answer" >&2; exit 1; }
 
-export DOCKER_HOST="unix://$sock" TRITONIZE_CONTAINER_TESTS=1 TRITONIZE_CONTAINER_DIR="$dir"
+export DOCKER_HOST="unix://$sock" TRITONIZE_CONTAINER_TESTS=1 TRITONIZE_CONTAINER_DIR="$dir" \
+  DOCKER_CONFIG="$compose_dir/docker-config" TRITONIZE_DOCKER_CLI="$docker_cli"
 "$@"

@@ -3,10 +3,15 @@
 # mmdebstrap and `docker import`, laid out as NGC's image is where docker/Dockerfile depends on it:
 #   tritonserver on the PATH (/opt/tritonserver/bin), the Python backend with its stub in
 #   /opt/tritonserver/backends/python (the server's default backend directory), python3 and pip,
-#   numpy in the interpreter the stub embeds.
-# The server is the nvidia-pytriton wheel's Triton 2.51, which has no onnxruntime backend: the stand-in
-# serves the repository's configs/local.pbtxt (onnxruntime inside a Python-backend model), so onnxruntime
-# is installed too. Production builds on NVIDIA's image (docs/container.md).
+#   numpy in the interpreter the stub embeds, and Triton's native onnxruntime backend in
+#   /opt/tritonserver/backends/onnxruntime/ (libtriton_onnxruntime.so beside its libonnxruntime.so.1).
+# The server is the nvidia-pytriton wheel's Triton 2.51, which ships the Python backend alone: the onnxruntime
+# backend is the one `make backend` builds from the r24.10 release sources (tritonize/runtime/native_backend.py),
+# so the stand-in serves each step's config.pbtxt as NVIDIA's image does. The wheel renamed its server library
+# (libtritonserver-<hash>.so), which the backend links by its plain name: the folder's libtritonserver.so
+# names it (NativeBackend.lay_out; the loader maps the one copy the server already holds). onnxruntime's
+# pip package is installed too, for the fused one step (configs/local.pbtxt). Production builds on NVIDIA's
+# image (docs/container.md).
 ARG DEBIAN_BASE
 
 # `python`: Debian's Python 3.11 with pip, as python:3.11-slim is for the API image (docker/api.Dockerfile).
@@ -46,9 +51,12 @@ FROM python AS triton
 ARG STUB_NAME
 COPY --from=install /usr/local /usr/local
 COPY --from=install /opt/tritonserver /opt/tritonserver
+COPY onnxruntime /opt/tritonserver/backends/onnxruntime
 # The server finds its libraries by its RPATH ($ORIGIN/../lib); the stub, a separate binary, through this.
 ENV PATH=/opt/tritonserver/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     LD_LIBRARY_PATH=/opt/tritonserver/lib
 RUN (tritonserver --help 2>&1 || true) | grep -q -- --model-repository \
  && ! ldd /opt/tritonserver/backends/python/${STUB_NAME} | grep "not found" \
+ && ! ldd /opt/tritonserver/backends/onnxruntime/libtriton_onnxruntime.so | grep "not found" \
+ && ldd /opt/tritonserver/backends/onnxruntime/libtriton_onnxruntime.so | grep -q "libtritonserver.so => /opt/tritonserver/backends/onnxruntime/libtritonserver.so" \
  && python3 -c "import numpy, onnxruntime"

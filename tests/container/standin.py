@@ -6,7 +6,11 @@ pulled. In their place:
 - a Debian bookworm root made by mmdebstrap from Debian's packages and `docker import`ed;
 - standin.Dockerfile on it: target `python` (Debian's Python 3.11 and pip, the API image's base) and target
   `triton` (the stand-in for NVIDIA's image: the nvidia-pytriton wheel's Triton 2.51 laid out as NGC's is,
-  with numpy and onnxruntime from requirements.lock).
+  Triton's native onnxruntime backend that `make backend` built in /opt/tritonserver/backends/onnxruntime/,
+  and numpy and onnxruntime from requirements.lock for the fused one step).
+
+And for `docker compose up --profile monitoring` (test_docker_compose.py), prometheus.Dockerfile: Debian's
+`prometheus` package on the same root, in place of prom/prometheus.
 
 Each image's tag ends in a digest of what it is built from; an image with that tag is reused as it is.
 """
@@ -23,11 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from tritonize.lockfile import Pin, read_lock
+from tritonize.runtime import native_backend
 from tritonize.runtime.instance import STUB_NAME
-from tritonize.runtime.local import WHEEL_LIBS_DIR, WHEEL_SERVER_DIR, WHEEL_STUBS_DIR
+from tritonize.runtime.local import WHEEL_LIBS_DIR, WHEEL_SERVER_DIR, WHEEL_STUBS_DIR, find_install, server_library
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = Path(__file__).resolve().parent / "standin.Dockerfile"
+PROMETHEUS_DOCKERFILE = Path(__file__).resolve().parent / "prometheus.Dockerfile"
 LOCK = ROOT / "requirements.lock"
 SUITE = "bookworm"
 PYTHON_VERSION = "3.11"  # bookworm's; the stub that matches it is copied into the backend
@@ -37,6 +43,9 @@ DEBIAN_PACKAGES = ("python3", "python3-pip", "python3-venv", "ca-certificates", 
 PYTHON_PINS = ("numpy", "onnxruntime", "flatbuffers", "packaging", "protobuf", "sympy", "mpmath")
 TRITON_PINS = ("nvidia-pytriton",)
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+# NGC's layout: the server's libraries in /opt/tritonserver/lib, each backend in /opt/tritonserver/backends/<name>/.
+SERVER_LIBS = Path("/opt/tritonserver/lib")
+BACKEND_CONTEXT = "onnxruntime"  # the build context's folder: backends/onnxruntime/ as the image holds it
 
 
 @dataclass(frozen=True)
@@ -100,9 +109,32 @@ def build(client: Any, context: Path, dockerfile: str, image: str, target: str |
             raise RuntimeError(f"building {image} failed: {chunk['error']}\n{tail}")
 
 
+def onnxruntime_backend(context: Path) -> Path:
+    """backends/onnxruntime/ as the stand-in holds it, laid out in `context` by NativeBackend.lay_out: the backend
+    `make backend` built for the locked onnxruntime, that onnxruntime's library, and libtritonserver.so naming
+    the wheel's renamed server library where the image keeps it (SERVER_LIBS; the same locked wheel, so the
+    same name)."""
+    backend = native_backend.find()
+    target = context / BACKEND_CONTEXT
+    shutil.rmtree(target, ignore_errors=True)
+    backend.lay_out(target, SERVER_LIBS / server_library(find_install()).name)
+    return target
+
+
+def tree_digest(folder: Path) -> bytes:
+    """What a laid-out folder is made of: each file's name and bytes, each link's name and target."""
+    h = hashlib.sha256()
+    for path in sorted(folder.rglob("*")):
+        h.update(str(path.relative_to(folder)).encode())
+        h.update(str(path.readlink()).encode() if path.is_symlink() else path.read_bytes())
+    return h.digest()
+
+
 def standin(client: Any, workdir: Path) -> tuple[Built, Built, Built]:
     """(the Debian root, the `python` image, the `triton` stand-in), each built only when missing."""
     root = debian_root(client, workdir)
+    staged = workdir / "standin-backend"
+    backend = onnxruntime_backend(staged)
     pins = read_lock(LOCK)
     files = {
         "Dockerfile": DOCKERFILE.read_bytes(),
@@ -118,10 +150,11 @@ def standin(client: Any, workdir: Path) -> tuple[Built, Built, Built]:
         "WHEEL_STUBS_DIR": WHEEL_STUBS_DIR,
         "STUB_NAME": STUB_NAME,
     }
-    tag = digest(*files.values(), repr(sorted(buildargs.items())).encode())
+    tag = digest(*files.values(), repr(sorted(buildargs.items())).encode(), tree_digest(backend))
     images = {target: f"tritonize-standin-{target}:{tag}" for target in ("python", "triton")}
     built = {target: existing(client, image) for target, image in images.items()}
     if all(built.values()):
+        shutil.rmtree(staged)
         return root, built["python"], built["triton"]  # type: ignore[return-value]
 
     context = workdir / "standin-context"
@@ -134,6 +167,8 @@ def standin(client: Any, workdir: Path) -> tuple[Built, Built, Built]:
                     "--require-hashes", "-r", str(context / "python.txt"), "-r", str(context / "triton.txt"),
                     "-d", str(wheels)], check=True)
     shutil.copytree(wheels, context / "wheels")
+    shutil.copytree(backend, context / BACKEND_CONTEXT, symlinks=True)
+    shutil.rmtree(staged)
     for target, image in images.items():
         if built[target] is None:
             start = time.perf_counter()
@@ -141,3 +176,18 @@ def standin(client: Any, workdir: Path) -> tuple[Built, Built, Built]:
             built[target] = Built(image, round(time.perf_counter() - start, 1), size_mb(client, image))
     shutil.rmtree(context)
     return root, built["python"], built["triton"]  # type: ignore[return-value]
+
+
+def prometheus(client: Any, root: Built, workdir: Path) -> Built:
+    """Debian's Prometheus on the Debian root (prometheus.Dockerfile), built only when missing."""
+    image = f"tritonize-standin-prometheus:{digest(PROMETHEUS_DOCKERFILE.read_bytes(), root.image.encode())}"
+    if found := existing(client, image):
+        return found
+    context = workdir / "prometheus-context"
+    shutil.rmtree(context, ignore_errors=True)
+    context.mkdir(parents=True)
+    (context / "Dockerfile").write_bytes(PROMETHEUS_DOCKERFILE.read_bytes())
+    start = time.perf_counter()
+    build(client, context, "Dockerfile", image, None, {"DEBIAN_BASE": root.image})
+    shutil.rmtree(context)
+    return Built(image, round(time.perf_counter() - start, 1), size_mb(client, image))

@@ -1,18 +1,22 @@
 """`deploy.py docker up | status | logs | down` end to end, on a real engine, with the stand-in for NVIDIA's image.
 
 The serving image is built by `deploy.py docker up` itself (the docker SDK, docker/Dockerfile's every step)
-FROM the stand-in (standin.py), and serves the MiniLM repository's configs/local.pbtxt: the stand-in's Triton
-2.51 has no onnxruntime backend, so config.pbtxt (the native onnxruntime step) is not what runs here.
+FROM the stand-in (standin.py), and serves the MiniLM repository's production configs, each step's
+config.pbtxt, as NVIDIA's image does: the tokenizer step on the Python backend, the model step on Triton's
+native onnxruntime backend (the stand-in carries the one `make backend` builds from the r24.10 release
+sources), the ensemble between them. So the health check, the watchdog's restarts and the drain run on that
+two-step path. One test serves the fused one step (`--config-name local`) from the same image.
 The containers share a user-defined network, as compose's services do: Triton's ports are published on
 127.0.0.1 by the engine, and the API container reaches Triton by its name over gRPC. (The engine has no
 default bridge and sets no iptables rules, so builds use the host's network to reach PyPI.)
+`docker compose up` itself: test_docker_compose.py.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
-import resource
 import signal
 import subprocess
 import sys
@@ -26,29 +30,35 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conftest import record
+from conftest import (
+    API_ATOL,
+    LONG,
+    MEMLOCK,
+    MODEL_STEP,
+    NAME,
+    TEXTS,
+    TOKENIZER_STEP,
+    assert_loopback_only,
+    assert_same,
+    embedding,
+    max_abs,
+    record,
+    wait_for,
+)
 from tritonize.client import TextClient
 from tritonize.runtime import docker as dk
 from tritonize.runtime.base import Endpoints, http_get
 from tritonize.runtime.instance import STUB_NAME
 from tritonize.runtime.local import LocalRuntime
 from tritonize.serving.watchdog import RESTART_LINE
+from tritonize.spec import PRODUCTION_VARIANT
 
 ROOT = Path(__file__).resolve().parents[2]
-NAME = "minilm"
-STEP = f"{NAME}_model"  # configs/local.pbtxt's one step: tokenizer and onnxruntime in one Python model
 CONTAINER = "tritonize-test-triton"
 API_CONTAINER = "tritonize-test-api"
 NETWORK = "tritonize-test"
-TEXTS = ["hello world", "the quick brown fox jumps over the lazy dog", "Ünïcödé café — 日本語のテキスト 🚀", "a"]
-LONG = " ".join(["containers restart only when their process exits"] * 40)
 KILLS = 3  # stubs killed in a row, each healed before the next
 HEAL_BOUND_S = 60.0
-ATOL = 1e-5
-# NVIDIA's memlock=-1 needs CAP_SYS_RESOURCE, which the test machine may lack: the host's hard limit then.
-_HARD = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]
-MEMLOCK = -1 if _HARD == resource.RLIM_INFINITY else _HARD
-LOOPBACK = {"0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000"}
 ULIMITS = dk.with_ulimits([f"memlock={MEMLOCK}"])
 
 pytestmark = pytest.mark.usefixtures("local_triton")
@@ -81,7 +91,7 @@ def network(engine) -> str:
     found = engine.networks.list(names=[NETWORK])
     created = found[0] if found else engine.networks.create(NETWORK, driver="bridge")
     yield NETWORK
-    for name in (CONTAINER, API_CONTAINER, CONTAINER + "-plain"):
+    for name in (CONTAINER, API_CONTAINER, CONTAINER + "-plain", CONTAINER + "-fused"):
         try:
             engine.containers.get(name).remove(force=True)
         except Exception:  # noqa: BLE001 - not there
@@ -94,7 +104,7 @@ def deployed(engine, images, network, served_repo, local_options, tmp_path_facto
     options = local_options(served_repo, tmp_path_factory.mktemp("run"))
     flags = ["--repository", str(served_repo), "--http-port", str(options.http_port),
              "--grpc-port", str(options.grpc_port), "--metrics-port", str(options.metrics_port),
-             "--gpus", "none", "--base-image", images["triton"].image, "--config-name", "local",
+             "--gpus", "none", "--base-image", images["triton"].image,
              "--network", network, "--build-network", "host", "--container-name", CONTAINER, "--timeout", "300",
              *(["--ulimit", f"memlock={MEMLOCK}"] if MEMLOCK != -1 else [])]
     start = time.perf_counter()
@@ -122,15 +132,6 @@ def answered(deployed: Deployed) -> bool:
         return bool(deployed.infer(["still serving"]))
     except Exception:  # noqa: BLE001 - refused, reset, or the step's error
         return False
-
-
-def wait_for(predicate, timeout_s: float, step_s: float = 0.25) -> float:
-    """Seconds until predicate() held; fails the test after timeout_s."""
-    start = time.monotonic()
-    while not predicate():
-        assert time.monotonic() - start < timeout_s, f"not within {timeout_s}s"
-        time.sleep(step_s)
-    return time.monotonic() - start
 
 
 # --------------------------------------------------------------------------- serving
@@ -162,7 +163,7 @@ def timestamp(text: str) -> float:
 def test_up_answers_raw_strings_over_http_and_grpc_as_the_local_server_does(deployed, served_repo, local_options,
                                                                             tmp_path) -> None:
     container = {p: deployed.infer(TEXTS, p) for p in ("http", "grpc")}
-    with LocalRuntime(local_options(served_repo, tmp_path), quiet=True) as endpoints:
+    with LocalRuntime(local_options(served_repo, tmp_path), quiet=True, variant=PRODUCTION_VARIANT) as endpoints:
         with TextClient(endpoints.grpc, NAME, protocol="grpc") as client:
             local = client.infer(TEXTS)
     assert local and set(local) == set(container["http"]) == set(container["grpc"])
@@ -170,21 +171,30 @@ def test_up_answers_raw_strings_over_http_and_grpc_as_the_local_server_does(depl
         for name, value in outputs.items():
             assert_same(value, local[name], (protocol, name))
             assert value.shape[0] == len(TEXTS)
+    record("sdk_vs_local_max_abs", max(max_abs(embedding(o), embedding(local)) for o in container.values()))
 
 
-def embedding(outputs: dict[str, np.ndarray]) -> np.ndarray:
-    """The ensemble's embedding: its one float output of one row per text."""
-    (value,) = [v for v in outputs.values() if v.dtype.kind == "f" and v.ndim == 2]
-    return value
+def model_config(deployed: Deployed, model: str) -> dict:
+    status, body = http_get(f"{deployed.endpoints.http}/v2/models/{model}/config")
+    assert status == 200, body[:200]
+    return json.loads(body)
 
 
-def assert_same(got: np.ndarray, expected: np.ndarray, what: object = "") -> None:
-    """Floats within ATOL, anything else (flags, counts) equal."""
-    assert got.shape == expected.shape, what
-    if got.dtype.kind == "f":
-        assert np.isfinite(got).all() and np.abs(got - expected).max() <= ATOL, what
-    else:
-        assert np.array_equal(got, expected), what
+def test_each_step_serves_its_config_pbtxt_the_model_step_on_the_native_onnxruntime_backend(deployed) -> None:
+    """What NVIDIA's image runs: no --model-config-name, so every step loads its config.pbtxt; the model step on
+    the onnxruntime backend of /opt/tritonserver/backends/onnxruntime (no Python stub of its own), the tokenizer
+    step in Python-backend stubs, the ensemble feeding one to the other."""
+    container = deployed.container()
+    assert not any(arg.startswith("--model-config-name") for arg in container.attrs["Config"]["Cmd"])
+    model = model_config(deployed, MODEL_STEP)
+    assert model["platform"] == "onnxruntime_onnx" and model["backend"] == "onnxruntime"
+    assert model_config(deployed, TOKENIZER_STEP)["backend"] == "python"
+    steps = [s["model_name"] for s in model_config(deployed, NAME)["ensemble_scheduling"]["step"]]
+    assert steps == [TOKENIZER_STEP, MODEL_STEP]
+    assert stub_pids(container, TOKENIZER_STEP) and not stub_pids(container, MODEL_STEP)
+    log = container.logs().decode("utf-8", "replace")
+    assert "TRITONBACKEND_Initialize: onnxruntime" in log
+    assert "/opt/tritonserver/backends/onnxruntime/libtriton_onnxruntime.so" in log
 
 
 def test_the_container_runs_as_specified(deployed) -> None:
@@ -215,14 +225,7 @@ def test_the_container_runs_as_specified(deployed) -> None:
     assert code == 0 and out.strip() == b"1000"
     # On the host, every published port is bound to 127.0.0.1 only (the engine's proxy listens there; as
     # /proc/net/tcp{,6} write it: IPv4, IPv4-mapped IPv6 and ::1).
-    listening = {}
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:] + Path("/proc/net/tcp6").read_text().splitlines()[1:]:
-        local, state = line.split()[1], line.split()[3]
-        address, port = local.rsplit(":", 1)
-        if state == "0A":
-            listening.setdefault(int(port, 16), set()).add(address)
-    for port in (deployed.endpoints.http_port, deployed.endpoints.grpc_port, deployed.endpoints.metrics_port):
-        assert listening.get(port) and listening[port] <= LOOPBACK, (port, listening.get(port))
+    assert_loopback_only([deployed.endpoints.http_port, deployed.endpoints.grpc_port, deployed.endpoints.metrics_port])
 
 
 def test_status_and_logs(deployed) -> None:
@@ -272,7 +275,7 @@ def test_the_api_container_answers_the_openai_route_over_grpc(deployed, engine, 
         got = np.array([row["embedding"] for row in sorted(body["data"], key=lambda r: r["index"])])
         direct = embedding(deployed.infer(TEXTS))
         direct = direct / np.linalg.norm(direct, axis=1, keepdims=True)
-        assert got.shape == direct.shape and np.abs(got - direct).max() <= 1e-4
+        assert got.shape == direct.shape and np.abs(got - direct).max() <= API_ATOL
 
         def healthy() -> bool:
             api.reload()
@@ -287,14 +290,15 @@ def test_the_api_container_answers_the_openai_route_over_grpc(deployed, engine, 
 
 
 def test_a_killed_stub_ends_the_container_and_the_restart_policy_heals_it(deployed) -> None:
-    """Counted, as the local supervisor's test is: KILLS stubs killed in a row, each time the ensemble answers
-    again within HEAL_BOUND_S, the engine counts one restart more and the watchdog's log one line more."""
+    """Counted, as the local supervisor's test is: KILLS tokenizer stubs killed in a row (the production path's
+    Python step), each time the ensemble answers again within HEAL_BOUND_S, the engine counts one restart more
+    and the watchdog's log one line more."""
     container = deployed.container()
     reference = deployed.infer(TEXTS)
     heals = []
     for kill in range(1, KILLS + 1):
-        wait_for(lambda: answered(deployed) and len(stub_pids(container, STEP)) > 0, HEAL_BOUND_S)
-        victim = stub_pids(container, STEP)[0]
+        wait_for(lambda: answered(deployed) and len(stub_pids(container, TOKENIZER_STEP)) > 0, HEAL_BOUND_S)
+        victim = stub_pids(container, TOKENIZER_STEP)[0]
         os.kill(victim, signal.SIGKILL)
         start = time.monotonic()
 
@@ -314,6 +318,37 @@ def test_a_killed_stub_ends_the_container_and_the_restart_policy_heals_it(deploy
     for name, value in reference.items():
         assert_same(after[name], value, name)
     record("kill_to_answer_s", heals)
+
+
+# --------------------------------------------------------------------------- the fused one step
+
+
+def test_the_fused_variant_answers_as_production_from_one_python_step(deployed, engine, served_repo, local_options,
+                                                                      tmp_path) -> None:
+    """`--config-name local` in the same image: the flag reaches Triton, the model step is the fused Python step
+    (configs/local.pbtxt: tokenizer and onnxruntime in one model, in stubs of its own), and its answers equal the
+    production container's."""
+    options = local_options(served_repo, tmp_path)
+    docker_options = dk.DockerOptions(image=deployed.image, gpus="none", config_name="local", network=NETWORK,
+                                      container_name=CONTAINER + "-fused", ulimits=ULIMITS)
+    spec = dk.container_spec(options, docker_options)
+    assert "--model-config-name=local" in spec.command
+    container = engine.containers.run(**spec.run_kwargs())
+    try:
+        fused = Deployed([], Endpoints("127.0.0.1", options.http_port, options.grpc_port, options.metrics_port),
+                         deployed.image, engine)
+        wait_for(lambda: answered(fused), 120, 0.5)
+        assert model_config(fused, MODEL_STEP)["backend"] == "python"
+        assert stub_pids(container, MODEL_STEP)
+        production = deployed.infer(TEXTS)
+        for protocol in ("http", "grpc"):
+            got = fused.infer(TEXTS, protocol)
+            assert set(got) == set(production)
+            for name, value in got.items():
+                assert_same(value, production[name], (protocol, name))
+        record("fused_vs_production_max_abs", max_abs(embedding(got), embedding(production)))
+    finally:
+        container.remove(force=True)
 
 
 def test_down_answers_all_16_requests_in_flight(deployed) -> None:
@@ -355,9 +390,9 @@ def test_down_answers_all_16_requests_in_flight(deployed) -> None:
 def test_without_the_watchdog_a_dead_stub_leaves_an_unhealthy_container_running(deployed, engine, served_repo,
                                                                                local_options, tmp_path) -> None:
     """What the HEALTHCHECK alone does: reports `unhealthy`, and nothing restarts (Docker restarts a container
-    only when its process exits). Both stubs of the step are killed, so that every request fails."""
+    only when its process exits). Both stubs of the tokenizer step are killed, so that every request fails."""
     options = local_options(served_repo, tmp_path)
-    docker_options = dk.DockerOptions(image=deployed.image, gpus="none", config_name="local", network=NETWORK,
+    docker_options = dk.DockerOptions(image=deployed.image, gpus="none", network=NETWORK,
                                       container_name=CONTAINER + "-plain")
     spec = dk.container_spec(options, replace(docker_options, ulimits=ULIMITS))
     kwargs = spec.run_kwargs()
@@ -369,7 +404,9 @@ def test_without_the_watchdog_a_dead_stub_leaves_an_unhealthy_container_running(
         endpoints = Endpoints("127.0.0.1", options.http_port, options.grpc_port, options.metrics_port)
         plain = Deployed([], endpoints, deployed.image, engine)
         wait_for(lambda: answered(plain), 120, 0.5)
-        for pid in stub_pids(container, STEP):
+        victims = stub_pids(container, TOKENIZER_STEP)
+        assert victims
+        for pid in victims:
             os.kill(pid, signal.SIGKILL)
         start = time.monotonic()
 

@@ -6,14 +6,14 @@ connects, builds or pulls the image, runs that spec and waits for readiness.
 
 The container serves the repository's `config.pbtxt` files (native
 onnxruntime / TensorRT backends) unless `--config-name` says otherwise (the
-local server selects its Python-backend `configs/local.pbtxt` that way; the
-test stand-in for NVIDIA's image, which has no onnxruntime backend, does too).
+fused one step, `configs/local.pbtxt`, is selected that way).
 
 The container's settings (ports, shm size, ulimits, healthcheck, watchdog,
 stop grace, restart policy) are this module's constants: the SDK runtime
 applies them and docker-compose.yml is rendered from them
 (templates/docker/docker-compose.yml.j2), so what `deploy.py docker` proves
-holds for `docker compose up`.
+holds for `docker compose up` (which tests/container/test_docker_compose.py
+also runs). Compose alone mounts a named volume over TensorRT's engine cache.
 The `docker` SDK is imported lazily so that building the CLI stays fast.
 """
 
@@ -37,6 +37,7 @@ from ..paths import TEMPLATES_DIR
 from ..lockfile import SERVING_IMAGE_LOCK, Pin, read_lock
 from ..serving import SERVING_DIR
 from ..serving.health import HEALTH_FILE
+from ..spec import TENSORRT_CACHE
 from . import process
 from .base import (
     METRICS_CONFIG,
@@ -82,6 +83,15 @@ HEALTH_SCRIPT = f"{SCRIPTS_DIR}/health.py"
 WATCHDOG_SCRIPT = f"{SCRIPTS_DIR}/watchdog.py"
 IMAGE_SCRIPTS = ("health.py", "procfs.py", "watchdog.py")  # from tritonize/serving/, byte for byte
 HEALTH_TIMEOUT_S = 8
+# TensorRT's engine cache (the configs' trt_engine_cache_path): the image creates the folder for uid 1000, and
+# compose mounts a named volume over it, which takes that owner on first use and outlives the containers, so
+# that `docker compose down` / `up` and restarts reuse the engines instead of building them again.
+TRT_CACHE_DIR = TENSORRT_CACHE
+TRT_CACHE_VOLUME = "trt-engine-cache"
+# compose's variable that replaces NVIDIA's image as the serving image's BASE_IMAGE (a registry mirror; the
+# container tests' stand-in); unset, the Dockerfile's default, NVIDIA's image of TRITON_RELEASE.
+BASE_IMAGE_VARIABLE = "TRITON_BASE_IMAGE"
+API_BASE_IMAGE = "python:3.11-slim-bookworm"  # docker/api.Dockerfile's PYTHON_IMAGE default; API_BASE_IMAGE replaces it
 
 
 def health_test(http_port: int = CONTAINER_PORTS["http"]) -> tuple[str, ...]:
@@ -235,6 +245,7 @@ def render_dockerfile(release: str = DEFAULT_TRITON_RELEASE) -> str:
         health_script=HEALTH_SCRIPT,
         watchdog_script=WATCHDOG_SCRIPT,
         health_digest=health_digest(),
+        trt_cache_dir=TRT_CACHE_DIR,
         entrypoint_json=json.dumps(list(entrypoint())),
         command_json=json.dumps(list(triton_command(ServerOptions()))),
     )
@@ -245,7 +256,12 @@ def render_compose() -> str:
     return _render(
         COMPOSE_TEMPLATE,
         release=DEFAULT_TRITON_RELEASE,
+        base_repository=BASE_REPOSITORY,
+        base_image_variable=BASE_IMAGE_VARIABLE,
         image_repository=IMAGE_REPOSITORY,
+        trt_cache_dir=TRT_CACHE_DIR,
+        trt_cache_volume=TRT_CACHE_VOLUME,
+        api_base_image=API_BASE_IMAGE,
         command=triton_command(ServerOptions(log_verbose=0))[:-1],  # --log-verbose comes from the environment
         models_dir=MODELS_DIR,
         ports=CONTAINER_PORTS,
@@ -783,7 +799,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--base-image", default=None,
                    help="build the serving image on this image instead of NVIDIA's (a test stand-in: docs/container.md)")
     g.add_argument("--config-name", default=None,
-                   help="serve each model's configs/NAME.pbtxt (e.g. local: no onnxruntime backend needed)")
+                   help="serve each model's configs/NAME.pbtxt (e.g. local: the fused one step, no onnxruntime backend)")
     g.add_argument("--network", default=None, help="the container's network; host: Triton binds --host's ports itself")
     g.add_argument("--build-network", default=None, help="the image build's network (pip must reach PyPI)")
     g.add_argument("--ulimit", type=_checked_by(parse_ulimit), action="append", default=[], metavar="NAME=SOFT[:HARD]",
