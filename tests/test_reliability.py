@@ -35,7 +35,15 @@ from tritonize.runtime.local import LocalRuntime
 from tritonize.runtime.process import group_processes, group_zombies
 from tritonize.serving import health, texts
 from tritonize.serving.batching import QUEUE_BOUND
-from tritonize.spec import DEFAULT_MAX_REQUEST_BYTES, MIN_QUEUE_SIZE, Overrides, default_queue_size
+from tritonize.spec import (
+    DEFAULT_MAX_REQUEST_BYTES,
+    FUSED_VARIANT,
+    MIN_QUEUE_SIZE,
+    PRODUCTION_VARIANT,
+    VARIANT_CONFIGS,
+    Overrides,
+    default_queue_size,
+)
 
 # -- without a server ----------------------------------------------------------------
 
@@ -87,8 +95,11 @@ def test_every_batching_step_gets_a_bounded_queue(tiny_embedding_repo, tmp_path)
     shutil.copytree(tiny_embedding_repo.repository, repo)
     name = read_manifest(repo).name
 
+    waits: dict[str, int] = {}  # each Triton policy's time bound, microseconds
+
     def policies() -> dict[str, tuple[int, int] | None]:
         found = {}
+        waits.clear()
         for path in sorted(repo.rglob("*.pbtxt")):
             config = parse_config(path.read_text(), str(path))
             if config.platform == "ensemble":
@@ -98,18 +109,21 @@ def test_every_batching_step_gets_a_bounded_queue(tiny_embedding_repo, tmp_path)
             # The local one step holds its bound itself, as a parameter, and refuses as a REJECT policy does.
             own = int(config.parameters[QUEUE_BOUND].string_value) if QUEUE_BOUND in config.parameters else 0
             assert not (policy and own), f"{path}: two bounds"
+            if policy:
+                waits[str(path.relative_to(repo))] = policy.default_timeout_microseconds
             found[str(path.relative_to(repo))] = ((policy.max_queue_size, policy.timeout_action) if policy
                                                   else (own, reject) if own else None)
         return found
 
     assert len(policies()) == 4  # tokenizer and model, each with the container's and the local config
     assert set(policies().values()) == {(512, reject)}  # the floor: capacity not measured, every step and config
+    assert len(waits) == 3 and set(waits.values()) == {1_000_000}  # and a request waits a second at most
     reconfigure(repo, Overrides(model_instances=2))
     assert set(policies().values()) == {(512, reject)}  # instances do not change what a second of work is
     reconfigure(repo, Overrides(capacity_rps=1500.0))  # as `tritonize tune` writes it: a second at 1500 req/s
     assert set(policies().values()) == {(1500, reject)}
     reconfigure(repo, Overrides(queue_budget_ms=500))
-    assert set(policies().values()) == {(750, reject)}
+    assert set(policies().values()) == {(750, reject)} and set(waits.values()) == {500_000}
     reconfigure(repo, Overrides(max_queue_size=64))  # an explicit size wins
     assert set(policies().values()) == {(64, reject)}
     reconfigure(repo, Overrides(max_queue_size=0))  # no bound: no policy
@@ -677,6 +691,30 @@ def test_overload_is_shed_at_once_and_never_wrong(minilm_repo, local_options, tm
     # flight. Queues without a bound grow for the whole run (4 x capacity for 10 s: some 30 s of backlog).
     queued_s = 2 * MIN_QUEUE_SIZE / d["capacity_rps"]
     assert d["answered_ms"]["max"] < 1000 * (1.5 * queued_s + 2.0)
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+@pytest.mark.parametrize("variant", list(VARIANT_CONFIGS))
+def test_a_burst_of_long_texts_fills_the_bound_sooner_than_short_ones(minilm_repo, local_options, tmp_path, request,
+                                                                     variant: str, local_triton) -> None:
+    """512 requests of 128 tokens at once: the bounds count work, not requests. The fused step counts each row's
+    tokens (512 short requests' worth: about 64 of these wait, beside a run); the production configs' Triton queues
+    refuse a request that has waited the budget (a second). Either way most of the burst is refused at once or
+    within the budget, where a bound of 512 requests admitted all 512 (and the last waited some 9 s)."""
+    from tritonize.bench.stress import Stress
+
+    if variant == PRODUCTION_VARIANT:
+        request.getfixturevalue("native_backend")
+    with LocalRuntime(local_options(minilm_repo, tmp_path / "run"), quiet=True, variant=variant) as endpoints:
+        stress = Stress(minilm_repo, endpoints.http, endpoints.grpc, workload="long")
+        stress.burst(16)  # warm
+        burst = stress.burst(MIN_QUEUE_SIZE)
+    print(f"{variant}: burst of {MIN_QUEUE_SIZE} 128-token requests: {burst['answered']} answered "
+          f"(slowest {burst['answered_ms']['max']} ms), {burst['rejected']} refused: {burst['samples']}")
+    assert (burst["failed"], burst["wrong"]) == (0, 0) and burst["answered"] + burst["rejected"] == MIN_QUEUE_SIZE
+    assert 0 < burst["answered"] < MIN_QUEUE_SIZE // 2
+    assert ("tokens of work" if variant == FUSED_VARIANT else "Request timeout expired") in str(burst["samples"])
 
 
 @pytest.mark.e2e

@@ -171,6 +171,15 @@ def test_the_one_steps_pipeline_runs_what_waits_as_one_batch_within_its_bound() 
     with pytest.raises(RuntimeError):
         pipeline.put(["e"])
     assert Pipeline(run).room(10_000) == 10_000  # no bound
+    # Counted in work: an offer takes what fits, oldest first; one item always fits an empty queue.
+    gate = threading.Event()
+    heavy = Pipeline(lambda items, busy: gate.wait(10), bound=10, work=len, least_work=2)
+    assert heavy.offer(["x" * 50]) == 1  # over the bound, alone: taken (a single request is served whole)
+    until(lambda: heavy.room(9) == 5)  # the worker runs it; the queue is empty again: five of the least work
+    assert heavy.offer(["aaaa", "bbbb", "cc", "d"]) == 3  # 4 + 4 + 2 = 10 fits; "d" would make 11
+    assert heavy.room(1) == 0 and heavy.offer(["e"]) == 0  # full: execute() refuses before decoding anything
+    gate.set()
+    assert heavy.close() == []
     # A batch whose run raises does not take the worker with it: the next batch still runs.
     seen = []
 
@@ -184,7 +193,8 @@ def test_the_one_steps_pipeline_runs_what_waits_as_one_batch_within_its_bound() 
     until(lambda: seen)
     survivor.put(["after"])
     assert survivor.close() == [] and seen == [["boom"], ["after"]]
-    assert "Exceeds maximum queue size: 3 requests" in queue_full_message(3)
+    assert queue_full_message(8192, 512).startswith("Exceeds maximum queue size: ")  # what clients recognise
+    assert "8192 tokens of work (512 requests of one short text)" in queue_full_message(8192, 512)
 
 
 def test_a_pipeline_run_takes_at_most_max_rows_rows_on_a_nicer_thread() -> None:

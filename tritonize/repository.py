@@ -115,6 +115,7 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str) -> RepoSpec:
             instance_count=instances,
             kind=kind,  # type: ignore[arg-type]
             max_queue_size=queue_size,
+            max_queue_wait_us=1000 * options.queue_budget_ms if queue_size else 0,
         )
 
     return RepoSpec(

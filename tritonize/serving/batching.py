@@ -34,6 +34,17 @@ QUEUE_BOUND = "max_queue_size"
 # The parameter with how long, in microseconds, the local one step's worker waits after a run for the clients it
 # answered (serving/one_step.py, `Pipeline`); 0: it runs what waits at once.
 GATHER = "gather_us"
+# A step's queue bound counts work, not requests: a row waiting counts its real tokens, and at least this many (a
+# short text's: a bound of N was sized for N requests of one short text each), so N such requests fill a bound of
+# N x QUEUE_ROW_TOKENS and longer texts fill it sooner, as the graph's time grows with them. At 4 x capacity, 512
+# queued requests of 128 tokens waited up to 10.8 s where the budget is about a second (docs/reliability.md).
+QUEUE_ROW_TOKENS = 16
+
+
+def queue_work(attention_mask) -> int:
+    """The work one request brings to a queue: its rows' real tokens, each at least QUEUE_ROW_TOKENS."""
+    lengths = attention_mask.sum(axis=1) if attention_mask.ndim == 2 else attention_mask
+    return int(sum(max(int(n), QUEUE_ROW_TOKENS) for n in lengths))
 
 
 def parse_buckets(text: str, max_length: int | None = None) -> list[int]:

@@ -15,7 +15,8 @@ hands the step its next requests while the graph runs. The worker runs what
 was handed over since its last run as one batch, up to the step's
 max_batch_size rows; before a run it waits a moment (`gather_us`) for the
 clients it has just answered, so a few clients share one run instead of
-splitting into two runs that alternate. The step holds its own queue bound
+splitting into two runs that alternate. The step holds its own queue bound,
+counted in work (each row's tokens, batching.queue_work) rather than requests
 (`Pipeline`), because Triton's bound would turn off the dynamic batcher's
 prefetching and with it the wake-up that Triton 2.51 loses
 (docs/benchmark.md, "The 500 ms stalls"). The graph's threads run nicer
@@ -41,7 +42,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from .batching import ATTENTION_MASK, ENCODING_FIELDS, GATHER, QUEUE_BOUND, ROW_FIELDS
+from .batching import ATTENTION_MASK, ENCODING_FIELDS, GATHER, QUEUE_BOUND, QUEUE_ROW_TOKENS, ROW_FIELDS, queue_work
 from .onnx_model import OnnxRunner
 from .tokenizer import RequestEncoder, error_response, parameters
 
@@ -91,9 +92,16 @@ def tokenizer_outputs(model_config: dict, graph_inputs: list[str]) -> tuple[tupl
     return tuple(dict.fromkeys([*graph_inputs, *passed])), passed
 
 
-def queue_full_message(bound: int) -> str:
-    """What a request refused by the bound is told: Triton's own words for a full queue, and the bound."""
-    return f"Exceeds maximum queue size: {bound} requests already wait for this model; try again later"
+def item_work(item: tuple) -> int:
+    """The work one handed-over request (its sender, its tensors) brings to the queue (batching.queue_work)."""
+    return queue_work(item[1][ATTENTION_MASK])
+
+
+def queue_full_message(bound: int, requests: int) -> str:
+    """What a request refused by the bound is told: Triton's own words for a full queue, and the bound: work
+    (tokens), and the short requests it holds."""
+    return (f"Exceeds maximum queue size: the requests waiting for this model hold up to {bound} tokens of work "
+            f"({requests} requests of one short text); try again later")
 
 
 class Pipeline:
@@ -111,51 +119,76 @@ class Pipeline:
     split into two halves that alternate, each run half the rows it could
     be; a lone client, or one slower than the window, never waits.
 
-    `bound` caps the requests waiting (handed over, not yet taken by a run);
-    execute() asks `room` before it decodes anything, so a full step refuses
-    at the cost of a reply. `run` answers its items itself, errors included.
-    The worker runs `nice` steps nicer than the thread that made the pipeline.
+    `bound` caps the work waiting (handed over, not yet taken by a run), as
+    `work` counts an item's, at least `least_work`: `offer` hands over, oldest
+    first, what fits (one item always fits an empty queue), and execute()
+    asks `room` before it decodes anything, so a step that cannot take even
+    the least work refuses at the cost of a reply. `run` answers its items
+    itself, errors included. The worker runs `nice` steps nicer than the
+    thread that made the pipeline.
     """
 
     def __init__(self, run: Callable[[list, bool], None], bound: int = 0, max_rows: int = 0,
                  rows: Callable[[object], int] = lambda item: 1, nice: int = 0, gather_s: float = 0.0,
-                 name: str = "one-step-worker"):
+                 name: str = "one-step-worker", work: Callable[[object], int] = lambda item: 1, least_work: int = 1):
         self.run, self.bound, self.max_rows, self.rows, self.nice = run, bound, max_rows, rows, nice
-        self.gather_s = gather_s
+        self.gather_s, self.work, self.least_work = gather_s, work, least_work
         self._waiting: list = []
+        self._pending = 0  # the work of what waits
         self._closed = False
         self._ready = threading.Condition()
         self._worker = threading.Thread(target=self._loop, name=name, daemon=True)
         self._worker.start()
 
     def room(self, wanted: int) -> int:
-        """How many of `wanted` new requests may wait."""
+        """How many of `wanted` new requests might wait, each bringing the least work."""
         if not self.bound:
             return wanted
         with self._ready:
-            return max(0, min(wanted, self.bound - len(self._waiting)))
+            least = 1 if not self._waiting else 0  # one request always fits an empty queue
+            return max(least, min(wanted, (self.bound - self._pending) // self.least_work))
+
+    def offer(self, items: list) -> int:
+        """Hands over, oldest first, the items that fit the bound; how many (the caller refuses the rest)."""
+        with self._ready:
+            if self._closed:
+                raise RuntimeError("the step is unloading")
+            taken = 0
+            for item in items:
+                work = self.work(item)
+                if self.bound and self._waiting and self._pending + work > self.bound:
+                    break
+                self._waiting.append(item)
+                self._pending += work
+                taken += 1
+            if taken:
+                self._ready.notify()
+            return taken
 
     def put(self, items: list) -> None:
+        """Hands over every item, whatever the bound."""
         if not items:
             return
         with self._ready:
             if self._closed:
                 raise RuntimeError("the step is unloading")
             self._waiting.extend(items)
+            self._pending += sum(map(self.work, items))
             self._ready.notify()
 
     def _take(self) -> list:
         """The oldest items waiting, up to `max_rows` rows (at least one item)."""
         if not self.max_rows:
             items, self._waiting = self._waiting, []
-            return items
-        taken, total = 0, 0
-        for item in self._waiting:
-            total += self.rows(item)
-            if taken and total > self.max_rows:
-                break
-            taken += 1
-        items, self._waiting = self._waiting[:taken], self._waiting[taken:]
+        else:
+            taken, total = 0, 0
+            for item in self._waiting:
+                total += self.rows(item)
+                if taken and total > self.max_rows:
+                    break
+                taken += 1
+            items, self._waiting = self._waiting[:taken], self._waiting[taken:]
+        self._pending = sum(map(self.work, self._waiting)) if self._waiting else 0
         return items
 
     def _gather(self, last: int, busy: bool, ended: float) -> bool:
@@ -205,7 +238,7 @@ class Pipeline:
             self._ready.notify()
         self._worker.join(timeout_s)
         with self._ready:
-            left, self._waiting = self._waiting, []
+            left, self._waiting, self._pending = self._waiting, [], 0
         return left
 
 
@@ -221,19 +254,25 @@ class TritonPythonModel:
         self.front = RequestEncoder(config, version_dir, produced)
         self.final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         params = parameters(config)
-        self.pipeline = Pipeline(self._run, int(params.get(QUEUE_BOUND, "0")),
-                                 max_rows=int(config["max_batch_size"]), rows=item_rows,
-                                 nice=GRAPH_NICE, gather_s=int(params.get(GATHER, "0")) / 1e6)
+        self.bound_requests = int(params.get(QUEUE_BOUND, "0"))
+        self.pipeline = Pipeline(self._run, self.bound_requests * QUEUE_ROW_TOKENS,
+                                 max_rows=int(config["max_batch_size"]), rows=item_rows, work=item_work,
+                                 least_work=QUEUE_ROW_TOKENS, nice=GRAPH_NICE,
+                                 gather_s=int(params.get(GATHER, "0")) / 1e6)
 
     def execute(self, requests):
-        admitted = self.pipeline.room(len(requests))
-        responses, valid, encoded = self.front.encode(requests[:admitted])
-        self.pipeline.put([(requests[i].get_response_sender(), tensors) for i, tensors in zip(valid, encoded)])
-        if admitted == len(requests):
+        room = self.pipeline.room(len(requests))
+        responses, valid, encoded = self.front.encode(requests[:room])
+        items = [(requests[i].get_response_sender(), tensors) for i, tensors in zip(valid, encoded)]
+        admitted = self.pipeline.offer(items)
+        refused = len(requests) - room + len(items) - admitted
+        if not refused:
             return responses
-        self.front.metrics.record({"queue_full": len(requests) - admitted})
-        full = queue_full_message(self.pipeline.bound)
-        return responses + [error_response(full, "UNAVAILABLE") for _ in requests[admitted:]]
+        self.front.metrics.record({"queue_full": refused})
+        full = queue_full_message(self.pipeline.bound, self.bound_requests)
+        for sender, _ in items[admitted:]:  # tokenized, then found over the bound: answered through its sender
+            self._send(sender, error_response(full, "UNAVAILABLE"))
+        return responses + [error_response(full, "UNAVAILABLE") for _ in requests[room:]]
 
     def _run(self, items: list, busy: bool) -> None:
         """One batch of the requests waiting; each answered through its own sender."""
