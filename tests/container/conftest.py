@@ -127,13 +127,22 @@ def images(engine, engine_dir) -> dict[str, Built]:
     return {"root": root, "python": python, "triton": triton}
 
 
+DRAIN_BUDGET_MS = 10_000  # served_repo's queue budget
+
+
 @pytest.fixture(scope="session")
 def served_repo(minilm_repo) -> Path:
-    """The MiniLM repository (tests/conftest.py), copied where the containers' uid 1000 can read it."""
+    """The MiniLM repository (tests/conftest.py), copied where the containers' uid 1000 can read it. Its queue
+    budget is DRAIN_BUDGET_MS: the drain tests send some 2 s of work at once, and with the default budget (a second)
+    the production queues refuse what waited longer, which is the budget working, not a drain failing."""
+    from tritonize.repository import reconfigure
+    from tritonize.spec import Overrides
+
     directory = Path(tempfile.mkdtemp(prefix="tritonize-container-"))
     directory.chmod(0o755)
     repo = directory / "repo"
     shutil.copytree(minilm_repo, repo)
+    reconfigure(repo, Overrides(queue_budget_ms=DRAIN_BUDGET_MS))
     for path in [repo, *repo.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     yield repo
