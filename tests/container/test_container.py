@@ -338,7 +338,8 @@ def test_the_fused_variant_answers_as_production_from_one_python_step(deployed, 
     try:
         fused = Deployed([], Endpoints("127.0.0.1", options.http_port, options.grpc_port, options.metrics_port),
                          deployed.image, engine)
-        wait_for(lambda: answered(fused), 120, 0.5)
+        # gRPC answering is not HTTP listening yet: Triton starts its HTTP endpoint after its gRPC one.
+        wait_for(lambda: answered(fused) and http_get(f"{fused.endpoints.http}/v2/health/ready")[0] == 200, 120, 0.5)
         assert model_config(fused, MODEL_STEP)["backend"] == "python"
         assert stub_pids(container, MODEL_STEP)
         production = deployed.infer(TEXTS)
