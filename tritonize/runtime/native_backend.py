@@ -47,8 +47,6 @@ SOURCES: dict[str, tuple[str, str]] = {  # repo -> (commit, sha256 of triton-<re
 HEADERS = ("libonnxruntime-dev_1.21.0+dfsg-1_amd64.deb",
            "14f7d959d5deacbcf1504830d4189f91fc67382b399ed9ae9d3aa9c4050ced08")
 HEADER = "onnxruntime_c_api.h"
-# Debian packages the build needs (as system-deps installs the others); googletest only for the sources' CMake.
-BUILD_PACKAGES = ("cmake", "g++", "rapidjson-dev", "googletest")
 GOOGLETEST_SOURCE = Path("/usr/src/googletest")
 TARGET = "triton-onnxruntime-backend"
 

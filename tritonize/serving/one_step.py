@@ -188,7 +188,7 @@ class Pipeline:
                     break
                 taken += 1
             items, self._waiting = self._waiting[:taken], self._waiting[taken:]
-        self._pending = sum(map(self.work, self._waiting)) if self._waiting else 0
+        self._pending -= sum(map(self.work, items))
         return items
 
     def _gather(self, last: int, busy: bool, ended: float) -> bool:
