@@ -86,6 +86,12 @@ system-deps:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	  else echo "note: make backend needs:$$missing (sudo apt-get install$$missing)" >&2; fi; \
 	fi
+	@# Chromium: tests/test_api_schema.py opens the API's /docs in a real headless browser, offline.
+	@if ! command -v chromium >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ]; then echo "installing chromium (the API docs' browser test)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
+	  else echo "note: the API docs' browser test needs Chromium: sudo apt-get install chromium" >&2; fi; \
+	fi
 	@# Prometheus for `deploy.py local up --monitoring` (and promtool, which the tests run); optional to serve.
 	@if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then \
 	  if [ "$$(id -u)" = 0 ]; then echo "installing prometheus (for deploy.py local up --monitoring)"; \
@@ -128,7 +134,7 @@ infinity: install
 	$(BIN)/python -m tritonize.bench.infinity install --venv $(INFINITY_VENV) --torch $(TORCH_VERSION) --quiet
 
 # Generated again when what a repository is made of changes: the served modules, the templates, the layout.
-$(REPO)/tritonize.yaml: tritonize/repository.py tritonize/spec.py $(wildcard tritonize/serving/*.py templates/*/*.j2) | $(STAMP)
+$(REPO)/tritonize.yaml: $(wildcard tritonize/repository/*.py) tritonize/spec.py $(wildcard tritonize/serving/*.py templates/*/*.j2) | $(STAMP)
 	$(BIN)/python generate.py --model "$(MINILM)" --name $(NAME) --output $(REPO)
 
 repo: $(REPO)/tritonize.yaml

@@ -18,7 +18,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tritonize.client import RequestResult, chunks  # noqa: E402
-from tritonize.tasks.base import Task  # noqa: E402
+from tritonize.tasks.answers import Answers  # noqa: E402
 
 DEFAULT_URLS = {"grpc": "127.0.0.1:8001", "http": "127.0.0.1:8000"}
 
@@ -71,7 +71,7 @@ def read_texts(args: argparse.Namespace) -> list[str]:
     return texts
 
 
-def requests(args: argparse.Namespace, texts: Sequence[str], task: Task) -> list:
+def requests(args: argparse.Namespace, texts: Sequence[str], task: Answers) -> list:
     """Requests of --batch-size texts; for a pair model (a reranker's QUERY and TEXT, QA's QUESTION and
     CONTEXT) the texts fill the second input and --query the first, repeated."""
     batches = chunks(list(texts), args.batch_size)
@@ -88,7 +88,7 @@ def shown_texts(texts) -> Sequence:
     return list(texts.values())[-1] if isinstance(texts, dict) else texts
 
 
-def report(results: Sequence[RequestResult], task: Task, args: argparse.Namespace) -> int:
+def report(results: Sequence[RequestResult], task: Answers, args: argparse.Namespace) -> int:
     """Print every text's answer, decoded by the model's task; exit status 1 if any request failed."""
     rows, failed = [], 0
     for res in results:

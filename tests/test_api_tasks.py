@@ -20,6 +20,7 @@ pytestmark = pytest.mark.e2e
 QUERY = "what does the server do with raw strings?"
 DOCUMENTS = ["Triton serves raw strings with dynamic batching.", "A fox jumps over the lazy dog.",
              "Ünïcödé café, naïve", "The server answers every request it accepts."]
+MAX_TEXTS = 16  # per request: the most any test here sends, and the most the schema fuzzer's lists hold
 MODELS = {  # name -> zoo entry (the embedder is tests/tiny_models' sentence-transformers folder)
     "ranker": "bert-cross-encoder", "sentiment": "bert-seq-cls", "ner": "bert-token-cls", "reader": "bert-qa",
     "splade": "bert-splade",
@@ -42,7 +43,7 @@ def served(local_triton, local_options, tmp_path_factory):
         generate(GenerateOptions(model=str(folders[name]), name=name, output=str(repo), add=True))
     runtime = LocalRuntime(local_options(repo, base / "run"), quiet=True)
     endpoints = runtime.up()
-    api = start_api(repo, endpoints.grpc)
+    api = start_api(repo, endpoints.grpc, "--max-client-batch-size", str(MAX_TEXTS))
     try:
         yield folders, endpoints, api
     finally:
@@ -136,3 +137,14 @@ def test_a_route_for_another_task_names_the_served_models(served) -> None:
     assert code == 400 and answer["error"]["code"] == "wrong_model_type"
     code, _, vectors = api.call("POST", "/embed", {"inputs": "x"})  # the one embedder, named by nobody
     assert code == 200 and len(vectors[0]) == 32
+
+
+def test_schemathesis_finds_the_document_true_for_every_task(served, tmp_path) -> None:
+    """Every route's task served, several models behind /tokenize and /info: the document names them, and a
+    request it allows is answered, whichever route it reaches. The document's bound on texts per request is
+    the server's (16 here: the fuzzer's largest lists stay within what two cores answer inside Triton's queue
+    budget)."""
+    from test_api_schema import ANY_MODEL, accepting, fuzz
+
+    _, _, api = served
+    fuzz(api.url, tmp_path, "\n".join(accepting(r, "422") for r in ANY_MODEL))

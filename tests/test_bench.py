@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tritonize import steps
+from tritonize import chain
 from tritonize.bench import baseline_server, corpus, floor, stats, tune
 from tritonize.cli import main
 from tritonize.errors import TritonizeError
@@ -38,13 +38,13 @@ def test_shipped_corpus_is_varied() -> None:
 
 
 def test_fixed_length_texts_have_exact_token_counts(tiny_embedding_repo) -> None:
-    chain = steps.in_process(tiny_embedding_repo.repository)
-    w = corpus.build_workloads(["short", "long", "mixed"], chain.lengths, chain.max_length, corpus.read_corpus(), 16, 48, n_texts=50)
+    chained = chain.in_process(tiny_embedding_repo.repository)
+    w = corpus.build_workloads(["short", "long", "mixed"], chained.lengths, chained.max_length, corpus.read_corpus(), 16, 48, n_texts=50)
     for name, target in (("short", 16), ("long", 48)):
         assert len(w[name].rows) == 50 and len(set(w[name].rows)) == 50
         assert all(len(r) == 1 for r in w[name].rows)
-        assert {len(chain.encoder.tokenizer.encode(r[0]).ids) for r in w[name].rows} == {target}
-    assert w["mixed"].summary()["tokens"]["max"] <= chain.max_length  # truncated as the server truncates
+        assert {len(chained.encoder.tokenizer.encode(r[0]).ids) for r in w[name].rows} == {target}
+    assert w["mixed"].summary()["tokens"]["max"] <= chained.max_length  # truncated as the server truncates
 
 
 def test_served_counters_are_read_once_they_stop_moving() -> None:
@@ -345,7 +345,7 @@ def test_tune_writes_the_better_configuration_back(tiny_embedding_repo, tmp_path
         repo / name / "config.pbtxt",
         repo / f"{name}_tokenizer" / "config.pbtxt",
         repo / f"{name}_model" / "config.pbtxt",
-        repo / f"{name}_model" / "configs" / "local.pbtxt",
+        repo / f"{name}_model" / "configs" / "fused.pbtxt",
     ):
         parsed = parse_config(config.read_text(), str(config))
         if parsed.platform != "ensemble":

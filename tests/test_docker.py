@@ -34,6 +34,7 @@ import pytest
 import yaml
 
 from tritonize.errors import TritonizeError
+from tritonize.runtime import container as ct
 from tritonize.runtime import docker as dk
 from tritonize.runtime import process
 from tritonize.runtime.base import ServerOptions
@@ -207,9 +208,9 @@ def test_compose_serves_the_repository_with_gpus_on_loopback() -> None:
     }
     # TensorRT's engine cache, where the configs' trt_engine_cache_path points: a named volume, kept across
     # restarts and `down` / `up` (tests/container/test_docker_compose.py writes and finds it on a real engine).
-    assert cache == {"type": "volume", "source": dk.TRT_CACHE_VOLUME, "target": TENSORRT_CACHE}
-    assert dk.TRT_CACHE_VOLUME in default_compose()["volumes"]
-    assert triton["shm_size"] == dk.DEFAULT_SHM_SIZE
+    assert cache == {"type": "volume", "source": ct.TRT_CACHE_VOLUME, "target": TENSORRT_CACHE}
+    assert ct.TRT_CACHE_VOLUME in default_compose()["volumes"]
+    assert triton["shm_size"] == ct.DEFAULT_SHM_SIZE
     assert triton["restart"] == "unless-stopped"
     assert triton["pull_policy"] == "build"
     assert triton["build"]["context"] == "./docker"
@@ -239,13 +240,13 @@ def test_compose_api_fronts_the_triton_service_over_grpc() -> None:
 def test_compose_healthcheck_runs_a_real_inference() -> None:
     check = default_compose()["services"]["triton"]["healthcheck"]
     assert check["test"][0] == "CMD"
-    assert check["test"][1:] == list(dk.HEALTHCHECK["test"])
+    assert check["test"][1:] == list(ct.HEALTHCHECK["test"])
     # The image's health script, on the repository's health.json: not /v2/health/ready, which stays 200
     # after a stub has died.
-    assert check["test"][1:3] == ["python3", dk.HEALTH_SCRIPT]
+    assert check["test"][1:3] == ["python3", ct.HEALTH_SCRIPT]
     assert "/models/health.json" in check["test"]
     for key in ("interval", "timeout", "start_period", "retries"):
-        assert str(check[key]) == str(dk.HEALTHCHECK[key])
+        assert str(check[key]) == str(ct.HEALTHCHECK[key])
 
 
 def test_the_image_carries_the_served_scripts_byte_for_byte() -> None:
@@ -253,50 +254,50 @@ def test_the_image_carries_the_served_scripts_byte_for_byte() -> None:
     import base64
 
     lines = [line for line in DOCKERFILE.read_text().splitlines() if "base64 -d" in line]
-    assert len(lines) == len(dk.IMAGE_SCRIPTS)
-    for name, line in zip(dk.IMAGE_SCRIPTS, lines):
+    assert len(lines) == len(ct.IMAGE_SCRIPTS)
+    for name, line in zip(ct.IMAGE_SCRIPTS, lines):
         encoded = line.split("'")[1]
         assert base64.b64decode(encoded) == (SERVING_DIR / name).read_bytes()
-        assert f"> {dk.SCRIPTS_DIR}/{name}" in line
-    assert f"{dk.SCRIPTS_DIR}/health.py" == dk.HEALTH_SCRIPT and f"{dk.SCRIPTS_DIR}/watchdog.py" == dk.WATCHDOG_SCRIPT
+        assert f"> {ct.SCRIPTS_DIR}/{name}" in line
+    assert f"{ct.SCRIPTS_DIR}/health.py" == ct.HEALTH_SCRIPT and f"{ct.SCRIPTS_DIR}/watchdog.py" == ct.WATCHDOG_SCRIPT
 
 
 def test_an_image_with_other_scripts_is_rebuilt() -> None:
     """The image's label carries its scripts' digest, which `up` compares before reusing an image: one built
     with a health script that reads a single check must not probe a repository of several models."""
     digest = hashlib.sha256()
-    for name in dk.IMAGE_SCRIPTS:
+    for name in ct.IMAGE_SCRIPTS:
         digest.update((SERVING_DIR / name).read_bytes())
-    assert dk.health_digest() == digest.hexdigest()
-    assert f'{dk.LABEL_PREFIX}.health-sha256="{digest.hexdigest()}"' in DOCKERFILE.read_text()
+    assert ct.health_digest() == digest.hexdigest()
+    assert f'{ct.LABEL_PREFIX}.health-sha256="{digest.hexdigest()}"' in DOCKERFILE.read_text()
 
 
 def test_the_image_runs_triton_under_the_watchdog() -> None:
     """ENTRYPOINT is the watchdog and CMD Triton's command, so compose's and the SDK's `command` replace CMD only;
     the watchdog's settings are the module's."""
-    lines = _instructions(dk.render_dockerfile())
+    lines = _instructions(ct.render_dockerfile())
     entrypoint = json.loads(next(line for line in lines if line.startswith("ENTRYPOINT "))[len("ENTRYPOINT "):])
-    assert entrypoint == list(dk.entrypoint()) and entrypoint[:2] == ["python3", dk.WATCHDOG_SCRIPT]
-    assert entrypoint[-1] == "--" and f"--file={dk.MODELS_DIR}/health.json" in entrypoint
-    for key, value in dk.WATCHDOG.items():
+    assert entrypoint == list(ct.entrypoint()) and entrypoint[:2] == ["python3", ct.WATCHDOG_SCRIPT]
+    assert entrypoint[-1] == "--" and f"--file={ct.MODELS_DIR}/health.json" in entrypoint
+    for key, value in ct.WATCHDOG.items():
         assert f"--{key.replace('_', '-')}={value}" in entrypoint
 
 
 def test_compose_is_rendered_from_the_settings() -> None:
     """One place for the container's settings: docker-compose.yml is rendered from the module `deploy.py docker`
     reads (ports, shm size, ulimits, healthcheck, stop grace, restart policy)."""
-    assert COMPOSE.read_text() == dk.render_compose(), (
-        "docker-compose.yml drifted from templates/docker/docker-compose.yml.j2 and tritonize/runtime/docker.py: "
+    assert COMPOSE.read_text() == ct.render_compose(), (
+        "docker-compose.yml drifted from templates/docker/docker-compose.yml.j2 and tritonize/runtime/container.py: "
         "python -m tritonize.runtime.docker compose > docker-compose.yml"
     )
     triton = default_compose()["services"]["triton"]
-    assert triton["stop_grace_period"] == f"{dk.STOP_GRACE_S}s" and triton["restart"] == dk.RESTART_POLICY
-    assert triton["ports"] == [f"127.0.0.1:{port}:{port}" for port in dk.CONTAINER_PORTS.values()]
+    assert triton["stop_grace_period"] == f"{ct.STOP_GRACE_S}s" and triton["restart"] == ct.RESTART_POLICY
+    assert triton["ports"] == [f"127.0.0.1:{port}:{port}" for port in ct.CONTAINER_PORTS.values()]
 
 
 def test_compose_command_is_the_container_command() -> None:
     command = default_compose()["services"]["triton"]["command"]
-    assert command == list(dk.triton_command(ServerOptions()))
+    assert command == list(ct.triton_command(ServerOptions()))
     assert "--model-control-mode=none" in command
     assert "--model-repository=/models" in command
     assert not any(arg.startswith("--model-config-name") for arg in command)
@@ -304,10 +305,10 @@ def test_compose_command_is_the_container_command() -> None:
 
 def test_compose_settings_match_the_sdk_launcher() -> None:
     triton = default_compose()["services"]["triton"]
-    assert triton["ulimits"] == {name: soft for name, soft, _ in dk.ULIMITS}
-    assert triton["security_opt"] == list(dk.SECURITY_OPT)
-    assert triton["environment"] == dk.ENVIRONMENT
-    assert triton["image"] == dk.default_image()
+    assert triton["ulimits"] == {name: soft for name, soft, _ in ct.ULIMITS}
+    assert triton["security_opt"] == list(ct.SECURITY_OPT)
+    assert triton["environment"] == ct.ENVIRONMENT
+    assert triton["image"] == ct.default_image()
 
 
 def test_compose_cpu_variant_is_the_same_server_without_the_reservation() -> None:
@@ -326,10 +327,10 @@ def test_compose_release_is_the_one_setting() -> None:
         re.fullmatch(r"\$\{TRITON_RELEASE:-([0-9.]+)\}", raw["build"]["args"]["TRITON_RELEASE"]).group(1),
         re.search(r"\$\{TRITON_RELEASE:-([0-9.]+)\}", raw["image"]).group(1),
     }
-    assert defaults == {dk.DEFAULT_TRITON_RELEASE}
-    assert dk.release_is_patched(dk.DEFAULT_TRITON_RELEASE)
+    assert defaults == {ct.DEFAULT_TRITON_RELEASE}
+    assert ct.release_is_patched(ct.DEFAULT_TRITON_RELEASE)
     # The issue's floor: the first release with all of the 2025 fixes.
-    assert dk.release_key(dk.MIN_TRITON_RELEASE) >= (25, 8)
+    assert ct.release_key(ct.MIN_TRITON_RELEASE) >= (25, 8)
 
 
 def test_compose_points_at_another_repository_and_address() -> None:
@@ -343,12 +344,12 @@ def test_compose_points_at_another_repository_and_address() -> None:
     ("release", "patched"), [("24.10", False), ("25.07", False), ("25.08", True), ("25.10", True), ("26.01", True)]
 )
 def test_release_floor(release: str, patched: bool) -> None:
-    assert dk.release_is_patched(release) is patched
+    assert ct.release_is_patched(release) is patched
 
 
 def test_release_must_look_like_a_release() -> None:
     with pytest.raises(TritonizeError):
-        dk.release_key("latest")
+        ct.release_key("latest")
 
 
 # --------------------------------------------------------------------------- Dockerfile
@@ -361,17 +362,17 @@ def _instructions(text: str) -> list[str]:
 
 
 def test_committed_dockerfile_is_the_rendering() -> None:
-    assert DOCKERFILE.read_text() == dk.render_dockerfile(), (
+    assert DOCKERFILE.read_text() == ct.render_dockerfile(), (
         "docker/Dockerfile drifted from templates/docker/Dockerfile.j2: "
         "python -m tritonize.runtime.docker > docker/Dockerfile"
     )
 
 
 def test_dockerfile_builds_on_the_default_release() -> None:
-    lines = _instructions(dk.render_dockerfile())
+    lines = _instructions(ct.render_dockerfile())
     arg = next(line for line in lines if line.startswith("ARG TRITON_RELEASE="))
     release = arg.split("=", 1)[1]
-    assert release == dk.DEFAULT_TRITON_RELEASE
+    assert release == ct.DEFAULT_TRITON_RELEASE
     froms = [line for line in lines if line.startswith("FROM ")]
     assert froms == ["FROM ${BASE_IMAGE}"]
     base = next(line for line in lines if line.startswith("ARG BASE_IMAGE="))
@@ -380,47 +381,47 @@ def test_dockerfile_builds_on_the_default_release() -> None:
 
 
 def test_dockerfile_adds_only_pinned_tokenizers() -> None:
-    text = dk.render_dockerfile()
+    text = ct.render_dockerfile()
     lines = _instructions(text)
     runs = [line for line in lines if line.startswith("RUN ")]
     # Two: the pinned tokenizers, and the health script written from its base64.
     assert len(runs) == 2 and sum("base64 -d" in r for r in runs) == 1
     (run,) = [r for r in runs if "base64 -d" not in r]
     requirements = re.findall(r"'([^']*)'", run.split(" > /tmp/requirements.txt")[0])[1:]  # after printf's format
-    pins = dk.image_pins()
+    pins = ct.image_pins()
     assert [r.split()[0] for r in requirements] == ["tokenizers==" + pins[0].version] == [p.requirement for p in pins]
     assert sorted(requirements[0].split()[1:]) == sorted(f"--hash=sha256:{h}" for h in pins[0].hashes)
     for flag in ("--no-deps", "--require-hashes", "--only-binary=:all:", "--no-cache-dir"):
         assert flag in run
     assert run.count("pip install") == 1
     # `up` rebuilds an image whose label shows another pin.
-    assert f'{dk.LABEL_PREFIX}.pins="tokenizers=={pins[0].version}"' in text
+    assert f'{ct.LABEL_PREFIX}.pins="tokenizers=={pins[0].version}"' in text
     body = "\n".join(line for line in lines if "base64 -d" not in line).lower()
     for heavy in ("torch", "transformers", "onnxruntime", "apt-get", "tensorflow"):
         assert heavy not in body
 
 
 def test_dockerfile_runs_unprivileged_with_health_and_command() -> None:
-    lines = _instructions(dk.render_dockerfile())
+    lines = _instructions(ct.render_dockerfile())
     users = [line for line in lines if line.startswith("USER ")]
     assert users[-1] == "USER 1000:1000"
     health = next(line for line in lines if line.startswith("HEALTHCHECK "))
-    assert " ".join(dk.HEALTHCHECK["test"]) in health
+    assert " ".join(ct.HEALTHCHECK["test"]) in health
     cmd = next(line for line in lines if line.startswith("CMD ["))
-    assert json.loads(cmd[len("CMD ") :]) == list(dk.triton_command(ServerOptions()))
+    assert json.loads(cmd[len("CMD ") :]) == list(ct.triton_command(ServerOptions()))
 
 
 def test_dockerfile_release_is_a_parameter() -> None:
-    assert "ARG TRITON_RELEASE=25.12" in dk.render_dockerfile("25.12")
+    assert "ARG TRITON_RELEASE=25.12" in ct.render_dockerfile("25.12")
     with pytest.raises(TritonizeError):
-        dk.render_dockerfile("25.12; rm -rf /")
+        ct.render_dockerfile("25.12; rm -rf /")
 
 
 def test_tokenizers_pin_is_the_generators() -> None:
     """tokenizer.json is written by this environment's tokenizers: the image carries the same release, hash-pinned."""
     import tokenizers
 
-    (pin,) = dk.image_pins()
+    (pin,) = ct.image_pins()
     assert pin.requirement == f"tokenizers=={tokenizers.__version__}"
     assert len(pin.hashes) >= 2 and all(re.fullmatch(r"[0-9a-f]{64}", h) for h in pin.hashes)
 
@@ -439,14 +440,14 @@ def test_host_network_spec_binds_triton_itself(repo: Path) -> None:
     for flag in ("--http-port=9100", "--grpc-port=9101", "--metrics-port=9102", "--model-config-name=local",
                  "--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1"):
         assert flag in command
-    assert kwargs["healthcheck"]["test"] == ["CMD", *dk.health_test(9100)]
+    assert kwargs["healthcheck"]["test"] == ["CMD", *ct.health_command(9100)]
     assert "http://127.0.0.1:9100" in kwargs["healthcheck"]["test"]
-    assert kwargs["healthcheck"]["interval"] == dk.duration_s(dk.HEALTHCHECK["interval"]) * 10**9
+    assert kwargs["healthcheck"]["interval"] == ct.duration_s(ct.HEALTHCHECK["interval"]) * 10**9
 
 
 def test_default_spec(repo: Path) -> None:
     kwargs = dk.container_spec(ServerOptions(repository=repo), dk.DockerOptions()).run_kwargs()
-    assert kwargs["image"] == f"tritonize-tritonserver:{dk.DEFAULT_TRITON_RELEASE}-py3"
+    assert kwargs["image"] == f"tritonize-tritonserver:{ct.DEFAULT_TRITON_RELEASE}-py3"
     assert kwargs["detach"] is True
     assert kwargs["name"] == "tritonize-triton"
     (mount,) = kwargs["mounts"]
@@ -687,7 +688,7 @@ def test_monitoring_runs_only_in_its_profile_on_loopback() -> None:
     services = default_compose()["services"]
     for name in MONITORING:
         assert services[name]["profiles"] == ["monitoring"]  # a plain `docker compose up` starts Triton alone
-        assert services[name]["security_opt"] == list(dk.SECURITY_OPT)
+        assert services[name]["security_opt"] == list(ct.SECURITY_OPT)
     assert services["prometheus"]["ports"] == ["127.0.0.1:9090:9090"]
     assert services["grafana"]["ports"] == ["127.0.0.1:3000:3000"]
     assert services["grafana"]["depends_on"] == ["prometheus"]
@@ -747,7 +748,7 @@ def test_grafana_shows_the_dashboard_read_only_with_no_admin_account() -> None:
 
 def test_ulimit_flags_replace_the_defaults_by_name() -> None:
     """A host without CAP_SYS_RESOURCE cannot give a container memlock=-1: `--ulimit memlock=N` replaces it."""
-    assert dk.with_ulimits([]) == dk.ULIMITS
+    assert dk.with_ulimits([]) == ct.ULIMITS
     assert dict((n, (s, h)) for n, s, h in dk.with_ulimits(["memlock=8388608"]))["memlock"] == (8388608, 8388608)
     assert dict((n, (s, h)) for n, s, h in dk.with_ulimits(["nofile=1024:4096"]))["nofile"] == (1024, 4096)
     assert dict((n, s) for n, s, _ in dk.with_ulimits(["memlock=1"]))["stack"] == 67108864

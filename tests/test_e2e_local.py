@@ -281,8 +281,8 @@ def test_concurrent_mixed_lengths_are_batched(emb) -> None:
     texts = [" ".join(words[j % len(words)] for j in range(1 + (i * 7) % 60)) for i in range(96)]
     steps = [f"{emb.name}_tokenizer", f"{emb.name}_model"]
     before = {m: model_stats(emb.endpoints, m) for m in steps}
-    # The local server runs tokenizer and model as one step (serving/one_step.py): the tokenizer step idles.
-    tokenizer, one_step = steps
+    # The local server runs tokenizer and model as one step (serving/fused_step.py): the tokenizer step idles.
+    tokenizer, fused = steps
 
     async def fire() -> list:
         async with AsyncTextClient(emb.endpoints.grpc, emb.name) as client:
@@ -294,8 +294,8 @@ def test_concurrent_mixed_lengths_are_batched(emb) -> None:
     assert_close(got, st_embed(emb.source, texts))
 
     assert model_stats(emb.endpoints, tokenizer) == before[tokenizer]
-    inferences, executions = (a - b for a, b in zip(model_stats(emb.endpoints, one_step), before[one_step]))
-    print(f"{one_step}: {executions} batches for {inferences} requests")
+    inferences, executions = (a - b for a, b in zip(model_stats(emb.endpoints, fused), before[fused]))
+    print(f"{fused}: {executions} batches for {inferences} requests")
     assert inferences == len(texts)
     assert executions < len(texts), f"{executions} batches for {len(texts)} requests"
 
@@ -303,7 +303,7 @@ def test_concurrent_mixed_lengths_are_batched(emb) -> None:
 def test_the_graph_runs_nicer_than_the_step_that_admits_requests(emb) -> None:
     """In the one step's stub the graph's threads (the worker, onnxruntime's) run GRAPH_NICE steps nicer than
     its main thread, which admits and refuses requests in execute(): under overload refusals keep their core."""
-    from tritonize.serving.one_step import GRAPH_NICE
+    from tritonize.serving.fused_step import GRAPH_NICE
     from tritonize.serving.procfs import stat_fields
 
     with emb.client("grpc") as client:

@@ -1,7 +1,7 @@
 """The production configs served for real: each step's config.pbtxt (a Python tokenizer step, the model step on
 Triton's native onnxruntime backend, the ensemble) on the wheel's tritonserver, as NVIDIA's container serves them.
 
-Every task's ensemble answers as the fused one step (configs/local.pbtxt) serving the same repository, and as the
+Every task's ensemble answers as the fused one step (configs/fused.pbtxt) serving the same repository, and as the
 model's own library; fp16 and int8 graphs load and answer on the native backend; a version switch, a killed
 tokenizer stub and the reliability tests' bad requests go through the two-step path.
 
@@ -58,7 +58,7 @@ from tritonize.runtime import instance
 from tritonize.runtime.base import Endpoints, http_get
 from tritonize.runtime.local import LocalRuntime
 from tritonize.spec import FUSED_VARIANT, MODELS_KEY, PRODUCTION_VARIANT, VERIFICATION_FILE, GenerateOptions
-from tritonize.steps import in_process
+from tritonize.chain import in_process
 
 ATOL = 1e-4
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("local_triton", "native_backend")]

@@ -38,7 +38,7 @@ def test_generate_writes_a_verified_repository(models, tmp_path: Path) -> None:
     assert "Exporting to ONNX" in result.stderr and "Repository ready" in result.stderr  # progress is shown
     name = "tiny-cls"
     for rel in (f"{name}/config.pbtxt", f"{name}_tokenizer/1/model.py", f"{name}_tokenizer/1/tokenizer.json",
-                f"{name}_model/1/model.onnx", f"{name}_model/configs/local.pbtxt", f"{name}_model/labels.txt"):
+                f"{name}_model/1/model.onnx", f"{name}_model/configs/fused.pbtxt", f"{name}_model/labels.txt"):
         assert (out / rel).is_file(), rel
     for config in out.rglob("*.pbtxt"):
         parse_config(config.read_text(), str(config))
@@ -56,7 +56,7 @@ def test_yaml_options_with_flags_winning_and_regeneration_is_diffable(models, tm
     }))
     result = run_generate("--config", str(cfg), "--max-queue-delay-us", "700")
     assert result.returncode == 0, result.stderr
-    local = parse_config((tmp_path / "a/fromyaml_model/configs/local.pbtxt").read_text())
+    local = parse_config((tmp_path / "a/fromyaml_model/configs/fused.pbtxt").read_text())
     assert local.max_batch_size == 8 and local.instance_group[0].count == 2
     assert local.dynamic_batching.max_queue_delay_microseconds == 700  # the flag beats the file
     # The written tritonize.yaml regenerates the same configs.

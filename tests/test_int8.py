@@ -12,7 +12,7 @@ import onnx
 import pytest
 
 from tritonize.cli import main
-from tritonize.steps import in_process
+from tritonize.chain import in_process
 
 
 @pytest.fixture(scope="module")

@@ -39,7 +39,9 @@ import yaml
 from tritonize.cli import main
 from tritonize.errors import TritonizeError
 from tritonize.serving.health import HEALTH_FILE
-from tritonize.runtime import docker, k8s
+from tritonize.runtime import container as ct
+from tritonize.runtime import k8s
+from tritonize.runtime.base import ServerOptions
 from tritonize.serving import SERVING_DIR
 from tritonize.spec import MANIFEST_FILE, TENSORRT_CACHE, step_names
 
@@ -172,7 +174,7 @@ def test_inference_service_is_valid_for_kserve(device, source, cpu_repo, gpu_rep
     # Where the repository is: KServe's storage initializer fetches a storageUri into /mnt/models.
     expected_uri = {k8s.IMAGE: None, k8s.PVC: "pvc://models/tinyemb", k8s.INIT: SOURCES[k8s.INIT]["url"]}[source]
     assert model.get("storageUri") == expected_uri
-    models_dir = k8s.KSERVE_MODELS_DIR if expected_uri else k8s.MODELS_DIR
+    models_dir = k8s.KSERVE_MODELS_DIR if expected_uri else ct.MODELS_DIR
     assert f"--model-repository={models_dir}" in model["args"]
     assert f"{models_dir}/health.json" in model["readinessProbe"]["exec"]["command"]
     assert f"--http-port={k8s.KSERVE_PORTS['http']}" in model["args"]
@@ -228,24 +230,24 @@ def test_probes_run_the_health_script_on_the_repository_health_file(source, cpu_
     deployment = rendered[k8s.DEPLOYMENT]
     triton = container(deployment)
     command = triton["readinessProbe"]["exec"]["command"]
-    assert command[:2] == ["python3", docker.HEALTH_SCRIPT]  # the script the serving image embeds
+    assert command[:2] == ["python3", ct.HEALTH_SCRIPT]  # the script the serving image embeds
     options = dict(zip(command[2::2], command[3::2]))
-    assert options["--file"] == f"{k8s.MODELS_DIR}/health.json"
-    assert options["--url"] == f"http://127.0.0.1:{docker.CONTAINER_PORTS['http']}"
+    assert options["--file"] == f"{ct.MODELS_DIR}/health.json"
+    assert options["--url"] == f"http://127.0.0.1:{ct.CONTAINER_PORTS['http']}"
     assert "--busy-ok" in command and triton["livenessProbe"]["exec"]["command"] == command
     assert float(options["--timeout"]) < triton["readinessProbe"]["timeoutSeconds"]
     assert triton["livenessProbe"]["failureThreshold"] > triton["readinessProbe"]["failureThreshold"]
     assert triton["startupProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": "http"}
     # Triton reads the repository where the probe looks for health.json, whichever the source.
-    assert f"--model-repository={k8s.MODELS_DIR}" in triton["args"]
+    assert f"--model-repository={ct.MODELS_DIR}" in triton["args"]
     mounts = {m["mountPath"]: m for m in triton["volumeMounts"]}
     volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
     if source == k8s.IMAGE:
-        assert k8s.MODELS_DIR not in mounts  # nothing hides the image's own /models
-        assert re.search(rf"^COPY \. {k8s.MODELS_DIR}$", rendered[k8s.DOCKERFILE], re.MULTILINE)
+        assert ct.MODELS_DIR not in mounts  # nothing hides the image's own /models
+        assert re.search(rf"^COPY \. {ct.MODELS_DIR}$", rendered[k8s.DOCKERFILE], re.MULTILINE)
         assert triton["image"].startswith("tritonize-tinyemb:") and triton["image"].endswith(spec_for(cpu_repo).digest[:12])
     else:
-        mount = mounts[k8s.MODELS_DIR]
+        mount = mounts[ct.MODELS_DIR]
         assert mount["readOnly"] is True
         if source == k8s.PVC:
             assert volumes[mount["name"]]["persistentVolumeClaim"] == {"claimName": "models", "readOnly": True}
@@ -253,8 +255,8 @@ def test_probes_run_the_health_script_on_the_repository_health_file(source, cpu_
         else:
             (init,) = [c for c in deployment["spec"]["template"]["spec"]["initContainers"]
                        if c["name"] == "fetch-repository"]
-            assert init["volumeMounts"] == [{"name": mount["name"], "mountPath": k8s.MODELS_DIR}]
-            assert init["command"][-4:] == [SOURCES[k8s.INIT]["url"], k8s.MODELS_DIR, HEALTH_FILE, "ab" * 32]
+            assert init["volumeMounts"] == [{"name": mount["name"], "mountPath": ct.MODELS_DIR}]
+            assert init["command"][-4:] == [SOURCES[k8s.INIT]["url"], ct.MODELS_DIR, HEALTH_FILE, "ab" * 32]
         assert k8s.DOCKERFILE not in rendered
 
 
@@ -265,7 +267,7 @@ def test_probe_command_runs_against_the_real_script(cpu_repo) -> None:
 
     def run(url: str, busy_ok: bool = True) -> subprocess.CompletedProcess[str]:
         argv = [sys.executable, str(SERVING_DIR / "health.py")] + [
-            str(cpu_repo / "health.json") if a == f"{k8s.MODELS_DIR}/health.json" else url if a.startswith("http") else a
+            str(cpu_repo / "health.json") if a == f"{ct.MODELS_DIR}/health.json" else url if a.startswith("http") else a
             for a in command[2:]
             if busy_ok or a != "--busy-ok"
         ]
@@ -361,7 +363,7 @@ def test_hpa_asks_for_the_metric_the_adapter_rule_serves(cpu_repo) -> None:
                      rendered[k8s.SERVICE]["spec"]["selector"]):
         assert selector.items() <= labels.items()
     annotations = deployment["spec"]["template"]["metadata"]["annotations"]
-    assert annotations["prometheus.io/port"] == str(docker.CONTAINER_PORTS["metrics"])
+    assert annotations["prometheus.io/port"] == str(ct.CONTAINER_PORTS["metrics"])
 
 
 @pytest.mark.parametrize("claim", [None, "trt-engines"], ids=["emptydir", "claim"])
@@ -382,8 +384,8 @@ def test_tensorrt_engine_cache_is_a_volume_at_the_configs_path(claim, trt_repo) 
     else:
         # Writable (no readOnly), per release (an engine is one TensorRT version's), group-writable for uid 1000.
         assert volume == {"name": mount["name"], "persistentVolumeClaim": {"claimName": claim}}
-        assert mount["subPath"] == f"triton-{docker.DEFAULT_TRITON_RELEASE}" and not mount.get("readOnly")
-        assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsGroup"] == k8s.RUN_AS
+        assert mount["subPath"] == f"triton-{ct.DEFAULT_TRITON_RELEASE}" and not mount.get("readOnly")
+        assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsGroup"] == ct.IMAGE_UID
         assert pod["securityContext"]["fsGroupChangePolicy"] == "OnRootMismatch"
         assert pod["securityContext"]["runAsNonRoot"] is True
     # The KServe variant keeps the pod's emptyDir, and its container securityContext no pod-only field.
@@ -409,10 +411,25 @@ def test_pod_is_restricted_and_drains_before_it_is_killed(cpu_repo) -> None:
         exit_s = int(next(a for a in args if a.startswith("--exit-timeout-secs=")).split("=")[1])
         prestop = container(deployment)["lifecycle"]["preStop"]["sleep"]["seconds"]
         assert pod["terminationGracePeriodSeconds"] > prestop + exit_s
-        assert args == list(docker.triton_command(docker.ServerOptions()))  # what compose and `deploy docker` run
+        assert args == list(ct.triton_command(ServerOptions()))  # what compose and `deploy docker` run
     service = docs(spec_for(cpu_repo))[k8s.SERVICE]
     assert service["spec"]["type"] == "ClusterIP"
     assert {p["name"] for p in service["spec"]["ports"]} == {"http", "grpc", "api"}  # metrics stay on the pods
+
+
+def test_the_pod_runs_the_container_compose_runs(cpu_repo) -> None:
+    """The serving image's user, its health check, the load allowance and the stop grace are the pod's too,
+    as the rendered Dockerfile and compose file spell them."""
+    deployment = docs(spec_for(cpu_repo))[k8s.DEPLOYMENT]
+    pod, triton = deployment["spec"]["template"]["spec"], container(deployment)
+    image_user = [line for line in ct.render_dockerfile().splitlines() if line.startswith("USER ")][-1]
+    assert image_user == f"USER {pod['securityContext']['runAsUser']}:{pod['securityContext']['runAsGroup']}"
+    compose = yaml.safe_load(ct.render_compose())["services"]["triton"]
+    assert triton["readinessProbe"]["exec"]["command"] == compose["healthcheck"]["test"][1:] + ["--busy-ok"]
+    startup = triton["startupProbe"]
+    assert f"{startup['failureThreshold'] * startup['periodSeconds']}s" == compose["healthcheck"]["start_period"]
+    prestop = triton["lifecycle"]["preStop"]["sleep"]["seconds"]
+    assert f"{pod['terminationGracePeriodSeconds'] - prestop}s" == compose["stop_grace_period"]
 
 
 def test_the_api_runs_beside_triton_and_reads_the_same_repository(cpu_repo) -> None:
@@ -523,7 +540,7 @@ def test_deploy_py_renders_and_a_second_render_drops_stale_files(cpu_repo, tmp_p
                  "--image", "registry.example.com/ml/triton"]) == 0
     assert {p.name for p in out.iterdir()} == set(k8s.ALL_FILES) - {k8s.DOCKERFILE}
     assert container(yaml.safe_load((out / k8s.DEPLOYMENT).read_text()))["image"] == \
-        f"registry.example.com/ml/triton:{docker.DEFAULT_TRITON_RELEASE}-py3"
+        f"registry.example.com/ml/triton:{ct.DEFAULT_TRITON_RELEASE}-py3"
     assert "docker push registry.example.com/ml/triton:" in capsys.readouterr().out
 
 

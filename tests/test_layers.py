@@ -84,6 +84,7 @@ def test_no_module_imports_itself_through_others() -> None:
 def test_the_folder_reader_and_the_tasks_stand_beneath_the_stages() -> None:
     graph = imports()
     stages = {"tritonize.source", "tritonize.export", "tritonize.verify", "tritonize.generate", "tritonize.repository"}
+    stages |= {m for m in graph if m.startswith("tritonize.repository.")}
     assert reaches(graph, "tritonize.folder") & ({"tritonize.tasks"} | stages) == set()
     for task in [m for m in graph if m.startswith("tritonize.tasks")]:
         assert reaches(graph, task) & stages == set(), task
@@ -91,3 +92,22 @@ def test_the_folder_reader_and_the_tasks_stand_beneath_the_stages() -> None:
 
 def test_the_checker_sees_a_circle() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_reading_a_tasks_answers_never_imports_what_builds_its_repository() -> None:
+    """answers.py (what clients, the API and the bench's readers use) stands beneath task.py, never on it."""
+    graph = imports()
+    readers = [m for m in graph if m == "tritonize.tasks.answers" or (m.startswith("tritonize.tasks.") and m.endswith(".answers"))]
+    assert len(readers) == 7
+    for reader in readers:
+        assert {m for m in reaches(graph, reader) if m.endswith(".task")} == set(), reader
+
+
+def test_a_client_loads_no_model_library() -> None:
+    """Importing the client (and with it every task's answers) loads neither torch nor transformers."""
+    import subprocess
+    import sys
+
+    probe = "import sys, tritonize.client; print(sorted({'torch', 'transformers', 'onnx'} & set(sys.modules)))"
+    result = subprocess.run([sys.executable, "-c", probe], cwd=PACKAGE.parent, capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"

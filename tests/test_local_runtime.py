@@ -213,3 +213,42 @@ def test_deploy_local_cli(tiny_embedding_repo, local_options, tmp_path) -> None:
     again = deploy("down", *flags)
     assert again.returncode == 0 and "no local Triton server is running" in again.stderr
     assert deploy("status", *flags).returncode == 1
+
+
+@pytest.mark.e2e
+@pytest.mark.usefixtures("local_triton")
+def test_a_repository_with_the_earlier_fused_config_name_is_still_served_and_read(tiny_embedding_repo, local_options,
+                                                                                   tmp_path) -> None:
+    """Repositories written before the fused variant's configs were named configs/fused.pbtxt hold
+    configs/local.pbtxt: the fused variant is served from those (not from config.pbtxt, which Triton falls back to
+    for a name it does not find), the in-process chain reads them, and re-rendering keeps their name."""
+    import json
+
+    import numpy as np
+
+    from tritonize import chain, repository
+    from tritonize.client import TextClient
+    from tritonize.spec import CONFIGS_DIR, EARLIER_FUSED_CONFIG_NAME, FUSED_CONFIG_NAME, FUSED_VARIANT, Overrides
+
+    repo = tmp_path / "earlier"
+    shutil.copytree(tiny_embedding_repo.repository, repo)
+    renamed = list(repo.glob(f"*/{CONFIGS_DIR}/{FUSED_CONFIG_NAME}.pbtxt"))
+    assert len(renamed) == 3  # the ensemble, the idle tokenizer step and the fused step
+    for config in renamed:
+        config.rename(config.with_name(f"{EARLIER_FUSED_CONFIG_NAME}.pbtxt"))
+    assert repository.variant_config(repo, FUSED_VARIANT) == EARLIER_FUSED_CONFIG_NAME
+    expected = chain.in_process(tiny_embedding_repo.repository)([("hello",)]).outputs["embedding"]
+    np.testing.assert_allclose(chain.in_process(repo)([("hello",)]).outputs["embedding"], expected, atol=1e-6)
+
+    repository.reconfigure(repo, Overrides(gather_us=0))
+    assert not list(repo.glob(f"*/{CONFIGS_DIR}/{FUSED_CONFIG_NAME}.pbtxt"))
+    step = repo / f"{tiny_embedding_repo.name}_model" / CONFIGS_DIR / f"{EARLIER_FUSED_CONFIG_NAME}.pbtxt"
+    assert 'key: "gather_us" value: { string_value: "0" }' in step.read_text()
+
+    runtime = LocalRuntime(local_options(repo, tmp_path / "run"), quiet=True)
+    with runtime as endpoints:
+        assert runtime.config_name == EARLIER_FUSED_CONFIG_NAME
+        status, body = http_get(f"{endpoints.http}/v2/models/{tiny_embedding_repo.name}_model/config")
+        assert status == 200 and json.loads(body)["backend"] == "python"  # the fused step, not onnxruntime's
+        with TextClient(endpoints.grpc, tiny_embedding_repo.name) as client:
+            np.testing.assert_allclose(client.embed(["hello"]), expected, atol=1e-5)

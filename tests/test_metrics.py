@@ -6,7 +6,7 @@ import urllib.request
 
 import pytest
 
-from tritonize import steps
+from tritonize import chain
 from tritonize.bench.stats import settled
 from tritonize.client import ServerError, TextClient
 from tritonize.runtime.local import LocalRuntime
@@ -46,7 +46,7 @@ def test_the_tokenizer_step_counts_what_it_tokenized_and_refused(tiny_embedding_
                     client.embed(bad)
         metrics = scrape(endpoints.metrics)
     counts: dict = {}
-    encoder = steps.text_encoder(tiny_embedding_repo.repository)
+    encoder = chain.text_encoder(tiny_embedding_repo.repository)
     for text in texts:  # one request each, as sent
         encoder.encode_many([[text]], counts=counts)
     assert counts["truncated"] == 1 and counts["unknown"] > 0  # the case is exercised

@@ -9,7 +9,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from tritonize import steps
+from tritonize import chain
 
 pytestmark = pytest.mark.slow
 
@@ -44,7 +44,7 @@ def test_served_tokenizer_and_graph_match_sentence_transformers(repo: Path, mini
     from sentence_transformers import SentenceTransformer
 
     expected = SentenceTransformer(str(minilm_dir), device="cpu").encode(SENTENCES, convert_to_numpy=True)
-    encoder = steps.text_encoder(repo)
+    encoder = chain.text_encoder(repo)
     session = ort.InferenceSession(str(repo / "minilm_model/1/model.onnx"), providers=["CPUExecutionProvider"])
     names = [i.name for i in session.get_inputs()]
     got = []

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tritonize import steps
+from tritonize import chain
 from tritonize.bench.stats import settled
 from tritonize.errors import TritonizeError
 from tritonize.runtime import monitoring as mon
@@ -339,7 +339,7 @@ def test_prometheus_sees_the_traffic_value_for_value(monitored: Monitored) -> No
             with pytest.raises(ServerError):
                 client.embed([""])
     counts: dict = {}
-    steps.text_encoder(monitored.repository).encode_many(requests, counts=counts)  # one group per request
+    chain.text_encoder(monitored.repository).encode_many(requests, counts=counts)  # one group per request
     assert counts["truncated"] == 1 and counts["unknown"] > 0  # the cases are exercised
 
     def key(metric: str, model: str, **labels: str) -> tuple:

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from tritonize import repository
+from tritonize.repository import writing
 from tritonize.cli import main
 from tritonize.client import TextClient
 from tritonize.errors import TritonizeError
@@ -165,14 +166,14 @@ def test_a_failed_add_puts_everything_back(stack: Stack, tmp_path: Path, monkeyp
     repo = tmp_path / "repo"
     shutil.copytree(stack.repository, repo)
     before = tree(repo)
-    real = repository.replace_file
+    real = writing.replace_file
 
     def full_disk(path: Path, text) -> None:
         if Path(path).name == MANIFEST_FILE and isinstance(text, str):
             raise OSError("disk full")
         real(path, text)
 
-    monkeypatch.setattr(repository, "replace_file", full_disk)
+    monkeypatch.setattr(writing, "replace_file", full_disk)
     source = build_classifier(tmp_path / "cls-src")
     with pytest.raises(OSError, match="disk full"):
         generate(GenerateOptions(model=str(source), name="sentiment", output=str(repo), add=True))
@@ -190,7 +191,7 @@ def test_tune_measures_one_model_and_writes_its_entry_only(stack: Stack, tmp_pat
     after = yaml.safe_load((shadow / MANIFEST_FILE).read_text())[MODELS_KEY]
     assert after[0] == before[0]  # the embedder's entry, as it was
     assert after[1] == {**before[1], "max_queue_delay_us": 300}
-    local = repository.parse_config((shadow / f"{RERANK}_model/configs/local.pbtxt").read_text())
+    local = repository.parse_config((shadow / f"{RERANK}_model/configs/fused.pbtxt").read_text())
     assert local.dynamic_batching.max_queue_delay_microseconds == 300
     with pytest.raises(TritonizeError, match="name one"):
         repository.reconfigure(shadow, Overrides(max_queue_delay_us=0))
@@ -199,6 +200,7 @@ def test_tune_measures_one_model_and_writes_its_entry_only(stack: Stack, tmp_pat
 def test_kubernetes_serves_every_model_from_one_deployment(stack: Stack) -> None:
     from test_k8s import container, docs, kserve_errors, kube_errors
 
+    from tritonize.runtime import container as ct
     from tritonize.runtime import k8s
 
     spec = k8s.k8s_spec(k8s.K8sOptions(repository=stack.repository))
@@ -209,7 +211,7 @@ def test_kubernetes_serves_every_model_from_one_deployment(stack: Stack) -> None
     assert kserve_errors(rendered[k8s.INFERENCE_SERVICE]) == []
     assert rendered[k8s.DEPLOYMENT]["metadata"]["name"] == "retrieval"
     probe = container(rendered[k8s.DEPLOYMENT])["readinessProbe"]["exec"]["command"]
-    assert f"{k8s.MODELS_DIR}/{health.HEALTH_FILE}" in probe  # every model's check
+    assert f"{ct.MODELS_DIR}/{health.HEALTH_FILE}" in probe  # every model's check
     assert k8s.k8s_spec(k8s.K8sOptions(repository=stack.repository, name="search")).app == "search"
 
 

@@ -14,7 +14,7 @@ from tritonize.errors import TritonizeError
 from tritonize.runtime import native_backend
 from tritonize.runtime.instance import Instance
 from tritonize.runtime.local import LocalRuntime
-from tritonize.spec import FUSED_VARIANT, LOCAL_CONFIG_NAME, PRODUCTION_VARIANT, VARIANT_CONFIGS
+from tritonize.spec import FUSED_VARIANT, FUSED_CONFIG_NAME, PRODUCTION_VARIANT, VARIANT_CONFIGS
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ROOT.parent / "shared" / "vendor" / f"triton-{native_backend.RELEASE}"
@@ -91,7 +91,7 @@ def test_each_variant_selects_its_configs_and_the_record_reads_it_back(variant: 
     runtime = LocalRuntime(local_options(tiny_embedding_repo.repository, tmp_path / "run"), variant=variant)
     command = runtime.command(find_install(), tmp_path / "backends")
     named = [a for a in command if a.startswith("--model-config-name=")]
-    assert named == ([f"--model-config-name={LOCAL_CONFIG_NAME}"] if variant == FUSED_VARIANT else [])
+    assert named == ([f"--model-config-name={FUSED_CONFIG_NAME}"] if variant == FUSED_VARIANT else [])
     record = Instance(pid=0, start_ticks=None, repository="", host="", reach_host="", http_port=0, grpc_port=0,
                       metrics_port=0, command=command, started_at=0.0)
     assert record.variant == variant

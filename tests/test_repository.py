@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ import yaml
 from tritonclient.grpc import model_config_pb2 as mc
 
 from tritonize import repository
+from tritonize.repository import rendering
 from tritonize.errors import TritonizeError
 from tritonize.serving import batching
 from tritonize.manifest import RESOLVED_KEY, Manifest
@@ -54,16 +56,16 @@ def test_every_config_parses_into_model_config(model: ModelSpec, device: str) ->
     repo, files, configs = _render(model, device=device)
     assert set(configs) == {
         "demo/config.pbtxt",
-        "demo/configs/local.pbtxt",  # the local server's ensemble: tokenizer and model as one step
+        "demo/configs/fused.pbtxt",  # the local server's ensemble: tokenizer and model as one step
         "demo_tokenizer/config.pbtxt",
-        "demo_tokenizer/configs/local.pbtxt",  # idle on the local server: one instance
+        "demo_tokenizer/configs/fused.pbtxt",  # idle on the local server: one instance
         "demo_model/config.pbtxt",
-        "demo_model/configs/local.pbtxt",
+        "demo_model/configs/fused.pbtxt",
     }
-    idle = configs["demo_tokenizer/configs/local.pbtxt"]
+    idle = configs["demo_tokenizer/configs/fused.pbtxt"]
     assert idle.instance_group[0].count == 1 and idle.input == configs["demo_tokenizer/config.pbtxt"].input
     ensemble, tokenizer = configs["demo/config.pbtxt"], configs["demo_tokenizer/config.pbtxt"]
-    container, local = configs["demo_model/config.pbtxt"], configs["demo_model/configs/local.pbtxt"]
+    container, local = configs["demo_model/config.pbtxt"], configs["demo_model/configs/fused.pbtxt"]
 
     assert ensemble.platform == "ensemble"
     assert tokenizer.backend == "python"
@@ -104,8 +106,8 @@ def test_ensemble_wiring_matches_the_steps(model: ModelSpec) -> None:
     every input to a tensor produced before it and return the same outputs."""
     _, _, configs = _render(model)
     container_steps = {c.name: c for p, c in configs.items() if c.platform != "ensemble" and "/configs/" not in p}
-    local_steps = container_steps | {c.name: c for p, c in configs.items() if p.endswith("/configs/local.pbtxt")}
-    for path, steps in (("demo/config.pbtxt", container_steps), ("demo/configs/local.pbtxt", local_steps)):
+    local_steps = container_steps | {c.name: c for p, c in configs.items() if p.endswith("/configs/fused.pbtxt")}
+    for path, steps in (("demo/config.pbtxt", container_steps), ("demo/configs/fused.pbtxt", local_steps)):
         ensemble = configs[path]
         produced = {"TEXT"}
         for step in ensemble.ensemble_scheduling.step:
@@ -115,8 +117,8 @@ def test_ensemble_wiring_matches_the_steps(model: ModelSpec) -> None:
             assert set(step.output_map) <= {o.name for o in target.output}
             produced |= set(step.output_map.values())
         assert {o.name for o in ensemble.output} <= produced
-    assert configs["demo/config.pbtxt"].output == configs["demo/configs/local.pbtxt"].output
-    assert len(configs["demo/configs/local.pbtxt"].ensemble_scheduling.step) == 1
+    assert configs["demo/config.pbtxt"].output == configs["demo/configs/fused.pbtxt"].output
+    assert len(configs["demo/configs/fused.pbtxt"].ensemble_scheduling.step) == 1
 
 
 def test_classification_labels_are_written_where_configs_name_them() -> None:
@@ -133,7 +135,7 @@ def test_options_reach_the_configs() -> None:
     repo, _, configs = _render(
         EMBEDDING, max_batch_size=16, max_queue_delay_us=250, tokenizer_instances=2, model_instances=3, buckets=[8, 64]
     )
-    tok, local = configs["demo_tokenizer/config.pbtxt"], configs["demo_model/configs/local.pbtxt"]
+    tok, local = configs["demo_tokenizer/config.pbtxt"], configs["demo_model/configs/fused.pbtxt"]
     assert tok.max_batch_size == 16 and tok.dynamic_batching.max_queue_delay_microseconds == 250
     assert tok.instance_group[0].count == 2 and local.instance_group[0].count == 3
     assert tok.parameters["buckets"].string_value == "8,64,256"  # the max length always closes the ladder
@@ -236,7 +238,7 @@ def test_write_creates_a_complete_repository(tmp_path: Path) -> None:
     out = tmp_path / "repo"
     repository.write(files, binaries, out, repository.staging_dir(out))
     for rel in ("demo/config.pbtxt", "demo/1", "demo_tokenizer/1/model.py", "demo_model/1/model.onnx",
-                "demo_model/configs/local.pbtxt", "tritonize.yaml", "verification.json"):
+                "demo_model/configs/fused.pbtxt", "tritonize.yaml", "verification.json"):
         assert (out / rel).exists(), rel
     assert VerificationReport.from_dict(json.loads((out / "verification.json").read_text())) == PASSED
 
@@ -287,14 +289,14 @@ def test_failed_swap_puts_the_previous_repository_back(tmp_path: Path, monkeypat
     repository.write(files, binaries, out, repository.staging_dir(out))
     (out / ".gitkeep").write_text("")
     before = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
-    real_replace = repository.os.replace
+    real_replace = os.replace
 
     def failing(src, dst):
         if Path(src).name == "repository" and Path(dst) == out:
             raise OSError("disk full")
         return real_replace(src, dst)
 
-    monkeypatch.setattr(repository.os, "replace", failing)
+    monkeypatch.setattr(os, "replace", failing)
     with pytest.raises(OSError, match="disk full"):
         repository.write(files, binaries, out, repository.staging_dir(out))
     monkeypatch.undo()
@@ -309,7 +311,7 @@ def test_template_error_is_a_generation_error(tmp_path: Path, monkeypatch) -> No
 
     shutil.copytree(paths.TEMPLATES_DIR, templates)
     (templates / "ensemble" / "config.pbtxt.j2").write_text('name: "{{ repo.no_such_field }}"\n')
-    monkeypatch.setattr(repository, "TEMPLATES_DIR", templates)
+    monkeypatch.setattr(rendering, "TEMPLATES_DIR", templates)
     with pytest.raises(TritonizeError, match="ensemble/config.pbtxt.j2 failed to render"):
         _render(EMBEDDING)
 
@@ -320,7 +322,7 @@ def test_reconfigure_rewrites_only_configs(tmp_path: Path) -> None:
     repository.write(files, binaries, out, repository.staging_dir(out))
     onnx_before = (out / "demo_model/1/model.onnx").read_bytes()
     repository.reconfigure(out, Overrides(max_queue_delay_us=42, model_instances=2, max_batch_size=8, gather_us=0))
-    local = repository.parse_config((out / "demo_model/configs/local.pbtxt").read_text())
+    local = repository.parse_config((out / "demo_model/configs/fused.pbtxt").read_text())
     assert local.dynamic_batching.max_queue_delay_microseconds == 42
     assert local.parameters[batching.GATHER].string_value == "0"  # a `tune` grid key: the one step's gather window
     assert local.instance_group[0].count == 2 and local.max_batch_size == 8
@@ -330,3 +332,13 @@ def test_reconfigure_rewrites_only_configs(tmp_path: Path) -> None:
     assert (out / "demo_model/1/model.onnx").read_bytes() == onnx_before
     with pytest.raises(TritonizeError, match="unknown option"):
         repository.reconfigure(out, Overrides.of({"max_queue_delay": 1}))
+
+
+def test_each_tasks_answers_expect_the_row_outputs_its_pipeline_returns() -> None:
+    """A client reads each row's tokens exactly where the task's ensemble returns them."""
+    from tritonize import tasks
+
+    for task in tasks.TASKS.values():
+        assert task.answers.reports_tokens == bool(task.pipeline.row_outputs), task.name
+        assert task.answers.ensemble_output_names[len(task.answers.output_names):] == tuple(
+            t.name for t in task.pipeline.row_outputs)

@@ -15,14 +15,14 @@ import pytest
 import torch
 
 from tiny_models import build_embedding_model
-from tritonize import serving, steps
+from tritonize import chain, serving
 from tritonize.bench.stats import padding_waste
 from tritonize.export import load_torch_model
 from tritonize.generate import generate
 from tritonize.repository import config_as_triton_passes_it
 from tritonize.serving import batching
 from tritonize.serving.onnx_model import PARALLEL_MIN_TOKENS, OnnxRunner
-from tritonize.serving.one_step import tokenizer_outputs
+from tritonize.serving.fused_step import tokenizer_outputs
 from tritonize.serving.tokenizer import InvalidText, TextEncoder
 from tritonize.source import read_model
 from tritonize.spec import GenerateOptions
@@ -39,12 +39,12 @@ def repo(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def encoder(repo: Path) -> TextEncoder:
-    return steps.text_encoder(repo)
+    return chain.text_encoder(repo)
 
 
 def runner_for(repo: Path, threads: int, shards: int, max_rows: int = 64, allow_spinning: bool = True,
                busy_session: bool = False) -> OnnxRunner:
-    """A runner over the repository's graph with explicit settings (the configured one is steps.onnx_runner)."""
+    """A runner over the repository's graph with explicit settings (the configured one is chain.onnx_runner)."""
     return OnnxRunner(str(repo / "tiny_model" / "1" / "model.onnx"), threads, [8, 16, 32, 64], 0,
                       allow_spinning=allow_spinning, max_rows=max_rows, shards=shards, busy_session=busy_session)
 
@@ -63,8 +63,8 @@ def test_each_step_carries_byte_identical_copies_of_the_served_modules(repo: Pat
         "tiny_tokenizer/1/texts.py": "texts.py",
         "tiny_tokenizer/1/metrics.py": "metrics.py",
         "tiny_tokenizer/1/chat.py": "chat.py",
-        # The local server's one step: the tokenizer and the model (serving/one_step.py) with what both import.
-        "tiny_model/1/model.py": "one_step.py",
+        # The fused step: the tokenizer and the model (serving/fused_step.py) with what both import.
+        "tiny_model/1/model.py": "fused_step.py",
         "tiny_model/1/onnx_model.py": "onnx_model.py",
         "tiny_model/1/tokenizer.py": "tokenizer.py",
         "tiny_model/1/batching.py": "batching.py",
@@ -82,7 +82,7 @@ def test_step_files_follow_relative_imports() -> None:
     assert set(serving.step_files("tokenizer", "model.py")) == {"model.py", "batching.py", "texts.py", "metrics.py",
                                                                 "chat.py"}
     assert set(serving.step_files("onnx_model", "model.py")) == {"model.py", "batching.py"}
-    assert set(serving.step_files("one_step", "model.py")) == {"model.py", "onnx_model.py", "tokenizer.py", "batching.py",
+    assert set(serving.step_files("fused_step", "model.py")) == {"model.py", "onnx_model.py", "tokenizer.py", "batching.py",
                                                                "texts.py", "metrics.py", "chat.py"}
     assert set(serving.step_files("question_answering", "model.py")) == {"model.py", "texts.py", "metrics.py"}
     assert set(serving.step_files("token_classification", "model.py")) == {"model.py", "batching.py", "texts.py", "metrics.py"}
@@ -111,19 +111,19 @@ def test_served_modules_import_only_what_a_triton_container_has() -> None:
 
 
 def test_served_modules_fall_back_outside_triton() -> None:
-    for name in ("tokenizer", "onnx_model", "one_step"):
+    for name in ("tokenizer", "onnx_model", "fused_step"):
         assert sys.modules[f"tritonize.serving.{name}"].pb_utils is None
 
 
-def test_the_local_server_runs_tokenizer_and_model_as_one_step(repo: Path) -> None:
+def test_the_fused_step_runs_tokenizer_and_model_as_one_step(repo: Path) -> None:
     """Locally the ensemble calls the model step alone, with the texts; it returns the graph's outputs and the
     tokenizer's row outputs, tokenizes as the tokenizer step does and counts under that step's name."""
-    local = config_as_triton_passes_it(repo / "tiny" / "configs" / "local.pbtxt")
+    local = config_as_triton_passes_it(repo / "tiny" / "configs" / "fused.pbtxt")
     assert [s["model_name"] for s in local["ensemble_scheduling"]["step"]] == ["tiny_model"]
     container = config_as_triton_passes_it(repo / "tiny" / "config.pbtxt")
     assert [s["model_name"] for s in container["ensemble_scheduling"]["step"]] == ["tiny_tokenizer", "tiny_model"]
     assert {o["name"] for o in local["output"]} == {o["name"] for o in container["output"]}
-    step = config_as_triton_passes_it(repo / "tiny_model" / "configs" / "local.pbtxt")
+    step = config_as_triton_passes_it(repo / "tiny_model" / "configs" / "fused.pbtxt")
     tokenizer = config_as_triton_passes_it(repo / "tiny_tokenizer" / "config.pbtxt")
     assert [i["name"] for i in step["input"]] == ["TEXT"]
     produced, passed = tokenizer_outputs(step, [IDS, MASK])
@@ -143,12 +143,12 @@ def test_the_local_server_runs_tokenizer_and_model_as_one_step(repo: Path) -> No
                        shallow=False)
 
 
-def test_the_one_steps_pipeline_runs_what_waits_as_one_batch_within_its_bound() -> None:
+def test_the_fused_steps_pipeline_runs_what_waits_as_one_batch_within_its_bound() -> None:
     """Everything handed over while a run is under way becomes the next run; beyond the bound nothing more may
     wait; closing lets the worker finish and returns nothing left over."""
     import threading
 
-    from tritonize.serving.one_step import Pipeline, queue_full_message
+    from tritonize.serving.fused_step import Pipeline, queue_full_message
 
     release, runs = threading.Event(), []
 
@@ -204,7 +204,7 @@ def test_a_pipeline_run_takes_at_most_max_rows_rows_on_a_nicer_thread() -> None:
     import os
     import threading
 
-    from tritonize.serving.one_step import GRAPH_NICE, Pipeline, built_nicer
+    from tritonize.serving.fused_step import GRAPH_NICE, Pipeline, built_nicer
 
     release, runs, nice, busy_runs = threading.Event(), [], [], []
 
@@ -237,7 +237,7 @@ def test_a_run_waits_for_the_clients_the_previous_run_answered_within_the_gather
     there, or gather_s after the previous run; a lone client, and a client slower than the window, never wait."""
     import threading
 
-    from tritonize.serving.one_step import Pipeline
+    from tritonize.serving.fused_step import Pipeline
 
     runs: list[tuple[list, bool, float]] = []
     ends: list[float] = []
@@ -328,9 +328,9 @@ def test_each_row_reports_its_tokens_and_whether_it_was_cut(encoder: TextEncoder
 
 
 def test_configured_runner_regroups_as_the_server_does(repo: Path) -> None:
-    """steps.onnx_runner takes max rows and shards from the generated config, not defaults of its own."""
-    config = config_as_triton_passes_it(repo / "tiny_model" / "configs" / "local.pbtxt")
-    runner = steps.onnx_runner(repo)
+    """chain.onnx_runner takes max rows and shards from the generated config, not defaults of its own."""
+    config = config_as_triton_passes_it(repo / "tiny_model" / "configs" / "fused.pbtxt")
+    runner = chain.onnx_runner(repo)
     assert runner.max_rows == config["max_batch_size"] == 64
     instances = config["instance_group"][0]["count"]
     assert instances == 1 and len(runner.shards) == max(1, (os.cpu_count() or 1) // instances)  # the cores shared
@@ -378,7 +378,7 @@ def test_a_60_kb_page_is_served_as_sentence_transformers_embeds_it(repo: Path, e
     whole = TextEncoder(str(repo / "tiny_tokenizer" / "1" / "tokenizer.json"), 64, [8, 16, 32, 64], 0, encoder.outputs)
     whole.prefix_chars = 0
     assert all(np.array_equal(feeds[k], v) for k, v in whole.encode([text]).items())  # ... as the whole text
-    got = steps.onnx_runner(repo).run_grouped([feeds])[0][0]
+    got = chain.onnx_runner(repo).run_grouped([feeds])[0][0]
     expected = SentenceTransformer(str(repo.parent / "tiny"), device="cpu").encode([long_page])
     assert np.abs(got - expected).max() <= 1e-5
 
@@ -503,7 +503,7 @@ def test_one_shard_per_instance_keeps_lone_rows_on_the_wide_session(repo: Path, 
 
 def test_threads_spin_only_within_a_run(repo: Path) -> None:
     """The generated config spins intra-op threads during a run and stops them when it ends."""
-    runner = steps.onnx_runner(repo)
+    runner = chain.onnx_runner(repo)
     assert runner.busy_session is runner.session  # asked for by the one step only: no second copy of the graph
     for session in [runner.session, *runner.shards]:
         options = session.get_session_options()
@@ -535,7 +535,7 @@ def test_a_busy_run_goes_to_threads_that_do_not_spin(repo: Path, encoder: TextEn
 def test_padding_waste_counts_the_plan_the_server_runs(repo: Path) -> None:
     """Counted with the configured runner's own plan: the figure matches what run_grouped really pads."""
     counts = [3, 52, 4, 30, 31, 5]
-    runner = steps.onnx_runner(repo)
+    runner = chain.onnx_runner(repo)
     calls = spy_runs(runner)
     runner.run_grouped([{IDS: np.ones((1, n), np.int64), MASK: np.ones((1, n), np.int64)} for n in counts])
     computed = sum(shape[0] * shape[1] for shape, _ in calls)
@@ -550,7 +550,7 @@ def test_per_token_outputs_come_back_at_each_requests_width(tmp_path: Path) -> N
 
     folder = model_zoo.build("bert-token-cls", tmp_path / "zoo")
     repo = generate(GenerateOptions(model=str(folder), name="tok", output=str(tmp_path / "repo"), buckets=[8, 16, 64]))
-    encoder, runner = steps.text_encoder(repo), steps.onnx_runner(repo)
+    encoder, runner = chain.text_encoder(repo), chain.onnx_runner(repo)
     assert runner.per_token == [True]  # logits [rows, tokens, labels]
     batches = [encoder.encode([t]) for t in ("Sarah", "Sarah lives in Berlin and works in Paris every day", "a b")]
     assert len({b[IDS].shape[1] for b in batches}) == 2  # two buckets in one execute()

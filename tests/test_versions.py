@@ -16,7 +16,7 @@ from tritonize.manifest import read_manifest
 from tritonize.repository import parse_config, versions
 from tritonize.runtime.local import LocalRuntime
 from tritonize.spec import PRODUCTION_VARIANT, VARIANT_CONFIGS
-from tritonize.steps import in_process
+from tritonize.chain import in_process
 
 TEXTS = ["a new version of the model", "zero downtime", "the quick brown fox jumps over the lazy dog"]
 

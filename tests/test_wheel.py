@@ -73,5 +73,5 @@ def test_installed_wheel_generates_from_outside_the_checkout(wheel: Path, tmp_pa
     assert (repo / "tiny-cls" / "config.pbtxt").is_file() and (repo / "verification.json").is_file()
     installed = Path(where).parent / "serving"
     assert filecmp.cmp(repo / "tiny-cls_tokenizer" / "1" / "model.py", installed / "tokenizer.py", shallow=False)
-    assert filecmp.cmp(repo / "tiny-cls_model" / "1" / "model.py", installed / "one_step.py", shallow=False)
+    assert filecmp.cmp(repo / "tiny-cls_model" / "1" / "model.py", installed / "fused_step.py", shallow=False)
     assert filecmp.cmp(repo / "tiny-cls_model" / "1" / "onnx_model.py", installed / "onnx_model.py", shallow=False)

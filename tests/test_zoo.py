@@ -59,7 +59,7 @@ def test_every_folder_is_served_exactly(entry, zoo_root: Path, tmp_path: Path) -
     # (which, as one step, also passes on the tokenizer's).
     model_dir = repo / "zoo_model"
     container = parse_config((model_dir / "config.pbtxt").read_text())
-    local = parse_config((model_dir / "configs" / "local.pbtxt").read_text())
+    local = parse_config((model_dir / "configs" / "fused.pbtxt").read_text())
     assert container.platform == "onnxruntime_onnx" and local.backend == "python"
     graph = [(o.name, list(o.dims)) for o in container.output]
     assert [(o.name, list(o.dims)) for o in local.output][: len(graph)] == graph
@@ -70,7 +70,7 @@ def test_a_multi_label_head_is_served_with_a_sigmoid_per_label(zoo_root: Path, t
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
 
-    from tritonize.steps import in_process
+    from tritonize.chain import in_process
 
     folder = model_zoo.build("bert-seq-cls-multilabel", zoo_root)
     repo = generate(GenerateOptions(model=str(folder), name="zoo", output=str(tmp_path / "repo")))
@@ -142,7 +142,7 @@ TEXTS = ["hello world", "Ünïcödé café, naïve", " ".join(["The quick brown 
 
 def served_embeddings(repo: Path, texts: list[str]) -> np.ndarray:
     """The repository's own steps (tokenizer step, ONNX graph) in this process, one text at a time."""
-    from tritonize.steps import in_process
+    from tritonize.chain import in_process
 
     chain = in_process(repo)
     return np.concatenate([chain([(t,)]).outputs["embedding"] for t in texts])

@@ -27,18 +27,18 @@ import numpy as np
 from . import tasks
 from .errors import TritonizeError
 from .spec import TEXT_INPUT
-from .tasks.base import Task
-from .tasks.classification import PROBABILITIES, Label, parse_classes
-from .tasks.embedding import OUTPUT as EMBEDDING
-from .tasks.question_answering import CONTEXT_INPUT, QUESTION_INPUT
-from .tasks.question_answering import OUTPUT as ANSWER
-from .tasks.question_answering import TASK as QUESTION_ANSWERING
-from .tasks.rerank import OUTPUT as SCORE
-from .tasks.token_classification import OUTPUT as ENTITIES
-from .tasks.token_classification import TASK as TOKEN_CLASSIFICATION
-from .tasks.rerank import QUERY_INPUT
-from .tasks.sparse_embedding import INDICES, VALUES, SparseVector
-from .tasks.sparse_embedding import vectors as sparse_vectors
+from .tasks.answers import Answers
+from .tasks.classification.answers import PROBABILITIES, Label, parse_classes
+from .tasks.embedding.answers import OUTPUT as EMBEDDING
+from .tasks.question_answering.answers import ANSWERS as QUESTION_ANSWERING
+from .tasks.question_answering.answers import CONTEXT_INPUT, QUESTION_INPUT
+from .tasks.question_answering.answers import OUTPUT as ANSWER
+from .tasks.rerank.answers import OUTPUT as SCORE
+from .tasks.rerank.answers import QUERY_INPUT
+from .tasks.sparse_embedding.answers import INDICES, VALUES, SparseVector
+from .tasks.sparse_embedding.answers import vectors as sparse_vectors
+from .tasks.token_classification.answers import ANSWERS as TOKEN_CLASSIFICATION
+from .tasks.token_classification.answers import OUTPUT as ENTITIES
 
 Protocol = Literal["grpc", "http"]
 Text = Union[str, bytes]
@@ -224,8 +224,8 @@ class TextClient:
         except Exception:  # noqa: BLE001 - unreachable counts as not ready
             return False
 
-    def task(self) -> Task:
-        """The task this model serves, recognised by its outputs."""
+    def task(self) -> Answers:
+        """The answers of the task this model serves, recognised by its outputs: its name, and how to read them."""
         return tasks.for_outputs(self.output_names())
 
     def output_names(self) -> list[str]:
@@ -378,7 +378,7 @@ class AsyncTextClient:
         except Exception:  # noqa: BLE001
             return False
 
-    async def task(self) -> Task:
+    async def task(self) -> Answers:
         return tasks.for_outputs(await self.output_names())
 
     async def output_names(self) -> list[str]:

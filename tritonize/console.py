@@ -14,8 +14,8 @@ out = Console(highlight=False)
 
 
 @contextlib.contextmanager
-def step(title: str) -> Iterator[None]:
-    """Show a long step as a spinner, then its duration."""
+def phase(title: str) -> Iterator[None]:
+    """Show a long phase of a command as a spinner, then its duration."""
     start = time.perf_counter()
     if err.is_terminal:
         with err.status(f"{title}..."):

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from . import tasks
-from .console import step
+from .console import phase
 from .errors import TritonizeError
 from .serving.batching import ATTENTION_MASK, INPUT_IDS, TOKEN_TYPE_IDS
 from .spec import MODEL_FILE, ModelSpec
@@ -219,30 +219,30 @@ def export(
     workdir.mkdir(parents=True, exist_ok=True)
     seconds: dict[str, float] = {}
     if graph is None:
-        with step(f"Loading {spec.architecture} from {spec.source}"):
+        with phase(f"Loading {spec.architecture} from {spec.source}"):
             graph = load_torch_model(spec)
     external = _parameter_bytes(graph) > external_threshold
     t = time.perf_counter()
-    with step(f"Exporting to ONNX (opset {opset})"):
+    with phase(f"Exporting to ONNX (opset {opset})"):
         reference = export_onnx(spec, graph, workdir / "export" / MODEL_FILE, opset, external_threshold)
     seconds["export"] = time.perf_counter() - t
     stages = {"export": reference}
     current = reference
     if optimize:
         t = time.perf_counter()
-        with step("Optimizing with onnxruntime transformer fusions" + (" and fp16" if fp16 else "")):
+        with phase("Optimizing with onnxruntime transformer fusions" + (" and fp16" if fp16 else "")):
             current = optimize_onnx(spec, reference, _stage_path(workdir, "optimize"), use_gpu, fp16, external)
         seconds["optimize"] = time.perf_counter() - t
         stages["optimize"] = current
     elif fp16:
         t = time.perf_counter()
-        with step("Converting to fp16"):
+        with phase("Converting to fp16"):
             current = convert_fp16(reference, _stage_path(workdir, "fp16"), external)
         seconds["fp16"] = time.perf_counter() - t
         stages["fp16"] = current
     if int8:
         t = time.perf_counter()
-        with step("Quantizing to int8 (dynamic, per channel)"):
+        with phase("Quantizing to int8 (dynamic, per channel)"):
             current = quantize_int8(current, _stage_path(workdir, "int8"))
         seconds["int8"] = time.perf_counter() - t
         stages["int8"] = current

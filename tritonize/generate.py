@@ -13,13 +13,14 @@ from pathlib import Path
 import yaml
 
 from . import repository, tasks
-from .console import err, step
+from .console import err, phase
 from .errors import TritonizeError
 from .manifest import RESOLVED_KEY, choose, entries, find_manifests
 from .spec import (
     CONTAINER_MODEL_INSTANCES,
     DEVICES,
-    LOCAL_ONE_STEP_INSTANCES,
+    FUSED_CONFIG_NAME,
+    FUSED_STEP_INSTANCES,
     MANIFEST_FILE,
     MIN_QUEUE_SIZE,
     MODELS_KEY,
@@ -64,9 +65,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--truncate", action=argparse.BooleanOptionalAction, default=None,
                    help="serve a text longer than the max length as its first tokens (default); --no-truncate refuses it")
     p.add_argument("--tokenizer-instances", type=int, help=f"(default: {d.tokenizer_instances})")
-    p.add_argument("--model-instances", type=int, help=f"(default: {CONTAINER_MODEL_INSTANCES} in the container, "
-                   f"{LOCAL_ONE_STEP_INSTANCES} on the local server, where the model step pipelines its batches)")
-    p.add_argument("--gather-us", type=int, help="the local server's one step: how long a run may wait for the clients "
+    p.add_argument("--model-instances", type=int, help=f"(default: {CONTAINER_MODEL_INSTANCES} in the production configs, "
+                   f"{FUSED_STEP_INSTANCES} in the fused step, which pipelines its batches)")
+    p.add_argument("--gather-us", type=int, help="the fused step: how long a run may wait for the clients "
                    f"the previous run answered, so a few clients share one run; a lone client never waits (default: "
                    f"{d.gather_us}; 0: run what waits at once)")
     p.add_argument("--buckets", type=_int_list, help="padding lengths, e.g. 16,32,64,128 (default: powers of two up to the max length)")
@@ -168,11 +169,13 @@ def generate(options: GenerateOptions) -> Path:
     if options.add and options.version is not None:
         raise TritonizeError("--add writes a new model, whose first version is 1; --version adds a version to a model "
                              "already there", hint="drop --version, or drop --add and name the model with --name")
-    with step("Reading the model folder"):
+    with phase("Reading the model folder"):
         spec = source.read_model(options)
     name = options.name or source.default_name(options.model)
-    repo = repository.plan(options, spec, name)
     output = Path(options.output)
+    # A model joining a repository names its fused configs as the repository's models do.
+    joining = options.add or options.version is not None
+    repo = repository.plan(options, spec, name, repository.fused_config_name(output) if joining else FUSED_CONFIG_NAME)
     # Everything that can refuse is asked before minutes of export, not after.
     joined = repository.joins(output, options)
     index = repository.check_add(output, repo) if options.add else []  # the models it joins ([]: a new repository)
@@ -217,13 +220,13 @@ def generate(options: GenerateOptions) -> Path:
             binaries[f"{python_step.name}/{repo.version}/{TOKENIZER_FILE}"] = Path(spec.tokenizer_file)
         binaries.update(repository.served_files(repo))
         if joined is not None:
-            with step(f"Adding version {repo.version} to {output}"):
+            with phase(f"Adding version {repo.version} to {output}"):
                 repository.add_version(files, binaries, output, staging, repo.version)
         elif index:
-            with step(f"Adding {name} to {output}"):
+            with phase(f"Adding {name} to {output}"):
                 repository.add_model(files, binaries, output, staging, repo.version)
         else:
-            with step(f"Writing the repository to {output}"):
+            with phase(f"Writing the repository to {output}"):
                 repository.write(files, binaries, output, staging, force=options.force, version=repo.version)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

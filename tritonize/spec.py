@@ -9,12 +9,14 @@ out, and the served modules read what they need from the configs.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Literal
 
+from .errors import TritonizeError
 from .serving.batching import (
     ATTENTION_MASK,
     GATHER,
@@ -44,13 +46,16 @@ TOKEN_EXTRAS: dict[str, tuple[int, ...]] = {OFFSETS: (-1, 2), SPECIAL_TOKENS_MAS
 
 # -- names: files and folders of a repository --------------------------------
 CONFIG_FILE = "config.pbtxt"
-LOCAL_CONFIG_NAME = "local"  # configs/local.pbtxt: the local server's runtime of the model step
-LOCAL_CONFIG_DIR = "configs"
+FUSED_CONFIG_NAME = "fused"  # configs/fused.pbtxt: each model's config in the fused variant
+# The name repositories written before took for the fused variant's configs (configs/local.pbtxt): still read
+# and served, and kept for what is added to such a repository.
+EARLIER_FUSED_CONFIG_NAME = "local"
+CONFIGS_DIR = "configs"
 # What a server serves of each model, by name: the production configs (each step's config.pbtxt, as NVIDIA's
 # container loads them: the model step on the native onnxruntime backend, a Python tokenizer step, the ensemble)
-# or the fused one step (configs/local.pbtxt: the tokenizer and the graph in one Python step).
+# or the fused step (configs/fused.pbtxt: the tokenizer and the graph in one Python step).
 PRODUCTION_VARIANT, FUSED_VARIANT = "production", "fused"
-VARIANT_CONFIGS: dict[str, str | None] = {PRODUCTION_VARIANT: None, FUSED_VARIANT: LOCAL_CONFIG_NAME}
+VARIANT_CONFIGS: dict[str, str | None] = {PRODUCTION_VARIANT: None, FUSED_VARIANT: FUSED_CONFIG_NAME}
 DEFAULT_VARIANT = FUSED_VARIANT  # what the local server serves unless told
 FIRST_VERSION = 1  # a new repository's version folders are 1/
 MODEL_FILE = "model.onnx"
@@ -129,11 +134,11 @@ class ModelSpec:
         return self.head.task
 
 
-# The model step's instances where --model-instances is not given: two in the container (see
-# GenerateOptions.tokenizer_instances); one for the local one step, which holds its own bound and pipelines its
-# batches (serving/one_step.py), so one instance keeps every core busy and a second would only split its batches.
+# The model step's instances where --model-instances is not given: two in the production configs (see
+# GenerateOptions.tokenizer_instances); one for the fused step, which holds its own bound and pipelines its
+# batches (serving/fused_step.py), so one instance keeps every core busy and a second would only split its batches.
 CONTAINER_MODEL_INSTANCES = 2
-LOCAL_ONE_STEP_INSTANCES = 1
+FUSED_STEP_INSTANCES = 1
 
 # onnxruntime's threads per model-step instance on the native backend, CPU: one. Two instances with
 # onnxruntime's default pools (a thread per core each) oversubscribe the cores the tokenizer stubs share. MiniLM,
@@ -141,7 +146,7 @@ LOCAL_ONE_STEP_INSTANCES = 1
 # against 260 with the default pools, mixed lengths 118 against 74. A GPU instance's threads only feed the GPU.
 CPU_INTRA_OP_THREADS = 1
 
-# How long the local one step's next run may wait for the clients the previous run answered (serving/one_step.py);
+# How long the fused step's next run may wait for the clients the previous run answered (serving/fused_step.py);
 # 0: it runs what waits at once. Against 0, at concurrency 4 on two cores: 128-token texts +12 to +21% in all five
 # sets measured, 16-token +7 to +20% in four (-18% in one, where clients came back later than the window). A lone
 # client never waits. `tritonize tune --grid gather_us=...` measures others on the serving machine.
@@ -183,10 +188,10 @@ class GenerateOptions:
     capacity_rps: float | None = None
     # Two instances of each batching step: Triton 2.51's dynamic batcher, once a queue is bounded, is not woken
     # when its only instance frees and waits up to 500 ms (docs/benchmark.md); a second instance is mostly free
-    # then. The model step's: None takes CONTAINER_MODEL_INSTANCES and LOCAL_ONE_STEP_INSTANCES.
+    # then. The model step's: None takes CONTAINER_MODEL_INSTANCES and FUSED_STEP_INSTANCES.
     tokenizer_instances: int = 2
     model_instances: int | None = None
-    gather_us: int = DEFAULT_GATHER_US  # the local server only: the container batches with Triton's own batcher
+    gather_us: int = DEFAULT_GATHER_US  # the fused step only: the production configs batch with Triton's own batcher
     buckets: list[int] | None = None
     # Bytes of text one request may carry (its texts summed), checked by the first step before it decodes
     # anything; 0: no bound. Within it, every text is read as the model reads it.
@@ -209,6 +214,27 @@ class GenerateOptions:
     # The version folder this model becomes in every step. None: FIRST_VERSION for a new repository; a
     # higher number joins an existing repository beside the version it serves (`deploy.py local switch`).
     version: int | None = None
+
+    def check(self) -> None:
+        """Refuse, in one line, values no repository can be planned with (the task's own refusals are its own)."""
+        for label, value in (("--max-batch-size", self.max_batch_size), ("--tokenizer-instances", self.tokenizer_instances),
+                             ("--model-instances", self.model_instances)):
+            if value is not None and value < 1:
+                raise TritonizeError(f"{label} must be at least 1 (got {value})")
+        for label, value in (("--max-queue-delay-us", self.max_queue_delay_us), ("--max-queue-size", self.max_queue_size),
+                             ("--max-request-bytes", self.max_request_bytes), ("--gather-us", self.gather_us)):
+            if value is not None and value < 0:
+                raise TritonizeError(f"{label} must be 0 or more (got {value})")
+        for label, value in (("--queue-budget-ms", self.queue_budget_ms), ("--capacity-rps", self.capacity_rps)):
+            if value is not None and value <= 0:
+                raise TritonizeError(f"{label} must be more than 0 (got {value})")
+        if self.version is not None and self.version < 1:
+            raise TritonizeError(f"--version must be at least 1 (got {self.version})")
+        if self.tensorrt and self.device != "gpu":
+            raise TritonizeError("--tensorrt needs --device gpu", hint="TensorRT runs on NVIDIA GPUs only")
+        if self.precision == "int8" and self.device != "cpu":
+            raise TritonizeError("--precision int8 is for CPU deployments (onnxruntime's dynamic quantization)",
+                                 hint="use --device cpu, or --precision fp16 on a GPU")
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -241,8 +267,6 @@ class Overrides:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(changes) - known)
         if unknown:
-            from .errors import TritonizeError
-
             raise TritonizeError(f"unknown option(s): {', '.join(unknown)}", hint=f"reconfigure changes {', '.join(sorted(known))}")
         return cls(**changes)
 
@@ -341,14 +365,14 @@ class WarmupSample:
 
 
 @dataclass(frozen=True)
-class LocalRuntimeSpec:
-    """How the local server's Python-backend model step runs the graph (see serving/onnx_model.py)."""
+class FusedRuntimeSpec:
+    """How the fused variant's Python-backend model step runs the graph (see serving/onnx_model.py)."""
 
     intra_op_threads: int = 0  # 0: every core, for a lone text
     allow_spinning: bool = True  # within a run only (force_spinning_stop)
     data_parallel: bool = True  # batches as one single-threaded shard per core (large ones: onnx_model.py)
     ragged: bool = True  # requests padded to different buckets may share a batch
-    gather_us: int = DEFAULT_GATHER_US  # as one step: how long a run may wait for the clients the last one answered
+    gather_us: int = DEFAULT_GATHER_US  # the fused step: how long a run may wait for the clients the last one answered
     kind: InstanceKind = "KIND_CPU"
 
 
@@ -359,6 +383,161 @@ class EnsembleStep:
     model_name: str
     input_map: dict[str, str]  # the step's input -> the ensemble tensor
     output_map: dict[str, str]  # the step's output -> the ensemble tensor
+
+
+def _same(tensors: tuple[TensorSpec, ...]) -> dict[str, str]:
+    """An ensemble step's map of tensors it passes under their own names."""
+    return {t.name: t.name for t in tensors}
+
+
+class Pipeline(abc.ABC):
+    """The shape of a task's ensemble, which the task declares as a value (`Task.pipeline`): which served module
+    each step runs, what each step takes and returns, the ensemble's steps, and the fused variant's.
+
+    `RepoSpec` holds it and asks it; templates lay out what it answers. A new shape is a new subclass here, and
+    nothing else branches on which shape a task has.
+    """
+
+    first_module: ClassVar[str] = "tokenizer"  # the first step's served module (tritonize/serving/<name>.py)
+    post_module: ClassVar[str | None] = None  # the post step's, where one follows the model step
+    # Whether the first step calls the model step itself and answers (business logic scripting).
+    orchestrates: ClassVar[bool] = False
+
+    @property
+    def fuses(self) -> bool:
+        """Whether the fused variant runs the first step and the model step as one (serving/fused_step.py); a first
+        step that calls the model step itself keeps it a step of its own."""
+        return not self.orchestrates
+
+    @property
+    def model_module(self) -> str:
+        """The served module in the model step's version folder: what the fused variant's config runs."""
+        return "fused_step" if self.fuses else "onnx_model"
+
+    @property
+    @abc.abstractmethod
+    def row_outputs(self) -> tuple[TensorSpec, ...]:
+        """What the ensemble returns per row besides the task's outputs."""
+
+    @abc.abstractmethod
+    def first_outputs(self, repo: RepoSpec) -> tuple[TensorSpec, ...]:
+        """What the first step returns."""
+
+    def post_inputs(self, repo: RepoSpec) -> tuple[TensorSpec, ...]:
+        """What the post step takes (nothing without one)."""
+        return ()
+
+    @abc.abstractmethod
+    def ensemble_steps(self, repo: RepoSpec) -> tuple[EnsembleStep, ...]:
+        """The production ensemble's steps."""
+
+    def fused_ensemble_steps(self, repo: RepoSpec) -> tuple[EnsembleStep, ...]:
+        """The fused variant's ensemble steps."""
+        return self.ensemble_steps(repo)
+
+    def fused_model_inputs(self, repo: RepoSpec) -> tuple[TensorSpec, ...]:
+        """The fused variant's model step's inputs."""
+        return repo.token_inputs
+
+    def fused_model_outputs(self, repo: RepoSpec) -> tuple[TensorSpec, ...]:
+        """The fused variant's model step's outputs."""
+        return repo.graph_outputs
+
+    def tokenizer_folders(self, repo: RepoSpec) -> tuple[StepSpec, ...]:
+        """The steps whose version folder holds tokenizer.json: each that tokenizes or decodes words."""
+        return tuple(s for s in (repo.first_step, repo.model_step if self.fuses else None, repo.post_step) if s)
+
+
+@dataclass(frozen=True)
+class TokenizeModel(Pipeline):
+    """tokenize -> model: the first step tokenizes, and the graph's outputs are the answer. The fused variant runs
+    the two as one step, raw strings in."""
+
+    @property
+    def row_outputs(self) -> tuple[TensorSpec, ...]:
+        """Token counts and the truncated flag: the first step tokenizes, so it knows them."""
+        return ROW_OUTPUTS
+
+    def extra_token_outputs(self) -> tuple[TensorSpec, ...]:
+        """Tokenizer outputs that only a post step reads."""
+        return ()
+
+    def first_outputs(self, repo: RepoSpec) -> tuple[TensorSpec, ...]:
+        return repo.token_inputs + self.extra_token_outputs() + self.row_outputs
+
+    def ensemble_steps(self, repo: RepoSpec) -> tuple[EnsembleStep, ...]:
+        return (
+            EnsembleStep(repo.first_step.name, _same(repo.text_inputs), _same(self.first_outputs(repo))),
+            EnsembleStep(repo.model_name, _same(repo.token_inputs), _same(repo.graph_outputs)),
+        )
+
+    def fused_ensemble_steps(self, repo: RepoSpec) -> tuple[EnsembleStep, ...]:
+        """The first step and the model step as one, then the steps after them."""
+        fused = EnsembleStep(repo.model_name, _same(repo.text_inputs), _same(self.fused_model_outputs(repo)))
+        return (fused,) + self.ensemble_steps(repo)[2:]
+
+    def fused_model_inputs(self, repo: RepoSpec) -> tuple[TensorSpec, ...]:
+        """The texts: the fused step tokenizes them itself."""
+        return repo.text_inputs
+
+    def fused_model_outputs(self, repo: RepoSpec) -> tuple[TensorSpec, ...]:
+        """The graph's outputs, and the first step's tensors that the ensemble passes on."""
+        onward = {t.name for t in repo.ensemble_outputs + self.post_inputs(repo)}
+        return repo.graph_outputs + tuple(t for t in self.first_outputs(repo) if t.name in onward)
+
+
+@dataclass(frozen=True)
+class TokenizeModelPost(TokenizeModel):
+    """tokenize -> model -> post: a served step turns the graph's outputs into the answer, reading besides them
+    the tokenizer outputs it names and (unless it reads the graph's outputs alone) the texts and their encoding."""
+
+    module: str  # the post step's served module
+    token_extras: tuple[str, ...] = ()  # tokenizer outputs only the post step reads (TOKEN_EXTRAS)
+    reads_text: bool = True  # the post step takes the texts and their encoding besides the graph's outputs
+
+    @property
+    def post_module(self) -> str:  # type: ignore[override]
+        return self.module
+
+    def extra_token_outputs(self) -> tuple[TensorSpec, ...]:
+        return tuple(TensorSpec(n, "TYPE_INT64", TOKEN_EXTRAS[n]) for n in self.token_extras)
+
+    def post_inputs(self, repo: RepoSpec) -> tuple[TensorSpec, ...]:
+        """The texts, their encoding (real lengths, offsets, special tokens) and the model's outputs; the model's
+        outputs alone where the post step reads nothing else."""
+        if not self.reads_text:
+            return repo.graph_outputs
+        ids_and_mask = tuple(t for t in repo.token_inputs if t.name in TOKEN_INPUTS)
+        return repo.text_inputs + ids_and_mask + self.extra_token_outputs() + repo.graph_outputs
+
+    def ensemble_steps(self, repo: RepoSpec) -> tuple[EnsembleStep, ...]:
+        post = EnsembleStep(repo.post_step.name, _same(self.post_inputs(repo)), _same(repo.outputs))  # type: ignore[union-attr]
+        return super().ensemble_steps(repo) + (post,)
+
+
+@dataclass(frozen=True)
+class Orchestrated(Pipeline):
+    """An orchestrating first step: it calls the model step itself (business logic scripting: one text can
+    become several model rows) and answers, so the ensemble is that one step, in both variants."""
+
+    module: str  # the first step's served module
+
+    orchestrates = True
+
+    @property
+    def first_module(self) -> str:  # type: ignore[override]
+        return self.module
+
+    @property
+    def row_outputs(self) -> tuple[TensorSpec, ...]:
+        """None: the first step answers alone."""
+        return ()
+
+    def first_outputs(self, repo: RepoSpec) -> tuple[TensorSpec, ...]:
+        return repo.outputs
+
+    def ensemble_steps(self, repo: RepoSpec) -> tuple[EnsembleStep, ...]:
+        return (EnsembleStep(repo.first_step.name, _same(repo.text_inputs), _same(repo.outputs)),)
 
 
 @dataclass(frozen=True)
@@ -372,33 +551,30 @@ class RepoSpec:
     outputs: tuple[TensorSpec, ...]  # what the ensemble returns
     graph_outputs: tuple[TensorSpec, ...]  # what the model step returns (the outputs, unless a step follows it)
     labels: tuple[str, ...]  # written to LABELS_FILE when any output names it
-    truncation: str | None  # the tokenizer step's strategy (pairs: "only_second"); None: the tokenizer's default
-    tokenizer_step: StepSpec
+    truncation: str | None  # the tokenizer's strategy (pairs: "only_second"); None: the tokenizer's default
+    pipeline: Pipeline  # the ensemble's shape, as the task declares it
+    first_step: StepSpec  # the tokenizer step, or the step that orchestrates the model step
     model_step: StepSpec
     buckets: tuple[int, ...]
     device: Device = "cpu"
     precision: Precision = "fp32"
     tensorrt: TensorRTSpec | None = None
-    local: LocalRuntimeSpec = field(default_factory=LocalRuntimeSpec)
+    fused_runtime: FusedRuntimeSpec = field(default_factory=FusedRuntimeSpec)
     max_batch_size: int = 64
     post_step: StepSpec | None = None  # served post-processing after the model (token classification)
-    token_extras: tuple[str, ...] = ()  # tokenizer outputs only the post step reads
-    post_reads_text: bool = True  # the post step takes the texts and their encoding besides the graph's outputs
     post_parameters: dict[str, str] = field(default_factory=dict)
-    orchestrated: bool = False  # the first step calls the model step itself and answers (question answering)
-    front_parameters: dict[str, str] = field(default_factory=dict)
+    first_parameters: dict[str, str] = field(default_factory=dict)  # the task's, for the first step (whom to call)
     max_request_bytes: int = 0  # text bytes per request, checked by the first step before it decodes; 0: no bound
     truncate: bool = True  # False: a text over the max length is refused, not truncated
     version: int = FIRST_VERSION  # the version folder of every step; the ensemble pins its steps to it
-    local_model_instances: int = LOCAL_ONE_STEP_INSTANCES  # the local one step's instances (--model-instances)
+    fused_model_instances: int = FUSED_STEP_INSTANCES  # the fused step's instances (--model-instances)
+    # What each model's fused-variant config is named (configs/<name>.pbtxt): FUSED_CONFIG_NAME, or the name the
+    # repository this model joins was written with.
+    fused_config_name: str = FUSED_CONFIG_NAME
 
     @property
     def pad_token_id(self) -> int:
         return self.model.pad_token_id
-
-    @property
-    def tokenizer_name(self) -> str:
-        return self.tokenizer_step.name
 
     @property
     def model_name(self) -> str:
@@ -409,37 +585,21 @@ class RepoSpec:
         return tuple(TensorSpec(n, "TYPE_INT64", (-1,)) for n in self.model.input_names)
 
     @property
-    def row_outputs(self) -> tuple[TensorSpec, ...]:
-        """Token counts and the truncated flag, where the first step tokenizes (an orchestrating one answers alone)."""
-        return () if self.orchestrated else ROW_OUTPUTS
-
-    @property
     def ensemble_outputs(self) -> tuple[TensorSpec, ...]:
-        """What users get: the task's outputs, then the row outputs."""
-        return self.outputs + self.row_outputs
+        """What users get: the task's outputs, then the pipeline's row outputs."""
+        return self.outputs + self.pipeline.row_outputs
 
     @property
-    def extra_token_outputs(self) -> tuple[TensorSpec, ...]:
-        return tuple(TensorSpec(n, "TYPE_INT64", TOKEN_EXTRAS[n]) for n in self.token_extras)
-
-    @property
-    def tokenizer_outputs(self) -> tuple[TensorSpec, ...]:
-        if self.orchestrated:
-            return self.outputs
-        return self.token_inputs + self.extra_token_outputs + self.row_outputs
+    def first_outputs(self) -> tuple[TensorSpec, ...]:
+        return self.pipeline.first_outputs(self)
 
     @property
     def post_inputs(self) -> tuple[TensorSpec, ...]:
-        """The texts, their encoding (real lengths, offsets, special tokens) and the model's outputs; the model's
-        outputs alone where the post step reads nothing else."""
-        if not self.post_reads_text:
-            return self.graph_outputs
-        ids_and_mask = tuple(t for t in self.token_inputs if t.name in TOKEN_INPUTS)
-        return self.text_inputs + ids_and_mask + self.extra_token_outputs + self.graph_outputs
+        return self.pipeline.post_inputs(self)
 
     @property
     def steps(self) -> tuple[StepSpec, ...]:
-        return (self.tokenizer_step, self.model_step) + ((self.post_step,) if self.post_step else ())
+        return (self.first_step, self.model_step) + ((self.post_step,) if self.post_step else ())
 
     @property
     def model_parameters(self) -> dict[str, str]:
@@ -464,7 +624,7 @@ class RepoSpec:
         return samples
 
     @property
-    def tokenizer_parameters(self) -> dict[str, str]:
+    def first_step_parameters(self) -> dict[str, str]:
         params = {
             "tokenizer_file": TOKENIZER_FILE,
             "max_length": str(self.model.max_length),
@@ -473,80 +633,52 @@ class RepoSpec:
             "max_request_bytes": str(self.max_request_bytes),
             "truncate": str(int(self.truncate)),
         }
-        return params | ({"truncation": self.truncation} if self.truncation else {}) | self.front_parameters
+        return params | ({"truncation": self.truncation} if self.truncation else {}) | self.first_parameters
 
     @property
-    def one_step(self) -> bool:
-        """The local server runs the tokenizer and the model as one step (serving/one_step.py); a first step that
-        calls the model step itself (question answering) keeps it a step of its own."""
-        return not self.orchestrated
-
-    @property
-    def local_model_step(self) -> StepSpec:
-        """The local server's model step. As one step it holds its queue bound itself (serving/one_step.py,
-        a parameter) and its config none: Triton's bound turns off the batcher's prefetching, and with it the
-        wake-up that Triton 2.51 loses."""
-        if not self.one_step:
+    def fused_model_step(self) -> StepSpec:
+        """The fused variant's model step. As the fused step it holds its queue bound itself
+        (serving/fused_step.py, a parameter) and its config none: Triton's bound turns off the batcher's
+        prefetching, and with it the wake-up that Triton 2.51 loses."""
+        if not self.pipeline.fuses:
             return self.model_step
-        return dataclasses.replace(self.model_step, instance_count=self.local_model_instances, max_queue_size=0)
+        return dataclasses.replace(self.model_step, instance_count=self.fused_model_instances, max_queue_size=0)
 
     @property
-    def local_inputs(self) -> tuple[TensorSpec, ...]:
-        """The local model step's inputs: the texts where it tokenizes them itself."""
-        return self.text_inputs if self.one_step else self.token_inputs
+    def fused_model_inputs(self) -> tuple[TensorSpec, ...]:
+        return self.pipeline.fused_model_inputs(self)
 
     @property
-    def local_outputs(self) -> tuple[TensorSpec, ...]:
-        """The graph's outputs, and as one step also the tokenizer's tensors that the ensemble passes on."""
-        if not self.one_step:
-            return self.graph_outputs
-        onward = {t.name for t in self.ensemble_outputs + (self.post_inputs if self.post_step else ())}
-        return self.graph_outputs + tuple(t for t in self.tokenizer_outputs if t.name in onward)
+    def fused_model_outputs(self) -> tuple[TensorSpec, ...]:
+        return self.pipeline.fused_model_outputs(self)
 
     @property
-    def local_model_parameters(self) -> dict[str, str]:
+    def fused_model_parameters(self) -> dict[str, str]:
         runner = {
             "onnx_file": MODEL_FILE,
-            "intra_op_threads": str(self.local.intra_op_threads),
-            "allow_spinning": str(int(self.local.allow_spinning)),
-            "data_parallel": str(int(self.local.data_parallel)),
+            "intra_op_threads": str(self.fused_runtime.intra_op_threads),
+            "allow_spinning": str(int(self.fused_runtime.allow_spinning)),
+            "data_parallel": str(int(self.fused_runtime.data_parallel)),
             "buckets": ",".join(map(str, self.buckets)),
             "pad_id": str(self.pad_token_id),
         }
-        if not self.one_step:
+        if not self.pipeline.fuses:
             return runner
-        return runner | self.tokenizer_parameters | {METRICS_MODEL: self.tokenizer_name,
-                                                     QUEUE_BOUND: str(self.model_step.max_queue_size),
-                                                     GATHER: str(self.local.gather_us)}
+        return runner | self.first_step_parameters | {METRICS_MODEL: self.first_step.name,
+                                                      QUEUE_BOUND: str(self.model_step.max_queue_size),
+                                                      GATHER: str(self.fused_runtime.gather_us)}
 
     @property
     def tokenizer_folders(self) -> tuple[StepSpec, ...]:
-        """The steps whose version folder holds tokenizer.json: each that tokenizes or decodes words."""
-        return tuple(s for s in (self.tokenizer_step, self.model_step if self.one_step else None, self.post_step) if s)
+        return self.pipeline.tokenizer_folders(self)
 
     @property
     def ensemble_steps(self) -> tuple[EnsembleStep, ...]:
-        def same(tensors: tuple[TensorSpec, ...]) -> dict[str, str]:
-            return {t.name: t.name for t in tensors}
-
-        if self.orchestrated:
-            return (EnsembleStep(self.tokenizer_name, same(self.text_inputs), same(self.outputs)),)
-        steps = (
-            EnsembleStep(self.tokenizer_name, same(self.text_inputs), same(self.tokenizer_outputs)),
-            EnsembleStep(self.model_name, same(self.token_inputs), same(self.graph_outputs)),
-        )
-        if self.post_step:
-            steps += (EnsembleStep(self.post_step.name, same(self.post_inputs), same(self.outputs)),)
-        return steps
+        return self.pipeline.ensemble_steps(self)
 
     @property
-    def local_ensemble_steps(self) -> tuple[EnsembleStep, ...]:
-        """The ensemble's steps on the local server: the tokenizer and model as one step, then any post step."""
-        if not self.one_step:
-            return self.ensemble_steps
-        return (EnsembleStep(self.model_name, {t.name: t.name for t in self.text_inputs},
-                             {t.name: t.name for t in self.local_outputs}),) + self.ensemble_steps[2:]
-
+    def fused_ensemble_steps(self) -> tuple[EnsembleStep, ...]:
+        return self.pipeline.fused_ensemble_steps(self)
 
 def default_buckets(max_length: int, ladder: tuple[int, ...] = DEFAULT_BUCKET_LADDER) -> tuple[int, ...]:
     """Padding lengths: powers of two below max_length, then max_length itself.

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from . import tasks
-from .console import step
+from .console import phase
 from .errors import TritonizeError
 from .serving.batching import ATTENTION_MASK
 from .serving.tokenizer import TextEncoder
@@ -168,7 +168,7 @@ def int8_kept(spec: ModelSpec, fp32: Path, int8: Path) -> dict:
     from .bench.corpus import read_corpus
 
     task = tasks.of(spec.head)
-    rows = [task.row_for(text) for text in read_corpus()]
+    rows = [task.answers.row_for(text) for text in read_corpus()]
     batches = length_sorted_batches(spec, rows)
     value = task.int8_kept(run_batches(fp32, batches), run_batches(int8, batches))
     threshold = INT8_MIN_KEPT[task.int8_figure]
@@ -196,7 +196,7 @@ def verify(spec: ModelSpec, graph, stages: dict[str, Path], fp16_stages: set[str
         precision = INT8_STAGE if name == INT8_STAGE else "fp16" if name in fp16_stages else "fp32"
         return StageResult(**metrics, **check, precision=precision, kept=kept)
 
-    with step(f"Verifying {len(stages)} graph(s) on {len(rows)} inputs"):
+    with phase(f"Verifying {len(stages)} graph(s) on {len(rows)} inputs"):
         reference_name, reference = task.reference(spec, graph, rows)
         results = {}
         for name, path in stages.items():
@@ -211,7 +211,7 @@ def verify(spec: ModelSpec, graph, stages: dict[str, Path], fp16_stages: set[str
     return VerificationReport(
         reference=reference_name,
         task=task.name,
-        output=task.output_names[task.verified_output],
+        output=task.answers.output_names[task.verified_output],
         sentences=len(rows),
         token_lengths={"min": int(lengths.min()), "max": int(lengths.max()), "max_length": spec.max_length},
         truncated=int((lengths >= spec.max_length).sum()),

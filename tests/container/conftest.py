@@ -27,7 +27,7 @@ FIGURES: dict[str, Any] = {}  # measured figures, written to <engine dir>/figure
 # What the tests send and how they compare, for the SDK's container and compose's alike.
 NAME = "minilm"  # the ensemble: raw strings in, an embedding out
 TOKENIZER_STEP = f"{NAME}_tokenizer"  # config.pbtxt: a Python-backend step (the stubs the watchdog tests kill)
-MODEL_STEP = f"{NAME}_model"  # config.pbtxt: the onnxruntime backend; configs/local.pbtxt: the fused Python step
+MODEL_STEP = f"{NAME}_model"  # config.pbtxt: the onnxruntime backend; configs/fused.pbtxt: the fused Python step
 TEXTS = ["hello world", "the quick brown fox jumps over the lazy dog", "Ünïcödé café — 日本語のテキスト 🚀", "a"]
 LONG = " ".join(["containers restart only when their process exits"] * 40)
 ATOL = 1e-5  # Triton's answers against the local server's

@@ -10,7 +10,7 @@
 # so the stand-in serves each step's config.pbtxt as NVIDIA's image does. The wheel renamed its server library
 # (libtritonserver-<hash>.so), which the backend links by its plain name: the folder's libtritonserver.so
 # names it (NativeBackend.lay_out; the loader maps the one copy the server already holds). onnxruntime's
-# pip package is installed too, for the fused one step (configs/local.pbtxt). Production builds on NVIDIA's
+# pip package is installed too, for the fused step (configs/fused.pbtxt). Production builds on NVIDIA's
 # image (docs/container.md).
 ARG DEBIAN_BASE
 

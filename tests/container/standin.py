@@ -38,7 +38,7 @@ LOCK = ROOT / "requirements.lock"
 SUITE = "bookworm"
 PYTHON_VERSION = "3.11"  # bookworm's; the stub that matches it is copied into the backend
 DEBIAN_PACKAGES = ("python3", "python3-pip", "python3-venv", "ca-certificates", f"libpython{PYTHON_VERSION}")
-# What the stub's interpreter imports for configs/local.pbtxt (tokenizers comes from docker/Dockerfile's own
+# What the stub's interpreter imports for configs/fused.pbtxt (tokenizers comes from docker/Dockerfile's own
 # hash-checked step), and the wheel that carries the server.
 PYTHON_PINS = ("numpy", "onnxruntime", "flatbuffers", "packaging", "protobuf", "sympy", "mpmath")
 TRITON_PINS = ("nvidia-pytriton",)

@@ -5,7 +5,7 @@ FROM the stand-in (standin.py), and serves the MiniLM repository's production co
 config.pbtxt, as NVIDIA's image does: the tokenizer step on the Python backend, the model step on Triton's
 native onnxruntime backend (the stand-in carries the one `make backend` builds from the r24.10 release
 sources), the ensemble between them. So the health check, the watchdog's restarts and the drain run on that
-two-step path. One test serves the fused one step (`--config-name local`) from the same image.
+two-step path. One test serves the fused step (`--config-name fused`) from the same image.
 The containers share a user-defined network, as compose's services do: Triton's ports are published on
 127.0.0.1 by the engine, and the API container reaches Triton by its name over gRPC. (The engine has no
 default bridge and sets no iptables rules, so builds use the host's network to reach PyPI.)
@@ -46,6 +46,7 @@ from conftest import (
     wait_for,
 )
 from tritonize.client import TextClient
+from tritonize.runtime import container as ct
 from tritonize.runtime import docker as dk
 from tritonize.runtime.base import Endpoints, http_get
 from tritonize.runtime.instance import STUB_NAME
@@ -88,7 +89,8 @@ class Deployed:
 @pytest.fixture(scope="module")
 def network(engine) -> str:
     """A user-defined bridge network (its own interface, removed at the end; no iptables rules)."""
-    found = engine.networks.list(names=[NETWORK])
+    # The engine's name filter matches substrings: tritonize-test-compose_default is not this network.
+    found = [n for n in engine.networks.list(names=[NETWORK]) if n.name == NETWORK]
     created = found[0] if found else engine.networks.create(NETWORK, driver="bridge")
     yield NETWORK
     for name in (CONTAINER, API_CONTAINER, CONTAINER + "-plain", CONTAINER + "-fused"):
@@ -111,7 +113,7 @@ def deployed(engine, images, network, served_repo, local_options, tmp_path_facto
     up = cli("up", *flags)
     assert up.returncode == 0, up.stdout + up.stderr
     built = re.search(r"✓ building .*?\((\d+(?:\.\d+)?)s\)", up.stderr, re.S)
-    image = dk.default_image()
+    image = ct.default_image()
     record("serving_image", {"image": image, "build_s": float(built.group(1)) if built else 0.0,
                              "size_mb": round(engine.images.get(image).attrs["Size"] / 1e6, 1)})
     record("up_s", round(time.perf_counter() - start, 1))
@@ -203,24 +205,24 @@ def test_the_container_runs_as_specified(deployed) -> None:
     container = deployed.container()
     attrs, host = container.attrs, container.attrs["HostConfig"]
     assert attrs["Config"]["User"] == "1000:1000"
-    assert attrs["Config"]["Entrypoint"] == list(dk.entrypoint())
+    assert attrs["Config"]["Entrypoint"] == list(ct.entrypoint())
     assert host["NetworkMode"] == NETWORK and host["ShmSize"] == 1 << 30
     published = attrs["NetworkSettings"]["Ports"]
-    for inside, outside in zip(dk.CONTAINER_PORTS.values(), (deployed.endpoints.http_port, deployed.endpoints.grpc_port,
+    for inside, outside in zip(ct.CONTAINER_PORTS.values(), (deployed.endpoints.http_port, deployed.endpoints.grpc_port,
                                                             deployed.endpoints.metrics_port)):
         assert published[f"{inside}/tcp"] == [{"HostIp": "127.0.0.1", "HostPort": str(outside)}]
-    assert host["RestartPolicy"]["Name"] == dk.RESTART_POLICY
+    assert host["RestartPolicy"]["Name"] == ct.RESTART_POLICY
     assert {(u["Name"], u["Soft"], u["Hard"]) for u in host["Ulimits"]} == set(ULIMITS)
     code, out = container.exec_run(["sh", "-c", "ulimit -s; ulimit -l"])
     stack, memlock = out.decode().split()
     assert int(stack) * 1024 == dict((n, s) for n, s, _ in ULIMITS)["stack"]
     assert memlock == ("unlimited" if MEMLOCK == -1 else str(MEMLOCK // 1024))
-    assert host["SecurityOpt"] == list(dk.SECURITY_OPT)
+    assert host["SecurityOpt"] == list(ct.SECURITY_OPT)
     (mount,) = attrs["Mounts"]
-    assert mount["Destination"] == dk.MODELS_DIR and mount["RW"] is False
+    assert mount["Destination"] == ct.MODELS_DIR and mount["RW"] is False
     code, out = container.exec_run(["python3", "-c", "import os; s = os.statvfs('/dev/shm'); print(s.f_blocks * s.f_frsize)"])
     assert code == 0 and int(out) == 1 << 30
-    code, out = container.exec_run(["touch", f"{dk.MODELS_DIR}/written"])
+    code, out = container.exec_run(["touch", f"{ct.MODELS_DIR}/written"])
     assert code != 0 and b"Read-only file system" in out
     code, out = container.exec_run(["id", "-u"])
     assert code == 0 and out.strip() == b"1000"
@@ -263,7 +265,7 @@ def test_the_api_container_answers_the_openai_route_over_grpc(deployed, engine, 
         command=["tritonize", "api", "--repository", "/models", "--grpc-url", f"{CONTAINER}:8001",
                  "--host", "0.0.0.0", "--port", "8080"],
         mounts=[Mount(target="/models", source=str(served_repo), type="bind", read_only=True)],
-        security_opt=list(dk.SECURITY_OPT),
+        security_opt=list(ct.SECURITY_OPT),
     )
     try:
         wait_for(lambda: http_get(f"http://127.0.0.1:{port}/health")[0] == 200, 90, 0.5)
@@ -327,13 +329,13 @@ def test_a_killed_stub_ends_the_container_and_the_restart_policy_heals_it(deploy
 def test_the_fused_variant_answers_as_production_from_one_python_step(deployed, engine, served_repo, local_options,
                                                                       tmp_path) -> None:
     """`--config-name local` in the same image: the flag reaches Triton, the model step is the fused Python step
-    (configs/local.pbtxt: tokenizer and onnxruntime in one model, in stubs of its own), and its answers equal the
+    (configs/fused.pbtxt: tokenizer and onnxruntime in one model, in stubs of its own), and its answers equal the
     production container's."""
     options = local_options(served_repo, tmp_path)
-    docker_options = dk.DockerOptions(image=deployed.image, gpus="none", config_name="local", network=NETWORK,
+    docker_options = dk.DockerOptions(image=deployed.image, gpus="none", config_name="fused", network=NETWORK,
                                       container_name=CONTAINER + "-fused", ulimits=ULIMITS)
     spec = dk.container_spec(options, docker_options)
-    assert "--model-config-name=local" in spec.command
+    assert "--model-config-name=fused" in spec.command
     container = engine.containers.run(**spec.run_kwargs())
     try:
         fused = Deployed([], Endpoints("127.0.0.1", options.http_port, options.grpc_port, options.metrics_port),

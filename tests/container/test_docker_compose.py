@@ -49,7 +49,7 @@ from conftest import (
 )
 from standin import prometheus
 from tritonize.client import TextClient
-from tritonize.runtime import docker as dk
+from tritonize.runtime import container as ct
 from tritonize.runtime.base import Endpoints, http_get
 from tritonize.runtime.local import LocalRuntime
 from tritonize.runtime.process import free_ports
@@ -134,7 +134,7 @@ def compose(engine, engine_dir, images, served_repo, tmp_path_factory) -> Compos
                         + yaml.safe_dump({"services": services}, sort_keys=False))
     env = clean_environment() | {
         "TRITON_REPO": str(served_repo),
-        dk.BASE_IMAGE_VARIABLE: images["triton"].image,
+        ct.BASE_IMAGE_VARIABLE: images["triton"].image,
         "API_BASE_IMAGE": images["python"].image,
         "TRITON_HTTP_PORT": str(http), "TRITON_GRPC_PORT": str(grpc), "TRITON_METRICS_PORT": str(metrics),
         "API_PORT": str(api), "PROMETHEUS_PORT": str(prom),
@@ -181,17 +181,17 @@ def test_the_serving_image_builds_on_nvidias_image_unless_told_otherwise(compose
 
     plain = clean_environment()
     defaults = build_args(plain)
-    assert defaults["triton"]["BASE_IMAGE"] == defaults["triton-cpu"]["BASE_IMAGE"] == dk.base_image()
-    assert defaults["triton"]["TRITON_RELEASE"] == dk.DEFAULT_TRITON_RELEASE
-    assert build_args(plain | {"TRITON_RELEASE": "25.12"})["triton"]["BASE_IMAGE"] == dk.base_image("25.12")
+    assert defaults["triton"]["BASE_IMAGE"] == defaults["triton-cpu"]["BASE_IMAGE"] == ct.base_image()
+    assert defaults["triton"]["TRITON_RELEASE"] == ct.DEFAULT_TRITON_RELEASE
+    assert build_args(plain | {"TRITON_RELEASE": "25.12"})["triton"]["BASE_IMAGE"] == ct.base_image("25.12")
     api_default = re.search(r"^ARG PYTHON_IMAGE=(\S+)$", API_DOCKERFILE.read_text(), re.M).group(1)
-    assert defaults["api"]["PYTHON_IMAGE"] == api_default == dk.API_BASE_IMAGE
+    assert defaults["api"]["PYTHON_IMAGE"] == api_default == ct.API_BASE_IMAGE
     told = build_args(compose.env)
     assert told["triton-cpu"]["BASE_IMAGE"] == images["triton"].image
     assert told["api"]["PYTHON_IMAGE"] == images["python"].image
-    labels = compose.client.images.get(dk.default_image()).labels
-    assert labels[dk.BASE_LABEL] == images["triton"].image
-    assert compose.container("triton-cpu").image.id == compose.client.images.get(dk.default_image()).id
+    labels = compose.client.images.get(ct.default_image()).labels
+    assert labels[ct.BASE_LABEL] == images["triton"].image
+    assert compose.container("triton-cpu").image.id == compose.client.images.get(ct.default_image()).id
 
 
 # --------------------------------------------------------------------------- serving
@@ -229,14 +229,14 @@ def test_up_goes_healthy_and_answers_as_the_local_server_does(compose, local_ans
 def test_the_repository_is_mounted_read_only_and_every_port_is_on_loopback(compose, served_repo) -> None:
     for service in ("triton-cpu", "api"):
         container = compose.container(service)
-        (mount,) = [m for m in container.attrs["Mounts"] if m["Destination"] == dk.MODELS_DIR]
+        (mount,) = [m for m in container.attrs["Mounts"] if m["Destination"] == ct.MODELS_DIR]
         assert mount["Type"] == "bind" and mount["RW"] is False and Path(mount["Source"]) == served_repo, service
-        code, out = container.exec_run(["touch", f"{dk.MODELS_DIR}/written"])
+        code, out = container.exec_run(["touch", f"{ct.MODELS_DIR}/written"])
         assert code != 0 and b"Read-only file system" in out, service
     assert compose.container("api").attrs["HostConfig"]["ReadonlyRootfs"] is True
     expected = {
         "triton-cpu": {f"{inside}/tcp": port for inside, port in zip(
-            dk.CONTAINER_PORTS.values(),
+            ct.CONTAINER_PORTS.values(),
             (compose.endpoints.http_port, compose.endpoints.grpc_port, compose.endpoints.metrics_port))},
         "api": {"8080/tcp": compose.api_port},
         "prometheus": {"9090/tcp": compose.prometheus_port},
@@ -252,9 +252,9 @@ def test_the_tensorrt_engine_cache_is_a_named_volume_the_server_writes(compose) 
     """Where the configs' trt_engine_cache_path points: a named volume (not the container's layer), writable
     by the server's uid 1000, so a new container finds the engines (the last test here)."""
     container = compose.container("triton-cpu")
-    (mount,) = [m for m in container.attrs["Mounts"] if m["Destination"] == dk.TRT_CACHE_DIR]
-    assert mount["Type"] == "volume" and mount["Name"] == f"{PROJECT}_{dk.TRT_CACHE_VOLUME}" and mount["RW"] is True
-    code, out = container.exec_run(["sh", "-c", f"id -u && touch {dk.TRT_CACHE_DIR}/engine.probe"])
+    (mount,) = [m for m in container.attrs["Mounts"] if m["Destination"] == ct.TRT_CACHE_DIR]
+    assert mount["Type"] == "volume" and mount["Name"] == f"{PROJECT}_{ct.TRT_CACHE_VOLUME}" and mount["RW"] is True
+    code, out = container.exec_run(["sh", "-c", f"id -u && touch {ct.TRT_CACHE_DIR}/engine.probe"])
     assert code == 0 and out.split()[0] == b"1000", out
 
 
@@ -327,7 +327,7 @@ def test_down_answers_every_request_in_flight(compose) -> None:
     answered_after_down = sum(t > start for t in done)
     assert answered_after_down >= 1
     assert not compose.containers()
-    assert f"{PROJECT}_{dk.TRT_CACHE_VOLUME}" in {v.name for v in compose.client.volumes.list()}
+    assert f"{PROJECT}_{ct.TRT_CACHE_VOLUME}" in {v.name for v in compose.client.volumes.list()}
     record("compose_down", {"in_flight": IN_FLIGHT, "answered": IN_FLIGHT - len(unanswered), "down_s": round(down_s, 1),
                             "answered_after_down_began": answered_after_down,
                             "http_connections_at_sigterm": int(connections.group(1))})
@@ -339,6 +339,6 @@ def test_up_again_finds_the_engine_cache_of_the_last_container(compose) -> None:
     up = compose.run("up", "--detach", "--wait", "--wait-timeout", "300", "triton-cpu")
     assert up.returncode == 0, failed("docker compose up", up)
     container = compose.container("triton-cpu")
-    code, out = container.exec_run(["test", "-f", f"{dk.TRT_CACHE_DIR}/engine.probe"])
+    code, out = container.exec_run(["test", "-f", f"{ct.TRT_CACHE_DIR}/engine.probe"])
     assert code == 0, out
     assert compose.infer(["still serving"])

@@ -12,18 +12,18 @@ import time
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import __version__
-from .errors import ApiError, Kind
+from .errors import ApiError
+from .openapi import served_document
 from .routes import ROUTERS, TEI_PATHS
 from .state import ApiSettings, ApiState, json_response
 
-OPEN_PATHS = frozenset({"/health"})
-DRAIN_CAP = 64 * 1024 * 1024  # a refused body up to this size is read to its end before the 413  # answered without a key: probes send none
-STATUS_KIND = {400: Kind.VALIDATION, 401: Kind.UNAUTHORIZED, 404: Kind.NOT_FOUND, 405: Kind.VALIDATION,
-               413: Kind.VALIDATION, 415: Kind.VALIDATION, 422: Kind.VALIDATION, 429: Kind.OVERLOADED}
+OPEN_PATHS = frozenset({"/health"})  # answered without a key: probes send none
+DRAIN_CAP = 64 * 1024 * 1024  # a refused body up to this size is read to its end before the 413
 
 
 def envelope(path: str, error: ApiError) -> dict:
@@ -91,19 +91,18 @@ class Guard:
             given = headers.get(b"authorization", b"")
             scheme, _, token = given.partition(b" ")
             if scheme.lower() != b"bearer" or not secrets.compare_digest(token.strip(), self.key):
-                return ApiError(401, Kind.UNAUTHORIZED, "a valid API key is required: Authorization: Bearer <key>",
-                                code="invalid_api_key")
+                return ApiError(401, "a valid API key is required: Authorization: Bearer <key>", code="invalid_api_key")
         length = headers.get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_body:
             return self.too_large(int(length))
         if self.state.in_flight >= self.state.settings.max_concurrent_requests:
-            return ApiError(429, Kind.OVERLOADED, f"{self.state.in_flight} requests in flight, this server's limit "
-                            "(--max-concurrent-requests); retry shortly")
+            return ApiError(429, f"{self.state.in_flight} requests in flight, this server's limit "
+                                 "(--max-concurrent-requests); retry shortly")
         return None
 
     def too_large(self, size: int) -> ApiError:
-        return ApiError(413, Kind.VALIDATION, f"the request body is {size} bytes, over this server's limit of "
-                        f"{self.max_body} bytes (--max-body-bytes)", code="payload_too_large")
+        return ApiError(413, f"the request body is {size} bytes, over this server's limit of {self.max_body} bytes "
+                             "(--max-body-bytes)", code="payload_too_large")
 
     async def read_bounded(self, receive: Receive) -> bytes | ApiError:
         """A body sent without Content-Length (chunked) is read here, and refused once over the bound."""
@@ -111,7 +110,7 @@ class Guard:
         while more:
             message = await receive()
             if message["type"] != "http.request":
-                return ApiError(400, Kind.VALIDATION, "the client went away before sending the body")
+                return ApiError(400, "the client went away before sending the body")
             chunks.append(message.get("body", b""))
             size += len(chunks[-1])
             if size > self.max_body:
@@ -156,13 +155,16 @@ def create_app(settings: ApiSettings) -> FastAPI:
         finally:
             await state.backend.close()
 
-    app = FastAPI(title="tritonize API", version=__version__, lifespan=lifespan,
-                  description="OpenAI, Cohere/Jina and text-embeddings-inference routes in front of Triton "
-                              "Inference Server (gRPC). Served models: "
-                              + ", ".join(f"{m.name} ({m.task.name})" for m in state.catalog.models))
+    # Swagger UI and ReDoc from the API itself (fastapi-offline's copies): the docs load where nothing outside is
+    # reachable, as Triton often runs.
+    app = FastAPIOffline(title="tritonize API", version=__version__, lifespan=lifespan,
+                         description="OpenAI, Cohere/Jina and text-embeddings-inference routes in front of Triton "
+                                     "Inference Server (gRPC). Served models: "
+                                     + ", ".join(f"{m.name} ({m.answers.name})" for m in state.catalog.models))
     app.state.api = state
     for router in ROUTERS:
         app.include_router(router)
+    app.openapi = served_document(app, state.catalog, settings.max_client_batch_size)  # type: ignore[method-assign]
     state.route_paths = frozenset(route.path for router in ROUTERS for route in router.routes)
 
     @app.exception_handler(ApiError)
@@ -178,19 +180,19 @@ def create_app(settings: ApiSettings) -> FastAPI:
             message = "the body is not valid JSON"
         elif first.get("type") in ("model_attributes_type", "dict_type") and not where:
             message = "the body must be a JSON object (Content-Type: application/json)"
-        return error_response(request.url.path, ApiError(422, Kind.VALIDATION, message, where or None,
-                                                         "invalid_request"))
+        return error_response(request.url.path, ApiError(422, message, where or None, "invalid_request"))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
-        kind = STATUS_KIND.get(exc.status_code, Kind.BACKEND)
         detail = exc.detail if isinstance(exc.detail, str) else "request refused"
         if exc.status_code == 404:
             detail = f"no route {request.method} {request.url.path}"
-        return error_response(request.url.path, ApiError(exc.status_code, kind, detail))
+        # The router's own headers are kept: a 405 carries `Allow` (RFC 9110), on every route.
+        refusal = ApiError(exc.status_code, detail, extra_headers=dict(exc.headers or {}))
+        return error_response(request.url.path, refusal)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception):
-        return error_response(request.url.path, ApiError(500, Kind.BACKEND, f"{type(exc).__name__}: {exc}"))
+        return error_response(request.url.path, ApiError(500, f"{type(exc).__name__}: {exc}"))
 
     return Guard(app, state)  # type: ignore[return-value]

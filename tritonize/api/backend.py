@@ -14,14 +14,14 @@ import numpy as np
 
 from ..client import build_request, split_url
 from .catalog import ServedModel
-from .errors import ApiError, Kind
+from .errors import ApiError
 
-# Triton's gRPC status -> what the API answers. UNAVAILABLE is a full queue (the server sheds load).
+# Triton's gRPC status -> the status the API answers. UNAVAILABLE is a full queue (the server sheds load).
 STATUS = {
-    "StatusCode.UNAVAILABLE": (429, Kind.OVERLOADED),
-    "StatusCode.RESOURCE_EXHAUSTED": (413, Kind.VALIDATION),
-    "StatusCode.INVALID_ARGUMENT": (422, Kind.VALIDATION),
-    "StatusCode.NOT_FOUND": (404, Kind.NOT_FOUND),
+    "StatusCode.UNAVAILABLE": 429,
+    "StatusCode.RESOURCE_EXHAUSTED": 413,
+    "StatusCode.INVALID_ARGUMENT": 422,
+    "StatusCode.NOT_FOUND": 404,
 }
 DEFAULT_TIMEOUT_S = 60.0
 
@@ -62,7 +62,7 @@ class TritonBackend:
         from tritonclient.utils import InferenceServerException
 
         if self._client is None:
-            raise ApiError(503, Kind.UNHEALTHY, "the API is not connected to Triton")
+            raise ApiError(503, "the API is not connected to Triton")
         tensors, requested = build_request(grpcclient, inputs, outputs, 0)
         try:
             result = await self._client.infer(name, tensors, outputs=requested, client_timeout=self.timeout_s)
@@ -85,8 +85,8 @@ class TritonBackend:
 
 def triton_error(exc) -> ApiError:
     """Triton's own message kept, under the status its gRPC code means."""
-    status, kind = STATUS.get(str(exc.status()), (424, Kind.BACKEND))
+    status = STATUS.get(str(exc.status()), 424)
     message = (exc.message() or str(exc)).strip()
     if str(exc.status()) in ("StatusCode.UNAVAILABLE",) and "queue" not in message.lower():
-        status, kind = 503, Kind.UNHEALTHY  # nothing listens: the server is down, not busy
-    return ApiError(status, kind, f"Triton: {message}")
+        status = 503  # nothing listens: the server is down, not busy
+    return ApiError(status, f"Triton: {message}")

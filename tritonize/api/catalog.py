@@ -11,9 +11,9 @@ from pathlib import Path
 
 from ..manifest import Manifest, read_manifests
 from ..spec import TOKENIZER_FILE, repo_paths
-from ..tasks import Task
+from ..tasks import Answers
 from ..tasks import of as task_of
-from .errors import ApiError, Kind
+from .errors import ApiError
 
 
 @dataclass(frozen=True)
@@ -28,12 +28,19 @@ class ServedModel:
         return self.manifest.name
 
     @property
-    def task(self) -> Task:
-        return task_of(self.manifest.model.head)
+    def answers(self) -> Answers:
+        """How its task's answers read (the API never builds or verifies a repository)."""
+        return task_of(self.manifest.model.head).answers
 
     @property
     def head(self):
         return self.manifest.model.head
+
+    @property
+    def prompts(self) -> dict[str, str]:
+        """The prompts the folder declares by name (sentence-transformers' `prompts`); a head that reads none
+        declares none."""
+        return dict(getattr(self.head, "prompts", ()))
 
     @property
     def max_length(self) -> int:
@@ -72,30 +79,33 @@ class Catalog:
             return self._named(name)
         return self._only(self.models, "models")
 
-    def find(self, task: Task, name: str | None = None) -> ServedModel:
+    def find(self, task: Answers, name: str | None = None) -> ServedModel:
         """The named model, which must serve `task`; without a name, the only model of that task."""
         if name:
             found = self._named(name)
-            if found.task is not task:
-                raise ApiError(400, Kind.VALIDATION, f"the model {name!r} is a {found.task.name} model, and this "
+            if found.answers is not task:
+                raise ApiError(400, f"the model {name!r} is a {found.answers.name} model, and this "
                                f"route serves {task.name} models", "model", "wrong_model_type")
             return found
-        of_task = tuple(m for m in self.models if m.task is task)
+        of_task = self.of_task(task)
         if not of_task:
-            raise ApiError(424, Kind.BACKEND, f"no {task.name} model is served here "
-                           f"(served: {', '.join(f'{m.name} ({m.task.name})' for m in self.models)})", "model")
+            raise ApiError(424, f"no {task.name} model is served here "
+                           f"(served: {', '.join(f'{m.name} ({m.answers.name})' for m in self.models)})", "model")
         return self._only(of_task, f"{task.name} models")
+
+    def of_task(self, task: Answers) -> tuple[ServedModel, ...]:
+        return tuple(m for m in self.models if m.answers is task)
 
     def _named(self, name: str) -> ServedModel:
         for model in self.models:
             if model.name == name:
                 return model
-        raise ApiError(404, Kind.NOT_FOUND, f"the model {name!r} does not exist; served: "
+        raise ApiError(404, f"the model {name!r} does not exist; served: "
                        f"{', '.join(m.name for m in self.models)}", "model", "model_not_found")
 
     @staticmethod
     def _only(models: tuple[ServedModel, ...], what: str) -> ServedModel:
         if len(models) != 1:
-            raise ApiError(400, Kind.VALIDATION, f"several {what} are served "
+            raise ApiError(400, f"several {what} are served "
                            f"({', '.join(m.name for m in models)}): name one with `model`", "model")
         return models[0]

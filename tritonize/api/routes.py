@@ -1,28 +1,38 @@
 """The routes: OpenAI embeddings, Cohere/Jina rerank, text-embeddings-inference's routes, tritonize's own.
 
-Each route names the task it serves and asks the catalog for the model; the arithmetic a route adds on top of
-the served answer (sorting, top-n, Matryoshka truncation, base64) is here, the inference is Triton's.
+Each route names the task it serves (task_routes.py) and asks the catalog for the model; the task's answers
+decode what Triton returned, and the arithmetic a route adds on top of them (sorting, top-n, Matryoshka
+truncation, base64) is here. A handler returns its response model (schemas.py), and `answered` writes it on
+the fast path, so the OpenAPI document is what the handlers return. Every status a route can answer is
+declared with it, from errors.STATUSES.
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import numpy as np
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ..errors import TritonizeError
-from ..spec import TEXT_INPUT, TOKEN_COUNT_OUTPUT, TRUNCATED_OUTPUT
-from ..tasks import classification, embedding, question_answering, rerank, sparse_embedding, token_classification
-from ..tasks.base import SAMPLE_TEXT, json_cells
+from ..spec import TOKEN_COUNT_OUTPUT, TRUNCATED_OUTPUT
+from ..tasks.answers import SAMPLE_TEXT, Answers
+from ..tasks.classification import answers as classification
+from ..tasks.embedding import answers as embedding
+from ..tasks.question_answering import answers as question_answering
+from ..tasks.rerank import answers as rerank
+from ..tasks.sparse_embedding import answers as sparse_embedding
+from ..tasks.token_classification import answers as token_classification
 from . import schemas as s
 from .catalog import ServedModel
-from .errors import ApiError, Kind, invalid
+from .errors import STATUSES, ApiError, invalid
 from .state import ApiState, json_response, state_of
 
 openai = APIRouter(tags=["OpenAI"])
@@ -31,8 +41,28 @@ tei = APIRouter(tags=["text-embeddings-inference"])
 own = APIRouter(tags=["tritonize"])
 ops = APIRouter(tags=["operations"])
 
-EMBEDDING, CLASSIFICATION, RERANK, SPARSE = embedding.TASK, classification.TASK, rerank.TASK, sparse_embedding.TASK
-ENTITIES, ANSWERS = token_classification.TASK, question_answering.TASK
+EMBEDDING, CLASSIFICATION, RERANK = embedding.ANSWERS, classification.ANSWERS, rerank.ANSWERS
+SPARSE, ENTITIES, ANSWERS = sparse_embedding.ANSWERS, token_classification.ANSWERS, question_answering.ANSWERS
+
+# What any route may answer before its handler runs (the guard, the router), and what a route that infers adds.
+GUARDED = (401, 405, 413, 429)
+INFERS = (*GUARDED, 400, 404, 422, 424, 503)
+
+
+def documented(envelope: type[s.Body], statuses: Sequence[int]) -> dict[int | str, dict[str, Any]]:
+    """The `responses` of a route: each status it may answer, in the envelope its family's clients parse."""
+    return {status: {"model": envelope, "description": STATUSES[status].meaning} for status in sorted(statuses)}
+
+
+def answered(handler: Callable[..., Awaitable[s.BaseModel]]) -> Callable[..., Awaitable[Response]]:
+    """The handler's response model, written by orjson (state.json_response); FastAPI documents the model from
+    the handler's annotation and, given a Response, validates nothing again."""
+
+    @functools.wraps(handler)
+    async def endpoint(*args: Any, **kwargs: Any) -> Response:
+        return json_response(await handler(*args, **kwargs))
+
+    return endpoint
 
 
 # -- shared steps ---------------------------------------------------------------------------------------------------
@@ -56,7 +86,7 @@ def prompt_of(model: ServedModel, name: str | None) -> str:
     """The text a folder declares for a prompt name (sentence-transformers' `prompts`)."""
     if not name:
         return ""
-    prompts = dict(model.head.prompts)
+    prompts = model.prompts
     if name not in prompts:
         known = ", ".join(prompts) or "none"
         raise invalid(f"prompt_name {name!r} is not declared by {model.name} (declared: {known})", "prompt_name")
@@ -69,12 +99,14 @@ def right_only(direction: str) -> None:
                       "truncation_direction")
 
 
-async def run(state: ApiState, request: Request, model: ServedModel, inputs: dict[str, list[str]],
-              outputs: Sequence[str]) -> dict[str, np.ndarray]:
-    """One inference through the model's ensemble, with its token counts where the ensemble reports them."""
+async def run(state: ApiState, request: Request, model: ServedModel,
+              rows: Sequence[tuple[str, ...]]) -> dict[str, np.ndarray]:
+    """One inference of these rows through the model's ensemble: its answers' outputs, with its token counts
+    where the ensemble reports them."""
     request.state.model = model.name
+    answers: Answers = model.answers
     extra = [o for o in (TOKEN_COUNT_OUTPUT, TRUNCATED_OUTPUT) if o in state.outputs.get(model.name, ())]
-    return await state.backend.infer(model, inputs, [*outputs, *extra])
+    return await state.backend.infer(model, answers.request(rows), [*answers.output_names, *extra])
 
 
 def tokens(answer: dict[str, np.ndarray]) -> int:
@@ -103,13 +135,14 @@ def matryoshka(vectors: np.ndarray, model: ServedModel, dimensions: int | None) 
 
 async def embed(state: ApiState, request: Request, model: ServedModel, texts: list[str],
                 prompt: str = "") -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    answer = await run(state, request, model, {TEXT_INPUT: [prompt + t for t in texts]}, [embedding.OUTPUT])
-    return answer[embedding.OUTPUT], answer
+    answer = await run(state, request, model, [(prompt + t,) for t in texts])
+    return EMBEDDING.vectors(answer), answer
 
 
 # -- OpenAI ---------------------------------------------------------------------------------------------------------
-@openai.post("/v1/embeddings", response_model=s.EmbeddingResponse)
-async def openai_embeddings(body: s.EmbeddingRequest, request: Request) -> Response:
+@openai.post("/v1/embeddings", responses=documented(s.OpenAIError, INFERS))
+@answered
+async def openai_embeddings(body: s.EmbeddingRequest, request: Request) -> s.EmbeddingResponse:
     state = state_of(request)
     model = state.catalog.find(EMBEDDING, body.model)
     texts = texts_of(body.input, "input", state.settings.max_client_batch_size)
@@ -118,32 +151,28 @@ async def openai_embeddings(body: s.EmbeddingRequest, request: Request) -> Respo
     vectors, answer = await embed(state, request, model, texts)
     vectors = matryoshka(vectors, model, body.dimensions)
     if body.encoding_format == "base64":
-        rows: list = [base64.b64encode(v.astype("<f4").tobytes()).decode("ascii") for v in vectors]
+        rows: Sequence = [base64.b64encode(v.astype("<f4").tobytes()).decode("ascii") for v in vectors]
     else:
-        rows = list(vectors)
+        rows = vectors
     used = tokens(answer)
-    return json_response({
-        "object": "list",
-        "data": [{"object": "embedding", "index": i, "embedding": row} for i, row in enumerate(rows)],
-        "model": model.name,
-        "usage": {"prompt_tokens": used, "total_tokens": used},
-    })
+    return s.EmbeddingResponse.model_construct(
+        data=[s.Embedding(object="embedding", index=i, embedding=row) for i, row in enumerate(rows)],
+        model=model.name, usage=s.Usage.model_construct(prompt_tokens=used, total_tokens=used))
 
 
-@openai.get("/v1/models", response_model=s.ModelList)
-async def openai_models(request: Request) -> Response:
-    models = state_of(request).catalog.models
-    return json_response({"object": "list", "data": [
-        {"id": m.name, "object": "model", "created": m.created, "owned_by": "tritonize", "task": m.task.name}
-        for m in models]})
+@openai.get("/v1/models", responses=documented(s.OpenAIError, GUARDED))
+@answered
+async def openai_models(request: Request) -> s.ModelList:
+    return s.ModelList.model_construct(data=[
+        s.ModelCard.model_construct(id=m.name, created=m.created, task=m.answers.name)
+        for m in state_of(request).catalog.models])
 
 
 # -- Cohere / Jina rerank -------------------------------------------------------------------------------------------
 async def scores(state: ApiState, request: Request, model: ServedModel, query: str,
                  documents: list[str]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    answer = await run(state, request, model, {rerank.QUERY_INPUT: [query] * len(documents), TEXT_INPUT: documents},
-                       [rerank.OUTPUT])
-    return answer[rerank.OUTPUT].reshape(-1).astype(np.float64), answer
+    answer = await run(state, request, model, [(query, d) for d in documents])
+    return RERANK.scores(answer), answer
 
 
 def ranked(values: np.ndarray, top_n: int | None) -> list[int]:
@@ -152,9 +181,10 @@ def ranked(values: np.ndarray, top_n: int | None) -> list[int]:
     return order[:top_n] if top_n else order
 
 
-@cohere.post("/v1/rerank", response_model=s.RerankResponse)
-@cohere.post("/v2/rerank", response_model=s.RerankResponse, include_in_schema=False)
-async def cohere_rerank(body: s.RerankRequest, request: Request) -> Response:
+@cohere.post("/v1/rerank", responses=documented(s.OpenAIError, INFERS))
+@cohere.post("/v2/rerank", responses=documented(s.OpenAIError, INFERS), include_in_schema=False)
+@answered
+async def cohere_rerank(body: s.RerankRequest, request: Request) -> s.RerankResponse:
     state = state_of(request)
     model = state.catalog.find(RERANK, body.model)
     if not body.query:
@@ -162,20 +192,21 @@ async def cohere_rerank(body: s.RerankRequest, request: Request) -> Response:
     docs = texts_of([d if isinstance(d, str) else d.text for d in body.documents], "documents",
                     state.settings.max_client_batch_size)
     values, answer = await scores(state, request, model, body.query, docs)
-    results = []
-    for i in ranked(values, body.top_n):
-        result: dict = {"index": i, "relevance_score": float(values[i])}
-        if body.return_documents:
-            result["document"] = {"text": docs[i]}
-        results.append(result)
-    return json_response({"id": str(uuid.uuid4()), "model": model.name, "results": results,
-                          "usage": {"total_tokens": tokens(answer)},
-                          "meta": {"billed_units": {"search_units": 1}, "tokens": {"input_tokens": tokens(answer)}}})
+    results = [s.RerankResult.model_construct(index=i, relevance_score=float(values[i]),
+                                              **({"document": s.Document.model_construct(text=docs[i])}
+                                                 if body.return_documents else {}))
+               for i in ranked(values, body.top_n)]
+    used = tokens(answer)
+    return s.RerankResponse.model_construct(
+        id=str(uuid.uuid4()), model=model.name, results=results, usage=s.RerankUsage.model_construct(total_tokens=used),
+        meta=s.RerankMeta.model_construct(billed_units=s.BilledUnits.model_construct(search_units=1),
+                                          tokens=s.InputTokens.model_construct(input_tokens=used)))
 
 
 # -- text-embeddings-inference --------------------------------------------------------------------------------------
-@tei.post("/embed", response_model=list[list[float]])
-async def tei_embed(body: s.TEIEmbedRequest, request: Request) -> Response:
+@tei.post("/embed", responses=documented(s.TEIError, INFERS))
+@answered
+async def tei_embed(body: s.TEIEmbedRequest, request: Request) -> s.TEIEmbeddings:
     state = state_of(request)
     model = state.catalog.find(EMBEDDING, body.model)
     right_only(body.truncation_direction)
@@ -188,25 +219,26 @@ async def tei_embed(body: s.TEIEmbedRequest, request: Request) -> Response:
     vectors = matryoshka(vectors, model, body.dimensions)
     if body.normalize and not model.head.normalize:
         vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-    return json_response(vectors)
+    return s.TEIEmbeddings.model_construct(vectors)
 
 
-@tei.post("/embed_sparse", response_model=list[list[s.TEISparseValue]])
-async def tei_embed_sparse(body: s.TEISparseRequest, request: Request) -> Response:
+@tei.post("/embed_sparse", responses=documented(s.TEIError, INFERS))
+@answered
+async def tei_embed_sparse(body: s.TEISparseRequest, request: Request) -> s.TEISparseEmbeddings:
     """SPLADE terms as text-embeddings-inference returns them: per text, `[{"index", "value"}]`, ascending ids."""
     state = state_of(request)
     model = state.catalog.find(SPARSE, body.model)
     right_only(body.truncation_direction)
     texts = texts_of(body.inputs, "inputs", state.settings.max_client_batch_size)
     prompt = prompt_of(model, body.prompt_name)
-    answer = await run(state, request, model, {TEXT_INPUT: [prompt + t for t in texts]},
-                       [sparse_embedding.INDICES, sparse_embedding.VALUES])
+    answer = await run(state, request, model, [(prompt + t,) for t in texts])
     refuse_truncated(answer, body.truncate, model)
-    return json_response([v.pairs() for v in sparse_embedding.vectors(answer)])
+    return s.TEISparseEmbeddings.model_construct(SPARSE.terms(answer))
 
 
-@tei.post("/rerank", response_model=list[s.TEIRank])
-async def tei_rerank(body: s.TEIRerankRequest, request: Request) -> Response:
+@tei.post("/rerank", responses=documented(s.TEIError, INFERS))
+@answered
+async def tei_rerank(body: s.TEIRerankRequest, request: Request) -> s.TEIRanks:
     state = state_of(request)
     model = state.catalog.find(RERANK, body.model)
     right_only(body.truncation_direction)
@@ -217,12 +249,14 @@ async def tei_rerank(body: s.TEIRerankRequest, request: Request) -> Response:
     docs = texts_of(body.texts, "texts", state.settings.max_client_batch_size)
     values, answer = await scores(state, request, model, body.query, docs)
     refuse_truncated(answer, body.truncate, model)
-    return json_response([{"index": i, "score": float(values[i]), **({"text": docs[i]} if body.return_text else {})}
-                          for i in ranked(values, None)])
+    return s.TEIRanks.model_construct([
+        s.TEIRank.model_construct(index=i, score=float(values[i]), **({"text": docs[i]} if body.return_text else {}))
+        for i in ranked(values, None)])
 
 
-@tei.post("/predict", response_model=list[s.TEIPrediction] | list[list[s.TEIPrediction]])
-async def tei_predict(body: s.TEIPredictRequest, request: Request) -> Response:
+@tei.post("/predict", responses=documented(s.TEIError, INFERS))
+@answered
+async def tei_predict(body: s.TEIPredictRequest, request: Request) -> s.TEIPredictions:
     state = state_of(request)
     model = state.catalog.find(CLASSIFICATION, body.model)
     right_only(body.truncation_direction)
@@ -231,17 +265,18 @@ async def tei_predict(body: s.TEIPredictRequest, request: Request) -> Response:
     if any(isinstance(x, list) and len(x) != 1 for x in raw):
         raise invalid(f"{model.name} classifies one text per input; pairs are not served", "inputs")
     texts = texts_of([x[0] if isinstance(x, list) else x for x in raw], "inputs", state.settings.max_client_batch_size)
-    name = classification.LOGITS if body.raw_scores else classification.PROBABILITIES
-    answer = await run(state, request, model, {TEXT_INPUT: texts}, [name])
+    answer = await run(state, request, model, [(t,) for t in texts])
     refuse_truncated(answer, body.truncate, model)
     labels = model.head.labels
-    rows = [[{"score": float(row[j]), "label": labels[j]} for j in np.argsort(-row, kind="stable")]
-            for row in answer[name].astype(np.float64)]
-    return json_response(rows[0] if single else rows)
+    rows = [[s.TEIPrediction.model_construct(score=float(row[j]), label=labels[j])
+             for j in np.argsort(-row, kind="stable")]
+            for row in CLASSIFICATION.scores(answer, raw=body.raw_scores)]
+    return s.TEIPredictions.model_construct(rows[0] if single else rows)
 
 
-@tei.post("/tokenize", response_model=list[list[s.TEIToken]])
-async def tei_tokenize(body: s.TEITokenizeRequest, request: Request) -> Response:
+@tei.post("/tokenize", responses=documented(s.TEIError, (*GUARDED, 400, 404, 422)))
+@answered
+async def tei_tokenize(body: s.TEITokenizeRequest, request: Request) -> s.TEITokens:
     state = state_of(request)
     model = state.catalog.find_any(body.model)
     request.state.model = model.name
@@ -253,65 +288,72 @@ async def tei_tokenize(body: s.TEITokenizeRequest, request: Request) -> Response
         text = prompt + text
         enc = tokenizer.encode(text, add_special_tokens=body.add_special_tokens)
         out.append([
-            {"id": i, "text": tok, "special": True, "start": None, "stop": None} if special else
-            {"id": i, "text": text[a:b], "special": False, "start": a, "stop": b}
+            s.TEIToken.model_construct(id=i, text=tok, special=True, start=None, stop=None) if special else
+            s.TEIToken.model_construct(id=i, text=text[a:b], special=False, start=a, stop=b)
             for i, tok, special, (a, b) in zip(enc.ids, enc.tokens, enc.special_tokens_mask, enc.offsets)])
-    return json_response(out)
+    return s.TEITokens.model_construct(out)
 
 
-@tei.get("/info")
-async def tei_info(request: Request, model: str | None = Query(None)) -> Response:
+@tei.get("/info", responses=documented(s.TEIError, (*GUARDED, 400, 404)))
+@answered
+async def tei_info(request: Request, model: str | None = Query(None)) -> s.TEIInfo:
     state = state_of(request)
-    served = state.catalog.find_any(model)
-    return json_response(state.info(served))
+    return state.info(state.catalog.find_any(model))
 
 
 # -- tritonize's own ------------------------------------------------------------------------------------------------
-@own.post("/v1/entities", response_model=s.EntitiesResponse)
-async def entities(body: s.EntitiesRequest, request: Request) -> Response:
+@own.post("/v1/entities", responses=documented(s.OpenAIError, INFERS))
+@answered
+async def entities(body: s.EntitiesRequest, request: Request) -> s.EntitiesResponse:
     state = state_of(request)
     model = state.catalog.find(ENTITIES, body.model)
     texts = texts_of(body.inputs, "inputs", state.settings.max_client_batch_size)
-    answer = await run(state, request, model, {TEXT_INPUT: texts}, [token_classification.OUTPUT])
-    found = json_cells(answer[token_classification.OUTPUT])
-    return json_response({"model": model.name, "data": [{"index": i, "entities": e} for i, e in enumerate(found)]})
+    found = ENTITIES.entities(await run(state, request, model, [(t,) for t in texts]))
+    return s.EntitiesResponse.model_construct(model=model.name, data=[
+        s.EntitiesResult.model_construct(index=i, entities=e) for i, e in enumerate(found)])
 
 
-@own.post("/v1/answers", response_model=s.AnswersResponse)
-async def answers(body: s.AnswersRequest, request: Request) -> Response:
+@own.post("/v1/answers", responses=documented(s.OpenAIError, INFERS))
+@answered
+async def answers(body: s.AnswersRequest, request: Request) -> s.AnswersResponse:
     state = state_of(request)
     model = state.catalog.find(ANSWERS, body.model)
     pairs = [body.inputs] if isinstance(body.inputs, s.QAPair) else list(body.inputs)
     questions = texts_of([p.question for p in pairs], "question", state.settings.max_client_batch_size)
     contexts = texts_of([p.context for p in pairs], "context", state.settings.max_client_batch_size)
-    answer = await run(state, request, model, {question_answering.QUESTION_INPUT: questions,
-                                               question_answering.CONTEXT_INPUT: contexts}, [question_answering.OUTPUT])
-    found = json_cells(answer[question_answering.OUTPUT])
-    return json_response({"model": model.name, "data": [{"index": i, "answer": a} for i, a in enumerate(found)]})
+    found = ANSWERS.spans(await run(state, request, model, list(zip(questions, contexts))))
+    return s.AnswersResponse.model_construct(model=model.name, data=[
+        s.AnswerResult.model_construct(index=i, answer=a) for i, a in enumerate(found)])
 
 
 # -- operations -----------------------------------------------------------------------------------------------------
-@ops.get("/health")
-async def health(request: Request) -> Response:
+@ops.get("/health", responses=documented(s.TEIError, (405, 413, 429, 503)))
+@answered
+async def health(request: Request) -> s.Health:
     """A real inference through every served ensemble, as text-embeddings-inference's /health runs one."""
     state = state_of(request)
     start = time.perf_counter()
     for model in state.catalog.models:
-        row = model.task.row_for(SAMPLE_TEXT)
-        inputs = {spec.name: [text] for spec, text in zip(model.task.text_inputs, row)}
+        answers: Answers = model.answers
         try:
-            await state.backend.infer(model, inputs, list(model.task.output_names))
+            await state.backend.infer(model, answers.request([answers.row_for(SAMPLE_TEXT)]),
+                                      list(answers.output_names))
         except ApiError as exc:
-            raise ApiError(503, Kind.UNHEALTHY, f"{model.name} does not answer: {exc.message}") from None
-    return json_response({"status": "ok", "models": [m.name for m in state.catalog.models],
-                          "latency_ms": round((time.perf_counter() - start) * 1e3, 2)})
+            raise ApiError(503, f"{model.name} does not answer: {exc.message}") from None
+    return s.Health.model_construct(models=[m.name for m in state.catalog.models],
+                                    latency_ms=round((time.perf_counter() - start) * 1e3, 2))
 
 
-@ops.get("/metrics", include_in_schema=True)
+class MetricsResponse(Response):
+    media_type = CONTENT_TYPE_LATEST
+
+
+@ops.get("/metrics", response_class=MetricsResponse, responses={
+    200: {"description": "Prometheus' text exposition format",
+          "content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}},
+    **documented(s.TEIError, GUARDED)})
 async def metrics(request: Request) -> Response:
-    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
-    return Response(generate_latest(state_of(request).registry), media_type=CONTENT_TYPE_LATEST)
+    return MetricsResponse(generate_latest(state_of(request).registry))
 
 
 ROUTERS = (openai, cohere, tei, own, ops)

@@ -1,21 +1,43 @@
 """Request and response bodies, in the shapes their clients already send and parse.
 
 OpenAI's embeddings API; Cohere's and Jina's rerank; text-embeddings-inference's /embed, /rerank, /predict,
-/tokenize and /info; and tritonize's own routes where no standard exists (entities, answers). The models
-validate what comes in and document what goes out (/openapi.json); the heavy responses are written straight
-from numpy arrays.
+/tokenize and /info; and tritonize's own routes where no standard exists (entities, answers). The requests
+validate what comes in; the handlers return the responses, so /openapi.json is what they answer. A response
+is built without validation (`model_construct`, numpy rows kept as they are) and written by orjson
+(state.json_response): the hot routes pay for neither a second validation nor float64 digits.
+
+What the routes refuse beyond pydantic's types (empty or blank texts, token ids, `truncation_direction: left`) is
+declared in the schema too (`minLength`, `minItems`, the enum), while the routes keep refusing it with their
+own messages; token-id arrays are accepted by the types only to reach that message, and left out of the
+document, since they are never served.
 """
 
 from __future__ import annotations
 
-from typing import Literal, Union
+from typing import Annotated, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, RootModel
+from typing_extensions import TypedDict
+from pydantic.json_schema import SkipJsonSchema, WithJsonSchema
 
-# Texts: a string or a list of strings. Token-id arrays are part of both APIs' schemas; they are refused with
-# a clear 422 (the server tokenizes itself), so they are typed here to reach that message.
+
+
+def refused_beyond(**schema) -> Field:
+    """What the route refuses with its own message, declared in the document (pydantic does not check it)."""
+    return Field(json_schema_extra=schema)
+
+
+# A text holds a character that is not white space: Triton's tokenizer step refuses a blank one (422).
+Text = Annotated[str, refused_beyond(minLength=1, pattern=r"\S")]
+TextList = Annotated[list[Text], refused_beyond(minItems=1)]
 TokenIds = list[int]
-Texts = Union[str, list[Union[str, TokenIds]], TokenIds, list[TokenIds]]
+Texts = Union[Text, Annotated[list[Union[Text, SkipJsonSchema[TokenIds]]], refused_beyond(minItems=1)],
+              SkipJsonSchema[TokenIds]]
+Direction = Annotated[Literal["right", "left", "Right", "Left"],
+                      WithJsonSchema({"type": "string", "enum": ["right", "Right"],
+                                      "description": "the tokenizer cuts long texts on the right; left is refused"})]
+Dimensions = Annotated[Optional[Annotated[int, refused_beyond(minimum=1)]], Field(
+    description="Matryoshka models only, at a size declared at generation")]
 
 
 class Body(BaseModel):
@@ -24,19 +46,44 @@ class Body(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
+# -- errors -------------------------------------------------------------------------------------------------------
+class OpenAIErrorDetail(Body):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class OpenAIError(Body):
+    """OpenAI's error envelope (OpenAI's and Cohere/Jina's routes, tritonize's own)."""
+
+    error: OpenAIErrorDetail
+
+
+class TEIError(Body):
+    """text-embeddings-inference's error envelope (its routes and the operations)."""
+
+    error: str
+    error_type: Literal["Validation", "NotFound", "Unauthorized", "Overloaded", "Backend", "Unhealthy"]
+
+
 # -- OpenAI ------------------------------------------------------------------------------------------------------
 class EmbeddingRequest(Body):
     input: Texts
     model: str | None = None
     encoding_format: Literal["float", "base64"] = "float"
-    dimensions: int | None = Field(None, description="Matryoshka models only (declared at generation)")
+    dimensions: Dimensions = None
     user: str | None = None
 
 
-class Embedding(Body):
-    object: Literal["embedding"] = "embedding"
+# A row of the hot route is a typed dict: built as cheaply as the dict it is (a model per row cost ~4 µs).
+class Embedding(TypedDict):
+    """One input's vector."""
+
+    object: Literal["embedding"]
     index: int
-    embedding: list[float] | str
+    embedding: Annotated[list[float] | str, Field(description="float32 values, or their little-endian bytes in "
+                                                              "base64")]
 
 
 class Usage(Body):
@@ -66,12 +113,12 @@ class ModelList(Body):
 
 # -- Cohere / Jina rerank -----------------------------------------------------------------------------------------
 class Document(Body):
-    text: str
+    text: Text
 
 
 class RerankRequest(Body):
-    query: str
-    documents: list[Union[str, Document]]
+    query: Text
+    documents: Annotated[list[Union[Text, Document]], refused_beyond(minItems=1)]
     model: str | None = None
     top_n: int | None = Field(None, ge=1)
     return_documents: bool = False
@@ -80,11 +127,24 @@ class RerankRequest(Body):
 class RerankResult(Body):
     index: int
     relevance_score: float
-    document: Document | None = None
+    document: Document | None = Field(None, description="with return_documents only")
 
 
 class RerankUsage(Body):
     total_tokens: int
+
+
+class BilledUnits(Body):
+    search_units: int
+
+
+class InputTokens(Body):
+    input_tokens: int
+
+
+class RerankMeta(Body):
+    billed_units: BilledUnits
+    tokens: InputTokens
 
 
 class RerankResponse(Body):
@@ -92,6 +152,7 @@ class RerankResponse(Body):
     model: str
     results: list[RerankResult]
     usage: RerankUsage
+    meta: RerankMeta
 
 
 # -- text-embeddings-inference ------------------------------------------------------------------------------------
@@ -99,16 +160,20 @@ class TEIEmbedRequest(Body):
     inputs: Texts
     normalize: bool = True
     truncate: bool | None = None
-    truncation_direction: Literal["right", "left", "Right", "Left"] = "right"
+    truncation_direction: Direction = "right"
     prompt_name: str | None = None
-    dimensions: int | None = None
+    dimensions: Dimensions = None
     model: str | None = None
+
+
+class TEIEmbeddings(RootModel[list[list[float]]]):
+    """One vector per input, in order."""
 
 
 class TEISparseRequest(Body):
     inputs: Texts
     truncate: bool | None = None
-    truncation_direction: Literal["right", "left", "Right", "Left"] = "right"
+    truncation_direction: Direction = "right"
     prompt_name: str | None = None
     model: str | None = None
 
@@ -118,27 +183,36 @@ class TEISparseValue(Body):
     value: float
 
 
+class TEISparseEmbeddings(RootModel[list[list[TEISparseValue]]]):
+    """Per input, its terms: vocabulary ids ascending."""
+
+
 class TEIRerankRequest(Body):
-    query: str
-    texts: list[str]
+    query: Text
+    texts: TextList
     raw_scores: bool = False
     return_text: bool = False
     truncate: bool | None = None
-    truncation_direction: Literal["right", "left", "Right", "Left"] = "right"
+    truncation_direction: Direction = "right"
     model: str | None = None
 
 
 class TEIRank(Body):
     index: int
     score: float
-    text: str | None = None
+    text: str | None = Field(None, description="with return_text only")
+
+
+class TEIRanks(RootModel[list[TEIRank]]):
+    """Every text, best first."""
 
 
 class TEIPredictRequest(Body):
-    inputs: Union[str, list[str], list[list[str]]]
+    inputs: Union[Text, TextList, Annotated[list[Annotated[list[Text], refused_beyond(minItems=1, maxItems=1)]],
+                                            refused_beyond(minItems=1)]]
     raw_scores: bool = False
     truncate: bool | None = None
-    truncation_direction: Literal["right", "left", "Right", "Left"] = "right"
+    truncation_direction: Direction = "right"
     model: str | None = None
 
 
@@ -147,8 +221,12 @@ class TEIPrediction(Body):
     label: str
 
 
+class TEIPredictions(RootModel[Union[list[TEIPrediction], list[list[TEIPrediction]]]]):
+    """Every label, best first: one list for one text, a list per text for a list."""
+
+
 class TEITokenizeRequest(Body):
-    inputs: Union[str, list[str]]
+    inputs: Union[Text, TextList]
     add_special_tokens: bool = True
     prompt_name: str | None = None
     model: str | None = None
@@ -162,15 +240,52 @@ class TEIToken(Body):
     stop: int | None
 
 
+class TEITokens(RootModel[list[list[TEIToken]]]):
+    """Per input, its tokens as the served tokenizer cuts them."""
+
+
+class TEIInfo(Body):
+    model_id: str
+    model_sha: str | None
+    model_dtype: str
+    model_type: dict[str, dict] = Field(description="text-embeddings-inference's model type: one key, with its "
+                                                    "parameters")
+    max_concurrent_requests: int
+    max_input_length: int
+    max_batch_tokens: int
+    max_batch_requests: int | None
+    max_client_batch_size: int
+    auto_truncate: bool
+    tokenization_workers: int
+    version: str
+    sha: str | None
+    docker_label: str | None
+    task: str
+    source: str | None
+
+
 # -- tritonize's own ----------------------------------------------------------------------------------------------
 class EntitiesRequest(Body):
-    inputs: Union[str, list[str]]
+    inputs: Union[Text, TextList]
     model: str | None = None
+
+
+class Entity(Body):
+    """A span as transformers' token-classification pipeline reports it: `entity_group` where the model
+    aggregates, `entity` and `index` per token where it does not (--aggregation none)."""
+
+    entity_group: str | None = None
+    entity: str | None = None
+    index: int | None = None
+    score: float
+    word: str
+    start: int | None
+    end: int | None
 
 
 class EntitiesResult(Body):
     index: int
-    entities: list[dict]
+    entities: list[Entity]
 
 
 class EntitiesResponse(Body):
@@ -179,20 +294,36 @@ class EntitiesResponse(Body):
 
 
 class QAPair(Body):
-    question: str
-    context: str
+    question: Text
+    context: Text
 
 
 class AnswersRequest(Body):
-    inputs: Union[QAPair, list[QAPair]]
+    inputs: Union[QAPair, Annotated[list[QAPair], refused_beyond(minItems=1)]]
     model: str | None = None
+
+
+class Answer(Body):
+    """The question-answering pipeline's answer: the span and its score."""
+
+    answer: str
+    score: float
+    start: int
+    end: int
 
 
 class AnswerResult(Body):
     index: int
-    answer: dict | None
+    answer: Answer | None = Field(description="null where the context holds no answer")
 
 
 class AnswersResponse(Body):
     model: str
     data: list[AnswerResult]
+
+
+# -- operations ---------------------------------------------------------------------------------------------------
+class Health(Body):
+    status: Literal["ok"] = "ok"
+    models: list[str]
+    latency_ms: float

@@ -9,9 +9,12 @@ from typing import Any
 import orjson
 from fastapi import Request
 from fastapi.responses import Response
+from pydantic import BaseModel, RootModel
 
 from .backend import DEFAULT_TIMEOUT_S, TritonBackend
 from .catalog import Catalog, ServedModel
+from .schemas import TEIInfo
+from .task_routes import routes_of
 
 DEFAULT_PORT = 8080
 DEFAULT_MAX_BODY_BYTES = 2 * 1024 * 1024  # text-embeddings-inference's payload limit
@@ -33,9 +36,21 @@ class ApiSettings:
     timeout_s: float = DEFAULT_TIMEOUT_S
 
 
+def fields_of(value: Any) -> Any:
+    """A response model as orjson writes it: its fields in order, less those left unset and empty (a rerank
+    result's document without return_documents); a root model as its root."""
+    if isinstance(value, RootModel):
+        return value.root
+    if isinstance(value, BaseModel):
+        given = value.model_fields_set
+        return {k: v for k, v in value.__dict__.items() if v is not None or k in given}
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
 def json_response(content: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    """orjson straight from numpy arrays (float32 rows are written as float32, shortest round-trip)."""
-    body = orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+    """orjson straight from numpy arrays (float32 rows are written as float32, shortest round-trip), and from
+    the response models holding them."""
+    body = orjson.dumps(content, default=fields_of, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
     return Response(body, status_code=status, media_type="application/json", headers=headers)
 
 
@@ -82,28 +97,28 @@ class ApiState:
             self._tokenizers[model.name] = tok
         return self._tokenizers[model.name]
 
-    def info(self, model: ServedModel) -> dict:
+    def info(self, model: ServedModel) -> TEIInfo:
         """text-embeddings-inference's /info for one model."""
         from .. import __version__
 
-        return {
-            "model_id": model.name,
-            "model_sha": None,
-            "model_dtype": model.manifest.options.precision or "fp32",
-            "model_type": model.task.info_type(model.head),
-            "max_concurrent_requests": self.settings.max_concurrent_requests,
-            "max_input_length": model.max_length,
-            "max_batch_tokens": model.max_length * model.max_batch_size,
-            "max_batch_requests": model.max_batch_size,
-            "max_client_batch_size": self.settings.max_client_batch_size,
-            "auto_truncate": True,
-            "tokenization_workers": int(model.manifest.options.tokenizer_instances or 1),
-            "version": __version__,
-            "sha": None,
-            "docker_label": None,
-            "task": model.task.name,
-            "source": model.manifest.model.source,
-        }
+        return TEIInfo.model_construct(
+            model_id=model.name,
+            model_sha=None,
+            model_dtype=model.manifest.options.precision or "fp32",
+            model_type=routes_of(model.head).info_type(model.head),
+            max_concurrent_requests=self.settings.max_concurrent_requests,
+            max_input_length=model.max_length,
+            max_batch_tokens=model.max_length * model.max_batch_size,
+            max_batch_requests=model.max_batch_size,
+            max_client_batch_size=self.settings.max_client_batch_size,
+            auto_truncate=True,
+            tokenization_workers=int(model.manifest.options.tokenizer_instances or 1),
+            version=__version__,
+            sha=None,
+            docker_label=None,
+            task=model.answers.name,
+            source=model.manifest.model.source,
+        )
 
 
 def state_of(request: Request) -> ApiState:

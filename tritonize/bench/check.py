@@ -1,6 +1,6 @@
 """Before a server is timed, its answers are checked against the floor's: a fast wrong answer is no result.
 
-The floor runs the repository's own steps in-process (`steps.in_process`), so
+The floor runs the repository's own steps in-process (`chain.in_process`), so
 Triton must answer the same rows with the same outputs: numbers within a
 tolerance (batching changes the order of float sums, nothing more), JSON
 answers (entities, spans) equal in every field but scores, which get the

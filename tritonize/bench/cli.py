@@ -87,7 +87,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(e.g. the int8 one beside fp32); repeatable")
     p.add_argument("--variant", choices=tuple(VARIANT_CONFIGS), default=DEFAULT_VARIANT,
                    help="what --start-local's server serves: production (config.pbtxt, the native onnxruntime "
-                        "backend) or fused (configs/local.pbtxt) (default: %(default)s)")
+                        "backend) or fused (configs/fused.pbtxt) (default: %(default)s)")
     p.add_argument("--compare-variant", choices=tuple(VARIANT_CONFIGS), action="append", default=[],
                    dest="compare_variants", metavar="VARIANT",
                    help="the same repository serving another variant, measured in this run on its own local server")

@@ -1,7 +1,7 @@
 """The in-process floor: the served steps, called directly, no server.
 
 The floor runs what the repository serves, chained as the ensemble chains
-them (`steps.in_process`): the tokenizer, the ONNX graph and the task's post
+them (`chain.in_process`): the tokenizer, the ONNX graph and the task's post
 step, or a question-answering context's every window and its decoding, so
 it computes the whole answer, never a part of it.
 
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import steps
+from .. import chain
 from .corpus import Row
 
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64)
@@ -88,7 +88,7 @@ class Floor:
         self.repository = Path(repository)
         self.name = name
         self.threads = threads or (os.cpu_count() or 1)
-        self.chain = steps.in_process(repository, intra_op_threads=self.threads, name=name)
+        self.chain = chain.in_process(repository, intra_op_threads=self.threads, name=name)
         self.count = self.chain.count
         self.runner = self.chain.runner
         self._single: list = []  # single-threaded sessions, made on first use
@@ -103,16 +103,16 @@ class Floor:
             return [self.runner]
         if sessions == 1:  # the configured runner would send a batch to its shards, not to every core
             if self._wide is None:
-                self._wide = steps.onnx_runner(self.repository, intra_op_threads=threads, shards=0, name=self.name)
+                self._wide = chain.onnx_runner(self.repository, intra_op_threads=threads, shards=0, name=self.name)
                 self._batch(self._wide, [warm])
             return [self._wide]
         while len(self._single) < sessions:
-            runner = steps.onnx_runner(self.repository, intra_op_threads=1, shards=0, name=self.name)  # run() only
+            runner = chain.onnx_runner(self.repository, intra_op_threads=1, shards=0, name=self.name)  # run() only
             self._batch(runner, [warm])
             self._single.append(runner)
         return self._single[:sessions]
 
-    def one(self, row: Row) -> steps.Answer:
+    def one(self, row: Row) -> chain.Answer:
         """What the server computes for one request: the whole answer, bucketed and regrouped as served."""
         return self.chain([row])
 

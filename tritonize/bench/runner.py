@@ -112,7 +112,7 @@ def step_models(repository: Path, name: str) -> dict[str, str]:
 
 def ensemble_roles(steps: dict, task) -> list[str]:
     """The steps the ensemble calls itself: a step that calls the model step (orchestrates) already times it."""
-    return [role for role in steps if role != "ensemble" and not (task.orchestrates and role == "model")]
+    return [role for role in steps if role != "ensemble" and not (task.pipeline.orchestrates and role == "model")]
 
 
 @contextlib.contextmanager
@@ -148,7 +148,7 @@ class Bench:
         self.name = options.model or manifest.name
         self.manifest = manifest
         self.task = tasks.of(manifest.model.head)
-        self.inputs = tuple(t.name for t in self.task.text_inputs)
+        self.inputs = tuple(t.name for t in self.task.answers.text_inputs)
         self.floor = floor.Floor(repo, name=manifest.name)
         self.workloads = corpus.workloads_for(
             self.floor.chain, self.task, options.workloads, options.corpus_file, options.short_tokens, options.long_tokens
@@ -252,7 +252,7 @@ class Bench:
         if wname not in self._expected:
             rows = self.workloads[wname].rows[: check.ROWS]
             answers = [self.floor.one(row).outputs for row in rows]
-            self._expected[wname] = [check.one_row({n: a[n] for n in self.task.output_names}) for a in answers]
+            self._expected[wname] = [check.one_row({n: a[n] for n in self.task.answers.output_names}) for a in answers]
         return self._expected[wname]
 
     def _check(self, system: str, label: str, ask, atol: float | None = None) -> None:

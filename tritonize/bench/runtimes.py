@@ -40,8 +40,8 @@ class Measured:
 def shape_feeds(repository: Path, name: str | None = None) -> dict[str, dict[str, np.ndarray]]:
     """For each shape, `rows` distinct corpus texts of exactly `tokens` tokens, as the tokenizer step hands them to
     the model step; every graph runs the same feeds."""
+    from ..chain import text_encoder
     from ..manifest import read_manifest
-    from ..steps import text_encoder
 
     encoder = text_encoder(repository, name)
     max_length = read_manifest(repository, name).model.max_length  # "long" is the max length where that is shorter

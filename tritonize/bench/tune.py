@@ -137,13 +137,13 @@ def shadow_repository(repo: Path, target: Path, name: str | None = None) -> Path
 
 class Tuner:
     def __init__(self, args: argparse.Namespace):
-        from .. import steps, tasks
+        from .. import chain, tasks
 
         self.repo = Path(args.repository)
         manifest = read_manifest(self.repo, args.model or None)
         self.manifest = manifest
         self.task = tasks.of(manifest.model.head)
-        self.inputs = tuple(t.name for t in self.task.text_inputs)
+        self.inputs = tuple(t.name for t in self.task.answers.text_inputs)
         self.name = manifest.name
         self.grid = parse_grid(args.grid)
         self.points = [Point(c) for c in grid_points(self.grid, manifest.options.to_dict())]
@@ -153,7 +153,7 @@ class Tuner:
         self.bound = lambda c: load.Bound(requests=args.requests, duration_s=duration,
                                           warmup=args.warmup if args.warmup is not None else max(10, 2 * c))
         self.workloads = corpus.workloads_for(
-            steps.in_process(self.repo, intra_op_threads=1, shards=0, name=self.name), self.task, args.workloads, args.corpus,
+            chain.in_process(self.repo, intra_op_threads=1, shards=0, name=self.name), self.task, args.workloads, args.corpus,
             args.short_tokens, args.long_tokens,
         )
         self.timeout_s = args.timeout

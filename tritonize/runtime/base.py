@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import tasks
-from ..tasks.base import Task, sample_body
+from ..tasks.answers import Answers, sample_body
 from ..errors import TritonizeError
 from ..manifest import Manifest, find_manifests
 
@@ -201,17 +201,19 @@ def sample_api_curl(api_url: str, manifest: Manifest) -> str | None:
     """A curl for the API's route of the repository's task (OpenAI's embeddings, Cohere's rerank, ...)."""
     import json
 
-    sample = tasks.of(manifest.model.head).api_sample(manifest.name)
-    if sample is None:
+    from ..api.task_routes import BY_TASK
+
+    served = BY_TASK.get(manifest.model.head.task)
+    if served is None:
         return None
-    route, body = sample
+    route, body = served.api_sample(manifest.name)
     return f"curl -s {api_url}{route} -H 'Content-Type: application/json' -d '{json.dumps(body)}'"
 
 
 def sample_curl(endpoints: Endpoints, manifest: Manifest | None) -> str:
     """A curl that works for the model's task (JSON body, declared as such)."""
     model = manifest.name if manifest else "<model>"
-    body = tasks.of(manifest.model.head).sample_body() if manifest else sample_body(Task.text_inputs)
+    body = tasks.of(manifest.model.head).answers.sample_body() if manifest else sample_body(Answers.text_inputs)
     return (
         f"curl -s -X POST {endpoints.http}/v2/models/{model}/infer "
         f"-H 'Content-Type: application/json' -d '{body}'"

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from ..errors import TritonizeError
-from ..spec import VARIANT_CONFIGS
+from ..spec import EARLIER_FUSED_CONFIG_NAME, FUSED_VARIANT, VARIANT_CONFIGS
 from . import process
 from .base import Endpoints
 
@@ -81,6 +81,8 @@ class Instance:
     def variant(self) -> str:
         """Which configs the server was started on (spec.VARIANT_CONFIGS), read from its command line."""
         named = next((a.split("=", 1)[1] for a in self.command if a.startswith("--model-config-name=")), None)
+        if named == EARLIER_FUSED_CONFIG_NAME:
+            return FUSED_VARIANT
         return next((v for v, name in VARIANT_CONFIGS.items() if name == named), f"configs/{named}.pbtxt")
 
     def alive(self) -> bool:

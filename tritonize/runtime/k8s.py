@@ -8,8 +8,8 @@ Dockerfile that bakes it. Nothing here talks to a cluster: tests validate the ma
 against Kubernetes' and KServe's schemas.
 
 Every decision is made once, in `k8s_spec` (a `K8sSpec`); templates/k8s/ only lays it out. The
-container runs what the compose file and `deploy.py docker` run (`docker.triton_command`), and its
-probes run the image's health script, the real inference the reliability work settled on.
+container runs what the compose file and `deploy.py docker` run (container.py: the serving image, its
+command line and its health script, the real inference the reliability work settled on).
 
 A repository of several models is one Deployment: every pod serves every model, and the probes run every
 model's check. The objects are named after the model of a one-model repository, and after the
@@ -25,7 +25,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from ..console import err, out
@@ -34,7 +34,7 @@ from ..manifest import read_manifests
 from ..paths import TEMPLATES_DIR
 from ..serving.health import HEALTH_FILE
 from ..spec import MODEL_SUFFIX, POST_SUFFIX, TENSORRT_CACHE, TOKENIZER_SUFFIX
-from . import docker
+from . import container
 from .base import ServerOptions, require_repository
 
 # -- where the repository comes from ------------------------------------------------------------
@@ -44,24 +44,21 @@ SOURCES = {
     PVC: "a PersistentVolumeClaim holding the repository, mounted read-only",
     INIT: "an init container that fetches a .tar.gz of the repository from a URL",
 }
-MODELS_DIR = docker.MODELS_DIR  # where the plain Deployment's Triton reads the repository
 KSERVE_MODELS_DIR = "/mnt/models"  # where KServe's storage initializer puts a storageUri's content
 # KServe's Triton runtime (kserve-tritonserver) serves HTTP on 8080 and gRPC on 9000; the variant keeps them.
-KSERVE_PORTS = {"http": 8080, "grpc": 9000, "metrics": docker.CONTAINER_PORTS["metrics"]}
+KSERVE_PORTS = {"http": 8080, "grpc": 9000, "metrics": container.CONTAINER_PORTS["metrics"]}
 
 # -- the pod ----------------------------------------------------------------------------------------
-RUN_AS = 1000  # triton-server in NVIDIA's images, the serving image's USER
 GPU_RESOURCE = "nvidia.com/gpu"  # NVIDIA's device plugin (or the GPU operator)
 # The repository and the Python-backend instances need this much besides shared memory.
 DEFAULT_RESOURCES = {"cpu": ("2", "4Gi"), "gpu": ("2", "8Gi")}  # device -> (cpu request, memory)
 DEFAULT_SHM_SIZE = "1Gi"  # compose's shm_size; a Memory emptyDir counts against the memory limit
 PRESTOP_S = 10  # the endpoint leaves the Service (and ingress) before Triton gets SIGTERM
-GRACE_S = PRESTOP_S + docker.EXIT_TIMEOUT_S + 10  # then Triton drains in-flight requests
-STARTUP_S = 300  # model load; compose's start_period
+GRACE_S = PRESTOP_S + container.STOP_GRACE_S  # then Triton drains in-flight requests and exits
 STARTUP_TENSORRT_S = 900  # a load that finds no engine cached builds it (one profile over every bucket)
 TRT_CACHE_VOLUME = "trt-cache"  # TensorRT's engine cache, at spec.TENSORRT_CACHE
 PROBE_PERIOD_S = 10
-HEALTH_TIMEOUT_S = 8  # the health script's own timeout; the probe's is 2 s longer
+PROBE_TIMEOUT_S = container.HEALTH_TIMEOUT_S + 2  # a health check's own timeout, and 2 s to spare
 
 # -- the API beside Triton ---------------------------------------------------------------------------
 API_PORT = 8080  # docker/api.Dockerfile's; on the pod beside Triton's own (KServe's variant leaves it out)
@@ -89,7 +86,6 @@ ALL_FILES = (*APPLIED, KUSTOMIZATION, ADAPTER_RULES, INFERENCE_SERVICE, DOCKERFI
 TEMPLATE_DIR = "k8s"
 FETCH_SCRIPT = Path(__file__).with_name("fetch_repository.py")  # the init container's program, copied verbatim
 
-LABEL_PREFIX = docker.LABEL_PREFIX  # ai.tritonize: image labels and pod annotations
 MANAGED_BY = "tritonize"
 SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer")
 
@@ -124,7 +120,7 @@ class K8sOptions:
     memory: str | None = None
     shm_size: str = DEFAULT_SHM_SIZE
     startup_timeout_s: int | None = None
-    release: str = docker.DEFAULT_TRITON_RELEASE
+    release: str = container.DEFAULT_TRITON_RELEASE
     service_type: str = "ClusterIP"
     api: bool = True  # the HTTP API as a second container (docs/api.md)
     trt_cache_pvc: str | None = None  # a claim for TensorRT's engine cache (None: an emptyDir, the pod's own)
@@ -347,7 +343,7 @@ def _check(options: K8sOptions) -> None:
             raise TritonizeError(f"--pvc {options.pvc!r} is not CLAIM or CLAIM/PATH")
     if options.trt_cache_pvc is not None and not _NAMESPACE.match(options.trt_cache_pvc):
         raise TritonizeError(f"--trt-cache-pvc {options.trt_cache_pvc!r} is not a claim name")
-    docker.release_key(options.release)
+    container.release_key(options.release)
 
 
 def _app_name(options: K8sOptions, repository: Path, models: list[str]) -> str:
@@ -360,14 +356,6 @@ def _app_name(options: K8sOptions, repository: Path, models: list[str]) -> str:
             hint="choose one with --name",
         )
     return app
-
-
-def _health(url: str, models_dir: str) -> tuple[str, ...]:
-    """The image's health script against the repository's health.json; busy (503) counts as healthy."""
-    return (
-        "python3", docker.HEALTH_SCRIPT, "--url", url, "--file", str(PurePosixPath(models_dir) / HEALTH_FILE),
-        "--timeout", str(HEALTH_TIMEOUT_S), "--busy-ok",
-    )
 
 
 def _server(
@@ -383,16 +371,15 @@ def _server(
     leave the pod unready for ever). Both count a 503 (full queues) as healthy: under overload every
     replica is busy, and failing the check would only push its load onto the others.
     """
-    health = _health(f"http://127.0.0.1:{ports['http']}", models_dir)
-    timeout = HEALTH_TIMEOUT_S + 2
+    health = container.health_command(ports["http"], models_dir, busy_ok=True)
     return Server(
         image=image,
-        args=docker.triton_command(ServerOptions(), models_dir=models_dir, ports=ports),
+        args=container.triton_command(ServerOptions(), models_dir=models_dir, ports=ports),
         models_dir=models_dir,
         ports=dict(ports),
         startup=Probe(PROBE_PERIOD_S, 5, math.ceil(startup_s / PROBE_PERIOD_S), http_path="/v2/health/ready", port=probe_port),
-        readiness=Probe(PROBE_PERIOD_S, timeout, 3, command=health),
-        liveness=Probe(2 * PROBE_PERIOD_S, timeout, 6, command=health),
+        readiness=Probe(PROBE_PERIOD_S, PROBE_TIMEOUT_S, 3, command=health),
+        liveness=Probe(2 * PROBE_PERIOD_S, PROBE_TIMEOUT_S, 6, command=health),
         resources=resources,
         mounts=mounts,
         volumes=volumes,
@@ -416,14 +403,14 @@ def _storage(options: K8sOptions) -> _Storage:
         claim, _, subpath = (options.pvc or "").partition("/")
         return _Storage(
             volumes=({"name": "models", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}},),
-            mounts=({"name": "models", "mountPath": MODELS_DIR, "readOnly": True} | ({"subPath": subpath} if subpath else {}),),
+            mounts=({"name": "models", "mountPath": container.MODELS_DIR, "readOnly": True} | ({"subPath": subpath} if subpath else {}),),
             storage_uri=f"pvc://{options.pvc}",
         )
     if options.source == INIT:
         script = FETCH_SCRIPT.read_text()
         return _Storage(
             volumes=({"name": "models", "emptyDir": {}},),
-            mounts=({"name": "models", "mountPath": MODELS_DIR, "readOnly": True},),
+            mounts=({"name": "models", "mountPath": container.MODELS_DIR, "readOnly": True},),
             fetch=Fetch(options.url or "", (options.url_sha256 or "").lower(), script),
             storage_uri=options.url,  # KServe's storage initializer unpacks .tar.gz archives itself
         )
@@ -482,9 +469,9 @@ def _api(storage: _Storage, model_image: str | None) -> Api:
     return Api(
         image=f"{API_IMAGE}:{__version__}",
         args=("tritonize", "api", "--repository", API_MODELS_DIR, "--grpc-url",
-              f"127.0.0.1:{docker.CONTAINER_PORTS['grpc']}", "--host", "0.0.0.0", "--port", str(API_PORT)),
+              f"127.0.0.1:{container.CONTAINER_PORTS['grpc']}", "--host", "0.0.0.0", "--port", str(API_PORT)),
         port=API_PORT,
-        readiness=Probe(PROBE_PERIOD_S, HEALTH_TIMEOUT_S + 2, 3, http_path="/health", port="api"),
+        readiness=Probe(PROBE_PERIOD_S, PROBE_TIMEOUT_S, 3, http_path="/health", port="api"),
         resources=API_RESOURCES,
         mounts=mounts,
         volumes=({"name": "api-models", "emptyDir": {}},) if copied else (),
@@ -507,7 +494,7 @@ def k8s_spec(options: K8sOptions) -> K8sSpec:
     models = [m.name for m in manifests]
     app = _app_name(options, repository, models)
     digest = repository_digest(repository)
-    serving_image = docker.default_image(options.release)
+    serving_image = container.default_image(options.release)
     model_image = None
     if options.source == IMAGE:  # --image names the image to build; its tag, by default, is the content's
         model_image = with_tag(options.image or f"tritonize-{app}", digest[:12])
@@ -522,16 +509,16 @@ def k8s_spec(options: K8sOptions) -> K8sSpec:
     shm_mount = ({"name": "dshm", "mountPath": "/dev/shm"},)
     cache, cache_mount = _tensorrt_cache(options.trt_cache_pvc, options.release) if tensorrt else ((), ())
     storage = _storage(options)
-    startup_s = options.startup_timeout_s or (STARTUP_TENSORRT_S if tensorrt else STARTUP_S)
+    startup_s = options.startup_timeout_s or (STARTUP_TENSORRT_S if tensorrt else container.STARTUP_S)
     server = _server(
-        model_image or serving_image, MODELS_DIR, docker.CONTAINER_PORTS, "http", startup_s, resources,
+        model_image or serving_image, container.MODELS_DIR, container.CONTAINER_PORTS, "http", startup_s, resources,
         shm_mount + cache_mount + storage.mounts, shm + cache + storage.volumes,
     )
     # KServe mounts what storageUri names itself, and names the container's ports: its probes use numbers.
     # Its engine cache stays the pod's emptyDir (--trt-cache-pvc is the Deployment's: docs/operate.md).
     kserve_cache, kserve_cache_mount = _tensorrt_cache(None, options.release) if tensorrt else ((), ())
     kserve = _server(
-        model_image or serving_image, KSERVE_MODELS_DIR if storage.storage_uri else MODELS_DIR, KSERVE_PORTS,
+        model_image or serving_image, KSERVE_MODELS_DIR if storage.storage_uri else container.MODELS_DIR, KSERVE_PORTS,
         KSERVE_PORTS["http"], startup_s, resources, shm_mount + kserve_cache_mount, shm + kserve_cache,
         storage.storage_uri,
     )
@@ -563,10 +550,10 @@ def k8s_spec(options: K8sOptions) -> K8sSpec:
         tolerations=({"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"},) if gpus else (),
         # The restricted Pod Security Standard: non-root (the image's own uid), no privilege escalation,
         # no capabilities, the runtime's default seccomp profile.
-        pod_security={"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS,
+        pod_security={"runAsNonRoot": True, "runAsUser": container.IMAGE_UID, "runAsGroup": container.IMAGE_UID,
                       "seccompProfile": {"type": "RuntimeDefault"}},
         security=dict(CONTAINER_SECURITY),
-        volume_group=RUN_AS if options.trt_cache_pvc else None,
+        volume_group=container.IMAGE_UID if options.trt_cache_pvc else None,
     )
 
 
@@ -614,7 +601,7 @@ def render(spec: K8sSpec, output: Path = Path("k8s")) -> dict[str, str]:
         "queue_metric": QUEUE_METRIC,
         "dockerfile": DOCKERFILE,
         "dockerfile_path": (Path(output) / DOCKERFILE).as_posix(),
-        "label_prefix": LABEL_PREFIX,
+        "label_prefix": container.LABEL_PREFIX,
         "kserve_models_dir": KSERVE_MODELS_DIR,
         "adapter_rules": ADAPTER_RULES,
         "inference_service": INFERENCE_SERVICE,
@@ -680,7 +667,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--image", default=None,
                      help="image to run; without a tag it gets one. Source image: the image to build "
                      "(default tritonize-<name>:<repository digest>); otherwise the serving image "
-                     f"(default {docker.IMAGE_REPOSITORY}:<release>-py3)")
+                     f"(default {container.IMAGE_REPOSITORY}:<release>-py3)")
     src.add_argument("--pvc", default=None, metavar="CLAIM[/PATH]", help="source pvc: the claim (and folder) holding it")
     src.add_argument("--url", default=None, help="source init: an http(s) URL of a .tar.gz of the repository")
     src.add_argument("--url-sha256", default=None, help="source init: the archive's sha256, checked before unpacking")
@@ -695,7 +682,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     scale.add_argument("--memory", default=None, help="memory request and limit (default: 4Gi, 8Gi with a GPU)")
     scale.add_argument("--shm-size", default=d.shm_size, help="/dev/shm for the Python backend (default: %(default)s)")
     scale.add_argument("--startup-timeout", dest="startup_timeout_s", type=int, default=None,
-                       help=f"seconds allowed for the model load (default: {STARTUP_S}, {STARTUP_TENSORRT_S} with TensorRT)")
+                       help=f"seconds allowed for the model load (default: {container.STARTUP_S}, {STARTUP_TENSORRT_S} with TensorRT)")
     p.add_argument("--service-type", choices=SERVICE_TYPES, default=d.service_type, help="(default: %(default)s)")
     p.add_argument("--trt-cache-pvc", default=None, metavar="CLAIM",
                    help="TensorRT repositories: keep the engine cache on this claim (a folder per release), so new "

@@ -3,8 +3,8 @@
 No Docker and no GPU. The wheel ships Triton 2.51 with its Python backend alone; the server serves either
 variant of a repository (`--variant`): the production configs (each step's config.pbtxt, as NVIDIA's container
 loads them), with Triton's native onnxruntime backend built from its release sources (native_backend.py) laid
-out beside the Python backend, or the fused one step (`--model-config-name=local`, which selects each model's
-`configs/local.pbtxt`: the tokenizer and onnxruntime in one Python-backend model). The server runs in its own
+out beside the Python backend, or the fused step (`--model-config-name=fused`, which selects each model's
+`configs/fused.pbtxt`: the tokenizer and onnxruntime in one Python-backend model). The server runs in its own
 process group, so `down` stops it together with its Python-backend stub processes.
 
 Each server gets an instance directory `<run_dir>/local-<http_port>/` holding
@@ -43,6 +43,7 @@ from ..console import err
 from ..errors import TritonizeError
 from ..paths import child_pythonpath
 from ..serving.health import HEALTH_FILE, probe_file
+from ..repository import variant_config
 from ..spec import DEFAULT_VARIANT, VARIANT_CONFIGS
 from . import native_backend, process, versions
 from .instance import (
@@ -186,7 +187,7 @@ class LocalRuntime(Runtime):
     """The wheel's tritonserver as a child process group; also a context manager.
 
     It serves the repository's `variant`: the production configs (config.pbtxt, on the native onnxruntime
-    backend) or the fused one step (configs/local.pbtxt).
+    backend) or the fused step (configs/fused.pbtxt; configs/local.pbtxt in a repository written with that name).
 
     `with LocalRuntime(ServerOptions(...)) as endpoints:` starts the server,
     and stops it, stubs included, on the way out.
@@ -205,10 +206,8 @@ class LocalRuntime(Runtime):
         onnxruntime_backend: Path | None = None,
     ):
         super().__init__(options)
-        if variant not in VARIANT_CONFIGS:
-            raise TritonizeError(f"unknown variant {variant!r}", hint=f"use one of: {', '.join(VARIANT_CONFIGS)}")
+        self.config_name = variant_config(options.repository, variant)
         self.variant = variant
-        self.config_name = VARIANT_CONFIGS[variant]
         self.onnxruntime_backend = onnxruntime_backend  # None: the one `make backend` built
         self.api = api  # None: no HTTP API beside the server
         self.tritonserver = tritonserver
@@ -632,7 +631,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=tuple(VARIANT_CONFIGS),
         default=DEFAULT_VARIANT,
         help="`up`: production serves each step's config.pbtxt as NVIDIA's container does (the model step on "
-             "Triton's native onnxruntime backend: `make backend` builds it); fused serves configs/local.pbtxt, "
+             "Triton's native onnxruntime backend: `make backend` builds it); fused serves configs/fused.pbtxt, "
              "the tokenizer and the graph in one Python step (default: %(default)s)",
     )
     parser.add_argument(

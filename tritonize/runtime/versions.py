@@ -31,7 +31,7 @@ from pathlib import Path
 from ..errors import TritonizeError
 from ..manifest import read_manifest
 from ..repository import parse_config, replace_file
-from ..spec import CONFIG_FILE, LOCAL_CONFIG_DIR, repo_paths
+from ..spec import CONFIG_FILE, CONFIGS_DIR, repo_paths
 
 READY = "READY"
 STILL_SERVING = (READY, "UNLOADING")
@@ -51,7 +51,7 @@ class Switch:
 
 def config_file(folder: Path, config_name: str | None) -> Path:
     """The config the server reads for a model: configs/<name>.pbtxt where the runtime selects one and it exists."""
-    named = folder / LOCAL_CONFIG_DIR / f"{config_name}.pbtxt" if config_name else None
+    named = folder / CONFIGS_DIR / f"{config_name}.pbtxt" if config_name else None
     return named if named is not None and named.is_file() else folder / CONFIG_FILE
 
 

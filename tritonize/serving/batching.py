@@ -1,7 +1,7 @@
 """Bucket lookup, padding and length regrouping: the one copy of each.
 
 Served: copied verbatim next to each Python step's model.py, so it imports
-only numpy. The tokenizer step, the local model step, verification and the
+only numpy. The tokenizer step, the Python model step, verification and the
 benchmark's floor all pad and regroup with these functions.
 """
 
@@ -28,11 +28,11 @@ INPUT_IDS, ATTENTION_MASK, TOKEN_TYPE_IDS, OFFSETS, SPECIAL_TOKENS_MASK = ENCODI
 # length (an API request's strict `truncate: false`). Each [N, 1].
 TOKEN_COUNT, TRUNCATED = "tokens", "truncated"
 ROW_FIELDS = (TOKEN_COUNT, TRUNCATED)
-# The configuration parameter with the local one step's own queue bound: requests handed to its worker and not
-# yet running (serving/one_step.py); 0: none.
+# The configuration parameter with the fused step's own queue bound: requests handed to its worker and not
+# yet running (serving/fused_step.py); 0: none.
 QUEUE_BOUND = "max_queue_size"
-# The parameter with how long, in microseconds, the local one step's worker waits after a run for the clients it
-# answered (serving/one_step.py, `Pipeline`); 0: it runs what waits at once.
+# The parameter with how long, in microseconds, the fused step's worker waits after a run for the clients it
+# answered (serving/fused_step.py, `Pipeline`); 0: it runs what waits at once.
 GATHER = "gather_us"
 # A step's queue bound counts work, not requests: a row waiting counts its real tokens, and at least this many (a
 # short text's: a bound of N was sized for N requests of one short text each), so N such requests fill a bound of

@@ -25,7 +25,7 @@ try:
 except ImportError:  # imported outside Triton: nothing to export to
     pb_utils = None
 
-# The parameter naming the `model` label, where it differs from the step's own name: the local server's one step
+# The parameter naming the `model` label, where it differs from the step's own name: the fused step
 # counts under the tokenizer step's name, so the series are the same wherever the tokenizer runs.
 METRICS_MODEL = "metrics_model"
 

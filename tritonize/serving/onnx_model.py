@@ -1,9 +1,9 @@
-"""The local model step: the repository's ONNX graph run by onnxruntime inside a Python-backend model.
+"""The Python model step: the repository's ONNX graph run by onnxruntime inside a Python-backend model.
 
 Served: Triton runs a byte-identical copy of this file as the step's
-model.py, with batching.py beside it, on the local server, which has no
-native onnxruntime backend (the configuration `configs/local.pbtxt` selects
-it). In the container the same graph runs on Triton's onnxruntime backend.
+model.py, with batching.py beside it, in the fused variant, which the local
+server runs without a native onnxruntime backend (the configuration
+`configs/fused.pbtxt` selects it). In the container the same graph runs on Triton's onnxruntime backend.
 Input and output names, the graph file, buckets, pad id and threading come
 from the model configuration. Its inputs allow ragged batches, so one
 execute() may receive requests padded to different lengths: rows are
@@ -55,7 +55,7 @@ class OnnxRunner:
     session.
 
     With `busy_session`, a run the caller marks busy (it follows the previous
-    run at once: the local one step's worker knows) goes to a second
+    run at once: the fused step's worker knows) goes to a second
     multi-threaded session whose threads do not spin between operators:
     spinning threads would hold every core while Triton's threads and the
     client carry the previous batch's answers. It costs one more copy of the

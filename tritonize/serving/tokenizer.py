@@ -156,7 +156,7 @@ class TextEncoder:
     @classmethod
     def from_config(cls, model_config: dict, version_dir: str, outputs: tuple[str, ...] | None = None) -> TextEncoder:
         """Everything from the step's configuration: files are found through the version directory. `outputs`:
-        the tensors to produce, where the step declares more than the tokenizer's (serving/one_step.py)."""
+        the tensors to produce, where the step declares more than the tokenizer's (serving/fused_step.py)."""
         p = parameters(model_config)
         return cls(
             os.path.join(version_dir, p["tokenizer_file"]),
@@ -293,7 +293,7 @@ def error_response(message: str, code: str = "INVALID_ARG"):
 
 class RequestEncoder:
     """A batch of Triton requests -> each one's token tensors, or its refusal; counts what it tokenized and
-    refused on Triton's metrics port (serving/metrics.py). The tokenizer step, and the local server's one step."""
+    refused on Triton's metrics port (serving/metrics.py). The tokenizer step, and the fused step."""
 
     def __init__(self, model_config: dict, version_dir: str, outputs: tuple[str, ...] | None = None):
         self.encoder = TextEncoder.from_config(model_config, version_dir, outputs)

@@ -1,7 +1,7 @@
-"""The tasks tritonize serves, one module each. A new task is a new module listed here.
+"""The tasks tritonize serves, one package each. A new task is a new package listed here.
 
-Everything else asks a task object (`get`, `detect`, `of`); nothing outside
-this package branches on a task's name.
+Everything else asks a task object (`get`, `detect`, `of`), or a task's answers (`for_outputs`); nothing
+outside this package branches on a task's name.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from ..errors import TritonizeError
 from ..serving.batching import ROW_FIELDS
 from ..spec import Head
 from . import classification, embedding, question_answering, rerank, sparse_embedding, token_classification
-from .base import Task
+from .answers import Answers
+from .task import Task
 
 if TYPE_CHECKING:
     from ..folder import ModelFolder
@@ -78,13 +79,13 @@ def choose(folder: ModelFolder, requested: str | None) -> Task:
     return task
 
 
-def for_outputs(names: list[str] | tuple[str, ...]) -> Task:
-    """The task whose ensemble returns these outputs (clients read them from the server's metadata)."""
+def for_outputs(names: list[str] | tuple[str, ...]) -> Answers:
+    """The answers of the task whose ensemble returns these outputs (clients read them from the server's metadata)."""
     answers = set(names) - set(ROW_FIELDS)  # every tokenizing ensemble also reports its rows' tokens
     for task in TASKS.values():
-        if set(task.output_names) == answers:
-            return task
+        if set(task.answers.output_names) == answers:
+            return task.answers
     raise TritonizeError(f"no task returns the outputs {sorted(names)}", hint="is this a tritonize repository?")
 
 
-__all__ = ["Task", "TASKS", "NAMES", "get", "of", "detect", "choose", "for_outputs"]
+__all__ = ["Answers", "Task", "TASKS", "NAMES", "get", "of", "detect", "choose", "for_outputs"]

@@ -1,11 +1,10 @@
-"""What a task is: the one place everything task-specific is asked for.
+"""What a task is when a repository is built: the one place everything task-specific is asked for.
 
-A task module (embedding.py, classification.py, ...) holds detection from a
-model folder, the head it reads, the graph it exports (the model's own class,
-wrapped so that the graph returns the served outputs), the ensemble's
-outputs, the verification reference and how clients decode the answer.
-`generate`, `verify`, the repository writer and the clients ask the task;
-they never branch on its name.
+A task package (embedding/, classification/, ...) holds in task.py detection from a model folder, the head
+it reads, the graph it exports (the model's own class, wrapped so that the graph returns the served
+outputs), the pipeline its ensemble runs, the verification reference and the benchmark's baseline; and in
+answers.py how its answers are read (answers.py at this level says why). `generate`, `verify` and the
+repository writer ask the task; they never branch on its name.
 """
 
 from __future__ import annotations
@@ -17,14 +16,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from ..serving.batching import ROW_FIELDS
-from ..spec import TEXT_INPUT, TOKEN_INPUTS, GenerateOptions, Head, ModelSpec, TensorSpec
+from ..spec import TOKEN_INPUTS, GenerateOptions, Head, ModelSpec, Pipeline, TensorSpec, TokenizeModel
+from .answers import Answers
 
 if TYPE_CHECKING:
     from ..folder import ModelFolder
     from ..serving.chat import PairTemplate
 
-SAMPLE_TEXT = "Triton serves raw strings."
 FLOAT = "TYPE_FP32"  # fp16 graphs keep fp32 inputs and outputs (keep_io_types), so clients never see fp16
 
 
@@ -60,12 +58,9 @@ class Variant:
 
 
 class Task(abc.ABC):
-    name: ClassVar[str]
+    answers: ClassVar[Answers]  # how the task's answers are read (its name, head and tensors are declared there)
     summary: ClassVar[str]  # one line: what goes in, what comes out
     serves: ClassVar[str]  # which folders, in a few words (refusals list them)
-    head_type: ClassVar[type[Head]]
-    output_names: ClassVar[tuple[str, ...]]  # what the ensemble returns (clients recognise a task by them)
-    text_inputs: ClassVar[tuple[TensorSpec, ...]] = (TensorSpec(TEXT_INPUT, "TYPE_STRING", (1,)),)
     # Verification also demands the same argmax as the reference on every sentence.
     same_argmax: ClassVar[bool] = False
     # Which of the graph's outputs verification compares with the reference (output_names' order).
@@ -74,22 +69,19 @@ class Task(abc.ABC):
     truncation: ClassVar[str | None] = None
     # Whether a text past the max length loses its end (so --no-truncate can refuse it instead).
     truncates: ClassVar[bool] = True
-    # A served module (tritonize/serving/<name>.py) that turns the graph's outputs into the task's answer,
-    # and the tokenizer outputs it reads besides the model's inputs (offsets, special-tokens mask).
-    post_module: ClassVar[str | None] = None
-    token_extras: ClassVar[tuple[str, ...]] = ()
-    # Whether that module reads the texts and their encoding too, or the graph's outputs alone (then nothing else
-    # is copied to it).
-    post_reads_text: ClassVar[bool] = True
-    # The served module of the first step. With orchestrates, it calls the model step itself (business
-    # logic scripting: one text can become several model rows) and answers; the ensemble is that one step.
-    front_module: ClassVar[str] = "tokenizer"
-    orchestrates: ClassVar[bool] = False
-    # For a pair task, what curl examples send as the first text (a query, a question).
-    sample_first: ClassVar[str] = ""
+    # The steps its ensemble runs and how their tensors connect (spec.py's shapes).
+    pipeline: ClassVar[Pipeline] = TokenizeModel()
     # What int8 must keep of the fp32 graph on the shipped corpus, in words; None: int8 is not offered,
     # because nothing here measures what this task's answers lose to it.
     int8_figure: ClassVar[str | None] = None
+
+    @property
+    def name(self) -> str:
+        return self.answers.name
+
+    @property
+    def head_type(self) -> type[Head]:
+        return self.answers.head_type
 
     # -- model folder -> head ------------------------------------------------
     @abc.abstractmethod
@@ -151,7 +143,7 @@ class Task(abc.ABC):
         """The post step's configuration parameters (none without a post step)."""
         return {}
 
-    def front_parameters(self, spec: ModelSpec, model_step: str, max_batch_size: int) -> dict[str, str]:
+    def first_parameters(self, spec: ModelSpec, model_step: str, max_batch_size: int) -> dict[str, str]:
         """Parameters the first step needs beyond the tokenizer's (an orchestrating step: whom to call)."""
         return {}
 
@@ -221,40 +213,6 @@ class Task(abc.ABC):
         mask = batch["attention_mask"]
         return [dict(zip(names, r)) for r in zip(*columns)], int(mask.sum()), int(mask.numel())
 
-    # -- clients --------------------------------------------------------------
-    @property
-    def ensemble_output_names(self) -> tuple[str, ...]:
-        """What the ensemble returns: the answer, then (where the first step tokenizes) each row's tokens."""
-        return self.output_names + (() if self.orchestrates else ROW_FIELDS)
-
-    def api_sample(self, name: str, text: str = SAMPLE_TEXT) -> tuple[str, dict] | None:
-        """(route, JSON body) of a request `tritonize api` answers for this task, for printed examples."""
-        return None
-
-    def info_type(self, head: Head) -> dict:
-        """The `model_type` text-embeddings-inference's /info reports for this head."""
-        return {self.name: {}}
-
-    def row_for(self, text: str) -> tuple[str, ...]:
-        """A request row around one text: a pair task puts its sample first text (a query, a question) before it."""
-        return (self.sample_first, text) if len(self.text_inputs) == 2 else (text,)
-
-    def sample_body(self, text: str = SAMPLE_TEXT) -> str:
-        """A KServe v2 JSON request with one row, for curl examples (a pair: sample_first, then the text)."""
-        return sample_body(self.text_inputs, list(self.row_for(text)))
-
-    def client_request(self, top_k: int) -> tuple[list[str] | None, int]:
-        """(outputs to ask for, or None for all; Triton classification count per output)."""
-        return None, 0
-
-    @abc.abstractmethod
-    def rows(self, outputs: dict[str, np.ndarray]) -> list[dict]:
-        """One JSON-able answer per text, from the arrays a request returned."""
-
-    @abc.abstractmethod
-    def summary_line(self, row: dict) -> str:
-        """One row in a few words, for the client scripts."""
-
 
 # Generation flags that only some tasks read; any other task refuses them rather than ignore them.
 TASK_FLAGS = {"--pooling": "pooling", "--normalize": "normalize", "--matryoshka-dims": "matryoshka_dims",
@@ -267,22 +225,6 @@ def refuse_foreign_flags(options: GenerateOptions, allowed: tuple[str, ...], wha
         from ..errors import TritonizeError
 
         raise TritonizeError(f"{' and '.join(given)} {'does' if len(given) == 1 else 'do'} not apply to {what}")
-
-
-def sample_body(text_inputs: tuple[TensorSpec, ...], texts: list[str] | None = None) -> str:
-    """A KServe v2 JSON request of one row: one text per input (the sample text in each by default)."""
-    import json
-
-    texts = texts or [SAMPLE_TEXT] * len(text_inputs)
-    return json.dumps({"inputs": [{"name": t.name, "shape": [1, 1], "datatype": "BYTES", "data": [x]}
-                                  for t, x in zip(text_inputs, texts)]})
-
-
-def json_cells(arr: np.ndarray) -> list:
-    """BYTES cells holding one JSON document each (entities, an answer), decoded in order."""
-    import json
-
-    return [json.loads(c.decode("utf-8") if isinstance(c, bytes) else str(c)) for c in np.asarray(arr).reshape(-1)]
 
 
 def pair_token_inputs(folder: ModelFolder, tokenizer_inputs: tuple[str, ...]) -> tuple[str, ...]:

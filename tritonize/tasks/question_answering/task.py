@@ -11,22 +11,19 @@ pipeline's steps on transformers' own tokenization.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import TritonizeError
-from ..serving.batching import ATTENTION_MASK
-from ..spec import GenerateOptions, ModelSpec, TensorSpec
-from ..spec import Head as BaseHead
-from .base import FLOAT, SAMPLE_TEXT, Task, json_cells, load_pretrained, pair_token_inputs, refuse_foreign_flags
+from ...errors import TritonizeError
+from ...serving.batching import ATTENTION_MASK
+from ...spec import GenerateOptions, ModelSpec, Orchestrated, TensorSpec
+from ..task import FLOAT, Task, load_pretrained, pair_token_inputs, refuse_foreign_flags
+from .answers import ANSWERS, CONTEXT_INPUT, OUTPUT, QUESTION_INPUT, Head
 
 if TYPE_CHECKING:
-    from ..folder import ModelFolder
+    from ...folder import ModelFolder
 
-QUESTION_INPUT, CONTEXT_INPUT = "QUESTION", "CONTEXT"
-OUTPUT = "answer"
 START, END = "start_logits", "end_logits"
 LONG_CONTEXT = " ".join(
     f"Paragraph {i}: the Triton server in room {i} batches requests, and its operator is named Ada {i}." for i in range(40)
@@ -39,14 +36,6 @@ PAIRS = [
     ("Who operates room 37?", LONG_CONTEXT),  # many windows
     ("What is in room 3?", LONG_CONTEXT),
 ]
-
-
-@dataclass(frozen=True)
-class Head(BaseHead):
-    task: ClassVar[str] = "question-answering"
-    question_first: bool  # the tokenizer pads right (the pipeline then puts the question first)
-    cls_token_id: int | None  # kept answerable, as the pipeline does
-    max_answer_len: int = 15
 
 
 def _graph_class():
@@ -69,24 +58,19 @@ def _graph_class():
 
 def _windows(spec: ModelSpec):
     """(max_seq_len, doc_stride) as the pipeline derives them from the model's max length."""
-    from ..serving.question_answering import default_doc_stride, default_max_seq_len
+    from ...serving.question_answering import default_doc_stride, default_max_seq_len
 
     max_seq_len = default_max_seq_len(spec.max_length)
     return max_seq_len, default_doc_stride(max_seq_len)
 
 
 class QuestionAnswering(Task):
-    name = "question-answering"
+    answers = ANSWERS
     summary = "QUESTION and CONTEXT in (one pair per row), `answer` (BYTES [N, 1], JSON: answer, score, start, end) out"
     serves = "*ForQuestionAnswering folders"
-    head_type = Head
-    output_names = (OUTPUT,)
-    text_inputs = (TensorSpec(QUESTION_INPUT, "TYPE_STRING", (1,)), TensorSpec(CONTEXT_INPUT, "TYPE_STRING", (1,)))
     truncation = "only_second"
     truncates = False  # every context is read whole, in windows
-    sample_first = "What does Triton serve?"
-    front_module = "question_answering"  # the first step windows, calls the model step, and decodes
-    orchestrates = True
+    pipeline = Orchestrated("question_answering")  # the first step windows, calls the model step, and decodes
 
     def detect(self, folder: ModelFolder) -> bool:
         return folder.head_class == "ForQuestionAnswering"
@@ -115,7 +99,7 @@ class QuestionAnswering(Task):
     def graph_outputs(self, head: Head) -> tuple[TensorSpec, ...]:  # type: ignore[override]
         return (TensorSpec(START, FLOAT, (-1,)), TensorSpec(END, FLOAT, (-1,)))
 
-    def front_parameters(self, spec: ModelSpec, model_step: str, max_batch_size: int) -> dict[str, str]:
+    def first_parameters(self, spec: ModelSpec, model_step: str, max_batch_size: int) -> dict[str, str]:
         head: Head = spec.head  # type: ignore[assignment]
         max_seq_len, stride = _windows(spec)
         return {
@@ -149,7 +133,7 @@ class QuestionAnswering(Task):
         from tokenizers import Tokenizer
         from transformers import AutoTokenizer
 
-        from ..serving import question_answering as qa
+        from ...serving import question_answering as qa
 
         head: Head = spec.head  # type: ignore[assignment]
         max_seq_len, stride = _windows(spec)
@@ -181,7 +165,7 @@ class QuestionAnswering(Task):
         tokenizer makes every pair's windows, the model scores them in one batch, the pipeline's decoding."""
         import torch
 
-        from ..serving import question_answering as qa
+        from ...serving import question_answering as qa
 
         head: Head = spec.head  # type: ignore[assignment]
         max_seq_len, stride = _windows(spec)
@@ -204,17 +188,6 @@ class QuestionAnswering(Task):
                                                      pad_token_id=spec.pad_token_id)})
         mask = stacked[ATTENTION_MASK]
         return answers, int(mask.sum()), int(mask.size)
-
-    def api_sample(self, name: str, text: str = SAMPLE_TEXT) -> tuple[str, dict] | None:
-        return "/v1/answers", {"model": name, "inputs": {"question": self.sample_first, "context": text}}
-
-    def rows(self, outputs: dict[str, np.ndarray]) -> list[dict]:
-        return [{OUTPUT: answer} for answer in json_cells(outputs[OUTPUT])]
-
-    def summary_line(self, row: dict) -> str:
-        a = row[OUTPUT]
-        return "(no answer)" if not a else f"{a['answer']!r} {a['score']:.3f} [{a['start']}:{a['end']}]"
-
 
 def _stack_transformers(enc, head: Head, pad_id: int) -> dict[str, np.ndarray]:
     """transformers' windows in the arrays decoding reads (what the pipeline's preprocess builds)."""

@@ -9,21 +9,18 @@ strings. Reference: the pipeline itself (`top_k=None`), on the probabilities use
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import TritonizeError
-from ..spec import LABELS_FILE, GenerateOptions, ModelSpec, TensorSpec
-from ..spec import Head as BaseHead
-from .base import FLOAT, SAMPLE_TEXT, Task, load_pretrained, refuse_foreign_flags
+from ...errors import TritonizeError
+from ...spec import LABELS_FILE, GenerateOptions, ModelSpec, TensorSpec
+from ..task import FLOAT, Task, load_pretrained, refuse_foreign_flags
+from .answers import ANSWERS, LOGITS, PROBABILITIES, Activation, Head
 
 if TYPE_CHECKING:
-    from ..folder import ModelFolder
+    from ...folder import ModelFolder
 
-LOGITS, PROBABILITIES = "logits", "probabilities"
-Activation = Literal["softmax", "sigmoid"]
 # config.json's problem_type -> what the text-classification pipeline applies to the logits. Any other value
 # (regression, or one this table does not know) is refused: its scores would mean something else.
 PROBLEM_TYPES: dict[str | None, Activation] = {
@@ -31,36 +28,6 @@ PROBLEM_TYPES: dict[str | None, Activation] = {
     "single_label_classification": "softmax",
     "multi_label_classification": "sigmoid",
 }
-
-
-@dataclass(frozen=True)
-class Head(BaseHead):
-    task: ClassVar[str] = "classification"
-    labels: tuple[str, ...]  # index order
-    activation: Activation = "softmax"  # repositories written before multi-label support were all softmax
-
-
-@dataclass(frozen=True)
-class Label:
-    """One class of a top-k answer, from Triton's classification extension."""
-
-    label: str
-    score: float
-    index: int
-
-
-def parse_classes(arr: np.ndarray) -> list[list[Label]]:
-    """Decode classification strings "score:index[:label]" into Labels, one list per text."""
-    rows = arr.reshape(arr.shape[0], -1) if arr.ndim > 1 else arr.reshape(-1, 1)
-    parsed: list[list[Label]] = []
-    for row in rows:
-        labels = []
-        for cell in row:
-            text = cell.decode("utf-8") if isinstance(cell, bytes) else str(cell)
-            score, index, *rest = text.split(":", 2)
-            labels.append(Label(rest[0] if rest else index, float(score), int(index)))
-        parsed.append(labels)
-    return parsed
 
 
 def _graph_class():
@@ -84,11 +51,9 @@ def _graph_class():
 
 
 class Classification(Task):
-    name = "classification"
+    answers = ANSWERS
     summary = "TEXT in, `logits` and `probabilities` (FP32 [N, labels]) out; top-k labels through Triton"
     serves = "*ForSequenceClassification folders with two or more labels"
-    head_type = Head
-    output_names = (LOGITS, PROBABILITIES)
     same_argmax = True
     verified_output = 1  # probabilities: the activation is checked against the pipeline's, not only the logits
 
@@ -150,25 +115,6 @@ class Classification(Task):
             for item in answer:
                 scores[r, index[item["label"]]] = item["score"]
         return "transformers pipeline", scores
-
-    def api_sample(self, name: str, text: str = SAMPLE_TEXT) -> tuple[str, dict] | None:
-        return "/predict", {"model": name, "inputs": text}
-
-    def info_type(self, head: Head) -> dict:  # type: ignore[override]
-        return {"classifier": {"id2label": dict(enumerate(head.labels)),
-                               "label2id": {label: i for i, label in enumerate(head.labels)}}}
-
-    def client_request(self, top_k: int) -> tuple[list[str] | None, int]:
-        return [PROBABILITIES], max(1, top_k)
-
-    def rows(self, outputs: dict[str, np.ndarray]) -> list[dict]:
-        return [
-            {"labels": [{"label": lb.label, "score": lb.score, "index": lb.index} for lb in labels]}
-            for labels in parse_classes(outputs[PROBABILITIES])
-        ]
-
-    def summary_line(self, row: dict) -> str:
-        return "  ".join(f"{lb['label']} {lb['score']:.3f}" for lb in row["labels"])
 
 
 TASK = Classification()

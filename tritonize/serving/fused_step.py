@@ -1,8 +1,8 @@
-"""The local server's tokenizer step and model step as one Python model: raw strings in, the graph's outputs out.
+"""The fused step: the tokenizer step and the model step as one Python model, raw strings in, the graph's outputs out.
 
 Served: Triton runs a byte-identical copy of this file as the model step's
-model.py on the local server (`configs/local.pbtxt`, which the ensemble's
-own local config calls instead of the two steps). Two Python steps cost a
+model.py in the fused variant (`configs/fused.pbtxt`, which the ensemble's
+own fused config calls instead of the two steps). Two Python steps cost a
 batch two shared-memory hand-offs, two scheduler queues and two stubs
 competing for the cores; one step costs one of each, and its answers are
 the two steps' answers exactly: the same TextEncoder pads each request to
@@ -69,7 +69,7 @@ def lower_priority(by: int) -> None:
     try:
         os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + by))
     except OSError as exc:  # a priority is a preference: serve at the same priority rather than not at all
-        print(f"one step: the graph's threads keep their priority: {exc}", flush=True)
+        print(f"fused step: the graph's threads keep their priority: {exc}", flush=True)
 
 
 def built_nicer(build: Callable[[], T], by: int) -> T:
@@ -293,7 +293,7 @@ class TritonPythonModel:
         try:
             sender.send(answer, flags=self.final)
         except Exception as exc:  # noqa: BLE001 - a request cancelled or already answered: the others go on
-            pb_utils.Logger.log_warn(f"one step: an answer could not be sent: {exc}")
+            pb_utils.Logger.log_warn(f"fused step: an answer could not be sent: {exc}")
 
     def finalize(self):
         for sender, _ in self.pipeline.close():

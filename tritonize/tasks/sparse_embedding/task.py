@@ -13,24 +13,21 @@ served answer to encode as the folder declares it: the same non-zero terms, the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import TritonizeError
-from ..serving.sparse_embedding import INDICES, VALUES, active, compact
-from ..serving.sparse_embedding import rows as served_rows
-from ..spec import GenerateOptions, ModelSpec, TensorSpec
-from ..spec import Head as BaseHead
-from .base import FLOAT, SAMPLE_TEXT, Task, library_model, refuse_foreign_flags
+from ...errors import TritonizeError
+from ...serving.sparse_embedding import INDICES, VALUES, active, compact
+from ...serving.sparse_embedding import rows as served_rows
+from ...spec import GenerateOptions, ModelSpec, TensorSpec, TokenizeModelPost
+from ..task import FLOAT, Task, library_model, refuse_foreign_flags
+from .answers import ANSWERS, Head
 
 if TYPE_CHECKING:
-    from ..folder import ModelFolder
+    from ...folder import ModelFolder
 
 WEIGHTS = "term_weights"  # the graph's output: one weight per vocabulary entry, [N, vocab]
-Pooling = Literal["max", "sum"]
-Activation = Literal["relu", "log1p_relu"]
 POOLINGS: tuple[str, ...] = ("max", "sum")
 ACTIVATIONS: tuple[str, ...] = ("relu", "log1p_relu")
 MODULES = "a masked-LM Transformer (transformer_task fill-mask, or MLMTransformer), then SpladePooling"
@@ -38,39 +35,6 @@ MODULES = "a masked-LM Transformer (transformer_task fill-mask, or MLMTransforme
 # it (float noise at zero) is reported as borderline rather than as a different non-zero set. A graph further
 # from the library (fp16) widens it to its own distance, which the graph's stage check judges.
 BORDERLINE = 1e-4
-
-
-@dataclass(frozen=True)
-class Head(BaseHead):
-    task: ClassVar[str] = "sparse-embedding"
-    pooling: Pooling  # SpladePooling's pooling_strategy over the tokens
-    activation: Activation  # relu: log(1 + relu(x)); log1p_relu: log(1 + log(1 + relu(x)))
-    vocab: int  # the width of the graph's weights
-    max_active_dims: int = 0  # the folder's limit on kept terms per text (0: every non-zero term)
-    prompts: tuple[tuple[str, str], ...] = ()  # (name, text) declared by the folder; clients prepend them
-
-
-@dataclass(frozen=True)
-class SparseVector:
-    """One text's sparse embedding: its non-zero vocabulary ids, ascending, and their weights."""
-
-    indices: np.ndarray  # int32
-    values: np.ndarray  # float32
-
-    def dense(self, dim: int) -> np.ndarray:
-        """The full [dim] vector (what SparseEncoder.encode returns, densified)."""
-        out = np.zeros(dim, dtype=np.float32)
-        out[self.indices] = self.values
-        return out
-
-    def pairs(self) -> list[dict]:
-        """text-embeddings-inference's /embed_sparse form of one text: [{"index": int, "value": float}]."""
-        return [{"index": int(i), "value": float(v)} for i, v in zip(self.indices, self.values)]
-
-
-def vectors(outputs: dict[str, np.ndarray]) -> list[SparseVector]:
-    """A request's `indices` and `values` as one SparseVector per text."""
-    return [SparseVector(i, v) for i, v in served_rows(outputs[INDICES], outputs[VALUES])]
 
 
 def _graph_class():
@@ -114,13 +78,10 @@ def _encode(model: Any, rows: list[tuple[str, ...]], max_active_dims: int | None
 
 
 class SparseEmbedding(Task):
-    name = "sparse-embedding"
+    answers = ANSWERS
     summary = "TEXT in, `indices` (INT32 [N, K]) and `values` (FP32 [N, K]) out: each text's non-zero terms, padded with -1 / 0"
     serves = f"sentence-transformers SparseEncoder folders (SPLADE: {MODULES})"
-    head_type = Head
-    output_names = (INDICES, VALUES)
-    post_module = "sparse_embedding"
-    post_reads_text = False  # the step reads the graph's weights alone
+    pipeline = TokenizeModelPost("sparse_embedding", reads_text=False)  # the step reads the graph's weights alone
 
     def detect(self, folder: ModelFolder) -> bool:
         return folder.modules is not None and folder.is_sparse_encoder
@@ -216,17 +177,6 @@ class SparseEmbedding(Task):
         answers = [{INDICES: ids.tolist(), VALUES: vals.tolist()}
                    for ids, vals in served_rows(*compact(weights, head.max_active_dims))]
         return answers, int(mask.sum()), int(mask.numel())
-
-    def api_sample(self, name: str, text: str = SAMPLE_TEXT) -> tuple[str, dict] | None:
-        return "/embed_sparse", {"model": name, "inputs": [text]}
-
-    def rows(self, outputs: dict[str, np.ndarray]) -> list[dict]:
-        return [{INDICES: v.indices.tolist(), VALUES: v.values.tolist()} for v in vectors(outputs)]
-
-    def summary_line(self, row: dict) -> str:
-        top = sorted(zip(row[VALUES], row[INDICES]), reverse=True)[:4]
-        shown = ", ".join(f"{i}:{v:.3f}" for v, i in top)
-        return f"{len(row[INDICES])} terms  [{shown}{', ...' if len(row[INDICES]) > 4 else ''}]"
 
 
 TASK = SparseEmbedding()

@@ -18,11 +18,11 @@ import numpy as np
 
 from . import tasks
 from .manifest import read_manifest
-from .repository import config_as_triton_passes_it
+from .repository import config_as_triton_passes_it, fused_config_name
 from .serving.batching import ATTENTION_MASK, ROW_FIELDS
 from .serving.onnx_model import OnnxRunner
 from .serving.tokenizer import TextEncoder
-from .spec import CONFIG_FILE, LOCAL_CONFIG_DIR, LOCAL_CONFIG_NAME, repo_paths
+from .spec import CONFIG_FILE, CONFIGS_DIR, repo_paths
 
 Row = tuple[str, ...]  # one request row: a text, or a pair (query and document, question and context)
 
@@ -40,8 +40,8 @@ def text_encoder(repo_dir: Path, name: str | None = None) -> TextEncoder:
 
 def onnx_runner(repo_dir: Path, intra_op_threads: int | None = None, shards: int | None = None,
                 name: str | None = None) -> OnnxRunner:
-    """The local server's model step; `intra_op_threads` and `shards` override its configuration (the floor's layouts)."""
-    config, version_dir = _step(repo_dir, "model", f"{LOCAL_CONFIG_DIR}/{LOCAL_CONFIG_NAME}.pbtxt", name)
+    """The fused variant's model step; `intra_op_threads` and `shards` override its configuration (the floor's layouts)."""
+    config, version_dir = _step(repo_dir, "model", f"{CONFIGS_DIR}/{fused_config_name(repo_dir)}.pbtxt", name)
     return OnnxRunner.from_config(config, version_dir, threads=intra_op_threads, shards=shards)
 
 
@@ -64,12 +64,12 @@ class TokenChain:
     def __init__(self, repo_dir: Path, intra_op_threads: int | None = None, shards: int | None = None,
                  name: str | None = None):
         task = tasks.of(read_manifest(repo_dir, name).model.head)
-        self.text_inputs = [t.name for t in task.text_inputs]
+        self.text_inputs = [t.name for t in task.answers.text_inputs]
         self.encoder = text_encoder(repo_dir, name)
         self.runner = onnx_runner(repo_dir, intra_op_threads, shards, name)
         self.max_length = self.encoder.max_length
-        self.post = (_served_module(task.post_module).PostStep.from_config(*_step(repo_dir, "post", CONFIG_FILE, name))
-                     if task.post_module else None)
+        post = task.pipeline.post_module
+        self.post = _served_module(post).PostStep.from_config(*_step(repo_dir, "post", CONFIG_FILE, name)) if post else None
 
     def lengths(self, row: Row) -> list[int]:
         """Tokens of each model row the request row becomes: one, special tokens included, after truncation."""
@@ -102,7 +102,7 @@ class ReaderChain:
                  name: str | None = None):
         task = tasks.of(read_manifest(repo_dir, name).model.head)
         config, version_dir = _step(repo_dir, "tokenizer", CONFIG_FILE, name)
-        self.reader = _served_module(task.front_module).Reader.from_config(config, version_dir)
+        self.reader = _served_module(task.pipeline.first_module).Reader.from_config(config, version_dir)
         self.output_name = config["output"][0]["name"]
         self.runner = onnx_runner(repo_dir, intra_op_threads, shards, name)
         self.max_length = self.reader.max_seq_len
@@ -132,5 +132,5 @@ def in_process(repo_dir: Path, intra_op_threads: int | None = None, shards: int 
                name: str | None = None) -> TokenChain | ReaderChain:
     """A model's steps (the repository's only model, or `name`) chained as its ensemble chains them, in this process."""
     task = tasks.of(read_manifest(repo_dir, name).model.head)
-    chain = ReaderChain if task.orchestrates else TokenChain
+    chain = ReaderChain if task.pipeline.orchestrates else TokenChain
     return chain(Path(repo_dir), intra_op_threads, shards, name)

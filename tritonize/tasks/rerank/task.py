@@ -20,24 +20,20 @@ does. Only the LM head's rows of the declared tokens are in the graph ([2, hidde
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import TritonizeError
-from ..serving.chat import PARAMETER as PAIR_TEMPLATE
-from ..serving.chat import PairTemplate
-from ..spec import TEXT_INPUT, GenerateOptions, ModelSpec, TensorSpec
-from ..spec import Head as BaseHead
-from .base import FLOAT, SAMPLE_TEXT, Task, library_model, load_pretrained, pair_token_inputs, refuse_foreign_flags
+from ...errors import TritonizeError
+from ...serving.chat import PARAMETER as PAIR_TEMPLATE
+from ...serving.chat import PairTemplate
+from ...spec import GenerateOptions, ModelSpec, TensorSpec
+from ..task import FLOAT, Task, library_model, load_pretrained, pair_token_inputs, refuse_foreign_flags
+from .answers import ANSWERS, CAUSAL, OUTPUT, Activation, Head
 
 if TYPE_CHECKING:
-    from ..folder import ModelFolder
+    from ...folder import ModelFolder
 
-QUERY_INPUT = "QUERY"
-OUTPUT = "score"
-Activation = Literal["sigmoid", "identity"]
 # The dotted paths sentence-transformers writes for a CrossEncoder's activation.
 ACTIVATIONS: dict[str, Activation] = {
     "torch.nn.modules.activation.Sigmoid": "sigmoid",
@@ -55,33 +51,12 @@ PAIRS = [
 ]
 
 
-Layout = Literal["sequence-classification", "causal-lm"]
-CAUSAL = "causal-lm"
 CAUSAL_MODULES = ("Transformer", "LogitScore")
 # Stand-ins for the query and the document while the template is rendered once at generation: plain text that a
 # template passes through as it passes real text (verification checks that it does, on real pairs).
 QUERY_MARK, DOCUMENT_MARK = "TRITONIZEQUERYMARK", "TRITONIZEDOCUMENTMARK"
 # sentence-transformers' fillers for the template's closing tokens: the tokens two renders share at the end.
 SUFFIX_FILLERS = ("0", "1 2 3 4")
-
-
-@dataclass(frozen=True)
-class Head(BaseHead):
-    task: ClassVar[str] = "rerank"
-    activation: Activation
-    layout: Layout = "sequence-classification"
-    # causal-lm: LogitScore's tokens. The score is logit[true] - logit[false] at the last real token, or
-    # logit[true] alone where the folder declares no false token (-1).
-    true_token_id: int = -1
-    false_token_id: int = -1
-    template: tuple[str, ...] = ()  # (prefix, middle, suffix) around the query and the document
-    suffix_ids: tuple[int, ...] = ()  # the template's closing tokens, restored at the end of a truncated row
-    prompt: str = ""  # the folder's default prompt, which predict() renders into the template ("": none)
-    template_tokens: int = 0  # tokens the template adds to every pair
-
-    @property
-    def token_ids(self) -> tuple[int, ...]:
-        return (self.true_token_id,) + ((self.false_token_id,) if self.false_token_id >= 0 else ())
 
 
 def _activation_path(folder: ModelFolder) -> str | None:
@@ -140,15 +115,11 @@ def _graph_class():
 
 
 class Rerank(Task):
-    name = "rerank"
+    answers = ANSWERS
     summary = "QUERY and TEXT in (one pair per row), `score` (FP32 [N, 1]) out"
     serves = ("sentence-transformers CrossEncoder folders (a sequence classifier, or a causal LM with LogitScore and a "
               "chat template) and one-label *ForSequenceClassification folders")
-    head_type = Head
-    output_names = (OUTPUT,)
-    text_inputs = (TensorSpec(QUERY_INPUT, "TYPE_STRING", (1,)), TensorSpec(TEXT_INPUT, "TYPE_STRING", (1,)))
     truncation = "only_second"  # the document is cut, never the query
-    sample_first = "what does Triton serve?"
 
     def detect(self, folder: ModelFolder) -> bool:
         if folder.head_class == "ForCausalLM":
@@ -173,7 +144,7 @@ class Rerank(Task):
     def pair_template(self, head: Head) -> PairTemplate | None:  # type: ignore[override]
         return PairTemplate(*head.template, head.suffix_ids) if head.layout == CAUSAL else None
 
-    def front_parameters(self, spec: ModelSpec, model_step: str, max_batch_size: int) -> dict[str, str]:
+    def first_parameters(self, spec: ModelSpec, model_step: str, max_batch_size: int) -> dict[str, str]:
         template = self.pair_template(spec.head)  # type: ignore[arg-type]
         return {PAIR_TEMPLATE: template.to_json()} if template else {}
 
@@ -193,12 +164,6 @@ class Rerank(Task):
 
     def outputs(self, head: Head) -> tuple[TensorSpec, ...]:  # type: ignore[override]
         return (TensorSpec(OUTPUT, FLOAT, (1,)),)
-
-    def api_sample(self, name: str, text: str = SAMPLE_TEXT) -> tuple[str, dict] | None:
-        return "/v1/rerank", {"model": name, "query": self.sample_first, "documents": [text, "A fox."]}
-
-    def info_type(self, head: Head) -> dict:  # type: ignore[override]
-        return {"reranker": {"id2label": {0: "LABEL_0"}, "label2id": {"LABEL_0": 0}}}
 
     def load(self, spec: ModelSpec, eager: bool = True) -> Any:
         from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
@@ -222,8 +187,8 @@ class Rerank(Task):
         head: Head = spec.head  # type: ignore[assignment]
         if head.layout != CAUSAL:
             return None
-        from ..serving.batching import INPUT_IDS
-        from ..serving.tokenizer import TextEncoder
+        from ...serving.batching import INPUT_IDS
+        from ...serving.tokenizer import TextEncoder
 
         model = _cross_encoder(spec)
         prompt = model.prompts.get(model.default_prompt_name) if model.default_prompt_name else None
@@ -252,13 +217,6 @@ class Rerank(Task):
             scores = model(batch["input_ids"], batch["attention_mask"])
         mask = batch["attention_mask"]
         return [{OUTPUT: s} for s in scores.tolist()], int(mask.sum()), int(mask.numel())
-
-    def rows(self, outputs: dict[str, np.ndarray]) -> list[dict]:
-        return [{OUTPUT: float(v)} for v in np.asarray(outputs[OUTPUT]).reshape(-1)]
-
-    def summary_line(self, row: dict) -> str:
-        return f"score {row[OUTPUT]:.4f}"
-
 
 def _cross_encoder(spec: ModelSpec) -> Any:
     from sentence_transformers import CrossEncoder

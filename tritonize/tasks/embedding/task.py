@@ -18,21 +18,19 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import TritonizeError
-from ..spec import GenerateOptions, ModelSpec, TensorSpec
-from ..spec import Head as BaseHead
-from .base import FLOAT, SAMPLE_TEXT, Task, Variant, library_model, load_pretrained, refuse_foreign_flags
+from ...errors import TritonizeError
+from ...spec import GenerateOptions, ModelSpec, TensorSpec
+from ..task import FLOAT, Task, Variant, library_model, load_pretrained, refuse_foreign_flags
+from .answers import ANSWERS, OUTPUT, Head
 
 if TYPE_CHECKING:
-    from ..folder import ModelFolder
+    from ...folder import ModelFolder
 
 POOLINGS: tuple[str, ...] = ("mean", "cls")  # what --pooling can ask for
-OUTPUT = "embedding"
 # sentence-transformers' pooling modes (the boolean keys of its 2.x layout, and the names of later ones).
 ST_POOLING_KEYS = {
     "pooling_mode_cls_token": "cls",
@@ -44,47 +42,6 @@ ST_POOLING_KEYS = {
 }
 ST_POOLINGS = tuple(ST_POOLING_KEYS.values())
 ST_MODULES = ("Transformer", "Pooling", "Dense", "Normalize")
-Library = Literal["sentence-transformers", "transformers"]
-
-
-@dataclass(frozen=True)
-class Head(BaseHead):
-    task: ClassVar[str] = "embedding"
-    pooling: str  # a sentence-transformers mode ("+"-joined when several are concatenated)
-    normalize: bool
-    dim: int
-    library: Library = "transformers"  # whose modules the graph is: sentence-transformers' own, or tritonize's pooling
-    dense: int = 0  # Dense projections after pooling
-    prompts: tuple[tuple[str, str], ...] = ()  # (name, text) declared by the folder; clients prepend them
-    # The folder's truncate_dim (config_sentence_transformers.json): its encode, and so the graph, returns the
-    # first `dim` values, not re-normalised. 0: the whole vector.
-    truncate_dim: int = 0
-    # Matryoshka sizes a request may cut the served vector to, largest first (the served `dim` among them);
-    # (): the model declares none, and a request for another size is refused.
-    dimensions: tuple[int, ...] = ()
-
-    def truncate(self, vectors: np.ndarray, dim: int) -> np.ndarray:
-        """Served embeddings at one of the declared Matryoshka sizes (an API request's `dimensions`), as
-        sentence-transformers' encode(truncate_dim=dim, normalize_embeddings=<the model normalises>) computes
-        them. A size the model does not declare is refused: a cut the model was not trained for is not its
-        answer."""
-        if dim not in self.dimensions:
-            declared = ", ".join(map(str, self.dimensions)) or "none"
-            raise TritonizeError(
-                f"this model serves {self.dim}-value embeddings and cannot be cut to {dim} values "
-                f"(Matryoshka sizes declared: {declared})",
-                hint="generate the repository with --matryoshka-dims if the model was trained for those sizes",
-            )
-        return truncate_embeddings(vectors, dim, self.normalize)
-
-
-def truncate_embeddings(vectors: np.ndarray, dim: int, normalize: bool) -> np.ndarray:
-    """The first `dim` values of each vector, re-normalised to unit length when `normalize` (as
-    torch.nn.functional.normalize: divided by max(norm, 1e-12))."""
-    cut = np.asarray(vectors, dtype=np.float32)[..., :dim]
-    if not normalize:
-        return cut
-    return cut / np.maximum(np.linalg.norm(cut, axis=-1, keepdims=True), 1e-12)
 
 
 # What sentence-transformers writes into a model card for a model trained with MatryoshkaLoss: the loss's
@@ -153,11 +110,9 @@ def _pooling_modes(cfg: dict, where: Any) -> tuple[str, ...]:
 
 
 class Embedding(Task):
-    name = "embedding"
+    answers = ANSWERS
     summary = "TEXT in, `embedding` (FP32 [N, dim]) out"
     serves = "sentence-transformers folders (Transformer, Pooling, Dense, Normalize), or a bare encoder with --task embedding"
-    head_type = Head
-    output_names = (OUTPUT,)
 
     def detect(self, folder: ModelFolder) -> bool:
         return folder.modules is not None and not folder.is_cross_encoder and not folder.is_sparse_encoder
@@ -244,12 +199,6 @@ class Embedding(Task):
     def outputs(self, head: Head) -> tuple[TensorSpec, ...]:  # type: ignore[override]
         return (TensorSpec(OUTPUT, FLOAT, (head.dim,)),)
 
-    def api_sample(self, name: str, text: str = SAMPLE_TEXT) -> tuple[str, dict] | None:
-        return "/v1/embeddings", {"model": name, "input": [text]}
-
-    def info_type(self, head: Head) -> dict:  # type: ignore[override]
-        return {"embedding": {"pooling": head.pooling}}
-
     def load(self, spec: ModelSpec, eager: bool = True) -> Any:
         head: Head = spec.head  # type: ignore[assignment]
         pooled, own = _graph_class()
@@ -282,15 +231,6 @@ class Embedding(Task):
                     lambda out, d=d: head.truncate(out, d))
             for d in head.dimensions
         )
-
-    def rows(self, outputs: dict[str, np.ndarray]) -> list[dict]:
-        return [{OUTPUT: np.asarray(v, dtype=np.float32).tolist()} for v in outputs[OUTPUT]]
-
-    def summary_line(self, row: dict) -> str:
-        vec = np.asarray(row[OUTPUT])
-        head = ", ".join(f"{v:+.4f}" for v in vec[:4])
-        return f"dim {vec.size}  norm {np.linalg.norm(vec):.3f}  [{head}, ...]"
-
 
 def _dimensions(folder: ModelFolder, options: GenerateOptions, served: int, truncate_dim: int) -> tuple[int, ...]:
     """The Matryoshka sizes a request may ask for: --matryoshka-dims, else the model card's, with the served

@@ -11,31 +11,22 @@ the model's own class, and the answers with the pipeline itself.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import TritonizeError
-from ..serving.batching import ATTENTION_MASK, OFFSETS, SPECIAL_TOKENS_MASK
-from ..spec import TEXT_INPUT, GenerateOptions, ModelSpec, TensorSpec
-from ..spec import Head as BaseHead
-from .base import FLOAT, SAMPLE_TEXT, Task, json_cells, load_pretrained, refuse_foreign_flags
+from ...errors import TritonizeError
+from ...serving.batching import ATTENTION_MASK, OFFSETS, SPECIAL_TOKENS_MASK
+from ...spec import TEXT_INPUT, GenerateOptions, ModelSpec, TensorSpec, TokenizeModelPost
+from ..task import FLOAT, Task, load_pretrained, refuse_foreign_flags
+from .answers import ANSWERS, OUTPUT, Head
 
 if TYPE_CHECKING:
-    from ..folder import ModelFolder
+    from ...folder import ModelFolder
 
-OUTPUT = "entities"
 LOGITS = "logits"
 AGGREGATIONS = ("none", "simple", "first", "average", "max")
 DEFAULT_AGGREGATION = "simple"
-
-
-@dataclass(frozen=True)
-class Head(BaseHead):
-    task: ClassVar[str] = "token-classification"
-    labels: tuple[str, ...]  # index order
-    aggregation: str
 
 
 def _graph_class():
@@ -55,13 +46,10 @@ def _graph_class():
 
 
 class TokenClassification(Task):
-    name = "token-classification"
+    answers = ANSWERS
     summary = "TEXT in, `entities` (BYTES [N, 1], JSON: entity_group or entity, score, word, start, end) out"
     serves = "*ForTokenClassification folders"
-    head_type = Head
-    output_names = (OUTPUT,)
-    post_module = "token_classification"
-    token_extras = (OFFSETS, SPECIAL_TOKENS_MASK)
+    pipeline = TokenizeModelPost("token_classification", token_extras=(OFFSETS, SPECIAL_TOKENS_MASK))
 
     def detect(self, folder: ModelFolder) -> bool:
         return folder.head_class == "ForTokenClassification"
@@ -86,7 +74,7 @@ class TokenClassification(Task):
         return (TensorSpec(LOGITS, FLOAT, (-1, len(head.labels))),)
 
     def post_parameters(self, spec: ModelSpec) -> dict[str, str]:
-        from ..spec import TOKENIZER_FILE
+        from ...spec import TOKENIZER_FILE
 
         head: Head = spec.head  # type: ignore[assignment]
         return {
@@ -110,7 +98,7 @@ class TokenClassification(Task):
         from tokenizers import Tokenizer
         from transformers import pipeline
 
-        from ..serving.token_classification import entities, unk_token_id
+        from ...serving.token_classification import entities, unk_token_id
 
         head: Head = spec.head  # type: ignore[assignment]
         tok = Tokenizer.from_file(spec.tokenizer_file)
@@ -132,7 +120,7 @@ class TokenClassification(Task):
         """The pipeline's steps on PyTorch: transformers' tokenizer, the model's logits, the pipeline's decoding."""
         import torch
 
-        from ..serving.token_classification import entities
+        from ...serving.token_classification import entities
 
         head: Head = spec.head  # type: ignore[assignment]
         texts = [r[0] for r in rows]
@@ -148,17 +136,6 @@ class TokenClassification(Task):
                                              [enc.special_tokens_mask[i] for i in keep], logits[r, keep],
                                              list(head.labels), head.aggregation, tokenizer.backend_tokenizer)})
         return answers, int(mask.sum()), int(mask.size)
-
-    def api_sample(self, name: str, text: str = SAMPLE_TEXT) -> tuple[str, dict] | None:
-        return "/v1/entities", {"model": name, "inputs": [text]}
-
-    def rows(self, outputs: dict[str, np.ndarray]) -> list[dict]:
-        return [{OUTPUT: found} for found in json_cells(outputs[OUTPUT])]
-
-    def summary_line(self, row: dict) -> str:
-        found = row[OUTPUT]
-        return "  ".join(f"{e.get('entity_group', e.get('entity'))}:{e['word']!r} {e['score']:.3f}" for e in found) or "(none)"
-
 
 def _same(served: list[dict], expected: list[dict], atol: float = 1e-4) -> bool:
     """Same spans, labels and words; scores within atol."""

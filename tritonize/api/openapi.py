@@ -1,0 +1,91 @@
+"""The OpenAPI document of this server: FastAPI's, from the handlers' models, with what this deployment
+refuses besides.
+
+The models say what every deployment refuses (empty texts, token ids); a running server also refuses more texts
+than --max-client-batch-size (413), a model it does not serve or of another task (404, 400), no `model` where
+several could answer (400), and what its models do not declare: a Matryoshka size, a prompt name,
+`normalize: false` for a graph that normalises. Those are written here into the document /openapi.json
+serves, so that a request the document allows is one the server answers. A route whose task is not served
+keeps the models' schema: it answers 424, as documented.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.routing import APIRoute
+
+from .catalog import Catalog, ServedModel
+from .routes import ROUTERS
+from .task_routes import TASK_ROUTES
+
+ANY_MODEL_PATHS = ("/tokenize", "/info")  # routes of no one task: they read any model
+
+
+def batch_bound(node: Any, limit: int) -> None:
+    """`maxItems` on every list of texts (or pairs) a request carries: those are the arrays that declare
+    `minItems: 1` and no bound of their own."""
+    if isinstance(node, dict):
+        if node.get("type") == "array" and node.get("minItems") == 1 and "maxItems" not in node:
+            node["maxItems"] = limit
+        for value in node.values():
+            batch_bound(value, limit)
+    elif isinstance(node, list):
+        for value in node:
+            batch_bound(value, limit)
+
+
+def request_components(paths: tuple[str, ...]) -> set[str]:
+    """The component names of the request bodies these routes read."""
+    return {route.body_field.field_info.annotation.__name__ for router in ROUTERS for route in router.routes
+            if isinstance(route, APIRoute) and route.path in paths and route.body_field is not None}
+
+
+def named(models: tuple[ServedModel, ...]) -> dict:
+    """`model` where these are served: one of their names, and required where there are several."""
+    names = {"type": "string", "enum": [m.name for m in models]}
+    return names if len(models) > 1 else {"anyOf": [names, {"type": "null"}]}
+
+
+def narrow(component: dict, fields: dict[str, dict]) -> None:
+    """The component's fields as `fields` says (keeping their titles and defaults); a field without a null
+    among its values and without a default becomes required."""
+    properties = component["properties"]
+    for field, accepted in fields.items():
+        if field not in properties:
+            continue
+        kept = {k: properties[field][k] for k in ("default", "title") if k in properties[field]}
+        properties[field] = {**accepted, **kept}
+        if "anyOf" not in accepted and "default" not in kept:
+            component.setdefault("required", []).append(field)
+
+
+def served_document(app: FastAPI, catalog: Catalog, max_client_batch_size: int) -> Callable[[], dict]:
+    """What replaces app.openapi: FastAPI's document, made once, with this deployment's refusals."""
+    document = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = document()
+        components = schema.get("components", {}).get("schemas", {})
+        batch_bound(components, max_client_batch_size)
+        for routes in TASK_ROUTES:
+            served = catalog.of_task(routes.answers)
+            if not served:
+                continue  # the route answers 424, as documented
+            accepted = routes.accepts(tuple(m.head for m in served)) if routes.accepts else {}
+            for name in request_components(routes.paths):
+                narrow(components[name], {**accepted, "model": named(served)})
+        if len(catalog.models) > 1:  # /tokenize and /info read any model's: which one, `model` must say
+            for name in request_components(ANY_MODEL_PATHS):
+                narrow(components[name], {"model": named(catalog.models)})
+            for operation in (op for path in ANY_MODEL_PATHS for op in schema["paths"].get(path, {}).values()):
+                for parameter in operation.get("parameters", ()):
+                    if parameter["name"] == "model":
+                        parameter.update(required=True, schema=named(catalog.models))
+        return schema
+
+    return openapi

@@ -1,0 +1,145 @@
+"""Options -> RepoSpec: every name, tensor, batching and placement decision of one model's Triton models, and
+what an existing repository decides for a model that joins it (its versions, its fused configs' name)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .. import tasks
+from ..errors import TritonizeError
+from ..manifest import Manifest, choose, find_manifests
+from ..spec import (
+    CONFIGS_DIR,
+    CONTAINER_MODEL_INSTANCES,
+    EARLIER_FUSED_CONFIG_NAME,
+    FIRST_VERSION,
+    FUSED_CONFIG_NAME,
+    FUSED_STEP_INSTANCES,
+    VARIANT_CONFIGS,
+    FusedRuntimeSpec,
+    GenerateOptions,
+    ModelSpec,
+    RepoSpec,
+    StepSpec,
+    TensorRTSpec,
+    default_queue_size,
+    normalise_buckets,
+    step_names,
+)
+
+
+def plan(options: GenerateOptions, model: ModelSpec, name: str, fused_config: str = FUSED_CONFIG_NAME) -> RepoSpec:
+    """Decide names, tensors, batching, placement and runtime parameters of the model's Triton models (the
+    ensemble and the steps its task's pipeline runs)."""
+    options.check()
+    if not name or not all(c.isalnum() or c in "_-." for c in name):
+        raise TritonizeError(f"invalid model name {name!r}", hint="use letters, digits, '_', '-' or '.'")
+    task = tasks.of(model.head)
+    if not options.truncate and not task.truncates:
+        raise TritonizeError(f"--no-truncate does not apply to {task.name}: every context is read whole, in windows")
+    if options.precision == "int8" and task.int8_figure is None:
+        offered = ", ".join(t.name for t in tasks.TASKS.values() if t.int8_figure)
+        raise TritonizeError(f"--precision int8 is offered for {offered}, where verification measures what it "
+                             f"keeps; not for {task.name}", hint="serve it in fp32")
+    names = step_names(name)
+    pipeline = task.pipeline
+    queue_size = (default_queue_size(options.queue_budget_ms, options.capacity_rps) if options.max_queue_size is None
+                  else options.max_queue_size)
+    buckets = normalise_buckets(options.buckets, model.max_length)
+
+    def step(role: str, module: str, instances: int, kind: str) -> StepSpec:
+        return StepSpec(
+            name=names[role],
+            module=module,
+            max_batch_size=options.max_batch_size,
+            max_queue_delay_us=options.max_queue_delay_us,
+            instance_count=instances,
+            kind=kind,  # type: ignore[arg-type]
+            max_queue_size=queue_size,
+            max_queue_wait_us=1000 * options.queue_budget_ms if queue_size else 0,
+        )
+
+    return RepoSpec(
+        name=name,
+        model=model,
+        description=task.describe(model.head),
+        text_inputs=task.answers.text_inputs,
+        outputs=task.outputs(model.head),
+        labels=task.labels(model.head),
+        graph_outputs=task.graph_outputs(model.head),
+        truncation=task.truncation_for(model.head),
+        pipeline=pipeline,
+        first_step=step("tokenizer", pipeline.first_module, options.tokenizer_instances, "KIND_CPU"),
+        model_step=step("model", pipeline.model_module, options.model_instances or CONTAINER_MODEL_INSTANCES,
+                        "KIND_GPU" if options.device == "gpu" else "KIND_CPU"),
+        fused_model_instances=options.model_instances or FUSED_STEP_INSTANCES,
+        fused_runtime=FusedRuntimeSpec(gather_us=options.gather_us),
+        buckets=buckets,
+        device=options.device,  # type: ignore[arg-type]
+        precision=options.precision,  # type: ignore[arg-type]
+        tensorrt=(TensorRTSpec.of(options.precision, model.input_names, buckets, options.max_batch_size)
+                  if options.tensorrt else None),
+        max_batch_size=options.max_batch_size,
+        post_step=step("post", pipeline.post_module, 1, "KIND_CPU") if pipeline.post_module else None,
+        post_parameters=task.post_parameters(model),
+        first_parameters=task.first_parameters(model, names["model"], options.max_batch_size),
+        max_request_bytes=options.max_request_bytes,
+        truncate=options.truncate,
+        version=options.version or FIRST_VERSION,
+        fused_config_name=fused_config,
+    )
+
+
+def fused_config_name(root: Path) -> str:
+    """What the fused variant's configs are named in the repository at `root`: FUSED_CONFIG_NAME, or the earlier
+    name where the repository was written with it."""
+    earlier = f"*/{CONFIGS_DIR}/{EARLIER_FUSED_CONFIG_NAME}.pbtxt"
+    return EARLIER_FUSED_CONFIG_NAME if any(Path(root).glob(earlier)) else FUSED_CONFIG_NAME
+
+
+def variant_config(root: Path, variant: str) -> str | None:
+    """The configs a server on the repository at `root` selects for `variant` (Triton's --model-config-name;
+    None: each model's config.pbtxt)."""
+    if variant not in VARIANT_CONFIGS:
+        raise TritonizeError(f"unknown variant {variant!r}", hint=f"use one of: {', '.join(VARIANT_CONFIGS)}")
+    return fused_config_name(root) if VARIANT_CONFIGS[variant] else None
+
+
+def versions(output: Path, name: str | None = None) -> list[int]:
+    """The version folders of a model (the only one, or `name`), read from its ensemble's folder (every step
+    has the same)."""
+    manifests = find_manifests(output)
+    current = choose(manifests, name, output, "--name") if manifests else None
+    folder = Path(output) / current.name if current else None
+    if folder is None or not folder.is_dir():
+        return []
+    return sorted(int(p.name) for p in folder.iterdir() if p.is_dir() and p.name.isdigit())
+
+
+def joins(output: Path, options: GenerateOptions) -> Manifest | None:
+    """The manifest of the model a new version joins, or None where generate writes a whole repository.
+
+    A version joins only above every version already there: a version folder a server may have loaded is
+    never rewritten in place. In a repository of several models, each model has its own versions.
+    """
+    if options.version is None:
+        return None
+    manifests = find_manifests(output)
+    if not manifests:
+        return None
+    names = [m.name for m in manifests]
+    if options.name and options.name not in names:
+        raise TritonizeError(
+            f"{output} has no model {options.name!r} to add version {options.version} to (it holds {', '.join(names)})",
+            hint="a new version keeps its model's name; to serve another model beside these, pass --add without --version",
+        )
+    current = choose(manifests, options.name, output, "--name")
+    present = versions(output, current.name)
+    if present and options.version <= present[-1]:
+        raise TritonizeError(
+            f"{output} already has version(s) {', '.join(map(str, present))}"
+            f"{f' of {current.name}' if len(manifests) > 1 else ''}: version {options.version} would rewrite "
+            "what a server may be serving",
+            hint=f"pass --version {present[-1] + 1}",
+        )
+    return current

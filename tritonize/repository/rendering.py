@@ -1,0 +1,115 @@
+"""RepoSpec -> text: templates/ rendered, and every config parsed into Triton's own `ModelConfig` protobuf.
+
+Templates hold the layout and RepoSpec the decisions; a config that does not parse, or names another model
+than its folder's, is a generation error before anything is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+import yaml
+from google.protobuf import json_format, text_format
+from tritonclient.grpc import model_config_pb2
+
+from .. import serving
+from ..errors import TritonizeError
+from ..paths import TEMPLATES_DIR
+from ..spec import CONFIG_FILE, CONFIGS_DIR, LABELS_FILE, MANIFEST_FILE, MODEL_FILE, SERVED_ENTRY, VERIFICATION_FILE, RepoSpec
+from ..verify import VerificationReport
+
+
+@dataclass(frozen=True)
+class RenderedFile:
+    path: str  # relative to the repository root
+    text: str
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
+        undefined=jinja2.StrictUndefined,  # a missing value is a generation error, not an empty string
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters["to_yaml"] = lambda value: yaml.safe_dump(value, sort_keys=False).rstrip("\n")
+    return env
+
+
+def render_layout(layout: list[tuple[str, str, dict]], common: dict) -> list[RenderedFile]:
+    env = _environment()
+    files = []
+    for path, template, extra in layout:
+        try:
+            text = env.get_template(template).render(**common, **extra)
+        except jinja2.TemplateError as exc:
+            raise TritonizeError(f"template {template} failed to render: {exc}") from exc
+        files.append(RenderedFile(path, text))
+    return files
+
+
+def model_files(repo: RepoSpec, report: VerificationReport) -> list[RenderedFile]:
+    """The configs, labels and version report of one model's folders."""
+    fused = f"{CONFIGS_DIR}/{repo.fused_config_name}.pbtxt"
+    common = {"repo": repo, "fused_config_name": repo.fused_config_name, "model_file": MODEL_FILE,
+              "manifest_file": MANIFEST_FILE}
+    t, m, e = repo.first_step.name, repo.model_name, repo.name
+    layout = [
+        (f"{e}/{CONFIG_FILE}", "ensemble/config.pbtxt.j2", {"steps": repo.ensemble_steps, "fused": False}),
+        (f"{e}/{fused}", "ensemble/config.pbtxt.j2", {"steps": repo.fused_ensemble_steps, "fused": True}),
+        (f"{t}/{CONFIG_FILE}", "tokenizer/config.pbtxt.j2", {"step": repo.first_step, "idle": False}),
+        *([(f"{t}/{fused}", "tokenizer/config.pbtxt.j2",
+            {"step": dataclasses.replace(repo.first_step, instance_count=1), "idle": True})] if repo.pipeline.fuses else []),
+        (f"{m}/{CONFIG_FILE}", "model/onnxruntime.pbtxt.j2", {"step": repo.model_step, "ragged": False}),
+        (f"{m}/{fused}", "model/python.pbtxt.j2", {"step": repo.fused_model_step}),
+        # Each version keeps the report of its own graph; the one in the index is the served version's.
+        (f"{m}/{repo.version}/{VERIFICATION_FILE}", "repository/verification.json.j2", {"report": report.to_dict()}),
+    ]
+    if repo.post_step:
+        layout.append((f"{repo.post_step.name}/{CONFIG_FILE}", "post/config.pbtxt.j2", {"step": repo.post_step}))
+    if repo.labels:
+        # Triton's classification extension reads labels next to the config that names them.
+        layout += [(f"{d}/{LABELS_FILE}", "repository/labels.txt.j2", {}) for d in (m, e)]
+    return render_layout(layout, common)
+
+
+def served_files(repo: RepoSpec) -> dict[str, Path]:
+    """Each Python step's module as model.py, and the served modules it imports, copied byte for byte."""
+    return {
+        f"{step.name}/{repo.version}/{target}": source
+        for step in repo.steps
+        for target, source in serving.step_files(step.module, SERVED_ENTRY).items()
+    }
+
+
+def parse_config(text: str, origin: str = CONFIG_FILE) -> model_config_pb2.ModelConfig:
+    """Parse into Triton's own ModelConfig schema; any unknown field or bad value is an error."""
+    config = model_config_pb2.ModelConfig()
+    try:
+        text_format.Parse(text, config)
+    except text_format.ParseError as exc:
+        raise TritonizeError(f"{origin} is not a valid Triton ModelConfig: {exc}") from exc
+    return config
+
+
+def config_as_triton_passes_it(path: Path) -> dict:
+    """A config.pbtxt as the JSON dict Triton hands a Python model in args["model_config"]."""
+    config = parse_config(path.read_text(), str(path))
+    return json_format.MessageToDict(config, preserving_proto_field_name=True)
+
+
+def validate(files: list[RenderedFile]) -> dict[str, model_config_pb2.ModelConfig]:
+    """Schema-check every config, and that each names the model of its directory."""
+    configs = {}
+    for f in files:
+        if not f.path.endswith(".pbtxt"):
+            continue
+        config = parse_config(f.text, f.path)
+        model_dir = f.path.split("/")[0]
+        if config.name != model_dir:
+            raise TritonizeError(f"{f.path} names model {config.name!r} but lives in {model_dir}/")
+        configs[f.path] = config
+    return configs

@@ -1,0 +1,76 @@
+"""What reading a task's answers takes: the tensors a request sends and gets back, and how they decode.
+
+Each task package's answers.py holds its side of this (what vLLM calls a task's protocol): the head it
+describes, the ensemble's input and output names, and how a client turns the returned arrays into one
+answer per text. Clients, the API and the benchmark's readers import these modules alone; building and
+verifying a repository is task.py's.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+from collections.abc import Sequence
+from typing import ClassVar
+
+import numpy as np
+
+from ..serving.batching import ROW_FIELDS
+from ..spec import TEXT_INPUT, Head, TensorSpec
+
+SAMPLE_TEXT = "Triton serves raw strings."
+
+
+class Answers(abc.ABC):
+    head_type: ClassVar[type[Head]]
+    output_names: ClassVar[tuple[str, ...]]  # what the ensemble returns (clients recognise a task by them)
+    text_inputs: ClassVar[tuple[TensorSpec, ...]] = (TensorSpec(TEXT_INPUT, "TYPE_STRING", (1,)),)
+    # For a pair task, what curl examples send as the first text (a query, a question).
+    sample_first: ClassVar[str] = ""
+    # Whether the ensemble also returns each row's tokens: where its first step tokenizes, and so knows them.
+    reports_tokens: ClassVar[bool] = True
+
+    @property
+    def name(self) -> str:
+        return self.head_type.task
+
+    @property
+    def ensemble_output_names(self) -> tuple[str, ...]:
+        """What the ensemble returns: the answer, then (where the first step tokenizes) each row's tokens."""
+        return self.output_names + (ROW_FIELDS if self.reports_tokens else ())
+
+    def request(self, rows: Sequence[tuple[str, ...]]) -> dict[str, list[str]]:
+        """The ensemble's inputs for these rows (one text per text input each): a column per input."""
+        return {spec.name: [row[i] for row in rows] for i, spec in enumerate(self.text_inputs)}
+
+    def row_for(self, text: str) -> tuple[str, ...]:
+        """A request row around one text: a pair task puts its sample first text (a query, a question) before it."""
+        return (self.sample_first, text) if len(self.text_inputs) == 2 else (text,)
+
+    def sample_body(self, text: str = SAMPLE_TEXT) -> str:
+        """A KServe v2 JSON request with one row, for curl examples (a pair: sample_first, then the text)."""
+        return sample_body(self.text_inputs, list(self.row_for(text)))
+
+    def client_request(self, top_k: int) -> tuple[list[str] | None, int]:
+        """(outputs to ask for, or None for all; Triton classification count per output)."""
+        return None, 0
+
+    @abc.abstractmethod
+    def rows(self, outputs: dict[str, np.ndarray]) -> list[dict]:
+        """One JSON-able answer per text, from the arrays a request returned."""
+
+    @abc.abstractmethod
+    def summary_line(self, row: dict) -> str:
+        """One row in a few words, for the client scripts."""
+
+
+def sample_body(text_inputs: tuple[TensorSpec, ...], texts: list[str] | None = None) -> str:
+    """A KServe v2 JSON request of one row: one text per input (the sample text in each by default)."""
+    texts = texts or [SAMPLE_TEXT] * len(text_inputs)
+    return json.dumps({"inputs": [{"name": t.name, "shape": [1, 1], "datatype": "BYTES", "data": [x]}
+                                  for t, x in zip(text_inputs, texts)]})
+
+
+def json_cells(arr: np.ndarray) -> list:
+    """BYTES cells holding one JSON document each (entities, an answer), decoded in order."""
+    return [json.loads(c.decode("utf-8") if isinstance(c, bytes) else str(c)) for c in np.asarray(arr).reshape(-1)]

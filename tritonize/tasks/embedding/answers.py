@@ -1,0 +1,75 @@
+"""Reading sentence embeddings: one vector per text under `embedding`, cut to a Matryoshka size on request."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+import numpy as np
+
+from ...errors import TritonizeError
+from ...spec import Head as BaseHead
+from ..answers import Answers
+
+OUTPUT = "embedding"
+Library = Literal["sentence-transformers", "transformers"]
+
+
+@dataclass(frozen=True)
+class Head(BaseHead):
+    task: ClassVar[str] = "embedding"
+    pooling: str  # a sentence-transformers mode ("+"-joined when several are concatenated)
+    normalize: bool
+    dim: int
+    library: Library = "transformers"  # whose modules the graph is: sentence-transformers' own, or tritonize's pooling
+    dense: int = 0  # Dense projections after pooling
+    prompts: tuple[tuple[str, str], ...] = ()  # (name, text) declared by the folder; clients prepend them
+    # The folder's truncate_dim (config_sentence_transformers.json): its encode, and so the graph, returns the
+    # first `dim` values, not re-normalised. 0: the whole vector.
+    truncate_dim: int = 0
+    # Matryoshka sizes a request may cut the served vector to, largest first (the served `dim` among them);
+    # (): the model declares none, and a request for another size is refused.
+    dimensions: tuple[int, ...] = ()
+
+    def truncate(self, vectors: np.ndarray, dim: int) -> np.ndarray:
+        """Served embeddings at one of the declared Matryoshka sizes (an API request's `dimensions`), as
+        sentence-transformers' encode(truncate_dim=dim, normalize_embeddings=<the model normalises>) computes
+        them. A size the model does not declare is refused: a cut the model was not trained for is not its
+        answer."""
+        if dim not in self.dimensions:
+            declared = ", ".join(map(str, self.dimensions)) or "none"
+            raise TritonizeError(
+                f"this model serves {self.dim}-value embeddings and cannot be cut to {dim} values "
+                f"(Matryoshka sizes declared: {declared})",
+                hint="generate the repository with --matryoshka-dims if the model was trained for those sizes",
+            )
+        return truncate_embeddings(vectors, dim, self.normalize)
+
+
+def truncate_embeddings(vectors: np.ndarray, dim: int, normalize: bool) -> np.ndarray:
+    """The first `dim` values of each vector, re-normalised to unit length when `normalize` (as
+    torch.nn.functional.normalize: divided by max(norm, 1e-12))."""
+    cut = np.asarray(vectors, dtype=np.float32)[..., :dim]
+    if not normalize:
+        return cut
+    return cut / np.maximum(np.linalg.norm(cut, axis=-1, keepdims=True), 1e-12)
+
+
+class EmbeddingAnswers(Answers):
+    head_type = Head
+    output_names = (OUTPUT,)
+
+    def vectors(self, outputs: dict[str, np.ndarray]) -> np.ndarray:
+        """One float32 vector per text, as served (no copy)."""
+        return outputs[OUTPUT]
+
+    def rows(self, outputs: dict[str, np.ndarray]) -> list[dict]:
+        return [{OUTPUT: np.asarray(v, dtype=np.float32).tolist()} for v in outputs[OUTPUT]]
+
+    def summary_line(self, row: dict) -> str:
+        vec = np.asarray(row[OUTPUT])
+        head = ", ".join(f"{v:+.4f}" for v in vec[:4])
+        return f"dim {vec.size}  norm {np.linalg.norm(vec):.3f}  [{head}, ...]"
+
+
+ANSWERS = EmbeddingAnswers()
