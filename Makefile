@@ -86,7 +86,7 @@ system-deps:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	  else echo "note: make backend needs:$$missing (sudo apt-get install$$missing)" >&2; fi; \
 	fi
-	@# Chromium: tests/test_api_schema.py opens the API's /docs in a real headless browser, offline.
+	@# Chromium: tests/e2e/test_api_schema.py opens the API's /docs in a real headless browser, offline.
 	@if ! command -v chromium >/dev/null; then \
 	  if [ "$$(id -u)" = 0 ]; then echo "installing chromium (the API docs' browser test)"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; \

@@ -3,49 +3,29 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from support.int8 import int8_repo, sources  # noqa: F401 - fixtures the unit and e2e int8 tests share
+from support.multi_model import stack  # noqa: F401 - the embedder and reranker repository both share
+from support.tiny_models import TinyRepo, generate_tiny
+from support.versions import second_model  # noqa: F401 - the version both share
 
 # tests/container/ runs against a Docker engine that `make test-container` starts (tests/container/engine.sh);
 # `make test` never collects it.
 CONTAINER_TESTS = os.environ.get("TRITONIZE_CONTAINER_TESTS") == "1"
 collect_ignore = [] if CONTAINER_TESTS else ["container"]
 
-# --- Local Triton server: tiny generated repositories and free ports ----------
-# Used by tests/test_local_runtime.py and tests/test_e2e_local.py.
-
-
-@dataclass(frozen=True)
-class TinyRepo:
-    """A generated repository and the model folder it came from."""
-
-    source: Path  # the Hugging Face / sentence-transformers folder
-    repository: Path
-    name: str  # the ensemble clients call
-
-
-def _generate_tiny(base: Path, kind: str) -> TinyRepo:
-    from tiny_models import build_classifier, build_embedding_model
-    from tritonize.generate import generate
-    from tritonize.spec import GenerateOptions
-
-    name = f"tiny{kind}"
-    build = build_embedding_model if kind == "emb" else build_classifier
-    source = build(base / f"{name}-src")
-    repository = generate(GenerateOptions(model=str(source), name=name, output=str(base / f"{name}-repo")))
-    return TinyRepo(source=Path(source), repository=Path(repository), name=name)
-
 
 @pytest.fixture(scope="session")
 def tiny_embedding_repo(tmp_path_factory) -> TinyRepo:
-    return _generate_tiny(tmp_path_factory.mktemp("tiny-emb"), "emb")
+    return generate_tiny(tmp_path_factory.mktemp("tiny-emb"), "emb")
 
 
 @pytest.fixture(scope="session")
 def tiny_classifier_repo(tmp_path_factory) -> TinyRepo:
-    return _generate_tiny(tmp_path_factory.mktemp("tiny-cls"), "cls")
+    return generate_tiny(tmp_path_factory.mktemp("tiny-cls"), "cls")
 
 
 @pytest.fixture(scope="session")

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conftest import (
+from support.container import (
     API_ATOL,
     LONG,
     MEMLOCK,
@@ -250,7 +250,7 @@ def test_the_api_container_answers_the_openai_route_over_grpc(deployed, engine, 
     import json
     import urllib.request
 
-    from standin import build
+    from container.standin import build
 
     start = time.perf_counter()
     build(engine, ROOT, "docker/api.Dockerfile", "tritonize-api:test", None, {"PYTHON_IMAGE": images["python"].image})

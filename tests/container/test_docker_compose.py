@@ -33,7 +33,7 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import (
+from support.container import (
     API_ATOL,
     LONG,
     MEMLOCK,
@@ -47,7 +47,7 @@ from conftest import (
     record,
     wait_for,
 )
-from standin import prometheus
+from container.standin import prometheus
 from tritonize.client import TextClient
 from tritonize.runtime import container as ct
 from tritonize.runtime.base import Endpoints, http_get

@@ -189,7 +189,7 @@ def cpu_table(document: dict) -> Table | None:
 
 
 def model_batch(run: dict) -> float | None:
-    """Rows per graph run in a Triton run: the local one step's own count where it ran (it runs every request
+    """Rows per graph run in a Triton run: the fused step's own count where it ran (it runs every request
     waiting at once, whatever Triton handed it together), else the model step's batch as Triton reports it."""
     graph = (run.get("served") or {}).get(GRAPH_BATCH)
     return graph if graph else (run.get("steps") or {}).get("model", {}).get("avg_batch")

@@ -181,7 +181,7 @@ class Bench:
 
     def native_model_threads(self) -> int:
         """The model step's instances where a local server runs it on the native onnxruntime backend, inside the
-        server process; 0 where it has a stub of its own (the fused one step)."""
+        server process; 0 where it has a stub of its own (the fused step)."""
         if not self.o.start_local or self.o.variant != PRODUCTION_VARIANT:
             return 0
         path = repo_paths(self.o.repository, self.manifest.name)["model"] / CONFIG_FILE

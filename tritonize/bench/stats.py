@@ -182,7 +182,7 @@ def settled(read: Callable[[], T], limit_s: float = 10 * PUBLISH_S) -> T:
         last = now
 
 
-GRAPH_BATCH = "graph_batch"  # texts per graph run of the local one step, in a measurement's served counters
+GRAPH_BATCH = "graph_batch"  # texts per graph run of the fused step, in a measurement's served counters
 
 
 class ServedCounters:
@@ -203,7 +203,7 @@ class ServedCounters:
         after = self.read()
         delta = {k: round(v - self.before.get(k, 0.0), 3) for k, v in after.items() if v - self.before.get(k, 0.0)}
         runs = delta.get("tritonize_graph_runs_total")
-        if runs:  # the local one step runs the requests waiting at once: its graph's batch, not Triton's
+        if runs:  # the fused step runs the requests waiting at once: its graph's batch, not Triton's
             delta[GRAPH_BATCH] = round(delta.get("tritonize_graph_texts_total", 0.0) / runs, 2)
         tokens = delta.get("tritonize_tokens_total", 0.0)
         if tokens:

@@ -178,7 +178,7 @@ class Tuner:
                     result = load.measure(lambda: load.TritonGrpc(endpoints.grpc, self.name, self.inputs, self.timeout_s),
                                           w.rows, c, self.bound(c), lambda: (snaps.start(), served.start()))
                     model = snaps.finish(expected=result.completed)[names["model"]]
-                    # The local one step's graph runs take what its executions handed over: their batch, as bench's.
+                    # The fused step's graph runs take what its executions handed over: their batch, as bench's.
                     batch = served.finish().get(stats.GRAPH_BATCH) or model.avg_batch
                     point.runs.append({"workload": wname, **result.summary(), "avg_batch": round(batch, 2)})
 

@@ -6,7 +6,7 @@ connects, builds or pulls the image, runs that spec and waits for readiness.
 
 The container serves the repository's `config.pbtxt` files (native
 onnxruntime / TensorRT backends) unless `--config-name` says otherwise (the
-fused one step, `configs/local.pbtxt`, is selected that way).
+fused one step, `configs/fused.pbtxt`, is selected that way).
 
 The container's settings (ports, shm size, ulimits, healthcheck, watchdog,
 stop grace, restart policy) are container.py's, from which docker-compose.yml
@@ -597,7 +597,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--base-image", default=None,
                    help="build the serving image on this image instead of NVIDIA's (a test stand-in: docs/container.md)")
     g.add_argument("--config-name", default=None,
-                   help="serve each model's configs/NAME.pbtxt (e.g. local: the fused one step, no onnxruntime backend)")
+                   help="serve each model's configs/NAME.pbtxt (e.g. fused: the fused step, no onnxruntime backend; local in repositories written before that name)")
     g.add_argument("--network", default=None, help="the container's network; host: Triton binds --host's ports itself")
     g.add_argument("--build-network", default=None, help="the image build's network (pip must reach PyPI)")
     g.add_argument("--ulimit", type=_checked_by(parse_ulimit), action="append", default=[], metavar="NAME=SOFT[:HARD]",

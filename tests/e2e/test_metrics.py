@@ -1,0 +1,40 @@
+"""The served steps' counters on Triton's metrics port, against what the same steps count in-process."""
+
+from __future__ import annotations
+
+import pytest
+
+from support.metrics import scrape
+from tritonize import chain
+from tritonize.client import ServerError, TextClient
+from tritonize.runtime.local import LocalRuntime
+from tritonize.serving.metrics import COUNTED
+
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("local_triton")]
+
+
+def test_the_tokenizer_step_counts_what_it_tokenized_and_refused(tiny_embedding_repo, local_options, tmp_path) -> None:
+    texts = ["hello world", "Ünïcödé café 🚀 ☃", "many words in a row " * 40]  # the last is truncated at 64 tokens
+    name = tiny_embedding_repo.name
+    step = f'model="{name}_tokenizer"'
+    with LocalRuntime(local_options(tiny_embedding_repo.repository, tmp_path / "run"), quiet=True) as endpoints:
+        with TextClient(endpoints.grpc, name) as client:
+            for text in texts:
+                client.embed([text])
+            for bad in ([""], [b"\xff bad"], [""]):
+                with pytest.raises(ServerError):
+                    client.embed(bad)
+        metrics = scrape(endpoints.metrics)
+    counts: dict = {}
+    encoder = chain.text_encoder(tiny_embedding_repo.repository)
+    for text in texts:  # one request each, as sent
+        encoder.encode_many([[text]], counts=counts)
+    assert counts["truncated"] == 1 and counts["unknown"] > 0  # the case is exercised
+    for key, value in counts.items():
+        assert metrics[(COUNTED[key], step)] == value, key
+    assert metrics[("tritonize_inputs_rejected_total", f'{step},reason="empty"')] == 2
+    assert metrics[("tritonize_inputs_rejected_total", f'{step},reason="invalid_utf8"')] == 1
+    assert metrics[("tritonize_inputs_rejected_total", f'{step},reason="too_large"')] == 0
+    # The local one step's graph ran each request on its own (they were sent one at a time); none was refused.
+    assert metrics[("tritonize_graph_runs_total", step)] == 3 and metrics[("tritonize_graph_texts_total", step)] == 3
+    assert metrics[("tritonize_queue_full_total", step)] == 0

@@ -1,0 +1,247 @@
+"""The monitoring stack: a real Prometheus scraping a real local Triton, and the dashboard's queries through it.
+
+Offline: the dashboard shows what operators need (queue against compute time
+per step, batch size, request rate and errors, latency, the served steps'
+counters); the compose profile's Prometheus configuration is the template's
+rendering; promtool accepts it; a missing `prometheus` is one clear line.
+Live, with one server and one Prometheus for the module, started the way
+`deploy.py local up --monitoring` starts them: Prometheus's HTTP API shows
+the traffic sent, value for value; every dashboard query answers through it;
+`down` stops both.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from support.monitoring import dashboard, deploy, exprs, metric_names, need, query
+from tritonize import chain
+from tritonize.bench.stats import settled
+from tritonize.runtime import monitoring as mon
+from tritonize.runtime import process
+from tritonize.serving.metrics import COUNTED
+
+RATE_INTERVAL = "1m"  # what Grafana's $__rate_interval becomes in these checks
+
+
+def as_grafana_sends(expr: str) -> str:
+    """The query Grafana sends with every model chosen (the variable's allValue) and the rate interval."""
+    model = next(v for v in dashboard()["templating"]["list"] if v["name"] == "model")
+    sent = expr.replace("$__rate_interval", RATE_INTERVAL).replace("$model", model["allValue"])
+    assert "$" not in sent, f"a dashboard variable these checks do not know: {expr}"
+    return sent
+
+
+def series(prometheus: str, promql: str) -> dict[tuple[str, tuple], float]:
+    """(metric name, the other labels but job and instance) -> value."""
+    found = {}
+    for row in query(prometheus, promql):
+        labels = {k: v for k, v in row["metric"].items() if k not in ("__name__", "job", "instance")}
+        found[(row["metric"].get("__name__", ""), tuple(sorted(labels.items())))] = float(row["value"][1])
+    return found
+
+
+def triton_page(metrics_url: str) -> dict[tuple[str, tuple], float]:
+    """The same keys, read from Triton's own metrics page."""
+    with urllib.request.urlopen(metrics_url, timeout=5) as resp:  # noqa: S310 - loopback
+        text = resp.read().decode()
+    found = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            head, value = line.rsplit(" ", 1)
+            name, _, labels = head.partition("{")
+            pairs = tuple(sorted(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', labels)))
+            found[(name, pairs)] = float(value)
+    return found
+
+
+# --------------------------------------------------------------------------- live
+
+
+@dataclass
+class Monitored:
+    repository: Path
+    name: str
+    common: list[str]  # the deploy.py arguments that name this server
+    grpc: str
+    metrics: str
+    prometheus: str
+    directory: Path
+    summary: str
+
+
+@pytest.fixture(scope="module")
+def monitored(tiny_embedding_repo, local_triton, tmp_path_factory):
+    """`deploy.py local up --monitoring` in-process (its parser and dispatch), a 1 s scrape; `down` at the end."""
+    from tritonize.cli import build_parser
+    from tritonize.console import out
+    from tritonize.runtime import cli as runtime_cli
+    from tritonize.runtime.instance import instance_dir
+
+    need("prometheus")
+    http, grpc, metrics, prom = process.free_ports(4)
+    run_dir = tmp_path_factory.mktemp("monitoring") / "run"
+    common = ["--repository", str(tiny_embedding_repo.repository), "--run-dir", str(run_dir),
+              "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)]
+    parser = build_parser()
+    # No supervisor: its health checks would be traffic the counts below do not expect.
+    up = parser.parse_args(["deploy", "local", "up", *common, "--monitoring", "--prometheus-port", str(prom),
+                            "--scrape-interval", "1", "--no-supervise"])
+    with out.capture() as captured:
+        assert runtime_cli.run(up) == 0
+    try:
+        yield Monitored(
+            repository=tiny_embedding_repo.repository, name=tiny_embedding_repo.name, common=common,
+            grpc=f"127.0.0.1:{grpc}", metrics=f"http://127.0.0.1:{metrics}/metrics",
+            prometheus=f"http://127.0.0.1:{prom}", directory=instance_dir(run_dir, http).resolve(),
+            summary=captured.get(),
+        )
+    finally:
+        runtime_cli.run(parser.parse_args(["deploy", "local", "down", *common]))
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_prometheus_sees_the_traffic_value_for_value(monitored: Monitored) -> None:
+    from tritonize.client import ServerError, TextClient
+
+    name, step = monitored.name, f"{monitored.name}_tokenizer"
+    requests = [["hello world"], ["Ünïcödé café 🚀 ☃", "many words in a row " * 40],  # truncated at 64 tokens
+                ["the quick brown fox", "a", "b c"]]
+    refused = 2
+    # `up` already sent one, its health check; the steps publish what they counted within PUBLISH_S.
+    settled(lambda: {k: v for k, v in triton_page(monitored.metrics).items() if k[0].startswith("tritonize_")})
+    before = triton_page(monitored.metrics)
+    with TextClient(monitored.grpc, name) as client:
+        for texts in requests:
+            client.embed(texts)
+        for _ in range(refused):
+            with pytest.raises(ServerError):
+                client.embed([""])
+    counts: dict = {}
+    chain.text_encoder(monitored.repository).encode_many(requests, counts=counts)  # one group per request
+    assert counts["truncated"] == 1 and counts["unknown"] > 0  # the cases are exercised
+
+    def key(metric: str, model: str, **labels: str) -> tuple:
+        version = {} if metric.startswith("tritonize_") else {"version": "1"}
+        return metric, tuple(sorted({"model": model, **version, **labels}.items()))
+
+    texts = sum(len(r) for r in requests)
+    sent = {
+        key("nv_inference_request_success", name): len(requests),
+        key("nv_inference_count", name): texts,
+        # The local server's first step is the model step, which tokenizes (and refuses) itself.
+        key("nv_inference_request_success", f"{name}_model"): len(requests) + refused,  # an error answer counts
+        key("nv_inference_exec_count", f"{name}_model"): len(requests) + refused,  # one at a time: no batching
+        key("nv_inference_count", f"{name}_model"): texts + refused,
+        key("tritonize_inputs_rejected_total", step, reason="empty"): refused,
+        **{key(COUNTED[k], step): v for k, v in counts.items()},
+    }
+    expected = {k: before.get(k, 0.0) + v for k, v in sent.items()}
+    promql = f'{{job="{mon.JOB}", model=~"{name}.*"}}'
+    deadline = time.monotonic() + 20
+    while True:
+        seen = series(monitored.prometheus, promql)
+        if all(seen.get(k) == v for k, v in expected.items()) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert {k: seen.get(k) for k in expected} == expected
+    assert seen[key(COUNTED["texts"], step)] >= texts  # real values, not just presence
+    failures = sum(v for (metric, labels), v in seen.items()
+                   if metric == "nv_inference_request_failure" and ("model", name) in labels)
+    assert failures >= refused  # Triton 2.51 counts a failed ensemble request twice
+    p50 = query(monitored.prometheus, f'nv_inference_request_summary_us{{model="{name}", quantile="0.5"}}')
+    assert p50 and float(p50[0]["value"][1]) > 0
+    assert query(monitored.prometheus, f'up{{job="{mon.JOB}"}}')[0]["value"][1] == "1"
+    shown = {f"{m}{{{','.join(f'{k}={v}' for k, v in labels if k != 'version')}}}": v
+             for (m, labels), v in sorted(seen.items()) if (m, labels) in expected or m.endswith("_failure") and v}
+    print("\nthrough Prometheus:", json.dumps(shown, indent=1))
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_every_dashboard_query_answers_through_prometheus(monitored: Monitored) -> None:
+    from tritonize.client import TextClient
+
+    with TextClient(monitored.grpc, monitored.name) as client:
+        client.embed(["one more request, so that every rate has samples"])
+    exposed = {name for name, _ in triton_page(monitored.metrics)}
+    names_url = f"{monitored.prometheus}/api/v1/label/__name__/values"
+    with urllib.request.urlopen(names_url, timeout=5) as resp:  # noqa: S310 - loopback
+        stored = set(json.loads(resp.read())["data"])
+    empty = {}
+    for title, expr in exprs(dashboard()):
+        names = metric_names(expr)
+        assert names and names <= exposed, f"{title}: {names - exposed} not on Triton's metrics page"
+        assert names <= stored, f"{title}: {names - stored} not in Prometheus"
+        deadline = time.monotonic() + 10
+        while not (result := query(monitored.prometheus, as_grafana_sends(expr))) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        if not result:
+            empty[title] = expr
+        else:
+            models = {row["metric"].get("model") for row in result}
+            assert models and None not in models, f"{title}: not per model: {result}"
+    assert not empty, f"dashboard queries with no answer: {empty}"
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_up_runs_our_own_prometheus_on_loopback_with_the_admin_apis_off(monitored: Monitored) -> None:
+    promtool = need("promtool")
+    state = mon.LocalPrometheus(monitored.directory).running()
+    assert state is not None
+    port = monitored.prometheus.rsplit(":", 1)[1]
+    config = monitored.directory / mon.DIRECTORY / mon.CONFIG_FILE
+    assert state.command[1:] == [
+        f"--config.file={config}",
+        f"--storage.tsdb.path={monitored.directory / mon.DIRECTORY / mon.DATA_DIR}",
+        f"--storage.tsdb.retention.time={mon.RETENTION}",
+        f"--web.listen-address=127.0.0.1:{port}",
+    ]
+    result = subprocess.run([promtool, "check", "config", str(config)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert yaml.safe_load(config.read_text())["scrape_configs"][0]["static_configs"][0]["targets"] == [
+        monitored.metrics.split("/")[2]]
+    for path, refused in (("/-/reload", 403), ("/-/quit", 403), ("/api/v1/admin/tsdb/snapshot", 500)):
+        request = urllib.request.Request(f"{monitored.prometheus}{path}", method="POST")
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(request, timeout=5)  # noqa: S310
+        assert info.value.code == refused, path
+    # The summary: Prometheus's URL and a query to try, which answers.
+    assert f"Prometheus {monitored.prometheus}" in monitored.summary
+    curl = f"curl -sG {monitored.prometheus}/api/v1/query --data-urlencode 'query={mon.EXAMPLE_QUERY}'"
+    assert curl in monitored.summary
+    assert query(monitored.prometheus, mon.EXAMPLE_QUERY)
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_status_reports_prometheus_and_down_stops_it(monitored: Monitored) -> None:
+    status = deploy("status", *monitored.common)
+    assert status.returncode == 0, status.stdout + status.stderr
+    line = next(line for line in status.stdout.splitlines() if line.startswith("monitoring: "))
+    assert f"Prometheus {monitored.prometheus}" in line and line.endswith("target up"), line
+    from tritonize.runtime.instance import read_instance
+
+    pid = mon.LocalPrometheus(monitored.directory).running().pid
+    server = read_instance(monitored.directory).pid
+    down = deploy("down", *monitored.common)
+    assert down.returncode == 0, down.stderr
+    assert "Prometheus stopped" in down.stderr
+    for child in (pid, server):  # both were started by this process: collect them
+        assert process.start_ticks(child) is None or process.is_zombie(child)
+        process.reap(child)
+    assert mon.LocalPrometheus(monitored.directory).running() is None
+    assert (monitored.directory / mon.DIRECTORY / mon.DATA_DIR).is_dir()  # its data stays

@@ -1,0 +1,124 @@
+"""Helpers shared by several test modules."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+KEY = "test-key-0123456789"
+
+
+@dataclass
+class Api:
+    url: str
+    key: str | None
+    process: subprocess.Popen
+
+    def call(self, method: str, path: str, body: bytes | dict | None = None, headers: dict | None = None,
+             key: str | None = "default") -> tuple[int, Any, Any]:
+        data = json.dumps(body).encode() if isinstance(body, dict) else body
+        hdrs = {"Content-Type": "application/json"} if isinstance(body, dict) else {}
+        key = self.key if key == "default" else key
+        if key:
+            hdrs["Authorization"] = f"Bearer {key}"
+        hdrs.update(headers or {})
+        req = urllib.request.Request(self.url + path, data=data, headers=hdrs, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                return resp.status, resp.headers, json.loads(resp.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.headers, json.loads(exc.read() or b"null")
+
+
+def start_api(repository: Path, grpc: str, *extra: str, key: str | None = None) -> Api:
+    from tritonize.runtime.process import free_ports
+
+    (port,) = free_ports(1)
+    args = [sys.executable, "-m", "tritonize.cli", "api", "-r", str(repository), "--grpc-url", grpc,
+            "--port", str(port), *extra] + (["--api-key", key] if key else [])
+    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    api = Api(f"http://127.0.0.1:{port}", key, process)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(process.stdout.read().decode())
+        try:
+            if api.call("GET", "/health")[0] == 200:
+                return api
+        except OSError:
+            pass
+        time.sleep(0.2)
+    process.kill()
+    raise AssertionError("the API did not become healthy")
+
+
+def stop(api: Api) -> None:
+    api.process.terminate()
+    api.process.wait(timeout=20)
+
+
+@pytest.fixture(scope="module")
+def matryoshka_repo(tmp_path_factory):
+    """A tiny sentence-transformers embedder declared Matryoshka-capable at 32 (served), 16 and 8 values."""
+    from support.tiny_models import TinyRepo, build_embedding_model
+    from tritonize.generate import generate
+    from tritonize.spec import GenerateOptions
+
+    base = tmp_path_factory.mktemp("api-emb")
+    source = build_embedding_model(base / "src")
+    repo = generate(GenerateOptions(model=str(source), name="emb", output=str(base / "repo"),
+                                    matryoshka_dims=[32, 16, 8]))
+    return TinyRepo(source=Path(source), repository=Path(repo), name="emb")
+
+
+@pytest.fixture(scope="module")
+def served(matryoshka_repo, local_triton, local_options, tmp_path_factory):
+    from tritonize.runtime.local import LocalRuntime
+
+    runtime = LocalRuntime(local_options(matryoshka_repo.repository, tmp_path_factory.mktemp("api-run")), quiet=True)
+    endpoints = runtime.up()
+    api = start_api(matryoshka_repo.repository, endpoints.grpc, "--max-client-batch-size", "8", key=KEY)
+    try:
+        yield matryoshka_repo, endpoints, api
+    finally:
+        stop(api)
+        runtime.down()
+
+
+CHECKS = ("not_a_server_error", "status_code_conformance", "response_schema_conformance", "positive_data_acceptance",
+          "unsupported_method")
+# Schema-valid requests a route may still refuse, and why: the statuses positive_data_acceptance accepts
+# besides schemathesis' own (2xx, 401, 404 for a model of no such name, 429).
+ACCEPTED = ["2xx", "3xx", "401", "403", "404", "409", "429"]
+# /tokenize reads any model's tokenizer: a prompt name that model does not declare is refused with 422 (the
+# task routes' documents name the declared ones: api/openapi.py).
+ANY_MODEL = ("/tokenize",)
+FUZZ_TIMEOUT_S = 120
+
+
+def accepting(route: str, *statuses: str) -> str:
+    """A schemathesis operation section: positive_data_acceptance also takes these statuses on this route."""
+    listed = ", ".join(f'"{s}"' for s in (*ACCEPTED, *statuses))
+    return f'[[operations]]\ninclude-path = "{route}"\nchecks.positive_data_acceptance.expected-statuses = [{listed}]\n'
+
+
+def fuzz(url: str, workdir: Path, config: str = "", key: str | None = None) -> None:
+    """schemathesis against the live API from its own /openapi.json; its report on failure."""
+    (workdir / "schemathesis.toml").write_text(config)
+    command = [str(Path(sys.executable).with_name("schemathesis")), "--config-file", str(workdir / "schemathesis.toml"),
+               "run", f"{url}/openapi.json", "--checks", ",".join(CHECKS), "--max-examples", "8",
+               "--phases", "examples,coverage,fuzzing", "--workers", "1", "--seed", "34", "--generation-database",
+               "none", "--no-color", "--report-dir", str(workdir / "report")]
+    command += ["--header", f"Authorization: Bearer {key}"] if key else []
+    done = subprocess.run(command, capture_output=True, text=True, timeout=FUZZ_TIMEOUT_S, cwd=workdir)
+    assert done.returncode == 0, done.stdout[-8000:] + done.stderr[-2000:]
+    assert "Tested: 13" in done.stdout, done.stdout[-3000:]  # every documented operation was reached

@@ -1,0 +1,248 @@
+"""`tritonize bench` and `tritonize tune` on the tiny embedding model: structure and counts, not speed.
+
+The end-to-end tests start real servers (Triton, the Starlette baselines)
+with request-bounded runs, so every count is exact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from tritonize import chain
+from tritonize.bench import baseline_server, corpus, floor, stats, tune
+from tritonize.errors import TritonizeError
+
+# -- workloads -----------------------------------------------------------------
+
+
+def test_shipped_corpus_is_varied() -> None:
+    texts = corpus.read_corpus()
+    words = [len(t.split()) for t in texts]
+    assert len(texts) >= 300
+    assert min(words) <= 3 and max(words) >= 150  # a few to a few hundred tokens
+    assert sum(any(ord(c) > 127 for c in t) for t in texts) >= 20  # some non-ASCII
+    assert len(set(texts)) > 0.9 * len(texts)
+
+
+def test_fixed_length_texts_have_exact_token_counts(tiny_embedding_repo) -> None:
+    chained = chain.in_process(tiny_embedding_repo.repository)
+    w = corpus.build_workloads(["short", "long", "mixed"], chained.lengths, chained.max_length, corpus.read_corpus(), 16, 48, n_texts=50)
+    for name, target in (("short", 16), ("long", 48)):
+        assert len(w[name].rows) == 50 and len(set(w[name].rows)) == 50
+        assert all(len(r) == 1 for r in w[name].rows)
+        assert {len(chained.encoder.tokenizer.encode(r[0]).ids) for r in w[name].rows} == {target}
+    assert w["mixed"].summary()["tokens"]["max"] <= chained.max_length  # truncated as the server truncates
+
+
+def test_served_counters_are_read_once_they_stop_moving() -> None:
+    """The steps publish their counts up to PUBLISH_S late: a read settles on the first value read twice running."""
+    reads = iter([{"texts": 3.0}, {"texts": 7.0}, {"texts": 8.0}, {"texts": 8.0}, {"texts": 9.0}])
+    assert stats.settled(lambda: next(reads)) == {"texts": 8.0}
+    moving = iter(range(1000))
+    started = time.monotonic()
+    assert stats.settled(lambda: next(moving), limit_s=0.5) >= 2  # never still: the last read once the limit passed
+    assert time.monotonic() - started < 2.0
+
+
+def test_the_floor_at_a_batch_it_did_not_measure() -> None:
+    """The CPU table's split of the gap: between the floor at the step's own batch and its best batch."""
+    from tritonize.bench.report import floor_rate_at
+
+    by_batch = {"1": 200.0, "4": 272.0, "16": 296.0, "64": 343.0}
+    assert floor_rate_at(by_batch, 4) == 272.0
+    assert floor_rate_at(by_batch, 8) == pytest.approx(284.0)  # halfway between 4 and 16 in log2
+    assert floor_rate_at(by_batch, 0.5) == 200.0 and floor_rate_at(by_batch, 500) == 343.0
+    assert floor_rate_at({}, 8) is None and floor_rate_at(by_batch, None) is None
+
+
+def test_targets_over_the_peer_and_over_fp32_come_only_from_what_the_run_measured() -> None:
+    from tritonize.bench.targets import evaluate
+
+    def run(system: str, workload: str, rps: float) -> dict:
+        return {"system": system, "workload": workload, "concurrency": 16, "throughput_rps": rps}
+
+    doc = {"meta": {"precision": "fp32"}, "compared": {"int8": {"precision": "int8"}},
+           "runs": [run("triton-grpc", "short", 300.0), run("infinity", "short", 150.0),
+                    run("triton-grpc/int8", "short", 500.0), run("triton-grpc", "long", 30.0),
+                    run("infinity", "long", 26.0), run("triton-grpc/int8", "long", 60.0)]}
+    found = {(t["name"], t["workload"]): t for t in evaluate(doc)}
+    assert found[("throughput vs infinity", "short")]["passed"]  # 300 >= 1.5 x 150
+    assert not found[("throughput vs infinity", "long")]["passed"]  # 30 < 1.2 x 26
+    assert found[("int8 vs fp32 throughput", "short")] | {"passed": None} == {
+        "name": "int8 vs fp32 throughput", "workload": "short", "concurrency": 16, "value": 500.0, "limit": 600.0,
+        "passed": None, "rule": ">= 2 x fp32 Triton (the measured repository)", "floor_reaches": None}
+    assert not found[("int8 vs fp32 throughput", "short")]["passed"]
+    assert ("int8 vs fp32 throughput", "long") not in found  # no int8 target on long texts
+    assert ("throughput vs infinity-onnx", "short") not in found  # not measured, not judged
+    doc["meta"]["precision"] = "fp16"
+    assert not any(t["name"].startswith("int8 vs") for t in evaluate(doc))  # only over an fp32 repository
+
+
+def test_targets_for_scaling_tails_and_the_client_inclusive_floor() -> None:
+    """Concurrency 4 over 1, p99 over p50 at each concurrency, and throughput over the rate these cores allow
+    with this client (the floor's CPU per row plus the client's per request, every core busy)."""
+    from tritonize.bench.report import client_inclusive_floor
+    from tritonize.bench.targets import evaluate
+
+    def run(workload: str, c: int, rps: float, p50: float, p99: float, client_ms: float = 1.0) -> dict:
+        return {"system": "triton-grpc", "workload": workload, "concurrency": c, "throughput_rps": rps,
+                "latency_ms": {"p50": p50, "p99": p99}, "cpu": {"cores": 2, "ms_per_request": {"client": client_ms}}}
+
+    floor = {"batch1_latency_ms": {"p50": 3.0, "p99": 10.0},
+             "arrival": {"order": "arrival", "rps": 600.0, "cpu_ms_per_row": 3.0},
+             "sorted": {"order": "sorted", "rps": 300.0, "cpu_ms_per_row": 6.0}}
+    doc = {"meta": {"precision": "fp32"},
+           "floor": {"short": floor, "mixed": {**floor, "scaling_ceiling": {"4": 1.23}}},
+           "runs": [run("short", 1, 200.0, 4.0, 7.0), run("short", 4, 320.0, 12.0, 30.0),
+                    run("short", 16, 460.0, 30.0, 95.0), run("mixed", 1, 150.0, 4.0, 16.0),
+                    run("mixed", 4, 200.0, 15.0, 40.0), run("mixed", 16, 250.0, 50.0, 120.0, client_ms=2.0)]}
+    found = {(t["name"], t["workload"], t["concurrency"]): t for t in evaluate(doc)}
+    assert found[("concurrency 4 vs 1", "short", 4)]["passed"]  # 320 >= 1.5 x 200
+    assert not found[("concurrency 4 vs 1", "mixed", 4)]["passed"]  # 200 < 1.5 x 150
+    # Where the floor bounds the ratio, the target says so; the verdict stays the issue's.
+    assert found[("concurrency 4 vs 1", "mixed", 4)]["floor_reaches"] == 1.23
+    assert "the floor's own: 1.23 x" in found[("concurrency 4 vs 1", "mixed", 4)]["rule"]
+    assert found[("concurrency 4 vs 1", "short", 4)]["floor_reaches"] is None
+    assert found[("p99 tail", "short", 1)]["passed"] and not found[("p99 tail", "short", 4)]["passed"]
+    assert not found[("p99 tail", "short", 16)]["passed"]  # 95 > 3 x 30
+    assert not found[("p99 vs floor", "mixed", 1)]["passed"]  # 16 > 1.5 x 10
+    assert found[("p50 vs floor", "short", 1)]["limit"] == 4.5  # floor + 1.5 ms
+    # 2 cores x 1000 / (3 ms floor + 1 ms client) = 500 req/s; 460 >= 0.9 x 500.
+    assert client_inclusive_floor(doc, doc["runs"][2]) == {"floor_cpu_ms": 3.0, "client_cpu_ms": 1.0, "cpu_ms": 4.0,
+                                                            "rps": 500.0}
+    assert found[("throughput vs client-inclusive floor", "short", 16)]["passed"]
+    assert found[("throughput vs client-inclusive floor", "mixed", 16)]["limit"] == 225.0  # 0.9 x 2000 / (6 + 2)
+    assert not found[("throughput vs floor", "short", 16)]["passed"]  # 460 < 0.8 x 600
+
+
+# -- the baseline server, in process -------------------------------------------
+
+
+def test_naive_batching_takes_every_queued_request() -> None:
+    """The doc's batching loop, fixed: the first request of a batch is kept."""
+    seen: list[list[str]] = []
+
+    def predict(texts):
+        seen.append(list(texts))
+        return [{"n": len(t)} for t in texts]
+
+    async def scenario() -> list:
+        q: asyncio.Queue = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+        futures = [loop.create_future() for _ in range(5)]
+        for i, f in enumerate(futures):
+            q.put_nowait((f"text {i}", f))
+        task = asyncio.create_task(baseline_server.server_loop(q, predict, True, baseline_server.Counters()))
+        results = await asyncio.wait_for(asyncio.gather(*futures), 5)
+        task.cancel()
+        return results
+
+    results = asyncio.run(scenario())
+    assert seen == [[f"text {i}" for i in range(5)]]
+    assert [r["n"] for r in results] == [6] * 5
+
+
+def test_a_dead_model_loop_fails_every_request_at_once() -> None:
+    from starlette.testclient import TestClient
+
+    def predict(texts):
+        if ("boom",) in texts:
+            raise RuntimeError("model exploded")
+        return [{"embedding": [1.0]} for _ in texts]
+
+    with TestClient(baseline_server.create_app(predict, batch=False)) as client:
+        assert client.post("/", content="hello".encode()).json() == {"embedding": [1.0]}
+        start = time.monotonic()
+        first = client.post("/", content=b"boom")
+        later = client.post("/", content="héllo".encode())
+        assert time.monotonic() - start < 2.0  # visible at once, not a hang
+        assert first.status_code == 503 and "model exploded" in first.json()["error"]
+        assert later.status_code == 503 and "model loop died" in later.json()["error"]
+        assert client.get("/health").status_code == 503
+
+
+# -- the in-process floor ------------------------------------------------------
+
+
+def test_floor_reports_latency_and_every_order(tiny_embedding_repo) -> None:
+    f = floor.Floor(tiny_embedding_repo.repository)
+    rows = [(t,) for t in corpus.read_corpus()[:64]]
+    result = floor.measure(f, rows, requests=20, duration_s=None, fixed_length=False, batches=(1, 2, 8), ceilings=(4,))
+    assert result["batch1_latency_ms"]["requests"] == 20
+    assert result["batch1_latency_ms"]["p50"] > 0
+    for order in ("arrival", "sorted", "regrouped"):
+        assert result[order]["rps"] > 0 and set(result[order]["by_batch"]) == {"1", "2", "8"}
+        assert set(result[order]["by_layout"]) == {f"{n}x{t}" for n, t in f.layouts()}
+    # Sorting by length, or regrouping each batch by length as the model step does, can only reduce padding.
+    for order in ("sorted", "regrouped"):
+        assert result[order]["padding_waste_by_batch"]["8"] <= result["arrival"]["padding_waste_by_batch"]["8"]
+    assert result["arrival"]["padding_waste_by_batch"]["1"] == 0
+    ceiling = result["scaling_ceiling"]["4"]
+    assert ceiling is not None and ceiling > 0
+    # Rows of one length: no regrouped order, the ceiling read from arrival order.
+    fixed = floor.measure(f, rows[:1] * 16, requests=8, duration_s=None, fixed_length=True, batches=(1, 2), ceilings=(4,))
+    assert "regrouped" not in fixed and fixed["scaling_ceiling"]["4"] > 0
+
+
+def test_the_batch_reported_is_the_graphs() -> None:
+    """The local one step runs the requests waiting at once, whatever Triton handed it together: its own counters
+    give the batch; without them (the container, a two-step server), Triton's statistics do."""
+    from tritonize.bench.report import model_batch
+
+    steps = {"model": {"avg_batch": 1.3}}
+    assert model_batch({"steps": steps, "served": {"graph_batch": 7.5}}) == 7.5
+    assert model_batch({"steps": steps, "served": {}}) == 1.3
+    assert model_batch({"steps": steps}) == 1.3
+
+
+def test_scaling_ceiling_counts_rows_in_flight() -> None:
+    """A batch of b on s sessions has b x s requests in flight: only points with at most c of them bound concurrency c."""
+    t = floor.Throughput("regrouped", by_layout={"1x2": {1: 300.0, 4: 500.0, 8: 900.0}, "2x1": {1: 400.0, 2: 450.0, 4: 800.0}})
+    # Batch-1 mean 4 ms: one request at a time runs 250 rows/s.
+    assert floor.scaling_ceiling(t, 4.0, 4) == 2.0  # 500 (1x2, batch 4), not 800 (2x1, batch 4: 8 in flight)
+    assert floor.scaling_ceiling(t, 4.0, 1) == 1.2  # 300
+    assert floor.scaling_ceiling(t, 0.0, 4) is None
+
+
+def test_cpu_meter_charges_each_process_of_the_group(tmp_path) -> None:
+    """A busy leader and a busy child in one process group, read from /proc like a local server."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tritonize.bench.cpu import SERVER, CpuMeter
+
+    busy = "import time\nend = time.time() + 3\nwhile time.time() < end: pass\n"
+    child = tmp_path / "child.py"
+    child.write_text(busy)
+    leader = subprocess.Popen(
+        [sys.executable, "-c", f"import subprocess, sys; subprocess.Popen([sys.executable, {str(child)!r}]); {busy!r} and exec({busy!r})"],
+        start_new_session=True,
+    )
+    try:
+        time.sleep(0.5)
+        meter = CpuMeter(leader.pid, cores=2)
+        meter.start()
+        time.sleep(1.0)
+        result = meter.finish(completed=100, client_cpu_s=0.05, wall_s=1.0)
+    finally:
+        os.killpg(leader.pid, signal.SIGKILL)  # the child too
+        leader.wait()
+    per = result["ms_per_request"]
+    python = Path(sys.executable).name
+    assert per[SERVER] > 3.0  # about 10 ms per request: one busy core over 100 requests
+    assert per[python] > 3.0  # the child, labelled by its executable
+    assert per["client"] == 0.5
+    assert result["total_ms_per_request"] == pytest.approx(sum(per.values()), abs=0.01)
+    assert 0 <= result["idle_pct"] < 50
+
+
+def test_tune_grid_takes_the_local_gather_window() -> None:
+    assert tune.parse_grid(["gather-us=0,4000", "model_instances=1"]) == {"gather_us": [0, 4000], "model_instances": [1]}
+    with pytest.raises(TritonizeError, match="bad --grid item 'gather=1'"):
+        tune.parse_grid(["gather=1"])

@@ -1,0 +1,92 @@
+"""Each task's pipeline, as the task declares it, wired on a real folder of that task: every tensor a step takes is
+one the ensemble receives or an earlier step returns, in both variants, and the rendered ensemble says the same.
+
+The folders are the zoo's tiny models (real tokenizers and configs); planning reads them without loading weights.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from support import model_zoo
+from tritonize import tasks
+from tritonize.repository import planning, rendering
+from tritonize.source import read_model
+from tritonize.spec import (
+    CONFIG_FILE,
+    MANIFEST_FILE,
+    MODEL_FILE,
+    EnsembleStep,
+    GenerateOptions,
+    Orchestrated,
+    RepoSpec,
+    TokenizeModelPost,
+)
+
+FOLDER_OF_TASK = {"embedding": "bert-st-mean", "sparse-embedding": "bert-splade", "classification": "bert-seq-cls",
+                  "rerank": "bert-cross-encoder", "token-classification": "bert-token-cls",
+                  "question-answering": "bert-qa"}
+
+
+@pytest.fixture(scope="module")
+def specs(tmp_path_factory) -> dict[str, RepoSpec]:
+    root = tmp_path_factory.mktemp("pipelines")
+    out = {}
+    for task, entry in FOLDER_OF_TASK.items():
+        folder = model_zoo.build(entry, root)
+        options = GenerateOptions(model=str(folder), name=entry.replace("-", "_"), output=str(root / "repo"))
+        out[task] = planning.plan(options, read_model(options), options.name)
+    return out
+
+
+def test_every_task_is_planned_here() -> None:
+    assert set(FOLDER_OF_TASK) == set(tasks.NAMES)
+
+
+def wiring_errors(spec: RepoSpec, steps: tuple[EnsembleStep, ...]) -> list[str]:
+    """What a step takes that nothing before it gives, and what the ensemble returns that no step gives."""
+    known = {t.name for t in spec.text_inputs}
+    errors = []
+    for step in steps:
+        errors += [f"{step.model_name} takes {t}" for t in step.input_map.values() if t not in known]
+        known |= set(step.output_map.values())
+    return errors + [f"nothing returns {t.name}" for t in spec.ensemble_outputs if t.name not in known]
+
+
+@pytest.mark.parametrize("task", sorted(FOLDER_OF_TASK))
+def test_each_step_takes_only_what_the_ensemble_or_an_earlier_step_gives(specs, task: str) -> None:
+    spec = specs[task]
+    assert spec.pipeline is tasks.get(task).pipeline
+    assert wiring_errors(spec, spec.pipeline.ensemble_steps(spec)) == []
+    assert wiring_errors(spec, spec.pipeline.fused_ensemble_steps(spec)) == []
+
+
+@pytest.mark.parametrize("task", sorted(FOLDER_OF_TASK))
+def test_the_pipelines_shape_decides_the_steps_of_both_variants(specs, task: str) -> None:
+    spec, pipeline = specs[task], specs[task].pipeline
+    production = [s.model_name for s in pipeline.ensemble_steps(spec)]
+    fused = [s.model_name for s in pipeline.fused_ensemble_steps(spec)]
+    post = [spec.post_step.name] if isinstance(pipeline, TokenizeModelPost) else []
+    if isinstance(pipeline, Orchestrated):  # the first step calls the model step itself, in both variants
+        assert production == fused == [spec.first_step.name]
+        assert spec.ensemble_outputs == spec.outputs
+    else:  # the fused variant runs the tokenizer and the model as one step
+        assert production == [spec.first_step.name, spec.model_name, *post]
+        assert fused == [spec.model_name, *post]
+        assert [t.name for t in pipeline.fused_model_inputs(spec)] == [t.name for t in spec.text_inputs]
+    assert (spec.post_step is not None) == bool(post)
+
+
+@pytest.mark.parametrize("task", sorted(FOLDER_OF_TASK))
+def test_the_rendered_ensembles_steps_are_the_pipelines(specs, task: str) -> None:
+    """The templates lay the pipeline out as it is: the ensemble config of each variant lists its steps."""
+    spec = specs[task]
+    common = {"repo": spec, "fused_config_name": spec.fused_config_name, "model_file": MODEL_FILE,
+              "manifest_file": MANIFEST_FILE}
+    for variant, steps in (("production", spec.pipeline.ensemble_steps(spec)),
+                           ("fused", spec.pipeline.fused_ensemble_steps(spec))):
+        [ensemble] = rendering.render_layout(
+            [(CONFIG_FILE, "ensemble/config.pbtxt.j2", {"steps": steps, "fused": variant == "fused"})], common)
+        config = rendering.parse_config(ensemble.text)
+        assert [(s.model_name, dict(s.input_map), dict(s.output_map)) for s in config.ensemble_scheduling.step] == [
+            (s.model_name, s.input_map, s.output_map) for s in steps], variant

@@ -1,0 +1,98 @@
+"""`python generate.py` as a user runs it: files, options from YAML, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from support import REPO_ROOT as ROOT
+from support.tiny_models import build_classifier, build_embedding_model
+from tritonize.repository import parse_config
+
+
+def run_generate(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env.pop("TRITONIZE_DEBUG", None)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "generate.py"), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("models")
+    return {"emb": build_embedding_model(base / "tiny-emb"), "cls": build_classifier(base / "tiny-cls")}
+
+
+def test_generate_writes_a_verified_repository(models, tmp_path: Path) -> None:
+    out = tmp_path / "repo"
+    result = run_generate("--model", str(models["cls"]), "--output", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "Exporting to ONNX" in result.stderr and "Repository ready" in result.stderr  # progress is shown
+    name = "tiny-cls"
+    for rel in (f"{name}/config.pbtxt", f"{name}_tokenizer/1/model.py", f"{name}_tokenizer/1/tokenizer.json",
+                f"{name}_model/1/model.onnx", f"{name}_model/configs/fused.pbtxt", f"{name}_model/labels.txt"):
+        assert (out / rel).is_file(), rel
+    for config in out.rglob("*.pbtxt"):
+        parse_config(config.read_text(), str(config))
+    report = json.loads((out / "verification.json").read_text())
+    assert report["passed"] is True and report["stages"]["export"]["argmax_agreement"] == 1.0
+    manifest = yaml.safe_load((out / "tritonize.yaml").read_text())
+    assert manifest["task"] == "classification" and manifest["name"] == name
+
+
+def test_yaml_options_with_flags_winning_and_regeneration_is_diffable(models, tmp_path: Path) -> None:
+    cfg = tmp_path / "opts.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "model": str(models["emb"]), "name": "fromyaml", "max_batch_size": 8, "max_queue_delay_us": 300,
+        "model_instances": 2, "output": str(tmp_path / "a"),
+    }))
+    result = run_generate("--config", str(cfg), "--max-queue-delay-us", "700")
+    assert result.returncode == 0, result.stderr
+    local = parse_config((tmp_path / "a/fromyaml_model/configs/fused.pbtxt").read_text())
+    assert local.max_batch_size == 8 and local.instance_group[0].count == 2
+    assert local.dynamic_batching.max_queue_delay_microseconds == 700  # the flag beats the file
+    # The written tritonize.yaml regenerates the same configs.
+    again = run_generate("--config", str(tmp_path / "a/tritonize.yaml"), "--output", str(tmp_path / "b"))
+    assert again.returncode == 0, again.stderr
+    for config in (tmp_path / "a").rglob("*.pbtxt"):
+        twin = tmp_path / "b" / config.relative_to(tmp_path / "a")
+        assert twin.read_text() == config.read_text()
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--model", "/no/such/folder"], "error: model folder /no/such/folder does not exist"),
+        ([], "error: no model given"),
+        (["--model", "{emb}", "--task", "embedding", "--max-length", "100000"], "error: --max-length 100000 is outside"),
+        (["--model", "{emb}", "--tensorrt"], "error: --tensorrt needs --device gpu"),
+        (["--model", "{emb}", "--matryoshka-dims", "16,64"], "error: --matryoshka-dims 64: this model serves 32-value"),
+        (["--model", "{emb}", "--output", "{foreign}"], "exists and was not written by tritonize"),
+        (["--config", "{badyaml}"], "error: unknown option(s) in"),
+    ],
+)
+def test_bad_input_is_one_line_without_traceback(models, tmp_path: Path, args: list[str], expected: str) -> None:
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    badyaml = tmp_path / "bad.yaml"
+    badyaml.write_text("model: x\nmax_batch: 4\n")
+    args = [a.format(emb=models["emb"], foreign=foreign, badyaml=badyaml) for a in args]
+    result = run_generate(*args)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and expected in errors[0], result.stderr
+    assert (foreign / "notes.txt").read_text() == "mine"
+
+
+def test_argparse_rejects_unknown_choices(models) -> None:
+    result = run_generate("--model", str(models["emb"]), "--device", "tpu")
+    assert result.returncode == 2 and "invalid choice" in result.stderr
