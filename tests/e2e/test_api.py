@@ -18,10 +18,8 @@ import jsonschema
 import numpy as np
 import pytest
 
-from support.api import KEY, Api, start_api, stop
-from support.api import matryoshka_repo, served  # noqa: F401 - fixtures test_api_schema.py shares
+from support.api import KEY, Api, matryoshka_repo, served, start_api, stop  # noqa: F401 - fixtures test_api_schema.py shares
 
-pytestmark = pytest.mark.e2e
 TEXTS = ["Triton serves raw strings.", "A man is eating food.", "Ünïcödé café, naïve", "x"]
 
 # text-embeddings-inference's published response shapes (its docs/openapi.json, components), as JSON Schema.

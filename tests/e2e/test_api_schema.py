@@ -9,11 +9,9 @@ import urllib.request
 
 import pytest
 
-from support.api import ANY_MODEL, KEY, accepting, fuzz, start_api, stop
-from support.api import matryoshka_repo, served  # noqa: F401 - fixtures test_api.py shares
+from support.api import ANY_MODEL, KEY, accepting, fuzz, matryoshka_repo, served, start_api, stop  # noqa: F401 - fixtures test_api.py shares
 from support.browser import chromium, rendered
 
-pytestmark = pytest.mark.e2e
 # 424: no model of the route's task; 400: `model` names the served model, of another task.
 NOT_SERVED = ("/v1/rerank", "/rerank", "/predict", "/embed_sparse", "/v1/entities", "/v1/answers")
 

@@ -14,7 +14,6 @@ import pytest
 from support import model_zoo
 from support.api import start_api, stop
 
-pytestmark = pytest.mark.e2e
 QUERY = "what does the server do with raw strings?"
 DOCUMENTS = ["Triton serves raw strings with dynamic batching.", "A fox jumps over the lazy dog.",
              "Ünïcödé café, naïve", "The server answers every request it accepts."]

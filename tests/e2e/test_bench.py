@@ -1,7 +1,6 @@
 """`tritonize bench` and `tritonize tune` on the tiny embedding model: structure and counts, not speed.
 
-The end-to-end tests start real servers (Triton, the Starlette baselines)
-with request-bounded runs, so every count is exact.
+They start real servers (Triton, the Starlette baselines) with request-bounded runs, so every count is exact.
 """
 
 from __future__ import annotations
@@ -9,8 +8,6 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-
-import pytest
 
 from tritonize.cli import main
 from tritonize.manifest import read_manifest
@@ -25,8 +22,6 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SYSTEMS = {"triton-grpc", "triton-http", "doc", "doc-batched"}
 
 
-@pytest.mark.e2e
-@pytest.mark.usefixtures("local_triton")
 def test_bench_runs_every_system_with_exact_counts(tiny_embedding_repo, tmp_path, capsys) -> None:
     out = tmp_path / "results"
     rc = main([
@@ -81,8 +76,6 @@ def test_bench_runs_every_system_with_exact_counts(tiny_embedding_repo, tmp_path
     assert "CPU per request" in printed and "What the served steps counted" in printed
 
 
-@pytest.mark.e2e
-@pytest.mark.usefixtures("local_triton")
 def test_tune_writes_the_better_configuration_back(tiny_embedding_repo, tmp_path) -> None:
     repo = tmp_path / "repo"
     shutil.copytree(tiny_embedding_repo.repository, repo)

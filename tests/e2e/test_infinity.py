@@ -1,8 +1,7 @@
-"""Infinity as a bench baseline: found, skipped or refused before anything is timed; its answers checked
-against the floor by cosine; measured beside Triton with the same rows.
+"""Infinity measured beside Triton with the same rows.
 
-The end-to-end test starts the real Infinity from its own virtualenv (`make infinity`); without one it
-skips, unless TRITONIZE_INFINITY=1 (`make test TRITONIZE_INFINITY=1`) says it was installed for the run.
+The test starts the real Infinity from its own virtualenv (`make infinity`); without one it skips, unless
+TRITONIZE_INFINITY=1 (`make test TRITONIZE_INFINITY=1`) says it was installed for the run.
 """
 
 from __future__ import annotations
@@ -32,8 +31,6 @@ def infinity_install() -> infinity.Install:
 # -- end to end ------------------------------------------------------------------
 
 
-@pytest.mark.e2e
-@pytest.mark.usefixtures("local_triton")
 def test_bench_measures_infinity_with_the_same_rows(tiny_embedding_repo, infinity_install, tmp_path, capsys) -> None:
     out = tmp_path / "results"
     rc = main([

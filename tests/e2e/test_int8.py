@@ -1,5 +1,6 @@
-"""--precision int8: onnxruntime's dynamic quantization for CPU, held to a per-text cosine against the model's
-library and to what its task keeps of the fp32 graph on the shipped corpus; refused where nothing measures that."""
+"""An int8 repository served: the local server answers what the int8 graph computes, and bench measures it
+beside fp32 in one run.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from tritonize.chain import in_process
 from tritonize.cli import main
 
 
-@pytest.mark.e2e
 def test_the_local_server_answers_what_the_int8_graph_computes(int8_repo, local_options, local_triton, tmp_path) -> None:
     from tritonize.client import TextClient
     from tritonize.runtime.local import LocalRuntime
@@ -31,7 +31,6 @@ def test_the_local_server_answers_what_the_int8_graph_computes(int8_repo, local_
     assert cosines.min() > 0.9999
 
 
-@pytest.mark.e2e
 def test_bench_measures_the_int8_repository_beside_fp32_in_one_run(int8_repo, tiny_embedding_repo, local_triton,
                                                                      tmp_path) -> None:
     """`bench --compare`: the int8 target's two figures come from one run, each repository on its own server."""

@@ -1,19 +1,5 @@
-"""`tritonize k8s render`, tested offline (no cluster runs here).
-
-What is checked, and how:
-- every manifest `kubectl apply -k` applies validates against the official Kubernetes OpenAPI schemas of
-  release 1.37 (current) and 1.30 (the oldest the docs promise), strict (an unknown field fails), with
-  the schemas the kubernetes-validate package carries;
-- the KServe InferenceService validates against the vendored excerpt of KServe's CRD
-  (tests/data/kserve-inferenceservice-crd.yaml), strict too, and its metadata against Kubernetes' ObjectMeta;
-- deliberately broken copies fail both validators, so neither passes everything;
-- what the manifests mean: the probes run the image's health script on the repository's health.json
-  where each source puts it, CPU and GPU repositories get different resources, the HPA asks for the
-  metric the prometheus-adapter rule serves and the rule's model matchers select this repository's steps,
-  the pod meets the restricted Pod Security Standard and drains before it is killed;
-- the health script's --busy-ok and the init container's fetch program, run for real;
-- on a live local Triton (e2e), the series the adapter rule reads, and what its matchers select;
-- the CLI (`tritonize k8s render`, `deploy.py k8s render`): files written, one-line errors.
+"""The prometheus-adapter rule `tritonize k8s render` writes, against a live local Triton: the series it reads
+exist there, and its matchers select this repository's steps.
 """
 
 from __future__ import annotations
@@ -21,14 +7,10 @@ from __future__ import annotations
 import re
 import urllib.request
 
-import pytest
-
 from tritonize.runtime import k8s
 from tritonize.spec import step_names
 
 
-@pytest.mark.e2e
-@pytest.mark.usefixtures("local_triton")
 def test_adapter_rule_finds_its_series_on_a_live_server(tiny_embedding_repo, local_options, tmp_path) -> None:
     """The series and labels the rule reads exist on a real Triton, and its matchers pick the right models."""
     from tritonize.client import TextClient

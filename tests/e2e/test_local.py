@@ -27,8 +27,6 @@ from tritonize.runtime.local import LocalRuntime
 from tritonize.runtime.process import group_processes
 
 ATOL = 1e-4
-pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("local_triton")]
-
 LONG_10K = " ".join(("the quick brown fox jumps over the lazy dog " * 1112).split()[:10_000])  # 44 KB
 LONG_2500 = " ".join(LONG_10K.split()[:2_500])  # 11 KB: far past the max length
 TEXTS = [

@@ -1,4 +1,5 @@
-"""`deploy.py local`: the real tritonserver from the wheel on a tiny repository, started and stopped."""
+"""`deploy.py local`: the real tritonserver from the wheel on a tiny repository, started and stopped.
+"""
 
 from __future__ import annotations
 
@@ -45,8 +46,6 @@ def deploy(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.e2e
-@pytest.mark.usefixtures("local_triton")
 def test_busy_port_is_refused_before_starting(tiny_embedding_repo, local_options, tmp_path) -> None:
     options = local_options(tiny_embedding_repo.repository, tmp_path / "run")
     with socket.socket() as blocker:
@@ -60,8 +59,6 @@ def test_busy_port_is_refused_before_starting(tiny_embedding_repo, local_options
     assert not (tmp_path / "run" / f"local-{options.http_port}" / instance.STATE_FILE).exists()
 
 
-@pytest.mark.e2e
-@pytest.mark.usefixtures("local_triton")
 def test_tritons_own_address_in_use_error_is_shown(tiny_embedding_repo, local_options, tmp_path, monkeypatch) -> None:
     """Another process may take a port between the check and Triton's bind: Triton's message must surface."""
     options = local_options(tiny_embedding_repo.repository, tmp_path / "run")
@@ -79,8 +76,6 @@ def test_tritons_own_address_in_use_error_is_shown(tiny_embedding_repo, local_op
     assert "failed to start GRPC service" in runtime.logs()
 
 
-@pytest.mark.e2e
-@pytest.mark.usefixtures("local_triton")
 def test_up_status_logs_down_leaves_no_process(tiny_embedding_repo, local_options, tmp_path, capsys) -> None:
     options = local_options(tiny_embedding_repo.repository, tmp_path / "run")
     runtime = LocalRuntime(options)
@@ -119,8 +114,6 @@ def test_up_status_logs_down_leaves_no_process(tiny_embedding_repo, local_option
     assert "no local Triton server is running" in capsys.readouterr().err
 
 
-@pytest.mark.e2e
-@pytest.mark.usefixtures("local_triton")
 def test_context_manager_stops_the_server(tiny_classifier_repo, local_options, tmp_path) -> None:
     options = local_options(tiny_classifier_repo.repository, tmp_path / "run")
     runtime = LocalRuntime(options, quiet=True)
@@ -131,8 +124,6 @@ def test_context_manager_stops_the_server(tiny_classifier_repo, local_options, t
     assert process.port_in_use("127.0.0.1", options.http_port) is False
 
 
-@pytest.mark.e2e
-@pytest.mark.usefixtures("local_triton")
 def test_failed_model_load_shows_the_servers_error(tiny_embedding_repo, local_options, tmp_path) -> None:
     repo = tmp_path / "broken"
     shutil.copytree(tiny_embedding_repo.repository, repo)
@@ -149,8 +140,6 @@ def test_failed_model_load_shows_the_servers_error(tiny_embedding_repo, local_op
     assert "UNAVAILABLE" in runtime.logs()
 
 
-@pytest.mark.e2e
-@pytest.mark.usefixtures("local_triton")
 def test_deploy_local_cli(tiny_embedding_repo, local_options, tmp_path) -> None:
     """The commands as a user types them: up returns with the server running, down stops it."""
     o = local_options(tiny_embedding_repo.repository, tmp_path / "run")
@@ -189,8 +178,6 @@ def test_deploy_local_cli(tiny_embedding_repo, local_options, tmp_path) -> None:
     assert deploy("status", *flags).returncode == 1
 
 
-@pytest.mark.e2e
-@pytest.mark.usefixtures("local_triton")
 def test_a_repository_with_the_earlier_fused_config_name_is_still_served_and_read(tiny_embedding_repo, local_options,
                                                                                    tmp_path) -> None:
     """Repositories written before the fused variant's configs were named configs/fused.pbtxt hold

@@ -10,8 +10,6 @@ from tritonize.client import ServerError, TextClient
 from tritonize.runtime.local import LocalRuntime
 from tritonize.serving.metrics import COUNTED
 
-pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("local_triton")]
-
 
 def test_the_tokenizer_step_counts_what_it_tokenized_and_refused(tiny_embedding_repo, local_options, tmp_path) -> None:
     texts = ["hello world", "Ünïcödé café 🚀 ☃", "many words in a row " * 40]  # the last is truncated at 64 tokens

@@ -1,13 +1,6 @@
-"""The monitoring stack: a real Prometheus scraping a real local Triton, and the dashboard's queries through it.
-
-Offline: the dashboard shows what operators need (queue against compute time
-per step, batch size, request rate and errors, latency, the served steps'
-counters); the compose profile's Prometheus configuration is the template's
-rendering; promtool accepts it; a missing `prometheus` is one clear line.
-Live, with one server and one Prometheus for the module, started the way
-`deploy.py local up --monitoring` starts them: Prometheus's HTTP API shows
-the traffic sent, value for value; every dashboard query answers through it;
-`down` stops both.
+"""The monitoring stack live: one server and one Prometheus for the module, started the way `deploy.py local
+up --monitoring` starts them. Prometheus's HTTP API shows the traffic sent, value for value; every dashboard
+query answers through it; `down` stops both.
 """
 
 from __future__ import annotations
@@ -111,7 +104,6 @@ def monitored(tiny_embedding_repo, local_triton, tmp_path_factory):
         runtime_cli.run(parser.parse_args(["deploy", "local", "down", *common]))
 
 
-@pytest.mark.e2e
 @pytest.mark.slow
 def test_prometheus_sees_the_traffic_value_for_value(monitored: Monitored) -> None:
     from tritonize.client import ServerError, TextClient
@@ -169,7 +161,6 @@ def test_prometheus_sees_the_traffic_value_for_value(monitored: Monitored) -> No
     print("\nthrough Prometheus:", json.dumps(shown, indent=1))
 
 
-@pytest.mark.e2e
 @pytest.mark.slow
 def test_every_dashboard_query_answers_through_prometheus(monitored: Monitored) -> None:
     from tritonize.client import TextClient
@@ -196,7 +187,6 @@ def test_every_dashboard_query_answers_through_prometheus(monitored: Monitored) 
     assert not empty, f"dashboard queries with no answer: {empty}"
 
 
-@pytest.mark.e2e
 @pytest.mark.slow
 def test_up_runs_our_own_prometheus_on_loopback_with_the_admin_apis_off(monitored: Monitored) -> None:
     promtool = need("promtool")
@@ -226,7 +216,6 @@ def test_up_runs_our_own_prometheus_on_loopback_with_the_admin_apis_off(monitore
     assert query(monitored.prometheus, mon.EXAMPLE_QUERY)
 
 
-@pytest.mark.e2e
 @pytest.mark.slow
 def test_status_reports_prometheus_and_down_stops_it(monitored: Monitored) -> None:
     status = deploy("status", *monitored.common)

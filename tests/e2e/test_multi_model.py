@@ -1,15 +1,12 @@
-"""Several models in one repository: an embedder and a reranker side by side, each verified against its own
-library, served by one local Triton and checked by one health check.
-
-Adding a model changes nothing the repository holds but its index files; a model that cannot join is
-refused in one line before anything is exported, and a failure while adding puts everything back.
+"""Several models in one repository, served: an embedder and a reranker side by side, each answering as its own
+library does, from one local Triton checked by one health check.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -53,6 +50,15 @@ class Served:
 
 
 @pytest.fixture(scope="module")
+def stack(stack: Stack, tmp_path_factory) -> Stack:
+    """A copy of the two-model repository tests/conftest.py shares: the tests here serve it, add a model and a
+    version to it, and tune it, so the unit tests keep reading the repository as written."""
+    copy = tmp_path_factory.mktemp("served-stack") / stack.repository.name
+    shutil.copytree(stack.repository, copy)
+    return replace(stack, repository=copy)
+
+
+@pytest.fixture(scope="module")
 def served(stack: Stack, local_options, local_triton, tmp_path_factory):
     """One local Triton on the repository of both models; explicit model control, so a version can switch."""
     run_dir = tmp_path_factory.mktemp("run")
@@ -64,7 +70,6 @@ def served(stack: Stack, local_options, local_triton, tmp_path_factory):
         runtime.down()
 
 
-@pytest.mark.e2e
 def test_one_server_answers_both_models_as_their_libraries_do(served: Served) -> None:
     from sentence_transformers import SentenceTransformer
 
@@ -80,7 +85,6 @@ def test_one_server_answers_both_models_as_their_libraries_do(served: Served) ->
     assert np.abs(scores - cross_encoder_scores(s.reranker_source, DOCUMENTS)).max() <= ATOL
 
 
-@pytest.mark.e2e
 def test_the_health_check_runs_every_models_sample(served: Served, tmp_path: Path, capsys) -> None:
     s, http = served.stack, served.endpoints.http
     health_file = s.repository / health.HEALTH_FILE
@@ -104,7 +108,6 @@ def test_the_health_check_runs_every_models_sample(served: Served, tmp_path: Pat
     assert health.probe_file(http, str(single)).ok
 
 
-@pytest.mark.e2e
 def test_deploy_status_and_summary_show_every_model(served: Served, capsys) -> None:
     from tritonize.runtime.cli import print_summary
 
@@ -123,7 +126,6 @@ def test_deploy_status_and_summary_show_every_model(served: Served, capsys) -> N
         assert any(line.split()[:1] == [name] and "READY" in line for line in printed.splitlines()), name
 
 
-@pytest.mark.e2e
 def test_bench_measures_the_model_it_is_told(served: Served, tmp_path: Path, capsys) -> None:
     s, e = served.stack, served.endpoints
     common = ["bench", "--repository", str(s.repository), "--url", f"{e.host}:{e.http_port}",
@@ -143,7 +145,6 @@ def test_bench_measures_the_model_it_is_told(served: Served, tmp_path: Path, cap
     assert run["served"]["tritonize_texts_total"] == 12  # the reranker's steps' counters only
 
 
-@pytest.mark.e2e
 def test_clients_name_the_model_where_several_are_served(served: Served, tiny_embedding_repo) -> None:
     import os
     import subprocess
@@ -180,7 +181,6 @@ def test_clients_name_the_model_where_several_are_served(served: Served, tiny_em
     assert only.returncode == 0 and json.loads(only.stdout)["model_name"] == s.embedder
 
 
-@pytest.mark.e2e
 def test_the_api_finds_the_embedder_and_the_reranker_by_their_tasks(served: Served, tmp_path: Path) -> None:
     """OpenAI's embeddings and Cohere's rerank in front of the one server: without a model named, each route takes
     the repository's only model of its task."""
@@ -210,7 +210,6 @@ def test_the_api_finds_the_embedder_and_the_reranker_by_their_tasks(served: Serv
     assert max(abs(scores[i] - reference[i]) for i in range(len(DOCUMENTS))) <= ATOL
 
 
-@pytest.mark.e2e
 def test_a_supervised_server_serves_a_model_added_while_it_runs(tiny_embedding_repo, local_options, local_triton,
                                                                  tmp_path: Path) -> None:
     """The server keeps the models it loaded; the added model's health check fails until it restarts, so the
@@ -241,7 +240,6 @@ def test_a_supervised_server_serves_a_model_added_while_it_runs(tiny_embedding_r
         runtime.down()
 
 
-@pytest.mark.e2e
 def test_versions_are_per_model(served: Served, tmp_path: Path) -> None:
     """A new version of the reranker joins its folders only, and a switch serves it while the embedder keeps
     serving, untouched."""

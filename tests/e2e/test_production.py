@@ -61,7 +61,7 @@ from tritonize.runtime.local import LocalRuntime
 from tritonize.spec import FUSED_VARIANT, MODELS_KEY, PRODUCTION_VARIANT, VERIFICATION_FILE, GenerateOptions
 
 ATOL = 1e-4
-pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("local_triton", "native_backend")]
+pytestmark = pytest.mark.usefixtures("native_backend")
 PROTOCOLS = ("grpc", "http")
 VARIANTS = (PRODUCTION_VARIANT, FUSED_VARIANT)
 START_TIMEOUT_S = 300.0  # a dozen models on a shared two-core machine

@@ -86,8 +86,6 @@ def _beside(served, body: bytes) -> tuple[int, bytes, float, list[float], list[f
     return code, answer, took_s, small, alone
 
 
-@pytest.mark.e2e
-@pytest.mark.usefixtures("local_triton")
 def test_a_64_mb_request_is_refused_at_once_and_holds_nobody_up(served) -> None:
     body = json_body("x" * (64 * 1024 * 1024))  # built first: a 64 MB json.dumps would hold the GIL
     code, answer, took_s, small, alone = _beside(served, body)
@@ -102,8 +100,6 @@ def test_a_64_mb_request_is_refused_at_once_and_holds_nobody_up(served) -> None:
     assert post_json(f"{served[1].http}/v2/models/{served[2]}/infer", json_body("still serving"))[0] == 200
 
 
-@pytest.mark.e2e
-@pytest.mark.usefixtures("local_triton")
 def test_a_2_mb_document_is_served_from_its_first_tokens_and_holds_nobody_up(served) -> None:
     from tritonize.bench.corpus import read_corpus
 
@@ -124,8 +120,6 @@ def test_a_2_mb_document_is_served_from_its_first_tokens_and_holds_nobody_up(ser
     assert small and max(small) - np.median(alone) < 600
 
 
-@pytest.mark.e2e
-@pytest.mark.usefixtures("local_triton")
 def test_no_truncate_refuses_an_over_long_text_and_answers_the_rest(tiny_embedding_repo, local_options, tmp_path) -> None:
     from support.metrics import scrape
     from tritonize.client import run_concurrent
@@ -144,8 +138,6 @@ def test_no_truncate_refuses_an_over_long_text_and_answers_the_rest(tiny_embeddi
     assert metrics[("tritonize_texts_truncated_total", f'model="{name}_tokenizer"')] == 0
 
 
-@pytest.mark.e2e
-@pytest.mark.usefixtures("local_triton")
 def test_a_burst_of_512_single_requests_is_answered_in_full(served) -> None:
     """512 clients sending one 16-token text at the same instant: the default queues (at least 512 waiting
     requests a step) hold them all, where a bound of one batch per step (64) turned most away."""
@@ -161,8 +153,6 @@ def test_a_burst_of_512_single_requests_is_answered_in_full(served) -> None:
     assert burst["answered_ms"]["max"] < 10_000
 
 
-@pytest.mark.e2e
-@pytest.mark.usefixtures("local_triton")
 def test_admin_apis_need_the_instance_key(served) -> None:
     import tritonclient.grpc as grpcclient
     from tritonclient.utils import InferenceServerException
@@ -195,8 +185,6 @@ class Kill:
 
 @pytest.mark.parametrize("model_control", ["none", "explicit"])
 @pytest.mark.slow
-@pytest.mark.e2e
-@pytest.mark.usefixtures("local_triton")
 def test_twenty_stub_kills_in_a_row_are_each_recovered(
     tiny_embedding_repo, local_options, tmp_path, model_control
 ) -> None:
@@ -308,8 +296,6 @@ def wait_logged(runtime: LocalRuntime, text: str, count: int = 1, timeout_s: flo
     return supervisor_log(runtime)
 
 
-@pytest.mark.e2e
-@pytest.mark.usefixtures("local_triton")
 def test_a_failed_restart_is_tried_again_until_the_server_answers(tiny_embedding_repo, local_options, tmp_path) -> None:
     """The server dies and its HTTP port is taken before the supervisor restarts it: the restart fails, the
     supervisor says so and tries again until the port is free and the server answers. Only `down` ends the
@@ -345,8 +331,6 @@ def test_a_failed_restart_is_tried_again_until_the_server_answers(tiny_embedding
         runtime.down()
 
 
-@pytest.mark.e2e
-@pytest.mark.usefixtures("local_triton")
 def test_a_stub_killed_while_the_restarted_server_loads_is_recovered(
     tiny_embedding_repo, local_options, tmp_path
 ) -> None:
@@ -377,8 +361,6 @@ def test_a_stub_killed_while_the_restarted_server_loads_is_recovered(
         stop_and_check(runtime)
 
 
-@pytest.mark.e2e
-@pytest.mark.usefixtures("local_triton")
 def test_down_with_a_dead_stub_stops_at_once(tiny_embedding_repo, local_options, tmp_path, capsys) -> None:
     runtime = LocalRuntime(local_options(tiny_embedding_repo.repository, tmp_path / "run"))  # no supervisor
     runtime.up()
@@ -394,8 +376,6 @@ def test_down_with_a_dead_stub_stops_at_once(tiny_embedding_repo, local_options,
     assert regions and not any(region.exists() for region in regions)  # a killed server leaves none in /dev/shm
 
 
-@pytest.mark.e2e
-@pytest.mark.usefixtures("local_triton")
 def test_sixteen_requests_in_flight_are_answered_across_down(tiny_embedding_repo, local_options, tmp_path) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
@@ -412,8 +392,6 @@ def test_sixteen_requests_in_flight_are_answered_across_down(tiny_embedding_repo
 
 
 @pytest.mark.slow
-@pytest.mark.e2e
-@pytest.mark.usefixtures("local_triton")
 def test_overload_is_shed_at_once_and_never_wrong(minilm_repo, local_options, tmp_path) -> None:
     """Open-loop load at 4x the measured capacity (`tritonize stress`): full queues answer UNAVAILABLE at once,
     accepted requests stay bounded and right, the server stays ready."""
@@ -439,7 +417,6 @@ def test_overload_is_shed_at_once_and_never_wrong(minilm_repo, local_options, tm
 
 
 @pytest.mark.slow
-@pytest.mark.e2e
 @pytest.mark.parametrize("variant", list(VARIANT_CONFIGS))
 def test_a_burst_of_long_texts_fills_the_bound_sooner_than_short_ones(minilm_repo, local_options, tmp_path, request,
                                                                      variant: str, local_triton) -> None:
@@ -462,8 +439,6 @@ def test_a_burst_of_long_texts_fills_the_bound_sooner_than_short_ones(minilm_rep
     assert ("tokens of work" if variant == FUSED_VARIANT else "Request timeout expired") in str(burst["samples"])
 
 
-@pytest.mark.e2e
-@pytest.mark.usefixtures("local_triton")
 def test_soak(served) -> None:
     """Closed-loop mixed traffic for TRITONIZE_SOAK_S seconds (20 by default): no errors, flat memory."""
     from tritonize.bench import corpus, load
@@ -492,15 +467,11 @@ def test_soak(served) -> None:
 
 
 @pytest.mark.parametrize("case", list(BAD_REQUESTS))
-@pytest.mark.e2e
-@pytest.mark.usefixtures("local_triton")
 def test_bad_requests_get_a_clear_error_and_the_server_keeps_serving(served, case: str) -> None:
     _, endpoints, name = served
     assert_refused_and_still_serving(endpoints.http, name, case)
 
 
-@pytest.mark.e2e
-@pytest.mark.usefixtures("local_triton")
 def test_clients_retry_a_full_queue_when_asked(tiny_embedding_repo, local_options, tmp_path) -> None:
     """A step that holds one waiting request refuses a burst; a client with retries gets every answer."""
     from concurrent.futures import ThreadPoolExecutor

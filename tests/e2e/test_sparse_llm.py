@@ -23,8 +23,6 @@ from tritonize.generate import generate
 from tritonize.runtime.local import LocalRuntime
 from tritonize.spec import GenerateOptions
 
-pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("local_triton")]
-
 SPLADE, LLM_RERANKER = "bert-splade", "qwen3-llm-reranker"
 DOCUMENTS = [
     "Triton serves raw strings with dynamic batching.",

@@ -38,9 +38,6 @@ from tritonize.runtime.base import http_get
 from tritonize.runtime.local import LocalRuntime
 from tritonize.spec import GenerateOptions
 
-pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("local_triton")]
-
-
 # zoo id -> generate options: a BERT CrossEncoder (token_type_ids), a Qwen3 last-token embedder, an embedder
 # that declares prompts, token classifiers with WordPiece and byte-level BPE offsets, EmbeddingGemma with
 # Matryoshka sizes and an e5-mistral-like last-token embedder.

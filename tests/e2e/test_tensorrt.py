@@ -1,11 +1,6 @@
-"""The model step's GPU defaults on paper, and its warm-up for real on the CPU production path.
-
-On paper (no GPU here): the rendered GPU + TensorRT config parses into Triton's ModelConfig and gives the
-TensorRT accelerator one optimization profile over every model input, in the format the r24.10 onnxruntime
-backend hands onnxruntime as written ("name:BxT,name:BxT", the TensorRT provider's ParseProfileShapes);
-CPU configs carry no TensorRT block; every production config warms each bucket up.
-For real: a tiny repository served on the production variant (Triton's native onnxruntime backend) runs
-each warm-up sample on each instance of the model step before the model loads, and then answers.
+"""The model step's warm-up for real on the CPU production path: a tiny repository served on the production
+variant (Triton's native onnxruntime backend) runs each warm-up sample on each instance of the model step before
+the model loads, and then answers.
 """
 
 from __future__ import annotations
@@ -25,8 +20,7 @@ WARMUP_LINE = re.compile(  # Triton's verbose log, one line per sample, instance
     r"model '(?P<model>[^']+)' instance (?P<instance>\S+) is running warmup sample '(?P<sample>[^']+)'")
 
 
-@pytest.mark.e2e
-@pytest.mark.usefixtures("local_triton", "native_backend")
+@pytest.mark.usefixtures("native_backend")
 def test_production_variant_warms_every_bucket_before_ready(tiny_embedding_repo, local_options, tmp_path) -> None:
     """The native onnxruntime backend runs each sample on each instance before Triton marks the model loaded,
     as its log (verbose) and the model step's statistics show before any request; then the server answers."""
@@ -70,8 +64,7 @@ def test_production_variant_warms_every_bucket_before_ready(tiny_embedding_repo,
     assert vectors.shape == (2, ensemble.output[0].dims[0])
 
 
-@pytest.mark.e2e
-@pytest.mark.usefixtures("local_triton", "native_backend")
+@pytest.mark.usefixtures("native_backend")
 def test_gpu_config_loads_and_warms_a_full_batch_on_the_cpu_backend(tiny_embedding_repo, local_options,
                                                                       tmp_path) -> None:
     """The GPU + TensorRT model step's config, its instance kind set to CPU (the one change): Triton accepts it,

@@ -1,5 +1,6 @@
-"""Model versions: `generate --version N` joins a repository beside the version it serves, and
-`deploy.py local switch` moves a running server to it without refusing a request (counted under load)."""
+"""Model versions served: `deploy.py local switch` moves a running server to a new version without refusing a
+request (counted under load).
+"""
 
 from __future__ import annotations
 
@@ -36,7 +37,6 @@ def send_until(stop: threading.Event, http_port: int, name: str, texts: list[str
         i += 1
 
 
-@pytest.mark.e2e
 @pytest.mark.parametrize("variant", list(VARIANT_CONFIGS))
 def test_a_running_server_switches_versions_under_load_without_a_failed_request(
     tiny_embedding_repo, second_model, local_options, local_triton, tmp_path, request, variant: str

@@ -1,5 +1,6 @@
 """--precision int8: onnxruntime's dynamic quantization for CPU, held to a per-text cosine against the model's
-library and to what its task keeps of the fp32 graph on the shipped corpus; refused where nothing measures that."""
+library and to what its task keeps of the fp32 graph on the shipped corpus; refused where nothing measures that.
+"""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""Several models in one repository: an embedder and a reranker side by side, each verified against its own
-library, served by one local Triton and checked by one health check.
-
-Adding a model changes nothing the repository holds but its index files; a model that cannot join is
-refused in one line before anything is exported, and a failure while adding puts everything back.
+"""Several models in one repository, written: adding a model changes nothing the repository holds but its
+index files; a model that cannot join is refused in one line before anything is exported, and a failure while
+adding puts everything back; each keeps its manifest, report and health check.
 """
 
 from __future__ import annotations

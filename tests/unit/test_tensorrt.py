@@ -1,11 +1,7 @@
-"""The model step's GPU defaults on paper, and its warm-up for real on the CPU production path.
-
-On paper (no GPU here): the rendered GPU + TensorRT config parses into Triton's ModelConfig and gives the
-TensorRT accelerator one optimization profile over every model input, in the format the r24.10 onnxruntime
-backend hands onnxruntime as written ("name:BxT,name:BxT", the TensorRT provider's ParseProfileShapes);
-CPU configs carry no TensorRT block; every production config warms each bucket up.
-For real: a tiny repository served on the production variant (Triton's native onnxruntime backend) runs
-each warm-up sample on each instance of the model step before the model loads, and then answers.
+"""The model step's GPU defaults on paper (no GPU here): the rendered GPU + TensorRT config parses into Triton's
+ModelConfig and gives the TensorRT accelerator one optimization profile over every model input, in the format the
+r24.10 onnxruntime backend hands onnxruntime as written ("name:BxT,name:BxT", the TensorRT provider's
+ParseProfileShapes); CPU configs carry no TensorRT block; every production config warms each bucket up.
 """
 
 from __future__ import annotations

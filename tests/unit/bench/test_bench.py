@@ -1,7 +1,5 @@
-"""`tritonize bench` and `tritonize tune` on the tiny embedding model: structure and counts, not speed.
-
-The end-to-end tests start real servers (Triton, the Starlette baselines)
-with request-bounded runs, so every count is exact.
+"""The bench's parts without a server: the corpus and its token counts, the floor, the load generator's
+batching and CPU meter, the counters' reading, the targets and the tune grid.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Infinity as a bench baseline: found, skipped or refused before anything is timed; its answers checked
-against the floor by cosine; measured beside Triton with the same rows.
-
-The end-to-end test starts the real Infinity from its own virtualenv (`make infinity`); without one it
-skips, unless TRITONIZE_INFINITY=1 (`make test TRITONIZE_INFINITY=1`) says it was installed for the run.
+"""Infinity as a bench baseline, before anything is timed: found, skipped or refused; its answers checked
+against the floor by cosine.
 """
 
 from __future__ import annotations

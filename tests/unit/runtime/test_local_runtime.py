@@ -1,4 +1,5 @@
-"""`deploy.py local`: the real tritonserver from the wheel on a tiny repository, started and stopped."""
+"""`deploy.py local`'s helpers without a server: free ports, and the server log lines an error shows.
+"""
 
 from __future__ import annotations
 

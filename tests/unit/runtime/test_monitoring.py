@@ -1,13 +1,7 @@
-"""The monitoring stack: a real Prometheus scraping a real local Triton, and the dashboard's queries through it.
-
-Offline: the dashboard shows what operators need (queue against compute time
-per step, batch size, request rate and errors, latency, the served steps'
-counters); the compose profile's Prometheus configuration is the template's
-rendering; promtool accepts it; a missing `prometheus` is one clear line.
-Live, with one server and one Prometheus for the module, started the way
-`deploy.py local up --monitoring` starts them: Prometheus's HTTP API shows
-the traffic sent, value for value; every dashboard query answers through it;
-`down` stops both.
+"""The monitoring stack offline: the dashboard shows what operators need (queue against compute time per step,
+batch size, request rate and errors, latency, the served steps' counters); the compose profile's Prometheus
+configuration is the template's rendering; promtool accepts it; a missing or failing `prometheus` is one clear
+line.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""Overload, faults and hostile input on the real local Triton: bounded texts and queues, a health check that
-runs an inference, a supervisor that brings back a step whose stub died (a reload or a restart, retried until it
-answers), restricted admin APIs.
-
-Every figure the reliability work promises is measured here or by `tritonize stress`; timing bounds are
-loose enough for a shared CI machine, and each test prints what it measured.
+"""The bounds behind reliability, without a server: queue sizes from the latency budget, the byte bound
+checked before decoding, the supervisor's backoff, a dead stub told from a live one, the health check's sample.
 """
 
 from __future__ import annotations

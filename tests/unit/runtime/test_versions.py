@@ -1,5 +1,6 @@
-"""Model versions: `generate --version N` joins a repository beside the version it serves, and
-`deploy.py local switch` moves a running server to it without refusing a request (counted under load)."""
+"""Model versions written: `generate --version N` joins a repository beside the version it serves and never
+rewrites one.
+"""
 
 from __future__ import annotations
 
