@@ -680,6 +680,7 @@ class RepoSpec:
     def fused_ensemble_steps(self) -> tuple[EnsembleStep, ...]:
         return self.pipeline.fused_ensemble_steps(self)
 
+
 def default_buckets(max_length: int, ladder: tuple[int, ...] = DEFAULT_BUCKET_LADDER) -> tuple[int, ...]:
     """Padding lengths: powers of two below max_length, then max_length itself.
 

@@ -146,7 +146,7 @@ class TinyRepo:
 
 
 def generate_tiny(base: Path, kind: str) -> TinyRepo:
-    from support.tiny_models import build_classifier, build_embedding_model
+    """A tiny embedder ("emb") or classifier ("cls") and the repository generated from it."""
     from tritonize.generate import generate
     from tritonize.spec import GenerateOptions
 

@@ -6,7 +6,7 @@ connects, builds or pulls the image, runs that spec and waits for readiness.
 
 The container serves the repository's `config.pbtxt` files (native
 onnxruntime / TensorRT backends) unless `--config-name` says otherwise (the
-fused one step, `configs/fused.pbtxt`, is selected that way).
+fused step, `configs/fused.pbtxt`, is selected that way).
 
 The container's settings (ports, shm size, ulimits, healthcheck, watchdog,
 stop grace, restart policy) are container.py's, from which docker-compose.yml

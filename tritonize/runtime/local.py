@@ -42,8 +42,8 @@ from rich.markup import escape
 from ..console import err
 from ..errors import TritonizeError
 from ..paths import child_pythonpath
-from ..serving.health import HEALTH_FILE, probe_file
 from ..repository import variant_config
+from ..serving.health import HEALTH_FILE, probe_file
 from ..spec import DEFAULT_VARIANT, VARIANT_CONFIGS
 from . import native_backend, process, versions
 from .instance import (

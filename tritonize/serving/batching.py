@@ -32,7 +32,7 @@ ROW_FIELDS = (TOKEN_COUNT, TRUNCATED)
 # yet running (serving/fused_step.py); 0: none.
 QUEUE_BOUND = "max_queue_size"
 # The parameter with how long, in microseconds, the fused step's worker waits after a run for the clients it
-# answered (serving/fused_step.py, `Pipeline`); 0: it runs what waits at once.
+# answered (serving/fused_step.py, `BatchWorker`); 0: it runs what waits at once.
 GATHER = "gather_us"
 # A step's queue bound counts work, not requests: a row waiting counts its real tokens, and at least this many (a
 # short text's: a bound of N was sized for N requests of one short text each), so N such requests fill a bound of

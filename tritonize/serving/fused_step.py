@@ -17,7 +17,7 @@ max_batch_size rows; before a run it waits a moment (`gather_us`) for the
 clients it has just answered, so a few clients share one run instead of
 splitting into two runs that alternate. The step holds its own queue bound,
 counted in work (each row's tokens, batching.queue_work) rather than requests
-(`Pipeline`), because Triton's bound would turn off the dynamic batcher's
+(`BatchWorker`), because Triton's bound would turn off the dynamic batcher's
 prefetching and with it the wake-up that Triton 2.51 loses
 (docs/benchmark.md, "The 500 ms stalls"). The graph's threads run nicer
 than execute(): under overload the cores go first to admitting and
@@ -48,7 +48,7 @@ from .tokenizer import RequestEncoder, error_response, parameters
 
 try:
     import triton_python_backend_utils as pb_utils
-except ImportError:  # imported outside Triton: tests read `tokenizer_outputs` and run `Pipeline`
+except ImportError:  # imported outside Triton: tests read `tokenizer_outputs` and run `BatchWorker`
     pb_utils = None
 
 
@@ -75,7 +75,7 @@ def lower_priority(by: int) -> None:
 def built_nicer(build: Callable[[], T], by: int) -> T:
     """build() on a thread `by` steps nicer, so that the threads it starts (onnxruntime's) run nicer too; its
     errors are raised on the caller's thread."""
-    with ThreadPoolExecutor(1, thread_name_prefix="one-step-build", initializer=lower_priority, initargs=(by,)) as once:
+    with ThreadPoolExecutor(1, thread_name_prefix="fused-step-build", initializer=lower_priority, initargs=(by,)) as once:
         return once.submit(build).result()
 
 
@@ -104,7 +104,7 @@ def queue_full_message(bound: int, requests: int) -> str:
             f"({requests} requests of one short text); try again later")
 
 
-class Pipeline:
+class BatchWorker:
     """Requests handed over by execute(), run by one worker thread: each run takes what waits, oldest first,
     up to `max_rows` rows (`rows` counts an item's; a larger item runs alone).
 
@@ -125,15 +125,16 @@ class Pipeline:
     asks `room` before it decodes anything, so a step that cannot take even
     the least work refuses at the cost of a reply. `run` answers its items
     itself, errors included. The worker runs `nice` steps nicer than the
-    thread that made the pipeline.
+    thread that made the worker.
     """
 
     def __init__(self, run: Callable[[list, bool], None], bound: int = 0, max_rows: int = 0,
                  rows: Callable[[object], int] = lambda item: 1, nice: int = 0, gather_s: float = 0.0,
-                 name: str = "one-step-worker", work: Callable[[object], int] = lambda item: 1, least_work: int = 1):
+                 name: str = "fused-step-worker", work: Callable[[object], int] = lambda item: 1, least_work: int = 1):
         self.run, self.bound, self.max_rows, self.rows, self.nice = run, bound, max_rows, rows, nice
         self.gather_s, self.work, self.least_work = gather_s, work, least_work
         self._waiting: list = []
+        self._works: list[int] = []  # each waiting item's work, counted once as it is offered
         self._pending = 0  # the work of what waits
         self._closed = False
         self._ready = threading.Condition()
@@ -159,36 +160,26 @@ class Pipeline:
                 if self.bound and self._waiting and self._pending + work > self.bound:
                     break
                 self._waiting.append(item)
+                self._works.append(work)
                 self._pending += work
                 taken += 1
             if taken:
                 self._ready.notify()
             return taken
 
-    def put(self, items: list) -> None:
-        """Hands over every item, whatever the bound."""
-        if not items:
-            return
-        with self._ready:
-            if self._closed:
-                raise RuntimeError("the step is unloading")
-            self._waiting.extend(items)
-            self._pending += sum(map(self.work, items))
-            self._ready.notify()
-
     def _take(self) -> list:
         """The oldest items waiting, up to `max_rows` rows (at least one item)."""
-        if not self.max_rows:
-            items, self._waiting = self._waiting, []
-        else:
+        taken = len(self._waiting)
+        if self.max_rows:
             taken, total = 0, 0
             for item in self._waiting:
                 total += self.rows(item)
                 if taken and total > self.max_rows:
                     break
                 taken += 1
-            items, self._waiting = self._waiting[:taken], self._waiting[taken:]
-        self._pending -= sum(map(self.work, items))
+        items, self._waiting = self._waiting[:taken], self._waiting[taken:]
+        self._pending -= sum(self._works[:taken])
+        del self._works[:taken]
         return items
 
     def _gather(self, last: int, busy: bool, ended: float) -> bool:
@@ -238,7 +229,7 @@ class Pipeline:
             self._ready.notify()
         self._worker.join(timeout_s)
         with self._ready:
-            left, self._waiting, self._pending = self._waiting, [], 0
+            left, self._waiting, self._works, self._pending = self._waiting, [], [], 0
         return left
 
 
@@ -255,21 +246,21 @@ class TritonPythonModel:
         self.final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         params = parameters(config)
         self.bound_requests = int(params.get(QUEUE_BOUND, "0"))
-        self.pipeline = Pipeline(self._run, self.bound_requests * QUEUE_ROW_TOKENS,
+        self.worker = BatchWorker(self._run, self.bound_requests * QUEUE_ROW_TOKENS,
                                  max_rows=int(config["max_batch_size"]), rows=item_rows, work=item_work,
                                  least_work=QUEUE_ROW_TOKENS, nice=GRAPH_NICE,
                                  gather_s=int(params.get(GATHER, "0")) / 1e6)
 
     def execute(self, requests):
-        room = self.pipeline.room(len(requests))
+        room = self.worker.room(len(requests))
         responses, valid, encoded = self.front.encode(requests[:room])
         items = [(requests[i].get_response_sender(), tensors) for i, tensors in zip(valid, encoded)]
-        admitted = self.pipeline.offer(items)
+        admitted = self.worker.offer(items)
         refused = len(requests) - room + len(items) - admitted
         if not refused:
             return responses
         self.front.metrics.record({"queue_full": refused})
-        full = queue_full_message(self.pipeline.bound, self.bound_requests)
+        full = queue_full_message(self.worker.bound, self.bound_requests)
         for sender, _ in items[admitted:]:  # tokenized, then found over the bound: answered through its sender
             self._send(sender, error_response(full, "UNAVAILABLE"))
         return responses + [error_response(full, "UNAVAILABLE") for _ in requests[room:]]
@@ -296,6 +287,6 @@ class TritonPythonModel:
             pb_utils.Logger.log_warn(f"fused step: an answer could not be sent: {exc}")
 
     def finalize(self):
-        for sender, _ in self.pipeline.close():
+        for sender, _ in self.worker.close():
             self._send(sender, error_response("the model is unloading", "UNAVAILABLE"))
         self.front.metrics.close()

@@ -50,7 +50,7 @@ def runner_for(repo: Path, threads: int, shards: int, max_rows: int = 64, allow_
 
 
 def until(done, timeout_s: float = 10.0) -> None:
-    """Polls until done() holds or the timeout passes: a Pipeline's worker runs on a thread of its own."""
+    """Polls until done() holds or the timeout passes: a BatchWorker runs on a thread of its own."""
     deadline = time.monotonic() + timeout_s
     while not done() and time.monotonic() < deadline:
         time.sleep(0.002)
@@ -143,12 +143,12 @@ def test_the_fused_step_runs_tokenizer_and_model_as_one_step(repo: Path) -> None
                        shallow=False)
 
 
-def test_the_fused_steps_pipeline_runs_what_waits_as_one_batch_within_its_bound() -> None:
+def test_the_fused_steps_worker_runs_what_waits_as_one_batch_within_its_bound() -> None:
     """Everything handed over while a run is under way becomes the next run; beyond the bound nothing more may
     wait; closing lets the worker finish and returns nothing left over."""
     import threading
 
-    from tritonize.serving.fused_step import Pipeline, queue_full_message
+    from tritonize.serving.fused_step import BatchWorker, queue_full_message
 
     release, runs = threading.Event(), []
 
@@ -156,24 +156,24 @@ def test_the_fused_steps_pipeline_runs_what_waits_as_one_batch_within_its_bound(
         runs.append(list(items))
         release.wait(10)
 
-    pipeline = Pipeline(run, bound=3)
-    pipeline.put(["a"])
+    worker = BatchWorker(run, bound=3)
+    assert worker.offer(["a"]) == 1
     until(lambda: runs)  # the worker took "a" and is running it
     assert runs == [["a"]]
-    assert pipeline.room(5) == 3
-    pipeline.put(["b", "c"])
-    assert pipeline.room(5) == 1 and pipeline.room(1) == 1
-    pipeline.put(["d"])
-    assert pipeline.room(1) == 0  # full: execute() refuses before decoding anything
+    assert worker.room(5) == 3
+    assert worker.offer(["b", "c"]) == 2
+    assert worker.room(5) == 1 and worker.room(1) == 1
+    assert worker.offer(["d"]) == 1
+    assert worker.room(1) == 0  # full: execute() refuses before decoding anything
     release.set()
-    assert pipeline.close() == []
+    assert worker.close() == []
     assert runs == [["a"], ["b", "c", "d"]]
     with pytest.raises(RuntimeError):
-        pipeline.put(["e"])
-    assert Pipeline(run).room(10_000) == 10_000  # no bound
+        worker.offer(["e"])
+    assert BatchWorker(run).room(10_000) == 10_000  # no bound
     # Counted in work: an offer takes what fits, oldest first; one item always fits an empty queue.
     gate = threading.Event()
-    heavy = Pipeline(lambda items, busy: gate.wait(10), bound=10, work=len, least_work=2)
+    heavy = BatchWorker(lambda items, busy: gate.wait(10), bound=10, work=len, least_work=2)
     assert heavy.offer(["x" * 50]) == 1  # over the bound, alone: taken (a single request is served whole)
     until(lambda: heavy.room(9) == 5)  # the worker runs it; the queue is empty again: five of the least work
     assert heavy.offer(["aaaa", "bbbb", "cc", "d"]) == 3  # 4 + 4 + 2 = 10 fits; "d" would make 11
@@ -188,23 +188,23 @@ def test_the_fused_steps_pipeline_runs_what_waits_as_one_batch_within_its_bound(
         if items == ["boom"]:
             raise RuntimeError("boom")
 
-    survivor = Pipeline(flaky)
-    survivor.put(["boom"])
+    survivor = BatchWorker(flaky)
+    survivor.offer(["boom"])
     until(lambda: seen)
-    survivor.put(["after"])
+    survivor.offer(["after"])
     assert survivor.close() == [] and seen == [["boom"], ["after"]]
     assert queue_full_message(8192, 512).startswith("Exceeds maximum queue size: ")  # what clients recognise
     assert "8192 tokens of work (512 requests of one short text)" in queue_full_message(8192, 512)
 
 
-def test_a_pipeline_run_takes_at_most_max_rows_rows_on_a_nicer_thread() -> None:
+def test_a_worker_run_takes_at_most_max_rows_rows_on_a_nicer_thread() -> None:
     """Under a backlog each run takes the oldest requests up to the step's max_batch_size rows (an answer waits
     for one batch, not for the whole backlog); a request larger than that runs alone. The worker runs nicer
     than the thread that made it, so under overload execute() keeps the cores it needs to refuse at once."""
     import os
     import threading
 
-    from tritonize.serving.fused_step import GRAPH_NICE, Pipeline, built_nicer
+    from tritonize.serving.fused_step import GRAPH_NICE, BatchWorker, built_nicer
 
     release, runs, nice, busy_runs = threading.Event(), [], [], []
 
@@ -215,12 +215,12 @@ def test_a_pipeline_run_takes_at_most_max_rows_rows_on_a_nicer_thread() -> None:
         release.wait(10)
 
     own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-    pipeline = Pipeline(run, max_rows=4, rows=len, nice=GRAPH_NICE)
-    pipeline.put(["a"])
+    worker = BatchWorker(run, max_rows=4, rows=len, nice=GRAPH_NICE)
+    worker.offer(["a"])
     until(lambda: runs)
-    pipeline.put(["bb", "c", "d", "eeeeee", "f"])  # rows: 2, 1, 1, 6, 1
+    worker.offer(["bb", "c", "d", "eeeeee", "f"])  # rows: 2, 1, 1, 6, 1
     release.set()
-    assert pipeline.close() == []
+    assert worker.close() == []
     assert runs == [["a"], ["bb", "c", "d"], ["eeeeee"], ["f"]]
     # The first run followed an idle wait; the backlog's runs each followed the previous one at once.
     assert busy_runs == [False, True, True, True]
@@ -237,7 +237,7 @@ def test_a_run_waits_for_the_clients_the_previous_run_answered_within_the_gather
     there, or gather_s after the previous run; a lone client, and a client slower than the window, never wait."""
     import threading
 
-    from tritonize.serving.fused_step import Pipeline
+    from tritonize.serving.fused_step import BatchWorker
 
     runs: list[tuple[list, bool, float]] = []
     ends: list[float] = []
@@ -253,41 +253,41 @@ def test_a_run_waits_for_the_clients_the_previous_run_answered_within_the_gather
         until(lambda: len(ends) >= n)
         assert len(ends) == n
 
-    halves = Pipeline(run, max_rows=8, gather_s=5.0)
-    halves.put(["a", "b"])  # the first run gathers nothing: no run before it
+    halves = BatchWorker(run, max_rows=8, gather_s=5.0)
+    halves.offer(["a", "b"])  # the first run gathers nothing: no run before it
     until(lambda: runs)
-    halves.put(["c", "d"])  # the other half, waiting while a and b run
+    halves.offer(["c", "d"])  # the other half, waiting while a and b run
     hold.set()
     time.sleep(0.05)
-    halves.put(["a2"])  # a's next request
+    halves.offer(["a2"])  # a's next request
     time.sleep(0.05)
     sent = time.monotonic()
-    halves.put(["b2"])  # b's: the four clients are all there, the run starts without waiting out the window
+    halves.offer(["b2"])  # b's: the four clients are all there, the run starts without waiting out the window
     ran(2)
     assert runs[1][:2] == (["c", "d", "a2", "b2"], True)
     assert runs[1][2] - sent < 2.0
     assert halves.close() == []
 
     runs.clear(), ends.clear()
-    window = Pipeline(run, max_rows=8, gather_s=0.3)
-    window.put(["p", "q"])
+    window = BatchWorker(run, max_rows=8, gather_s=0.3)
+    window.offer(["p", "q"])
     ran(1)
-    window.put(["p2"])  # q's client does not come back: the run waits out the window after the last run
+    window.offer(["p2"])  # q's client does not come back: the run waits out the window after the last run
     ran(2)
     assert runs[1][:2] == (["p2"], True)
     assert runs[1][2] - ends[0] >= 0.25
     time.sleep(0.5)  # a client slower than the window
     sent = time.monotonic()
-    window.put(["late"])
+    window.offer(["late"])
     ran(3)
     assert runs[2][:2] == (["late"], False) and runs[2][2] - sent < 0.2
     assert window.close() == []
 
     runs.clear(), ends.clear()
-    lone = Pipeline(run, max_rows=8, gather_s=5.0)
+    lone = BatchWorker(run, max_rows=8, gather_s=5.0)
     for k in range(3):  # one client: each run's one row is all the previous run answered
         sent = time.monotonic()
-        lone.put([f"t{k}"])
+        lone.offer([f"t{k}"])
         ran(k + 1)
         assert runs[k][2] - sent < 2.0 and runs[k][1] is False
     assert lone.close() == []
