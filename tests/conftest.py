@@ -9,6 +9,7 @@ import pytest
 
 from support.int8 import int8_repo, sources  # noqa: F401 - fixtures the unit and e2e int8 tests share
 from support.multi_model import stack  # noqa: F401 - the embedder and reranker repository both share
+from support.task_stack import task_stack  # noqa: F401 - the every-task API the route tests share
 from support.tiny_models import TinyRepo, generate_tiny
 from support.versions import second_model  # noqa: F401 - the version both share
 

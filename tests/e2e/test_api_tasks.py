@@ -11,42 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from support import model_zoo
-from support.api import start_api, stop
-
-QUERY = "what does the server do with raw strings?"
-DOCUMENTS = ["Triton serves raw strings with dynamic batching.", "A fox jumps over the lazy dog.",
-             "Ünïcödé café, naïve", "The server answers every request it accepts."]
-MAX_TEXTS = 16  # per request: the most any test here sends, and the most the schema fuzzer's lists hold
-MODELS = {  # name -> zoo entry (the embedder is tests/support/tiny_models' sentence-transformers folder)
-    "ranker": "bert-cross-encoder", "sentiment": "bert-seq-cls", "ner": "bert-token-cls", "reader": "bert-qa",
-    "splade": "bert-splade",
-}
-
-
-@pytest.fixture(scope="module")
-def served(local_triton, local_options, tmp_path_factory):
-    from support.tiny_models import build_embedding_model
-    from tritonize.generate import generate
-    from tritonize.runtime.local import LocalRuntime
-    from tritonize.spec import GenerateOptions
-
-    base = tmp_path_factory.mktemp("api-tasks")
-    repo = base / "repo"
-    folders = {"emb": build_embedding_model(base / "emb")}
-    generate(GenerateOptions(model=str(folders["emb"]), name="emb", output=str(repo)))
-    for name, zoo_id in MODELS.items():
-        folders[name] = model_zoo.build(zoo_id, base / "zoo")
-        generate(GenerateOptions(model=str(folders[name]), name=name, output=str(repo), add=True))
-    runtime = LocalRuntime(local_options(repo, base / "run"), quiet=True)
-    endpoints = runtime.up()
-    api = start_api(repo, endpoints.grpc, "--max-client-batch-size", str(MAX_TEXTS))
-    try:
-        yield folders, endpoints, api
-    finally:
-        stop(api)
-        runtime.down()
-
+from support.task_stack import DOCUMENTS, MAX_TEXTS, MODELS, QUERY
 
 def client(endpoints, name: str):
     from tritonize.client import TextClient
@@ -54,8 +19,8 @@ def client(endpoints, name: str):
     return TextClient(endpoints.grpc, name, protocol="grpc")
 
 
-def test_one_api_lists_and_checks_every_model(served) -> None:
-    _, _, api = served
+def test_one_api_lists_and_checks_every_model(task_stack) -> None:
+    _, _, api = task_stack
     code, _, listed = api.call("GET", "/v1/models")
     assert code == 200
     assert {m["id"]: m["task"] for m in listed["data"]} == {
@@ -68,10 +33,10 @@ def test_one_api_lists_and_checks_every_model(served) -> None:
     assert api.call("GET", "/info?model=sentiment")[2]["model_type"]["classifier"]["id2label"]
 
 
-def test_rerank_equals_cross_encoder_predict_in_order_and_score(served) -> None:
+def test_rerank_equals_cross_encoder_predict_in_order_and_score(task_stack) -> None:
     from sentence_transformers import CrossEncoder
 
-    folders, _, api = served
+    folders, _, api = task_stack
     expected = CrossEncoder(str(folders["ranker"]), device="cpu").predict([(QUERY, d) for d in DOCUMENTS])
     order = list(np.argsort(-expected, kind="stable"))
     for route in ("/v1/rerank", "/v2/rerank"):
@@ -91,10 +56,10 @@ def test_rerank_equals_cross_encoder_predict_in_order_and_score(served) -> None:
     assert api.call("POST", "/v1/rerank", {"model": "ranker", "query": QUERY, "documents": objects})[2]["results"]
 
 
-def test_predict_equals_the_text_classification_pipeline(served) -> None:
+def test_predict_equals_the_text_classification_pipeline(task_stack) -> None:
     from transformers import pipeline
 
-    folders, _, api = served
+    folders, _, api = task_stack
     texts = ["a great film", "Ünïcödé café"]
     expected = pipeline("text-classification", model=str(folders["sentiment"]), device="cpu")(texts, top_k=None)
     code, _, rows = api.call("POST", "/predict", {"inputs": texts})
@@ -108,10 +73,10 @@ def test_predict_equals_the_text_classification_pipeline(served) -> None:
     assert code == 200 and abs(sum(r["score"] for r in raw) - 1.0) > 1e-3  # logits, not probabilities
 
 
-def test_entities_answers_and_sparse_terms_are_the_ensembles(served) -> None:
+def test_entities_answers_and_sparse_terms_are_the_ensembles(task_stack) -> None:
     from sentence_transformers import SparseEncoder
 
-    folders, endpoints, api = served
+    folders, endpoints, api = task_stack
     texts = ["Sarah lives in Berlin.", "Triton serves raw strings."]
     code, _, found = api.call("POST", "/v1/entities", {"inputs": texts})
     with client(endpoints, "ner") as c:
@@ -128,20 +93,20 @@ def test_entities_answers_and_sparse_terms_are_the_ensembles(served) -> None:
         assert max(abs(t["value"] - float(want[t["index"]])) for t in row) <= 1e-4
 
 
-def test_a_route_for_another_task_names_the_served_models(served) -> None:
-    _, _, api = served
+def test_a_route_for_another_task_names_the_served_models(task_stack) -> None:
+    _, _, api = task_stack
     code, _, answer = api.call("POST", "/v1/embeddings", {"model": "ranker", "input": "x"})
     assert code == 400 and answer["error"]["code"] == "wrong_model_type"
     code, _, vectors = api.call("POST", "/embed", {"inputs": "x"})  # the one embedder, named by nobody
     assert code == 200 and len(vectors[0]) == 32
 
 
-def test_schemathesis_finds_the_document_true_for_every_task(served, tmp_path) -> None:
+def test_schemathesis_finds_the_document_true_for_every_task(task_stack, tmp_path) -> None:
     """Every route's task served, several models behind /tokenize and /info: the document names them, and a
     request it allows is answered, whichever route it reaches. The document's bound on texts per request is
     the server's (16 here: the fuzzer's largest lists stay within what two cores answer inside Triton's queue
     budget)."""
     from support.api import ANY_MODEL, accepting, fuzz
 
-    _, _, api = served
+    _, _, api = task_stack
     fuzz(api.url, tmp_path, "\n".join(accepting(r, "422") for r in ANY_MODEL))

@@ -1,0 +1,45 @@
+"""One repository of every task the API routes serve (an embedder, a reranker, a classifier, a token classifier,
+extractive QA and SPLADE), one local Triton, one API: a session fixture the route tests share, so the server
+starts once."""
+
+from __future__ import annotations
+
+import pytest
+
+from support import model_zoo
+from support.api import start_api, stop
+
+QUERY = "what does the server do with raw strings?"
+DOCUMENTS = ["Triton serves raw strings with dynamic batching.", "A fox jumps over the lazy dog.",
+             "Ünïcödé café, naïve", "The server answers every request it accepts."]
+MAX_TEXTS = 16  # per request: the most any test here sends, and the most the schema fuzzer's lists hold
+MODELS = {  # name -> zoo entry (the embedder is tests/support/tiny_models' sentence-transformers folder)
+    "ranker": "bert-cross-encoder", "sentiment": "bert-seq-cls", "ner": "bert-token-cls", "reader": "bert-qa",
+    "splade": "bert-splade",
+}
+
+
+@pytest.fixture(scope="session")
+def task_stack(local_triton, local_options, tmp_path_factory):
+    from support.tiny_models import build_embedding_model
+    from tritonize.generate import generate
+    from tritonize.runtime.local import LocalRuntime
+    from tritonize.spec import GenerateOptions
+
+    base = tmp_path_factory.mktemp("api-tasks")
+    repo = base / "repo"
+    folders = {"emb": build_embedding_model(base / "emb")}
+    generate(GenerateOptions(model=str(folders["emb"]), name="emb", output=str(repo)))
+    for name, zoo_id in MODELS.items():
+        folders[name] = model_zoo.build(zoo_id, base / "zoo")
+        generate(GenerateOptions(model=str(folders[name]), name=name, output=str(repo), add=True))
+    runtime = LocalRuntime(local_options(repo, base / "run"), quiet=True)
+    endpoints = runtime.up()
+    api = start_api(repo, endpoints.grpc, "--max-client-batch-size", str(MAX_TEXTS))
+    try:
+        yield folders, endpoints, api
+    finally:
+        stop(api)
+        runtime.down()
+
+
