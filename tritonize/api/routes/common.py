@@ -1,0 +1,137 @@
+"""What the routes share: the statuses they document, the fast response path, reading texts and prompts, one
+inference through a model's ensemble, and the arithmetic on answers several families return (Matryoshka cuts,
+ranking)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import numpy as np
+from fastapi import Request
+from fastapi.responses import Response
+
+from ...errors import TritonizeError
+from ...spec import TOKEN_COUNT_OUTPUT, TRUNCATED_OUTPUT
+from ...tasks.answers import Answers
+from ...tasks.classification import answers as classification
+from ...tasks.embedding import answers as embedding
+from ...tasks.question_answering import answers as question_answering
+from ...tasks.rerank import answers as rerank
+from ...tasks.sparse_embedding import answers as sparse_embedding
+from ...tasks.token_classification import answers as token_classification
+from .. import schemas as s
+from ..catalog import ServedModel
+from ..errors import STATUSES, invalid
+from ..state import ApiState, json_response
+
+EMBEDDING, CLASSIFICATION, RERANK = embedding.ANSWERS, classification.ANSWERS, rerank.ANSWERS
+SPARSE, ENTITIES, ANSWERS = sparse_embedding.ANSWERS, token_classification.ANSWERS, question_answering.ANSWERS
+
+# What any route may answer before its handler runs (the guard, the router), and what a route that infers adds.
+GUARDED = (401, 405, 413, 429)
+INFERS = (*GUARDED, 400, 404, 422, 424, 503)
+
+
+def documented(envelope: type[s.Body], statuses: Sequence[int]) -> dict[int | str, dict[str, Any]]:
+    """The `responses` of a route: each status it may answer, in the envelope its family's clients parse."""
+    return {status: {"model": envelope, "description": STATUSES[status].meaning} for status in sorted(statuses)}
+
+
+def answered(handler: Callable[..., Awaitable[s.BaseModel]]) -> Callable[..., Awaitable[Response]]:
+    """The handler's response model, written by orjson (state.json_response); FastAPI documents the model from
+    the handler's annotation and, given a Response, validates nothing again."""
+
+    @functools.wraps(handler)
+    async def endpoint(*args: Any, **kwargs: Any) -> Response:
+        return json_response(await handler(*args, **kwargs))
+
+    return endpoint
+
+
+# -- shared steps ---------------------------------------------------------------------------------------------------
+def texts_of(value: Any, param: str, limit: int) -> list[str]:
+    """A string or a list of strings; token ids, empty strings and lists over the bound are refused."""
+    items = [value] if isinstance(value, str) else list(value)
+    if not items:
+        raise invalid(f"`{param}` must not be empty", param, 422)
+    if any(not isinstance(x, str) for x in items):
+        raise invalid(f"`{param}` holds token ids: send text, the server tokenizes it with the model's own "
+                      "tokenizer", param, 422)
+    if any(not x for x in items):
+        raise invalid(f"`{param}` holds an empty string", param, 422)
+    if len(items) > limit:
+        raise invalid(f"`{param}` holds {len(items)} texts, over this server's limit of {limit} per request "
+                      "(--max-client-batch-size)", param, 413)
+    return items
+
+
+def prompt_of(model: ServedModel, name: str | None) -> str:
+    """The text a folder declares for a prompt name (sentence-transformers' `prompts`)."""
+    if not name:
+        return ""
+    prompts = model.prompts
+    if name not in prompts:
+        known = ", ".join(prompts) or "none"
+        raise invalid(f"prompt_name {name!r} is not declared by {model.name} (declared: {known})", "prompt_name")
+    return prompts[name]
+
+
+def right_only(direction: str) -> None:
+    if direction.lower() != "right":
+        raise invalid("truncation_direction left is not served: the model's tokenizer cuts long texts on the right",
+                      "truncation_direction")
+
+
+async def run(state: ApiState, request: Request, model: ServedModel,
+              rows: Sequence[tuple[str, ...]]) -> dict[str, np.ndarray]:
+    """One inference of these rows through the model's ensemble: its answers' outputs, with its token counts
+    where the ensemble reports them."""
+    request.state.model = model.name
+    answers: Answers = model.answers
+    extra = [o for o in (TOKEN_COUNT_OUTPUT, TRUNCATED_OUTPUT) if o in state.outputs.get(model.name, ())]
+    return await state.backend.infer(model, answers.request(rows), [*answers.output_names, *extra])
+
+
+def tokens(answer: dict[str, np.ndarray]) -> int:
+    counts = answer.get(TOKEN_COUNT_OUTPUT)
+    return int(counts.sum()) if counts is not None else 0
+
+
+def refuse_truncated(answer: dict[str, np.ndarray], truncate: bool | None, model: ServedModel) -> None:
+    """`truncate: false` (text-embeddings-inference's strict mode): a text the model could not read whole is refused."""
+    cut = answer.get(TRUNCATED_OUTPUT)
+    if truncate is False and cut is not None and cut.any():
+        rows = np.flatnonzero(cut.reshape(-1)).tolist()
+        raise invalid(f"inputs {rows[:5]} are longer than {model.name} reads ({model.max_length} tokens) and "
+                      "truncate is false", "truncate", 413)
+
+
+def matryoshka(vectors: np.ndarray, model: ServedModel, dimensions: int | None) -> np.ndarray:
+    """The served vectors at a declared Matryoshka size (the model's own rule: embedding.Head.truncate)."""
+    if dimensions is None or dimensions == vectors.shape[1]:
+        return vectors
+    try:
+        return np.ascontiguousarray(model.head.truncate(vectors, dimensions), dtype=np.float32)
+    except TritonizeError as exc:
+        raise invalid(f"{model.name}: {exc.message}", "dimensions", 400) from None
+
+
+async def embed(state: ApiState, request: Request, model: ServedModel, texts: list[str],
+                prompt: str = "") -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    answer = await run(state, request, model, [(prompt + t,) for t in texts])
+    return EMBEDDING.vectors(answer), answer
+
+
+
+async def scores(state: ApiState, request: Request, model: ServedModel, query: str,
+                 documents: list[str]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    answer = await run(state, request, model, [(query, d) for d in documents])
+    return RERANK.scores(answer), answer
+
+
+def ranked(values: np.ndarray, top_n: int | None) -> list[int]:
+    """Indices by score, best first (ties keep the documents' order), at most top_n."""
+    order = np.argsort(-values, kind="stable").tolist()
+    return order[:top_n] if top_n else order

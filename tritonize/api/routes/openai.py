@@ -1,0 +1,43 @@
+"""OpenAI's embeddings and model list."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+
+from fastapi import APIRouter, Request
+
+from .. import schemas as s
+from ..errors import invalid
+from ..state import state_of
+from .common import EMBEDDING, GUARDED, INFERS, answered, documented, embed, matryoshka, texts_of, tokens
+
+router = APIRouter(tags=["OpenAI"])
+
+
+@router.post("/v1/embeddings", responses=documented(s.OpenAIError, INFERS))
+@answered
+async def openai_embeddings(body: s.EmbeddingRequest, request: Request) -> s.EmbeddingResponse:
+    state = state_of(request)
+    model = state.catalog.find(EMBEDDING, body.model)
+    texts = texts_of(body.input, "input", state.settings.max_client_batch_size)
+    if body.dimensions is not None and body.dimensions < 1:
+        raise invalid("`dimensions` must be at least 1", "dimensions", 400)
+    vectors, answer = await embed(state, request, model, texts)
+    vectors = matryoshka(vectors, model, body.dimensions)
+    if body.encoding_format == "base64":
+        rows: Sequence = [base64.b64encode(v.astype("<f4").tobytes()).decode("ascii") for v in vectors]
+    else:
+        rows = vectors
+    used = tokens(answer)
+    return s.EmbeddingResponse.model_construct(
+        data=[s.Embedding(object="embedding", index=i, embedding=row) for i, row in enumerate(rows)],
+        model=model.name, usage=s.Usage.model_construct(prompt_tokens=used, total_tokens=used))
+
+
+@router.get("/v1/models", responses=documented(s.OpenAIError, GUARDED))
+@answered
+async def openai_models(request: Request) -> s.ModelList:
+    return s.ModelList.model_construct(data=[
+        s.ModelCard.model_construct(id=m.name, created=m.created, task=m.answers.name)
+        for m in state_of(request).catalog.models])
