@@ -1,7 +1,8 @@
 """One error type for every route; each route family writes it in its own envelope.
 
 OpenAI's routes answer `{"error": {"message", "type", "param", "code"}}`, text-embeddings-inference's
-`{"error", "error_type"}`: clients of each parse their own shape. A status says what kind of failure it is
+`{"error", "error_type"}`, NVIDIA NIM's `{"object": "error", "message", "detail", "type"}`: clients of each parse
+their own shape. A status says what kind of failure it is
 (`STATUSES`): the guard, the backend, the routes and the OpenAPI document all read that one table.
 """
 
@@ -82,6 +83,10 @@ class ApiError(Exception):
 
     def tei(self) -> dict:
         return {"error": self.message, "error_type": self.kind.value}
+
+    def nim(self) -> dict:
+        return {"object": "error", "message": self.message, "detail": {"param": self.param} if self.param else {},
+                "type": OPENAI_TYPES[self.kind]}
 
     @property
     def headers(self) -> dict[str, str]:

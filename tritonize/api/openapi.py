@@ -11,17 +11,19 @@ keeps the models' schema: it answers 424, as documented.
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
+from pydantic import BaseModel
 
 from .catalog import Catalog, ServedModel
 from .routes import ROUTERS
 from .task_routes import TASK_ROUTES
 
-ANY_MODEL_PATHS = ("/tokenize", "/info")  # routes of no one task: they read any model
+ANY_MODEL_PATHS = ("/tokenize", "/decode", "/info")  # routes of no one task: they read any model
 
 
 def batch_bound(node: Any, limit: int) -> None:
@@ -38,9 +40,14 @@ def batch_bound(node: Any, limit: int) -> None:
 
 
 def request_components(paths: tuple[str, ...]) -> set[str]:
-    """The component names of the request bodies these routes read."""
-    return {route.body_field.field_info.annotation.__name__ for router in ROUTERS for route in router.routes
-            if isinstance(route, APIRoute) and route.path in paths and route.body_field is not None}
+    """The component names of the request bodies these routes read, and of the objects they hold (a field such
+    as `prompt_name` may sit one level down, in text-embeddings-inference's similarity `parameters`)."""
+    bodies = [route.body_field.field_info.annotation for router in ROUTERS for route in router.routes
+              if isinstance(route, APIRoute) and route.path in paths and route.body_field is not None]
+    held = [kind for body in bodies for field in body.model_fields.values()
+            for kind in (field.annotation, *typing.get_args(field.annotation))
+            if isinstance(kind, type) and issubclass(kind, BaseModel)]
+    return {kind.__name__ for kind in (*bodies, *held)}
 
 
 def named(models: tuple[ServedModel, ...]) -> dict:

@@ -1,7 +1,8 @@
 """Request and response bodies, in the shapes their clients already send and parse.
 
 OpenAI's embeddings API; Cohere's and Jina's rerank; text-embeddings-inference's /embed, /rerank, /predict,
-/tokenize and /info; and tritonize's own routes where no standard exists (entities, answers). The requests
+/similarity, /embed_all, /tokenize, /decode and /info; NVIDIA NIM's /v1/ranking; vLLM's /score and /classify;
+and tritonize's own routes where no standard exists (entities, answers). The requests
 validate what comes in; the handlers return the responses, so /openapi.json is what they answer. A response
 is built without validation (`model_construct`, numpy rows kept as they are) and written by orjson
 (state.json_response): the hot routes pay for neither a second validation nor float64 digits.
@@ -262,6 +263,139 @@ class TEIInfo(Body):
     docker_label: str | None
     task: str
     source: str | None
+
+
+# -- NVIDIA NIM ranking; vLLM's score and classify; text-embeddings-inference's similarity, embed_all, decode -----
+class NIMError(Body):
+    """NVIDIA NIM's error envelope (/v1/ranking)."""
+
+    object: Literal["error"]
+    message: str
+    detail: dict[str, str]
+    type: str
+
+
+class NIMText(Body):
+    text: Text
+
+
+class NIMRankingRequest(Body):
+    query: NIMText
+    passages: Annotated[list[NIMText], refused_beyond(minItems=1)]
+    model: str | None = None
+    truncate: Literal["NONE", "END"] = Field("NONE", description="NONE: a pair longer than the model reads is "
+                                                                 "refused (400); END: it is cut at the model's "
+                                                                 "max length")
+
+
+class NIMRanking(Body):
+    index: int
+    logit: float = Field(description="the model's raw score (served for rerankers whose graph applies no "
+                                     "activation)")
+
+
+class NIMRankingResponse(Body):
+    rankings: list[NIMRanking] = Field(description="every passage, best first")
+    usage: Usage
+
+
+class ScoreRequest(Body):
+    """vLLM's /score: pairs of `text_1` and `text_2`, one to one, one to many, or pairwise (equal lengths)."""
+
+    text_1: Union[Text, TextList]
+    text_2: Union[Text, TextList]
+    model: str | None = None
+    truncate_prompt_tokens: Optional[Literal[-1]] = Field(None, description="-1 or none: long pairs are cut at "
+                                                                            "the model's max length")
+    use_activation: bool | None = Field(None, description="false: logits, for a model whose graph applies no "
+                                                          "activation")
+
+
+class ScoreData(Body):
+    index: int
+    object: Literal["score"] = "score"
+    score: float
+
+
+class ScoreResponse(Body):
+    id: str
+    object: Literal["list"] = "list"
+    created: int
+    model: str
+    data: list[ScoreData]
+    usage: Usage
+
+
+class ClassifyRequest(Body):
+    """vLLM's /classify."""
+
+    input: Texts
+    model: str | None = None
+    truncate_prompt_tokens: Optional[Literal[-1]] = Field(None, description="-1 or none: long texts are cut at "
+                                                                            "the model's max length")
+    use_activation: bool | None = Field(None, description="false: logits instead of the head's probabilities")
+
+
+class ClassificationData(Body):
+    index: int
+    label: str | None = Field(description="the label of the highest score")
+    probs: list[float] = Field(description="a score per label, in the model's label order")
+    num_classes: int
+
+
+class ClassifyResponse(Body):
+    id: str
+    object: Literal["list"] = "list"
+    created: int
+    model: str
+    data: list[ClassificationData]
+    usage: Usage
+
+
+class TEISimilarityInput(Body):
+    source_sentence: Text
+    sentences: TextList
+
+
+class TEISimilarityParameters(Body):
+    truncate: bool | None = None
+    truncation_direction: Direction = "right"
+    prompt_name: str | None = None
+
+
+class TEISimilarityRequest(Body):
+    inputs: TEISimilarityInput
+    parameters: TEISimilarityParameters | None = None
+    model: str | None = None
+
+
+class TEISimilarities(RootModel[list[float]]):
+    """The cosine similarity of each sentence's embedding with the source sentence's, in order."""
+
+
+class TEIEmbedAllRequest(Body):
+    inputs: Texts
+    truncate: bool | None = None
+    truncation_direction: Direction = "right"
+    prompt_name: str | None = None
+    model: str | None = None
+
+
+class TEITokenStates(RootModel[list[list[list[float]]]]):
+    """Per input, a vector per token."""
+
+
+TokenId = Annotated[int, Field(ge=0)]
+
+
+class TEIDecodeRequest(Body):
+    ids: Union[list[TokenId], Annotated[list[list[TokenId]], refused_beyond(minItems=1)]]
+    skip_special_tokens: bool = True
+    model: str | None = None
+
+
+class TEIDecoded(RootModel[list[str]]):
+    """One text per list of ids."""
 
 
 # -- tritonize's own ----------------------------------------------------------------------------------------------

@@ -60,10 +60,13 @@ def embedding_accepts(heads: tuple[Head, ...]) -> dict[str, dict]:
 
 
 def rerank_accepts(heads: tuple[Head, ...]) -> dict[str, dict]:
-    """`raw_scores` only where no served graph applies an activation it cannot undo exactly."""
+    """`raw_scores` (and vLLM's `use_activation: false`) only where no served graph applies an activation it
+    cannot undo exactly."""
     raw = all(h.activation == "identity" for h in heads)
-    return {"raw_scores": {"type": "boolean", **({} if raw else {"enum": [False]}),
-                           "description": "logits, for a model whose graph applies no activation"}}
+    logits = "logits, for a model whose graph applies no activation"
+    return {"raw_scores": {"type": "boolean", **({} if raw else {"enum": [False]}), "description": logits},
+            "use_activation": {"anyOf": [{"type": "boolean", **({} if raw else {"enum": [True]})}, {"type": "null"}],
+                               "description": f"false: {logits}"}}
 
 
 def labelled(kind: str, labels: tuple[str, ...]) -> dict:
@@ -71,13 +74,13 @@ def labelled(kind: str, labels: tuple[str, ...]) -> dict:
 
 
 TASK_ROUTES = (
-    TaskRoutes(embedding.ANSWERS, ("/v1/embeddings", "/embed"),
+    TaskRoutes(embedding.ANSWERS, ("/v1/embeddings", "/embed", "/similarity", "/embed_all"),
                lambda a, name, text: {"model": name, "input": [text]},
                lambda head: {"embedding": {"pooling": head.pooling}}, embedding_accepts),
-    TaskRoutes(rerank.ANSWERS, ("/v1/rerank", "/v2/rerank", "/rerank"),
+    TaskRoutes(rerank.ANSWERS, ("/v1/rerank", "/v2/rerank", "/rerank", "/v1/ranking", "/score", "/v1/score"),
                lambda a, name, text: {"model": name, "query": a.sample_first, "documents": [text, "A fox."]},
                lambda head: labelled("reranker", ("LABEL_0",)), rerank_accepts),
-    TaskRoutes(classification.ANSWERS, ("/predict",),
+    TaskRoutes(classification.ANSWERS, ("/predict", "/classify"),
                lambda a, name, text: {"model": name, "inputs": text},
                lambda head: labelled("classifier", head.labels)),
     TaskRoutes(sparse_embedding.ANSWERS, ("/embed_sparse",),

@@ -99,13 +99,23 @@ def tokens(answer: dict[str, np.ndarray]) -> int:
     return int(counts.sum()) if counts is not None else 0
 
 
-def refuse_truncated(answer: dict[str, np.ndarray], truncate: bool | None, model: ServedModel) -> None:
-    """`truncate: false` (text-embeddings-inference's strict mode): a text the model could not read whole is refused."""
+def refuse_truncated(answer: dict[str, np.ndarray], truncate: bool | None, model: ServedModel,
+                     status: int = 413, asked: str = "false") -> None:
+    """`truncate: false` (text-embeddings-inference's strict mode; NIM's NONE, `asked`): a text the model could
+    not read whole is refused."""
     cut = answer.get(TRUNCATED_OUTPUT)
     if truncate is False and cut is not None and cut.any():
         rows = np.flatnonzero(cut.reshape(-1)).tolist()
         raise invalid(f"inputs {rows[:5]} are longer than {model.name} reads ({model.max_length} tokens) and "
-                      "truncate is false", "truncate", 413)
+                      f"truncate is {asked}", "truncate", status)
+
+
+def logits_only(model: ServedModel, param: str) -> None:
+    """A reranker's raw scores exist only where its graph applies no activation: a sigmoid inverted in float32
+    is not the model's logit (it saturates to 1 well before the logit is large)."""
+    if model.head.activation != "identity":
+        raise invalid(f"{param} is not served for {model.name}: its graph applies the CrossEncoder's "
+                      f"{model.head.activation}, and inverting it would not give the model's logits exactly", param)
 
 
 def matryoshka(vectors: np.ndarray, model: ServedModel, dimensions: int | None) -> np.ndarray:
@@ -124,10 +134,15 @@ async def embed(state: ApiState, request: Request, model: ServedModel, texts: li
     return EMBEDDING.vectors(answer), answer
 
 
-
 async def scores(state: ApiState, request: Request, model: ServedModel, query: str,
                  documents: list[str]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    answer = await run(state, request, model, [(query, d) for d in documents])
+    return await pair_scores(state, request, model, [(query, d) for d in documents])
+
+
+async def pair_scores(state: ApiState, request: Request, model: ServedModel,
+                      pairs: list[tuple[str, str]]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """A reranker's score of each (query, text) pair, in order, and the answer it came in."""
+    answer = await run(state, request, model, pairs)
     return RERANK.scores(answer), answer
 
 

@@ -18,6 +18,7 @@ from .common import (
     answered,
     documented,
     embed,
+    logits_only,
     matryoshka,
     prompt_of,
     ranked,
@@ -69,10 +70,8 @@ async def tei_rerank(body: s.TEIRerankRequest, request: Request) -> s.TEIRanks:
     state = state_of(request)
     model = state.catalog.find(RERANK, body.model)
     right_only(body.truncation_direction)
-    if body.raw_scores and model.head.activation != "identity":
-        raise invalid(f"raw_scores is not served for {model.name}: its graph applies the CrossEncoder's "
-                      f"{model.head.activation}, and inverting it would not give the model's logits exactly",
-                      "raw_scores")
+    if body.raw_scores:
+        logits_only(model, "raw_scores")
     docs = texts_of(body.texts, "texts", state.settings.max_client_batch_size)
     values, answer = await scores(state, request, model, body.query, docs)
     refuse_truncated(answer, body.truncate, model)
@@ -119,6 +118,64 @@ async def tei_tokenize(body: s.TEITokenizeRequest, request: Request) -> s.TEITok
             s.TEIToken.model_construct(id=i, text=text[a:b], special=False, start=a, stop=b)
             for i, tok, special, (a, b) in zip(enc.ids, enc.tokens, enc.special_tokens_mask, enc.offsets)])
     return s.TEITokens.model_construct(out)
+
+
+@router.post("/similarity", responses=documented(s.TEIError, INFERS))
+@answered
+async def tei_similarity(body: s.TEISimilarityRequest, request: Request) -> s.TEISimilarities:
+    """As text-embeddings-inference computes it: the source sentence and the sentences embedded together, then
+    the cosine of each sentence's vector with the source's (a cosine, so the graph's normalisation changes
+    nothing)."""
+    state = state_of(request)
+    model = state.catalog.find(EMBEDDING, body.model)
+    parameters = body.parameters or s.TEISimilarityParameters()
+    right_only(parameters.truncation_direction)
+    sentences = texts_of(body.inputs.sentences, "inputs.sentences", state.settings.max_client_batch_size)
+    source = texts_of(body.inputs.source_sentence, "inputs.source_sentence", 1)
+    vectors, answer = await embed(state, request, model, source + sentences, prompt_of(model, parameters.prompt_name))
+    refuse_truncated(answer, parameters.truncate, model)
+    return s.TEISimilarities.model_construct(cosines(vectors[0], vectors[1:]).tolist())
+
+
+def cosines(source: np.ndarray, others: np.ndarray) -> np.ndarray:
+    """The cosine of each row of `others` with `source`, in float64 (0 for a zero vector)."""
+    source, others = source.astype(np.float64), others.astype(np.float64)
+    norms = np.linalg.norm(others, axis=1) * np.linalg.norm(source)
+    return np.divide(others @ source, norms, out=np.zeros(len(others)), where=norms > 0)
+
+
+@router.post("/embed_all", responses=documented(s.TEIError, INFERS))
+@answered
+async def tei_embed_all(body: s.TEIEmbedAllRequest, request: Request) -> s.TEITokenStates:
+    """Token states: the served embedders pool inside their graphs, so the per-token vectors never leave them."""
+    state = state_of(request)
+    model = state.catalog.find(EMBEDDING, body.model)
+    right_only(body.truncation_direction)
+    texts_of(body.inputs, "inputs", state.settings.max_client_batch_size)
+    prompt_of(model, body.prompt_name)
+    raise invalid(f"embed_all is not served for {model.name}: its graph pools the token states inside "
+                  f"({model.head.pooling} pooling) and returns one vector per text; /embed returns those")
+
+
+@router.post("/decode", responses=documented(s.TEIError, (*GUARDED, 400, 404, 422)))
+@answered
+async def tei_decode(body: s.TEIDecodeRequest, request: Request) -> s.TEIDecoded:
+    """Token ids back to text with the served tokenizer file, as text-embeddings-inference decodes them; an id
+    the vocabulary does not hold is refused (the tokenizer would drop it silently)."""
+    state = state_of(request)
+    model = state.catalog.find_any(body.model)
+    request.state.model = model.name
+    rows = body.ids if body.ids and isinstance(body.ids[0], list) else [body.ids]
+    if len(rows) > state.settings.max_client_batch_size:
+        raise invalid(f"`ids` holds {len(rows)} lists, over this server's limit of "
+                      f"{state.settings.max_client_batch_size} per request (--max-client-batch-size)", "ids", 413)
+    tokenizer = state.tokenizer(model)
+    size = tokenizer.get_vocab_size(with_added_tokens=True)
+    unknown = sorted({i for row in rows for i in row if i >= size})
+    if unknown:
+        raise invalid(f"ids {unknown[:5]} are not in {model.name}'s vocabulary ({size} tokens: ids 0 to {size - 1})",
+                      "ids")
+    return s.TEIDecoded.model_construct(tokenizer.decode_batch(rows, skip_special_tokens=body.skip_special_tokens))
 
 
 @router.get("/info", responses=documented(s.TEIError, (*GUARDED, 400, 404)))

@@ -1,0 +1,93 @@
+"""The routes' pure parts: vLLM's pairing of text_1 and text_2, text-embeddings-inference's cosine, the request
+bodies' parsing, each family's error envelope, and the route table against the routes the app registers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from tritonize.api import schemas as s
+from tritonize.api.app import envelope
+from tritonize.api.errors import ApiError, invalid
+from tritonize.api.openapi import request_components
+from tritonize.api.routes import NIM_PATHS, ROUTERS, TEI_PATHS
+from tritonize.api.routes.score import score_pairs
+from tritonize.api.routes.tei import cosines
+from tritonize.api.task_routes import TASK_ROUTES
+
+
+@pytest.mark.parametrize("text_1,text_2,pairs", [
+    ("q", "d", [("q", "d")]),
+    ("q", ["a", "b"], [("q", "a"), ("q", "b")]),
+    (["q"], ["a", "b"], [("q", "a"), ("q", "b")]),
+    (["q1", "q2"], ["a", "b"], [("q1", "a"), ("q2", "b")]),
+])
+def test_score_pairs_one_to_many_and_pairwise(text_1, text_2, pairs) -> None:
+    assert score_pairs(text_1, text_2, 16) == pairs
+
+
+@pytest.mark.parametrize("text_1,text_2,status,words", [
+    (["q1", "q2"], ["a", "b", "c"], 422, "1:1, 1:N or N:N"),
+    (["q1", "q2"], "a", 422, "1:1, 1:N or N:N"),  # N:1 is not one of vLLM's shapes
+    ([], ["a"], 422, "`text_1` must not be empty"),
+    ("q", [], 422, "`text_2` must not be empty"),
+    ("q", ["a", ""], 422, "empty string"),
+    ("q", ["a"] * 17, 413, "limit of 16"),
+])
+def test_score_pairs_refuses_what_vllm_refuses(text_1, text_2, status, words) -> None:
+    with pytest.raises(ApiError) as refused:
+        score_pairs(text_1, text_2, 16)
+    assert refused.value.status == status and words in refused.value.message
+
+
+def test_cosines_are_sentence_transformers_cos_sim() -> None:
+    from sentence_transformers.util import cos_sim
+
+    rng = np.random.default_rng(0)
+    source, others = rng.normal(size=8).astype(np.float32), rng.normal(size=(5, 8)).astype(np.float32)
+    expected = cos_sim(source, others).numpy().reshape(-1)
+    assert np.allclose(cosines(source, others), expected, atol=1e-6)
+    assert np.allclose(cosines(source, others * 3), expected, atol=1e-6)  # a scale, as normalising, changes nothing
+    assert cosines(source, np.zeros((1, 8), np.float32)).tolist() == [0.0]
+
+
+def test_request_bodies_parse_as_their_clients_send_them() -> None:
+    assert s.TEIDecodeRequest.model_validate({"ids": [101, 7]}).ids == [101, 7]
+    assert s.TEIDecodeRequest.model_validate({"ids": [[101], [7, 8]]}).ids == [[101], [7, 8]]
+    assert s.TEIDecodeRequest.model_validate({"ids": [1]}).skip_special_tokens is True  # TEI's default
+    with pytest.raises(ValidationError):
+        s.TEIDecodeRequest.model_validate({"ids": [-1]})
+    ranking = s.NIMRankingRequest.model_validate({"query": {"text": "q"}, "passages": [{"text": "a"}]})
+    assert ranking.truncate == "NONE"  # NIM's default: a pair longer than the model reads is refused
+    with pytest.raises(ValidationError):
+        s.NIMRankingRequest.model_validate({"query": {"text": "q"}, "passages": [{"text": "a"}], "truncate": "START"})
+    assert s.ScoreRequest.model_validate({"text_1": "q", "text_2": ["a"], "truncate_prompt_tokens": -1})
+    with pytest.raises(ValidationError):  # a cut shorter than the model's max length is not what the step does
+        s.ScoreRequest.model_validate({"text_1": "q", "text_2": "a", "truncate_prompt_tokens": 8})
+    similarity = s.TEISimilarityRequest.model_validate({"inputs": {"source_sentence": "a", "sentences": ["b"]}})
+    assert similarity.parameters is None
+
+
+def test_each_family_answers_in_its_envelope() -> None:
+    error = invalid("passages must not be empty", "passages")
+    assert envelope("/v1/ranking", error) == {"object": "error", "message": "passages must not be empty",
+                                              "detail": {"param": "passages"}, "type": "invalid_request_error"}
+    assert envelope("/similarity", error) == {"error": "passages must not be empty", "error_type": "Validation"}
+    assert envelope("/score", error)["error"]["param"] == "passages"
+    assert envelope("/classify", ApiError(503, "down"))["error"]["type"] == "server_error"
+    assert NIM_PATHS == {"/v1/ranking"} and {"/similarity", "/embed_all", "/decode"} <= TEI_PATHS
+
+
+def test_the_route_table_names_only_routes_the_app_serves() -> None:
+    served = {route.path for router in ROUTERS for route in router.routes}
+    assert {p for r in TASK_ROUTES for p in r.paths} <= served
+    by_task = {r.answers.name: r.paths for r in TASK_ROUTES}
+    assert {"/v1/ranking", "/score", "/v1/score"} <= set(by_task["rerank"])
+    assert "/classify" in by_task["classification"] and "/similarity" in by_task["embedding"]
+
+
+def test_the_document_narrows_fields_one_level_down() -> None:
+    """`prompt_name` of /similarity sits in `parameters`: its component is narrowed with the body's."""
+    assert request_components(("/similarity",)) == {"TEISimilarityRequest", "TEISimilarityInput",
+                                                    "TEISimilarityParameters"}
