@@ -9,15 +9,17 @@ import urllib.request
 
 import pytest
 
-from support.api import ANY_MODEL, KEY, accepting, fuzz, matryoshka_repo, served, start_api, stop  # noqa: F401 - fixtures test_api.py shares
+from support.api import ANY_MODEL, KEY, REFUSING, accepting, fuzz, matryoshka_repo, served, start_api, stop  # noqa: F401 - fixtures test_api.py shares
 from support.browser import chromium, rendered
 
 # 424: no model of the route's task; 400: `model` names the served model, of another task.
-NOT_SERVED = ("/v1/rerank", "/rerank", "/predict", "/embed_sparse", "/v1/entities", "/v1/answers")
+NOT_SERVED = ("/v1/rerank", "/rerank", "/v1/ranking", "/score", "/predict", "/classify", "/embed_sparse",
+              "/v1/entities", "/v1/answers")
 
 
 def fuzz_config() -> str:
-    return "\n".join([*(accepting(r, "400", "424") for r in NOT_SERVED), *(accepting(r, "422") for r in ANY_MODEL)])
+    return "\n".join([*(accepting(r, "400", "424") for r in NOT_SERVED),
+                      *(accepting(r, "422") for r in (*ANY_MODEL, *REFUSING))])
 
 
 def test_schemathesis_finds_the_document_true(served, tmp_path) -> None:

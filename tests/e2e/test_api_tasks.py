@@ -105,8 +105,9 @@ def test_schemathesis_finds_the_document_true_for_every_task(task_stack, tmp_pat
     """Every route's task served, several models behind /tokenize and /info: the document names them, and a
     request it allows is answered, whichever route it reaches. The document's bound on texts per request is
     the server's (16 here: the fuzzer's largest lists stay within what two cores answer inside Triton's queue
-    budget)."""
-    from support.api import ANY_MODEL, accepting, fuzz
+    budget). The stack's reranker applies a sigmoid, so NIM's /v1/ranking, whose `logit` is the raw score,
+    refuses it."""
+    from support.api import ANY_MODEL, REFUSING, accepting, fuzz
 
     _, _, api = task_stack
-    fuzz(api.url, tmp_path, "\n".join(accepting(r, "422") for r in ANY_MODEL))
+    fuzz(api.url, tmp_path, "\n".join(accepting(r, "422") for r in (*ANY_MODEL, *REFUSING, "/v1/ranking")))

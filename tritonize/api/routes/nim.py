@@ -19,9 +19,9 @@ async def nim_ranking(body: s.NIMRankingRequest, request: Request) -> s.NIMRanki
     applies a sigmoid is refused rather than answered with probabilities under that name."""
     state = state_of(request)
     model = state.catalog.find(RERANK, body.model)
-    logits_only(model, "logit")
     query = texts_of(body.query.text, "query.text", 1)[0]
     passages = texts_of([p.text for p in body.passages], "passages", state.settings.max_client_batch_size)
+    logits_only(model, "logit")
     values, answer = await scores(state, request, model, query, passages)
     refuse_truncated(answer, body.truncate == "END", model, 400, body.truncate)
     used = tokens(answer)
