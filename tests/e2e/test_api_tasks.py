@@ -106,8 +106,10 @@ def test_schemathesis_finds_the_document_true_for_every_task(task_stack, tmp_pat
     request it allows is answered, whichever route it reaches. The document's bound on texts per request is
     the server's (16 here: the fuzzer's largest lists stay within what two cores answer inside Triton's queue
     budget). The stack's reranker applies a sigmoid, so NIM's /v1/ranking, whose `logit` is the raw score,
-    refuses it."""
+    refuses it; /score refuses lists of text_1 and text_2 of different lengths (vLLM's pairing, which no JSON
+    Schema of one field can say)."""
     from support.api import ANY_MODEL, REFUSING, accepting, fuzz
 
     _, _, api = task_stack
-    fuzz(api.url, tmp_path, "\n".join(accepting(r, "422") for r in (*ANY_MODEL, *REFUSING, "/v1/ranking")))
+    refusing = (*ANY_MODEL, *REFUSING, "/v1/ranking", "/score")
+    fuzz(api.url, tmp_path, "\n".join(accepting(r, "422") for r in refusing))
