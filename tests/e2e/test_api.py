@@ -220,7 +220,8 @@ def test_openapi_schema_lists_the_routes(served) -> None:
     code, _, schema = api.call("GET", "/openapi.json")
     assert code == 200
     for path in ("/v1/embeddings", "/v1/models", "/v1/rerank", "/embed", "/rerank", "/predict", "/tokenize", "/info",
-                 "/v1/entities", "/v1/answers", "/health", "/metrics"):
+                 "/similarity", "/embed_all", "/decode", "/v1/ranking", "/score", "/classify", "/v1/entities",
+                 "/v1/answers", "/health", "/metrics"):
         assert path in schema["paths"], path
 
 

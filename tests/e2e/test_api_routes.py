@@ -8,6 +8,7 @@ text-classification pipeline, the tokenizer's decode); each refusal is a 4xx in 
 
 from __future__ import annotations
 
+import jsonschema
 import numpy as np
 import pytest
 
@@ -17,6 +18,28 @@ from support.task_stack import DOCUMENTS, QUERY
 
 TOLERANCE = 1e-4
 LONG = " ".join(["A long passage that the reranker cannot read whole."] * 60)
+
+# The shapes each family publishes, as JSON Schema: NIM's reranking API reference (RankingResponse), vLLM's
+# ScoreResponse and ClassificationResponse (its pooling protocol models), text-embeddings-inference's
+# SimilarityResponse and DecodeResponse (router/src/http/types.rs).
+NIM_RANKING = {"type": "object", "required": ["rankings"], "properties": {"rankings": {"type": "array", "items": {
+    "type": "object", "required": ["index", "logit"],
+    "properties": {"index": {"type": "integer"}, "logit": {"type": "number"}}}}}}
+VLLM_USAGE = {"type": "object", "required": ["prompt_tokens", "total_tokens"],
+              "properties": {"prompt_tokens": {"type": "integer"}, "total_tokens": {"type": "integer"}}}
+VLLM_SCORE = {"type": "object", "required": ["id", "object", "created", "model", "data", "usage"], "properties": {
+    "object": {"const": "list"}, "created": {"type": "integer"}, "model": {"type": "string"}, "usage": VLLM_USAGE,
+    "data": {"type": "array", "items": {"type": "object", "required": ["index", "object", "score"], "properties": {
+        "index": {"type": "integer"}, "object": {"const": "score"}, "score": {"type": "number"}}}}}}
+VLLM_CLASSIFY = {"type": "object", "required": ["id", "object", "created", "model", "data", "usage"], "properties": {
+    "object": {"const": "list"}, "usage": VLLM_USAGE,
+    "data": {"type": "array", "items": {"type": "object", "required": ["index", "label", "probs", "num_classes"],
+                                        "properties": {"index": {"type": "integer"},
+                                                       "label": {"type": ["string", "null"]},
+                                                       "probs": {"type": "array", "items": {"type": "number"}},
+                                                       "num_classes": {"type": "integer"}}}}}}
+TEI_SIMILARITY = {"type": "array", "items": {"type": "number"}}
+TEI_DECODE = {"type": "array", "items": {"type": "string"}}
 
 
 def nim_error(answer: dict) -> str:
@@ -44,7 +67,8 @@ def test_score_equals_cross_encoder_predict_one_to_many_and_pairwise(task_stack)
     expected = model.predict([(QUERY, d) for d in DOCUMENTS])
     for route in ("/score", "/v1/score"):
         code, _, answer = api.call("POST", route, {"model": "ranker", "text_1": QUERY, "text_2": DOCUMENTS})
-        assert code == 200 and answer["object"] == "list" and answer["model"] == "ranker", answer
+        assert code == 200 and answer["model"] == "ranker", answer
+        jsonschema.validate(answer, VLLM_SCORE)
         assert answer["id"] and answer["created"] > 0 and answer["usage"]["prompt_tokens"] > 0
         assert [d["index"] for d in answer["data"]] == list(range(len(DOCUMENTS)))  # in order, not ranked
         assert {d["object"] for d in answer["data"]} == {"score"}
@@ -115,6 +139,7 @@ def test_ranking_and_score_of_an_llm_reranker_are_its_logits(logit_reranker) -> 
     code, _, answer = api.call("POST", "/v1/ranking", {"model": "llm", "query": {"text": QUERY},
                                                        "passages": [{"text": d} for d in DOCUMENTS], "truncate": "END"})
     assert code == 200 and [r["index"] for r in answer["rankings"]] == order, answer
+    jsonschema.validate(answer, NIM_RANKING)
     assert max(abs(r["logit"] - float(expected[r["index"]])) for r in answer["rankings"]) <= TOLERANCE
     assert answer["usage"]["prompt_tokens"] == answer["usage"]["total_tokens"] > 0
     code, _, scored = api.call("POST", "/score", {"text_1": QUERY, "text_2": DOCUMENTS, "use_activation": False})
@@ -139,6 +164,7 @@ def test_similarity_is_the_cosine_of_sentence_transformers_vectors(task_stack) -
     code, _, similarities = api.call("POST", "/similarity", {"inputs": {"source_sentence": QUERY,
                                                                          "sentences": DOCUMENTS}})
     assert code == 200 and len(similarities) == len(DOCUMENTS)
+    jsonschema.validate(similarities, TEI_SIMILARITY)
     assert max(abs(a - float(b)) for a, b in zip(similarities, expected)) <= TOLERANCE
     code, _, same = api.call("POST", "/similarity", {"inputs": {"source_sentence": QUERY, "sentences": [QUERY]},
                                                      "parameters": {"truncate": True}, "model": "emb"})
@@ -191,6 +217,7 @@ def test_decode_is_the_tokenizers_decode_of_tokenize(task_stack) -> None:
                 library.decode(row, skip_special_tokens=skip, clean_up_tokenization_spaces=False) for row in ids]
         assert answers[True] != answers[False] and api.call("POST", "/decode", {"ids": ids, "model": name})[2] == \
             answers[True]  # TEI's default skips the special tokens
+        jsonschema.validate(answers[True], TEI_DECODE)
         code, _, one = api.call("POST", "/decode", {"ids": ids[0], "model": name})  # one list: one text
         assert code == 200 and one == answers[True][:1]
 
@@ -207,7 +234,8 @@ def test_classify_equals_the_text_classification_pipeline(task_stack) -> None:
     model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
     labels = [model.config.id2label[i] for i in range(model.config.num_labels)]
     code, _, answer = api.call("POST", "/classify", {"model": "sentiment", "input": texts})
-    assert code == 200 and answer["object"] == "list" and answer["usage"]["prompt_tokens"] > 0, answer
+    assert code == 200 and answer["usage"]["prompt_tokens"] > 0, answer
+    jsonschema.validate(answer, VLLM_CLASSIFY)
     for row, want in zip(answer["data"], expected):
         by_label = {w["label"]: w["score"] for w in want}
         assert row["num_classes"] == len(labels) and row["label"] == want[0]["label"]  # the best label
