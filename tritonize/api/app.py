@@ -19,7 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .. import __version__
 from .errors import ApiError
 from .openapi import served_document
-from .routes import ROUTERS, TEI_PATHS
+from .routes import COHERE_PATHS, ROUTERS, TEI_PATHS
 from .state import ApiSettings, ApiState, json_response
 
 OPEN_PATHS = frozenset({"/health"})  # answered without a key: probes send none
@@ -27,7 +27,9 @@ DRAIN_CAP = 64 * 1024 * 1024  # a refused body up to this size is read to its en
 
 
 def envelope(path: str, error: ApiError) -> dict:
-    return error.tei() if path in TEI_PATHS else error.openai()
+    if path in TEI_PATHS:
+        return error.tei()
+    return error.cohere() if path in COHERE_PATHS else error.openai()
 
 
 def error_response(path: str, error: ApiError):

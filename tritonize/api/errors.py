@@ -1,12 +1,14 @@
 """One error type for every route; each route family writes it in its own envelope.
 
 OpenAI's routes answer `{"error": {"message", "type", "param", "code"}}`, text-embeddings-inference's
-`{"error", "error_type"}`: clients of each parse their own shape. A status says what kind of failure it is
-(`STATUSES`): the guard, the backend, the routes and the OpenAPI document all read that one table.
+`{"error", "error_type"}`, Cohere's embed `{"id", "message"}`: clients of each parse their own shape. A status
+says what kind of failure it is (`STATUSES`): the guard, the backend, the routes and the OpenAPI document all
+read that one table.
 """
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -82,6 +84,9 @@ class ApiError(Exception):
 
     def tei(self) -> dict:
         return {"error": self.message, "error_type": self.kind.value}
+
+    def cohere(self) -> dict:
+        return {"id": str(uuid.uuid4()), "message": self.message}
 
     @property
     def headers(self) -> dict[str, str]:

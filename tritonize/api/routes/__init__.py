@@ -13,5 +13,7 @@ from __future__ import annotations
 from . import cohere, openai, ops, own, tei
 
 ROUTERS = (openai.router, cohere.router, tei.router, own.router, ops.router)
-# Routes whose errors use text-embeddings-inference's envelope; every other route uses OpenAI's.
+# Routes whose errors use text-embeddings-inference's envelope, those that use Cohere's; every other route uses
+# OpenAI's.
 TEI_PATHS = frozenset(route.path for route in (*tei.router.routes, *ops.router.routes))
+COHERE_PATHS = frozenset({cohere.EMBED_PATH})  # Cohere's envelope; its rerank keeps OpenAI's
