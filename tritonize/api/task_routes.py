@@ -78,7 +78,7 @@ def labelled(kind: str, labels: tuple[str, ...]) -> dict:
 
 
 TASK_ROUTES = (
-    TaskRoutes(embedding.ANSWERS, ("/v1/embeddings", "/embed"),
+    TaskRoutes(embedding.ANSWERS, ("/v1/embeddings", "/v2/embed", "/embed"),
                lambda a, name, text: {"model": name, "input": [text]},
                lambda head: {"embedding": {"pooling": head.pooling}}, embedding_accepts),
     TaskRoutes(rerank.ANSWERS, ("/v1/rerank", "/v2/rerank", "/rerank"),

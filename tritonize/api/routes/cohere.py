@@ -55,7 +55,7 @@ async def cohere_embed(body: s.CohereEmbedRequest, request: Request) -> s.Cohere
     texts = texts_of(body.texts, "texts", state.settings.max_client_batch_size)
     vectors, answer = await embed(state, request, model, texts, input_prompt(model, body.input_type))
     refuse_truncated(answer, False if body.truncate == "NONE" else None, model)
-    vectors = matryoshka(vectors, model, body.output_dimension)
+    vectors = matryoshka(vectors, model, body.output_dimension, "output_dimension")
     embeddings: dict = {}
     for kind in dict.fromkeys(body.embedding_types):
         if kind == "float":

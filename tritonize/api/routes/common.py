@@ -122,14 +122,15 @@ def refuse_truncated(answer: dict[str, np.ndarray], truncate: bool | None, model
                       "truncate is false", "truncate", 413)
 
 
-def matryoshka(vectors: np.ndarray, model: ServedModel, dimensions: int | None) -> np.ndarray:
+def matryoshka(vectors: np.ndarray, model: ServedModel, dimensions: int | None,
+               param: str = "dimensions") -> np.ndarray:
     """The served vectors at a declared Matryoshka size (the model's own rule: embedding.Head.truncate)."""
     if dimensions is None or dimensions == vectors.shape[1]:
         return vectors
     try:
         return np.ascontiguousarray(model.head.truncate(vectors, dimensions), dtype=np.float32)
     except TritonizeError as exc:
-        raise invalid(f"{model.name}: {exc.message}", "dimensions", 400) from None
+        raise invalid(f"{model.name}: {exc.message}", param, 400) from None
 
 
 # Which recorded ranges quantized a response's int8/uint8 embeddings (quantization.Calibration.label).
