@@ -179,3 +179,11 @@ def test_calibration_is_refused_for_a_model_that_is_not_an_embedder(tmp_path: Pa
     result = run_generate("--model", str(folder), "--output", str(tmp_path / "repo"),
                           "--calibration", str(tmp_path / "texts.txt"))
     assert result.returncode == 2 and "error: --calibration does not apply to a classifier" in result.stderr
+
+
+def test_the_api_quantizes_without_a_model_library() -> None:
+    """The quantization and the routes that use it load neither torch nor sentence-transformers."""
+    probe = ("import sys, tritonize.tasks.embedding.quantization, tritonize.api.app; "
+             "print(sorted({'torch', 'transformers', 'sentence_transformers'} & set(sys.modules)))")
+    result = subprocess.run([sys.executable, "-c", probe], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
