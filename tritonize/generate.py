@@ -29,6 +29,7 @@ from .spec import (
     GenerateOptions,
 )
 from .tasks.embedding import POOLINGS
+from .tasks.task import calibration_texts
 from .tasks.token_classification import AGGREGATIONS
 
 
@@ -47,6 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--matryoshka-dims", type=_int_list, help="embedding: sizes a request may cut vectors to, e.g. "
                    "768,512,256,128, each verified against sentence-transformers' encode(truncate_dim=...) "
                    "(default: what the model card declares, else none)")
+    p.add_argument("--calibration", help="embedding: a text file, one text per line, whose embeddings' per-dimension "
+                   "ranges the API quantizes int8/uint8 embeddings with (default: the verification corpus)")
     p.add_argument("--aggregation", choices=AGGREGATIONS, help="token classification: how tokens group into entities (default: simple)")
     p.add_argument("--output", "-o", help=f"repository directory (default: {d.output})")
     p.add_argument("--device", choices=DEVICES, help=f"instance kind of the model step in the container (default: {d.device})")
@@ -171,6 +174,8 @@ def generate(options: GenerateOptions) -> Path:
                              "already there", hint="drop --version, or drop --add and name the model with --name")
     with phase("Reading the model folder"):
         spec = source.read_model(options)
+    task = tasks.of(spec.head)
+    calibration_source, calibrating = calibration_texts(options.calibration) if task.calibrates else ("", [])
     name = options.name or source.default_name(options.model)
     output = Path(options.output)
     # A model joining a repository names its fused configs as the repository's models do.
@@ -214,7 +219,13 @@ def generate(options: GenerateOptions) -> Path:
                                    options.min_cosine_int8)
             report.export_seconds = {k: round(v, 2) for k, v in artifacts.seconds.items()}
             verify.check(report)
-        files = repository.render(repo, repository.manifest(options, repo), report, index)
+        calibration = None
+        if task.calibrates:
+            with phase(f"Recording quantization ranges from {len(calibrating)} texts ({calibration_source})"):
+                rows = [(text,) for text in calibrating]
+                served = verify.run_batches(artifacts.onnx, verify.length_sorted_batches(spec, rows))
+                calibration = task.calibration(spec, served, calibration_source)
+        files = repository.render(repo, repository.manifest(options, repo), report, index, calibration)
         binaries = {f"{repo.model_name}/{repo.version}/{f.name}": f for f in artifacts.files_for(artifacts.onnx)}
         for python_step in repo.tokenizer_folders:
             binaries[f"{python_step.name}/{repo.version}/{TOKENIZER_FILE}"] = Path(spec.tokenizer_file)

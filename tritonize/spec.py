@@ -66,6 +66,9 @@ MANIFEST_FILE = "tritonize.yaml"
 # (a repository of one model holds its entry alone, as before several models were served together).
 MODELS_KEY = "models"
 VERIFICATION_FILE = "verification.json"
+# Per version of an embedder's model step, beside its verification report: the ranges int8/uint8 embeddings are
+# quantized with (tasks/embedding/quantization.py).
+QUANTIZATION_FILE = "quantization.json"
 README_FILE = "README.md"
 SERVED_ENTRY = "model.py"  # what the Python backend imports in a step's version folder
 TOKENIZER_SUFFIX = "_tokenizer"
@@ -169,6 +172,9 @@ class GenerateOptions:
     normalize: bool | None = None  # embedding: override the declared L2 normalisation
     # embedding: the Matryoshka sizes a request may cut vectors to (None: what the model card declares, if any)
     matryoshka_dims: list[int] | None = None
+    # embedding: a file of texts, one per line, whose embeddings' per-dimension ranges int8/uint8 quantize with
+    # (None: the verification corpus's)
+    calibration: str | None = None
     aggregation: str | None = None  # token classification: none|simple|first|average|max (default simple)
     output: str = "triton_repo"
     device: str = "cpu"

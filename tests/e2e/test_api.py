@@ -155,7 +155,7 @@ def test_tei_routes_answer_in_teis_shapes(served) -> None:
     ("/v1/embeddings", {"model": "MODEL", "input": ["a"] * 9}, 413, "input"),
     ("/v1/embeddings", {"model": "MODEL", "input": "a", "dimensions": 12}, 400, "dimensions"),
     ("/v1/embeddings", {"model": "MODEL", "input": "a", "dimensions": 0}, 400, "dimensions"),
-    ("/v1/embeddings", {"model": "MODEL", "input": "a", "encoding_format": "int8"}, 422, None),
+    ("/v1/embeddings", {"model": "MODEL", "input": "a", "encoding_format": "int4"}, 422, None),
     ("/v1/rerank", {"query": "q", "documents": ["a"]}, 424, "model"),
 ])
 def test_openai_errors_name_the_problem(served, path, body, status, param) -> None:

@@ -19,7 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .. import __version__
 from .errors import ApiError
 from .openapi import served_document
-from .routes import NIM_PATHS, ROUTERS, TEI_PATHS
+from .routes import COHERE_PATHS, NIM_PATHS, ROUTERS, TEI_PATHS
 from .state import ApiSettings, ApiState, json_response
 
 OPEN_PATHS = frozenset({"/health"})  # answered without a key: probes send none
@@ -29,7 +29,9 @@ DRAIN_CAP = 64 * 1024 * 1024  # a refused body up to this size is read to its en
 def envelope(path: str, error: ApiError) -> dict:
     if path in TEI_PATHS:
         return error.tei()
-    return error.nim() if path in NIM_PATHS else error.openai()
+    if path in NIM_PATHS:
+        return error.nim()
+    return error.cohere() if path in COHERE_PATHS else error.openai()
 
 
 def error_response(path: str, error: ApiError):

@@ -6,11 +6,13 @@ A route asks for a model by name (OpenAI's and Cohere's `model`) or, where the c
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..manifest import Manifest, read_manifests
-from ..spec import TOKENIZER_FILE, repo_paths
+from ..spec import QUANTIZATION_FILE, TOKENIZER_FILE, repo_paths
+from ..tasks.embedding.quantization import Calibration
 from ..tasks import Answers
 from ..tasks import of as task_of
 from .errors import ApiError
@@ -55,6 +57,13 @@ class ServedModel:
     def tokenizer_file(self) -> Path:
         """The tokenizer the served step runs (for /tokenize; inference never tokenizes here)."""
         return repo_paths(self.repository, self.name)["tokenizer"] / str(self.manifest.version) / TOKENIZER_FILE
+
+    @functools.cached_property
+    def calibration(self) -> Calibration | None:
+        """The quantization ranges recorded beside the served version's graph (read once); None where that
+        version records none."""
+        return Calibration.read(repo_paths(self.repository, self.name)["model"] / str(self.manifest.version)
+                                / QUANTIZATION_FILE)
 
     @property
     def created(self) -> int:

@@ -1,13 +1,14 @@
 """One error type for every route; each route family writes it in its own envelope.
 
 OpenAI's routes answer `{"error": {"message", "type", "param", "code"}}`, text-embeddings-inference's
-`{"error", "error_type"}`, NVIDIA NIM's `{"object": "error", "message", "detail", "type"}`: clients of each parse
-their own shape. A status says what kind of failure it is
+`{"error", "error_type"}`, NVIDIA NIM's `{"object": "error", "message", "detail", "type"}`, Cohere's embed
+`{"id", "message"}`: clients of each parse their own shape. A status says what kind of failure it is
 (`STATUSES`): the guard, the backend, the routes and the OpenAPI document all read that one table.
 """
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -87,6 +88,9 @@ class ApiError(Exception):
     def nim(self) -> dict:
         return {"object": "error", "message": self.message, "detail": {"param": self.param} if self.param else {},
                 "type": OPENAI_TYPES[self.kind]}
+
+    def cohere(self) -> dict:
+        return {"id": str(uuid.uuid4()), "message": self.message}
 
     @property
     def headers(self) -> dict[str, str]:

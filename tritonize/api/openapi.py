@@ -3,8 +3,8 @@ refuses besides.
 
 The models say what every deployment refuses (empty texts, token ids); a running server also refuses more texts
 than --max-client-batch-size (413), a model it does not serve or of another task (404, 400), no `model` where
-several could answer (400), and what its models do not declare: a Matryoshka size, a prompt name,
-`normalize: false` for a graph that normalises. Those are written here into the document /openapi.json
+several could answer (400), and what its models do not declare: a Matryoshka size, a prompt name, an input type
+no declared prompt serves, `normalize: false` for a graph that normalises. Those are written here into the document /openapi.json
 serves, so that a request the document allows is one the server answers. A route whose task is not served
 keeps the models' schema: it answers 424, as documented.
 """
@@ -56,15 +56,39 @@ def named(models: tuple[ServedModel, ...]) -> dict:
     return names if len(models) > 1 else {"anyOf": [names, {"type": "null"}]}
 
 
+def enums(node: Any) -> list[list]:
+    """Every `enum` list in a schema node, nested ones too."""
+    if isinstance(node, dict):
+        return ([node["enum"]] if "enum" in node else []) + [e for v in node.values() for e in enums(v)]
+    if isinstance(node, list):
+        return [e for v in node for e in enums(v)]
+    return []
+
+
+def within(accepted: dict, declared: dict) -> dict:
+    """`accepted` less the enum values the field's own type does not take: two routes' fields of one name
+    (`input_type`: Cohere's and NVIDIA NIM's) keep their own vocabularies."""
+    own = {v for e in enums(declared) for v in e}
+    if not own:
+        return accepted
+
+    def kept(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {k: [x for x in v if x in own] if k == "enum" else kept(v) for k, v in node.items()}
+        return [kept(v) for v in node] if isinstance(node, list) else node
+
+    return kept(accepted)
+
+
 def narrow(component: dict, fields: dict[str, dict]) -> None:
-    """The component's fields as `fields` says (keeping their titles and defaults); a field without a null
-    among its values and without a default becomes required."""
+    """The component's fields as `fields` says, within the values their own types take (keeping their titles
+    and defaults); a field without a null among its values and without a default becomes required."""
     properties = component["properties"]
     for field, accepted in fields.items():
         if field not in properties:
             continue
         kept = {k: properties[field][k] for k in ("default", "title") if k in properties[field]}
-        properties[field] = {**accepted, **kept}
+        properties[field] = {**within(accepted, properties[field]), **kept}
         if "anyOf" not in accepted and "default" not in kept:
             component.setdefault("required", []).append(field)
 

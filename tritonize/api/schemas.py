@@ -1,8 +1,8 @@
 """Request and response bodies, in the shapes their clients already send and parse.
 
-OpenAI's embeddings API; Cohere's and Jina's rerank; text-embeddings-inference's /embed, /rerank, /predict,
-/similarity, /embed_all, /tokenize, /decode and /info; NVIDIA NIM's /v1/ranking; vLLM's /score and /classify;
-and tritonize's own routes where no standard exists (entities, answers). The requests
+OpenAI's embeddings API; Cohere's embed (v2) and Cohere's and Jina's rerank; text-embeddings-inference's /embed,
+/rerank, /predict, /similarity, /embed_all, /tokenize, /decode and /info; NVIDIA NIM's /v1/ranking; vLLM's /score
+and /classify; and tritonize's own routes where no standard exists (entities, answers). The requests
 validate what comes in; the handlers return the responses, so /openapi.json is what they answer. A response
 is built without validation (`model_construct`, numpy rows kept as they are) and written by orjson
 (state.json_response): the hot routes pay for neither a second validation nor float64 digits.
@@ -68,12 +68,78 @@ class TEIError(Body):
     error_type: Literal["Validation", "NotFound", "Unauthorized", "Overloaded", "Backend", "Unhealthy"]
 
 
+# -- quantized and typed embeddings: Cohere's /v2/embed, and the types /v1/embeddings adds ------------------------
+Quantized = Literal["int8", "uint8", "binary", "ubinary"]  # tasks/embedding/quantization.py's PRECISIONS
+EncodingFormat = Annotated[Literal["float", "base64", "int8", "uint8", "binary", "ubinary"], Field(
+    description="float: float32 values; base64: their little-endian bytes; int8, uint8, binary, ubinary: that "
+                "embedding's bytes in base64 (sentence-transformers' quantize_embeddings, one byte per value, or "
+                "8 values per byte for the binary ones)")]
+NimInputType = Annotated[Literal["query", "passage"], Field(
+    description="NVIDIA NIM's input type: the prompt the model declares for it; without prompts, the text as it is")]
+CohereInputType = Annotated[Literal["search_query", "search_document", "classification", "clustering"], Field(
+    description="the prompt the model declares for it; without prompts, the text as it is")]
+CohereEmbeddingType = Literal["float", "int8", "uint8", "binary", "ubinary", "base64"]
+CohereTruncate = Annotated[Literal["NONE", "START", "END"], WithJsonSchema(
+    {"type": "string", "enum": ["NONE", "END"],
+     "description": "END: a long text's first tokens; NONE: a long text is refused; START is refused (the "
+                    "tokenizer cuts on the right)"})]
+
+
+class CohereError(Body):
+    """Cohere's error envelope (its /v2/embed)."""
+
+    id: str
+    message: str
+
+
+class CohereEmbedRequest(Body):
+    model: str | None = None
+    texts: TextList
+    input_type: CohereInputType | None = None
+    embedding_types: Annotated[list[CohereEmbeddingType], refused_beyond(minItems=1, maxItems=6, uniqueItems=True)] = [
+        "float"]
+    output_dimension: Dimensions = None
+    truncate: CohereTruncate = "END"
+    # Accepted by the types only to reach the route's own message.
+    max_tokens: SkipJsonSchema[int | None] = None
+    images: SkipJsonSchema[list | None] = None
+    inputs: SkipJsonSchema[list | None] = None
+
+
+# One array per embedding type asked for: `float` is a keyword, so the typed dict's functional form.
+CohereEmbeddingsByType = TypedDict("CohereEmbeddingsByType", {
+    "float": list[list[float]], "int8": list[list[int]], "uint8": list[list[int]], "binary": list[list[int]],
+    "ubinary": list[list[int]], "base64": list[str]}, total=False)
+
+
+class CohereApiVersion(Body):
+    version: str
+
+
+class CohereBilledUnits(Body):
+    input_tokens: int
+
+
+class CohereMeta(Body):
+    api_version: CohereApiVersion
+    billed_units: CohereBilledUnits
+
+
+class CohereEmbedResponse(Body):
+    id: str
+    embeddings: CohereEmbeddingsByType
+    texts: list[str]
+    meta: CohereMeta
+    response_type: Literal["embeddings_by_type"] = "embeddings_by_type"
+
+
 # -- OpenAI ------------------------------------------------------------------------------------------------------
 class EmbeddingRequest(Body):
     input: Texts
     model: str | None = None
-    encoding_format: Literal["float", "base64"] = "float"
+    encoding_format: EncodingFormat = "float"
     dimensions: Dimensions = None
+    input_type: NimInputType | None = None
     user: str | None = None
 
 
@@ -83,8 +149,9 @@ class Embedding(TypedDict):
 
     object: Literal["embedding"]
     index: int
-    embedding: Annotated[list[float] | str, Field(description="float32 values, or their little-endian bytes in "
-                                                              "base64")]
+    embedding: Annotated[list[float] | str, Field(description="float32 values; or, in base64, the float32 values' "
+                                                              "little-endian bytes, or the int8, uint8, binary or "
+                                                              "ubinary embedding's bytes")]
 
 
 class Usage(Body):

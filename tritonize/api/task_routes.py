@@ -48,11 +48,18 @@ def prompt_names(heads: tuple[Head, ...]) -> dict[str, dict]:
 
 def embedding_accepts(heads: tuple[Head, ...]) -> dict[str, dict]:
     """The sizes every served embedder cuts to (its own, and the Matryoshka sizes it declares), the prompt
-    names all declare, and `normalize: false` only where no graph normalises."""
+    names all declare, the input types all map to a prompt (or embed as they are), and `normalize: false` only
+    where no graph normalises."""
     sizes = set.intersection(*({h.dim, *h.dimensions} for h in heads))
+    dimensions = {"anyOf": [{"type": "integer", "enum": sorted(sizes, reverse=True)}, {"type": "null"}],
+                  "description": "the served size, or a Matryoshka size the model declares"}
+    input_types = [t for t in embedding.INPUT_TYPE_PROMPTS if all(t in h.input_types for h in heads)]
     return {
-        "dimensions": {"anyOf": [{"type": "integer", "enum": sorted(sizes, reverse=True)}, {"type": "null"}],
-                       "description": "the served size, or a Matryoshka size the model declares"},
+        "dimensions": dimensions,
+        "output_dimension": dimensions,
+        "input_type": {"anyOf": [{"type": "string", "enum": input_types}, {"type": "null"}],
+                       "description": "selects the prompt the model declares for it (docs/api.md); a model "
+                                      "without prompts embeds the text as it is"},
         "normalize": {"type": "boolean", **({"enum": [True]} if any(h.normalize for h in heads) else {}),
                       "description": "false only for a model whose graph does not normalise"},
         **prompt_names(heads),
@@ -74,7 +81,7 @@ def labelled(kind: str, labels: tuple[str, ...]) -> dict:
 
 
 TASK_ROUTES = (
-    TaskRoutes(embedding.ANSWERS, ("/v1/embeddings", "/embed", "/similarity", "/embed_all"),
+    TaskRoutes(embedding.ANSWERS, ("/v1/embeddings", "/v2/embed", "/embed", "/similarity", "/embed_all"),
                lambda a, name, text: {"model": name, "input": [text]},
                lambda head: {"embedding": {"pooling": head.pooling}}, embedding_accepts),
     TaskRoutes(rerank.ANSWERS, ("/v1/rerank", "/v2/rerank", "/rerank", "/v1/ranking", "/score", "/v1/score"),

@@ -46,14 +46,14 @@ def index_entry(repo: RepoSpec, manifest: Manifest, report: VerificationReport) 
 
 
 def render(repo: RepoSpec, manifest: Manifest, report: VerificationReport,
-           index: list[IndexEntry] | tuple[IndexEntry, ...] = ()) -> list[RenderedFile]:
+           index: list[IndexEntry] | tuple[IndexEntry, ...] = (), calibration: dict | None = None) -> list[RenderedFile]:
     """Every text file of the model's folders, from templates/, and the index files over `index` (the other
     models of the repository, as read by `read_index`) with this model's entry in its place, or last."""
     entry = index_entry(repo, manifest, report)
     entries = [entry if e.name == repo.name else e for e in index]
     if repo.name not in {e.name for e in index}:
         entries.append(entry)
-    return model_files(repo, report) + index_files(entries)
+    return model_files(repo, report, calibration) + index_files(entries)
 
 
 def index_files(entries: list[IndexEntry]) -> list[RenderedFile]:

@@ -18,7 +18,17 @@ from tritonclient.grpc import model_config_pb2
 from .. import serving
 from ..errors import TritonizeError
 from ..paths import TEMPLATES_DIR
-from ..spec import CONFIG_FILE, CONFIGS_DIR, LABELS_FILE, MANIFEST_FILE, MODEL_FILE, SERVED_ENTRY, VERIFICATION_FILE, RepoSpec
+from ..spec import (
+    CONFIG_FILE,
+    CONFIGS_DIR,
+    LABELS_FILE,
+    MANIFEST_FILE,
+    MODEL_FILE,
+    QUANTIZATION_FILE,
+    SERVED_ENTRY,
+    VERIFICATION_FILE,
+    RepoSpec,
+)
 from ..verify import VerificationReport
 
 
@@ -51,8 +61,8 @@ def render_layout(layout: list[tuple[str, str, dict]], common: dict) -> list[Ren
     return files
 
 
-def model_files(repo: RepoSpec, report: VerificationReport) -> list[RenderedFile]:
-    """The configs, labels and version report of one model's folders."""
+def model_files(repo: RepoSpec, report: VerificationReport, calibration: dict | None = None) -> list[RenderedFile]:
+    """The configs, labels, version report and (where the task calibrates) version ranges of one model's folders."""
     fused = f"{CONFIGS_DIR}/{repo.fused_config_name}.pbtxt"
     common = {"repo": repo, "fused_config_name": repo.fused_config_name, "model_file": MODEL_FILE,
               "manifest_file": MANIFEST_FILE}
@@ -68,6 +78,9 @@ def model_files(repo: RepoSpec, report: VerificationReport) -> list[RenderedFile
         # Each version keeps the report of its own graph; the one in the index is the served version's.
         (f"{m}/{repo.version}/{VERIFICATION_FILE}", "repository/verification.json.j2", {"report": report.to_dict()}),
     ]
+    if calibration is not None:  # the ranges of this version's graph, beside its report
+        layout.append((f"{m}/{repo.version}/{QUANTIZATION_FILE}", "repository/quantization.json.j2",
+                       {"calibration": calibration}))
     if repo.post_step:
         layout.append((f"{repo.post_step.name}/{CONFIG_FILE}", "post/config.pbtxt.j2", {"step": repo.post_step}))
     if repo.labels:

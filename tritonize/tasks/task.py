@@ -12,6 +12,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -47,6 +48,28 @@ SENTENCES = [
 ]
 
 
+CALIBRATION_CORPUS = "verification corpus"  # the calibration source where no file is given
+
+
+def calibration_texts(path: str | None) -> tuple[str, list[str]]:
+    """(source, texts) a calibrating task runs the served graph on: the file's non-blank lines (`--calibration`),
+    else SENTENCES. A file that cannot be read as UTF-8 text of at least two texts is refused in one line."""
+    from ..errors import TritonizeError
+
+    if path is None:
+        return CALIBRATION_CORPUS, list(SENTENCES)
+    file = Path(path)
+    try:
+        texts = [line for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TritonizeError(f"--calibration {path}: cannot be read as UTF-8 text ({type(exc).__name__}: "
+                             f"{getattr(exc, 'strerror', None) or exc})", hint="give a text file, one text per line") from None
+    if len(texts) < 2:
+        raise TritonizeError(f"--calibration {path} holds {len(texts)} non-blank line(s): ranges need at least two texts",
+                             hint="give a text file, one text per line, as many as the corpus you will embed")
+    return file.name, texts
+
+
 @dataclass(frozen=True)
 class Variant:
     """Another form a client may ask of the served answer (an embedding cut to a Matryoshka size), derived from
@@ -74,6 +97,8 @@ class Task(abc.ABC):
     # What int8 must keep of the fp32 graph on the shipped corpus, in words; None: int8 is not offered,
     # because nothing here measures what this task's answers lose to it.
     int8_figure: ClassVar[str | None] = None
+    # Whether generation records something of the served graph's answers on calibration texts (`calibration`).
+    calibrates: ClassVar[bool] = False
 
     @property
     def name(self) -> str:
@@ -158,6 +183,11 @@ class Task(abc.ABC):
         (none by default)."""
         return ()
 
+    def calibration(self, spec: ModelSpec, served: np.ndarray, source: str) -> dict | None:
+        """What the repository records of the served graph's answers on the calibration texts (QUANTIZATION_FILE
+        beside each version's graph), for the API to read; None: nothing."""
+        return None
+
     def int8_kept(self, fp32: np.ndarray, int8: np.ndarray) -> float:
         """The share of `int8_figure` the int8 graph keeps, from both graphs' first output on the corpus rows."""
         raise NotImplementedError(f"{self.name} offers no int8")
@@ -216,7 +246,7 @@ class Task(abc.ABC):
 
 # Generation flags that only some tasks read; any other task refuses them rather than ignore them.
 TASK_FLAGS = {"--pooling": "pooling", "--normalize": "normalize", "--matryoshka-dims": "matryoshka_dims",
-              "--aggregation": "aggregation"}
+              "--calibration": "calibration", "--aggregation": "aggregation"}
 
 
 def refuse_foreign_flags(options: GenerateOptions, allowed: tuple[str, ...], what: str) -> None:

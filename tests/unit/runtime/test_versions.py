@@ -21,6 +21,8 @@ def test_a_version_joins_beside_the_served_one_and_never_rewrites_one(tiny_embed
     assert {p: p.read_bytes() for p in before} == before  # version 1 untouched, byte for byte
     assert (repo / f"{name}_model/2/model.onnx").is_file() and (repo / f"{name}_tokenizer/2/tokenizer.json").is_file()
     assert (repo / f"{name}_model/2/verification.json").is_file() and (repo / f"{name}_model/1/verification.json").is_file()
+    ranges = [(repo / f"{name}_model/{v}/quantization.json").read_text() for v in (1, 2)]
+    assert ranges[0] != ranges[1]  # each version keeps the quantization ranges of its own graph
     ensemble = parse_config((repo / name / "config.pbtxt").read_text())
     assert [s.model_version for s in ensemble.ensemble_scheduling.step] == [2, 2]
     assert list(ensemble.version_policy.specific.versions) == [2]

@@ -15,6 +15,7 @@ from . import classify, cohere, nim, openai, ops, own, score, tei
 
 ROUTERS = (openai.router, cohere.router, tei.router, nim.router, score.router, classify.router, own.router,
            ops.router)
-# Routes whose errors use text-embeddings-inference's envelope, and NIM's; every other route uses OpenAI's.
+# Routes whose errors use text-embeddings-inference's envelope, NIM's and Cohere's; every other route uses OpenAI's.
 TEI_PATHS = frozenset(route.path for route in (*tei.router.routes, *ops.router.routes))
 NIM_PATHS = frozenset(route.path for route in nim.router.routes)
+COHERE_PATHS = frozenset({cohere.EMBED_PATH})  # Cohere's envelope; its rerank keeps OpenAI's

@@ -1,6 +1,6 @@
 """What the routes share: the statuses they document, the fast response path, reading texts and prompts, one
 inference through a model's ensemble, and the arithmetic on answers several families return (Matryoshka cuts,
-ranking)."""
+quantization, ranking)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from ...spec import TOKEN_COUNT_OUTPUT, TRUNCATED_OUTPUT
 from ...tasks.answers import Answers
 from ...tasks.classification import answers as classification
 from ...tasks.embedding import answers as embedding
+from ...tasks.embedding.quantization import RANGED, quantize
 from ...tasks.question_answering import answers as question_answering
 from ...tasks.rerank import answers as rerank
 from ...tasks.sparse_embedding import answers as sparse_embedding
@@ -40,12 +41,15 @@ def documented(envelope: type[s.Body], statuses: Sequence[int]) -> dict[int | st
 
 
 def answered(handler: Callable[..., Awaitable[s.BaseModel]]) -> Callable[..., Awaitable[Response]]:
-    """The handler's response model, written by orjson (state.json_response); FastAPI documents the model from
-    the handler's annotation and, given a Response, validates nothing again."""
+    """The handler's response model, written by orjson (state.json_response), with the headers the handler
+    set on `request.state.response_headers`; FastAPI documents the model from the handler's annotation and,
+    given a Response, validates nothing again."""
 
     @functools.wraps(handler)
     async def endpoint(*args: Any, **kwargs: Any) -> Response:
-        return json_response(await handler(*args, **kwargs))
+        body = await handler(*args, **kwargs)
+        request = kwargs.get("request")
+        return json_response(body, headers=getattr(request.state, "response_headers", None) if request else None)
 
     return endpoint
 
@@ -76,6 +80,16 @@ def prompt_of(model: ServedModel, name: str | None) -> str:
         known = ", ".join(prompts) or "none"
         raise invalid(f"prompt_name {name!r} is not declared by {model.name} (declared: {known})", "prompt_name")
     return prompts[name]
+
+
+def input_prompt(model: ServedModel, input_type: str | None) -> str:
+    """The prompt an `input_type` selects (embedding.INPUT_TYPE_PROMPTS); none asked: the text as it is."""
+    if input_type is None:
+        return ""
+    try:
+        return model.head.prompt_for(input_type)
+    except TritonizeError as exc:
+        raise invalid(f"{model.name}: {exc}", "input_type", 400) from None
 
 
 def right_only(direction: str) -> None:
@@ -118,14 +132,37 @@ def logits_only(model: ServedModel, param: str) -> None:
                       f"{model.head.activation}, and inverting it would not give the model's logits exactly", param)
 
 
-def matryoshka(vectors: np.ndarray, model: ServedModel, dimensions: int | None) -> np.ndarray:
+def matryoshka(vectors: np.ndarray, model: ServedModel, dimensions: int | None,
+               param: str = "dimensions") -> np.ndarray:
     """The served vectors at a declared Matryoshka size (the model's own rule: embedding.Head.truncate)."""
     if dimensions is None or dimensions == vectors.shape[1]:
         return vectors
     try:
         return np.ascontiguousarray(model.head.truncate(vectors, dimensions), dtype=np.float32)
     except TritonizeError as exc:
-        raise invalid(f"{model.name}: {exc.message}", "dimensions", 400) from None
+        raise invalid(f"{model.name}: {exc.message}", param, 400) from None
+
+
+# Which recorded ranges quantized a response's int8/uint8 embeddings (quantization.Calibration.label).
+RANGES_HEADER = "Quantization-Ranges"
+RANGES_DOCUMENTED = {200: {"headers": {RANGES_HEADER: {
+    "description": "with int8 or uint8 embeddings: the ranges they were quantized with (size, calibration texts, "
+                   "their count, and the ranges' sha256)", "schema": {"type": "string"}}}}}
+
+
+def quantized(request: Request, model: ServedModel, vectors: np.ndarray, precision: str, param: str) -> np.ndarray:
+    """The vectors at `precision`, as sentence-transformers' quantize_embeddings computes them; int8 and uint8
+    with the ranges recorded for their size, named in the response's RANGES_HEADER."""
+    if precision not in RANGED:
+        return quantize(vectors, precision)
+    calibration = model.calibration
+    dim = vectors.shape[1]
+    if calibration is None or dim not in calibration.ranges:
+        raise invalid(f"{precision} embeddings are not served for {model.name}: its repository records no "
+                      f"quantization ranges for {dim} values (regenerate it with this tritonize)", param, 400)
+    request.state.response_headers = {RANGES_HEADER: calibration.label(dim).encode("ascii", "backslashreplace")
+                                      .decode("ascii")}
+    return quantize(vectors, precision, calibration.of_size(dim))
 
 
 async def embed(state: ApiState, request: Request, model: ServedModel, texts: list[str],

@@ -14,6 +14,18 @@ from ..answers import Answers
 OUTPUT = "embedding"
 Library = Literal["sentence-transformers", "transformers"]
 
+# Which declared prompt (sentence-transformers' `prompts`) a request's `input_type` selects: Cohere's /v2/embed
+# types and NVIDIA NIM's (query, passage). The first name of the row the folder declares is used; a model that
+# declares no prompts embeds every text as it is, whatever its input type.
+INPUT_TYPE_PROMPTS: dict[str, tuple[str, ...]] = {
+    "search_query": ("query", "search_query"),
+    "search_document": ("document", "passage", "corpus", "search_document"),
+    "classification": ("classification",),
+    "clustering": ("clustering",),
+    "query": ("query", "search_query"),
+    "passage": ("passage", "document", "corpus", "search_document"),
+}
+
 
 @dataclass(frozen=True)
 class Head(BaseHead):
@@ -44,6 +56,27 @@ class Head(BaseHead):
                 hint="generate the repository with --matryoshka-dims if the model was trained for those sizes",
             )
         return truncate_embeddings(vectors, dim, self.normalize)
+
+    def prompt_for(self, input_type: str) -> str:
+        """The prompt a text of this input type is prefixed with (INPUT_TYPE_PROMPTS); "" for a model that
+        declares no prompts. A model that declares prompts, none of them for this type, refuses it: embedding the
+        bare text would not be what the model was trained to compare."""
+        declared = dict(self.prompts)
+        if not declared:
+            return ""
+        for name in INPUT_TYPE_PROMPTS[input_type]:
+            if name in declared:
+                return declared[name]
+        raise TritonizeError(
+            f"input_type {input_type} selects a prompt named {' or '.join(INPUT_TYPE_PROMPTS[input_type])}, and this "
+            f"model declares only {', '.join(declared)}",
+            hint=f"send one of the input types it serves: {', '.join(self.input_types)}")
+
+    @property
+    def input_types(self) -> tuple[str, ...]:
+        """The input types this model serves: every one without prompts, else those a declared prompt maps to."""
+        declared = dict(self.prompts)
+        return tuple(t for t, names in INPUT_TYPE_PROMPTS.items() if not declared or any(n in declared for n in names))
 
 
 def truncate_embeddings(vectors: np.ndarray, dim: int, normalize: bool) -> np.ndarray:

@@ -26,6 +26,7 @@ from ...errors import TritonizeError
 from ...spec import GenerateOptions, ModelSpec, TensorSpec
 from ..task import FLOAT, Task, Variant, library_model, load_pretrained, refuse_foreign_flags
 from .answers import ANSWERS, OUTPUT, Head
+from .quantization import Calibration, ranges_of
 
 if TYPE_CHECKING:
     from ...folder import ModelFolder
@@ -151,7 +152,8 @@ class Embedding(Task):
         return modes, normalize, dim, dense
 
     def read_head(self, folder: ModelFolder, options: GenerateOptions) -> Head:
-        refuse_foreign_flags(options, ("--pooling", "--normalize", "--matryoshka-dims"), "an embedding model")
+        refuse_foreign_flags(options, ("--pooling", "--normalize", "--matryoshka-dims", "--calibration"),
+                             "an embedding model")
         modes, normalize, dim, dense = self._declared(folder)
         if not dim:
             raise TritonizeError(f"config.json in {folder.transformer_dir} declares no hidden_size")
@@ -184,6 +186,15 @@ class Embedding(Task):
         return Head(pooling, normalize, folder.hidden_size, "transformers", 0, prompts)
 
     int8_figure = "top-10 retrieval overlap"
+    calibrates = True
+
+    def calibration(self, spec: ModelSpec, served: np.ndarray, source: str) -> dict:
+        """The per-dimension ranges int8/uint8 quantize with: of the served vectors, and of the vectors cut by
+        `Head.truncate` to each declared Matryoshka size."""
+        head: Head = spec.head  # type: ignore[assignment]
+        sizes = {d: head.truncate(served, d) for d in head.dimensions if d != head.dim}
+        ranges = {d: ranges_of(v) for d, v in {head.dim: served, **sizes}.items()}
+        return Calibration(source, len(served), ranges).to_dict()
 
     def int8_kept(self, fp32: np.ndarray, int8: np.ndarray) -> float:
         """Every 4th corpus text as a query against the rest: the mean share of its 10 nearest neighbours by
