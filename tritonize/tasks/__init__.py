@@ -49,7 +49,7 @@ def of(head: Head) -> Task:
 
 def _what(folder: ModelFolder) -> str:
     if folder.late_interaction:
-        return f"{folder.late_interaction} ({folder.architecture or folder.model_type})"
+        return f"{folder.late_interaction.removeprefix('a ')} ({folder.architecture or folder.model_type})"
     if folder.is_cross_encoder:
         return f"sentence-transformers CrossEncoder ({folder.architecture})"
     if folder.is_sparse_encoder:

@@ -88,8 +88,10 @@ def _expansion_id(tokenizer: Any, token: str | None) -> int | None:
 
 def _modules(model: Any, root: Any) -> Any:
     """The loaded modules' kinds, refused where they cannot be served exactly; the MultiVectorMask, if any."""
+    from sentence_transformers.multi_vector_encoder.modules.token_pooling import BaseTokenPooling
+
     kinds = [type(m).__name__ for m in model]
-    if "TokenPooling" in kinds or any("Pooling" in k for k in kinds):
+    if any(isinstance(m, BaseTokenPooling) for m in model):
         raise TritonizeError(f"{root} pools its token vectors ({' -> '.join(kinds)}), which tritonize does not serve",
                              hint=f"it serves late-interaction models of the modules {', '.join(MODULES)}")
     if kinds[0] != "Transformer" or any(k not in MODULES for k in kinds) or kinds.count("Transformer") != 1:
