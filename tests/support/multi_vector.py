@@ -54,10 +54,16 @@ def build_variant(folder: Path, expansion: dict | None = None, skiplist: list[st
     return Path(folder)
 
 
-def library(folder: Path):
+def library(folder: Path, max_length: int | None = None):
+    """The folder in MultiVectorEncoder; with `max_length`, each form's length cut there as the served one is
+    (PyLate's and Stanford's 180-token documents, on a tiny encoder of 128 positions)."""
     from sentence_transformers import MultiVectorEncoder
 
-    return MultiVectorEncoder(str(folder), device="cpu")
+    model = MultiVectorEncoder(str(folder), device="cpu")
+    for form in ("query", "document"):
+        if max_length and (getattr(model[0], f"{form}_length") or 0) > max_length:
+            setattr(model[0], f"{form}_length", max_length)
+    return model
 
 
 def encode(model, texts: list[str], form: str) -> list[np.ndarray]:

@@ -158,6 +158,10 @@ class Task(abc.ABC):
         """The post step's configuration parameters (none without a post step)."""
         return {}
 
+    def ensemble_parameters(self, head: Head) -> dict[str, str]:
+        """What the ensemble's configuration tells clients about the head (none by default)."""
+        return {}
+
     def first_parameters(self, spec: ModelSpec, model_step: str, max_batch_size: int) -> dict[str, str]:
         """Parameters the first step needs beyond the tokenizer's (an orchestrating step: whom to call)."""
         return {}

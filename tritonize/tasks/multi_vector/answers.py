@@ -15,6 +15,8 @@ from ..answers import Answers
 VECTORS = "token_vectors"  # FP32 [N, T, dim]: each row's scored vectors in token order, then zero rows
 COUNTS = "vector_counts"  # INT32 [N, 1]: how many of a row's vectors are real
 DOCUMENT = "document"  # the form a text takes where none is named
+# The ensemble's configuration parameter naming the similarity, so a client scores as the model does.
+SIMILARITY_PARAMETER = "similarity"
 Similarity = Literal["maxsim", "meanmaxsim"]
 
 
@@ -26,13 +28,17 @@ class Head(BaseHead):
     forms: tuple[Form, ...]  # how a query and a document are prepared (serving/multi_vector.py)
 
     def maxsim(self, query: np.ndarray, documents: list[np.ndarray]) -> np.ndarray:
-        """One query's vectors [n, dim] against each document's -> [len(documents)] scores, as the model's
-        `similarity` scores them: the sum over the query's vectors of the best dot product with a document's
-        (divided by the query's vectors for meanmaxsim)."""
-        query = np.asarray(query, dtype=np.float32)
-        scores = np.array([(query @ np.asarray(d, dtype=np.float32).T).max(axis=1).sum() if len(d) else 0.0
-                           for d in documents], dtype=np.float32)
-        return scores / max(len(query), 1) if self.similarity == "meanmaxsim" else scores
+        """One query's vectors against each document's, as the model's `similarity` scores them."""
+        return maxsim(query, documents, self.similarity)
+
+
+def maxsim(query: np.ndarray, documents: list[np.ndarray], similarity: Similarity = "maxsim") -> np.ndarray:
+    """One query's vectors [n, dim] against each document's -> [len(documents)] float32 scores: the sum over the
+    query's vectors of the best dot product with a document's (divided by the query's vectors for meanmaxsim)."""
+    query = np.asarray(query, dtype=np.float32)
+    scores = np.array([(query @ np.asarray(d, dtype=np.float32).T).max(axis=1).sum() if len(d) else 0.0
+                       for d in documents], dtype=np.float32)
+    return scores / max(len(query), 1) if similarity == "meanmaxsim" else scores
 
 
 def vectors(outputs: dict[str, np.ndarray]) -> list[np.ndarray]:

@@ -25,7 +25,7 @@ from ...serving.batching import SCORE_MASK
 from ...serving.multi_vector import EXPANSIONS, PARAMETER, Form, forms_to_json
 from ...spec import TOKEN_INPUTS, GenerateOptions, ModelSpec, TensorSpec
 from ..task import FLOAT, SENTENCES, Task, library_model, refuse_foreign_flags
-from .answers import ANSWERS, COUNTS, DOCUMENT, VECTORS, Head
+from .answers import ANSWERS, COUNTS, DOCUMENT, SIMILARITY_PARAMETER, VECTORS, Head
 
 if TYPE_CHECKING:
     from ...folder import ModelFolder
@@ -241,6 +241,10 @@ class MultiVector(Task):
 
     def first_parameters(self, spec: ModelSpec, model_step: str, max_batch_size: int) -> dict[str, str]:
         return {PARAMETER: forms_to_json(self.forms(spec.head))}
+
+    def ensemble_parameters(self, head: Head) -> dict[str, str]:  # type: ignore[override]
+        """The similarity, which a client scores with (TextClient.score)."""
+        return {SIMILARITY_PARAMETER: head.similarity}
 
     def forms(self, head: Head) -> tuple[Form, ...]:  # type: ignore[override]
         return head.forms
