@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from support import model_zoo
-from support.multi_vector import TEXTS, VARIANTS, build_variant, library
+from support.multi_vector import TEXTS, VARIANTS, assert_same_vectors, build_variant, encode, library
 from tritonize import source, tasks
 from tritonize.errors import TritonizeError
 from tritonize.folder import ModelFolder
@@ -160,6 +160,19 @@ def test_the_graph_returns_each_rows_scored_vectors_first_and_regrouped_runs_agr
         assert (row[count:] == 0).all() and (np.linalg.norm(row[:count], axis=1) > 0.99).all()
     queries = [k for k, r in enumerate(rows) if r[1] == "query"]
     assert (feeds[ATTENTION_MASK][queries].sum(1) < feeds[SCORE_MASK][queries].sum(1)).any()  # expansion scored
+
+
+def test_the_benchmarks_pytorch_baseline_answers_as_the_library(folders) -> None:
+    """What a hand-written PyTorch server computes for a batch (the benchmark's doc baseline): each row's vectors."""
+    folder = folders["fixed-skiplist"]
+    spec = spec_of(folder)
+    task = tasks.of(spec.head)
+    rows = [(t, "query") for t in TEXTS[:3]] + [(t, "document") for t in TEXTS]
+    answers, real, padded = task.doc_answers(spec, task.load(spec, eager=False), None, rows)
+    model = library(folder)
+    expected = [*encode(model, TEXTS[:3], "query"), *encode(model, TEXTS, "document")]
+    assert_same_vectors([np.asarray(a[VECTORS], dtype=np.float32).reshape(-1, spec.head.dim) for a in answers], expected)
+    assert 0 < real < padded
 
 
 def test_answers_read_real_vectors_and_score_as_the_library(folders) -> None:

@@ -21,7 +21,7 @@ import numpy as np
 
 from ...errors import TritonizeError
 from ...folder import MULTI_VECTOR_MODEL_TYPES
-from ...serving.batching import SCORE_MASK
+from ...serving.batching import SCORE_MASK, real_lengths
 from ...serving.multi_vector import EXPANSIONS, PARAMETER, Form, forms_to_json
 from ...spec import TOKEN_INPUTS, GenerateOptions, ModelSpec, TensorSpec
 from ..task import FLOAT, SENTENCES, Task, library_model, refuse_foreign_flags
@@ -174,6 +174,15 @@ def _library(spec: ModelSpec, **kwargs: Any) -> Any:
     return model
 
 
+def _tokenized(spec: ModelSpec, rows: list[tuple[str, ...]]) -> dict[str, np.ndarray]:
+    """(text, form) rows as the served tokenizer step prepares them, padded to the longest."""
+    from ...serving.tokenizer import TextEncoder
+
+    encoder = TextEncoder(spec.tokenizer_file, spec.max_length, [spec.max_length], spec.pad_token_id, spec.input_names,
+                          forms=spec.head.forms)  # type: ignore[attr-defined]
+    return encoder.encode([tuple(r) for r in rows], width=0)
+
+
 def _encode(model: Any, rows: list[tuple[str, ...]]) -> list[np.ndarray]:
     """Each (text, form) row's vectors as encode_query / encode_document return them, in row order."""
     out: list[np.ndarray | None] = [None] * len(rows)
@@ -263,18 +272,24 @@ class MultiVector(Task):
     def reference(self, spec: ModelSpec, graph: Any, rows: list[tuple[str, ...]]) -> tuple[str, np.ndarray]:
         """encode_query / encode_document, each row's vectors zero-padded to the served rows' width (the graph's
         output, scored vectors first, has one row per token)."""
-        from ...serving.batching import INPUT_IDS
-        from ...serving.tokenizer import TextEncoder
-
         head: Head = spec.head  # type: ignore[assignment]
-        encoder = TextEncoder(spec.tokenizer_file, spec.max_length, [spec.max_length], spec.pad_token_id, (INPUT_IDS,),
-                              forms=head.forms)
-        width = encoder.encode([tuple(r) for r in rows], width=0)[INPUT_IDS].shape[1]
+        width = _tokenized(spec, rows)[SCORE_MASK].shape[1]
         found = _encode(_library(spec), rows)
         stacked = np.zeros((len(found), max([width, *map(len, found)]), head.dim), dtype=np.float32)
         for r, v in enumerate(found):
             stacked[r, : len(v)] = v
         return "sentence-transformers MultiVectorEncoder", stacked
+
+    def doc_answers(self, spec: ModelSpec, model: Any, tokenizer: Any, rows: list[tuple[str, ...]]) -> tuple[list, int, int]:
+        """PyTorch on one batch padded to its longest row, each row prepared as its form (the served tokenizer's
+        code: transformers' tokenizer knows no forms), each row's vectors read as the client reads them."""
+        import torch
+
+        feeds = _tokenized(spec, rows)
+        with torch.inference_mode():
+            found, counts = model(*(torch.from_numpy(feeds[n]) for n in spec.input_names))
+        answers = ANSWERS.rows({VECTORS: found.numpy(), COUNTS: counts.numpy()})
+        return answers, int(real_lengths(feeds).sum()), int(feeds[SCORE_MASK].size)
 
     def served_check(self, spec: ModelSpec, graph: Any, rows: list[tuple[str, ...]],
                      graph_out: list[np.ndarray]) -> dict:
