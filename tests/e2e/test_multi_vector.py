@@ -123,3 +123,31 @@ def test_a_bad_form_is_refused_and_the_server_keeps_serving(request, variant: st
 def test_the_production_configs_serve_each_form_as_the_library_encodes_it(production, model: str) -> None:
     endpoints, folders = production
     assert_served_as_the_library(endpoints, folders, model, "grpc")
+
+
+def test_the_client_scripts_print_each_texts_vectors(fused) -> None:
+    """curl.sh with FORM, and grpc_client.py (texts sent as documents), answer with each text's vectors."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from support import REPO_ROOT
+
+    endpoints, folders = fused
+    expected = encode(library(folders["pylate"], MAX_LENGTH), [QUERY, TEXTS[2]], "query")
+    env = {**os.environ, "TRITON_HTTP_URL": endpoints.http, "TRITON_MODEL": name_of("pylate"), "FORM": "query"}
+    result = subprocess.run(["bash", str(REPO_ROOT / "clients" / "curl.sh"), QUERY, TEXTS[2]], env=env,
+                            capture_output=True, text=True, check=True)
+    outputs = {o["name"]: o for o in json.loads(result.stdout)["outputs"]}
+    assert outputs[COUNTS]["data"] == [len(v) for v in expected] == [32, 32]
+    vectors = np.asarray(outputs[VECTORS]["data"], dtype=np.float32).reshape(outputs[VECTORS]["shape"])
+    assert_same_vectors([vectors[0], vectors[1]], expected)
+    script = subprocess.run([sys.executable, str(REPO_ROOT / "clients" / "grpc_client.py"), "--url", endpoints.grpc,
+                             "--model", name_of("pylate"), "--json", QUERY], capture_output=True, text=True, check=True)
+    row = json.loads(script.stdout)["results"][0]
+    document = encode(library(folders["pylate"], MAX_LENGTH), [QUERY], "document")[0]
+    assert row["text"] == QUERY and np.abs(np.asarray(row[VECTORS], dtype=np.float32) - document).max() <= 1e-4
+    summary = subprocess.run([sys.executable, str(REPO_ROOT / "clients" / "grpc_client.py"), "--url", endpoints.grpc,
+                              "--model", name_of("pylate"), QUERY], capture_output=True, text=True, check=True)
+    assert f"{len(document)} vectors of dim {model_zoo.MULTI_VECTOR_DIM}" in summary.stdout
