@@ -54,6 +54,25 @@ def build_variant(folder: Path, expansion: dict | None = None, skiplist: list[st
     return Path(folder)
 
 
+MARKERS = ("[unused0]", "[unused1]")  # PyLate's and Stanford ColBERT's query and document markers
+
+
+def with_markers(folder: Path) -> Path:
+    """The folder's tokenizer with BERT's [unused0] and [unused1] as plain vocabulary entries (its last two,
+    renamed), as a real BERT vocabulary has them: the library registers them as special tokens, so a marker
+    stays one token instead of '[', 'unused', '0', ']'."""
+    import json
+
+    path = Path(folder) / "tokenizer.json"
+    tokenizer = json.loads(path.read_text(encoding="utf-8"))
+    vocab = tokenizer["model"]["vocab"]
+    last = sorted(vocab, key=vocab.get)[-len(MARKERS):]
+    for old, new in zip(last, MARKERS):
+        vocab[new] = vocab.pop(old)
+    path.write_text(json.dumps(tokenizer, ensure_ascii=False), encoding="utf-8")
+    return Path(folder)
+
+
 def library(folder: Path, max_length: int | None = None):
     """The folder in MultiVectorEncoder; with `max_length`, each form's length cut there as the served one is
     (PyLate's and Stanford's 180-token documents, on a tiny encoder of 128 positions)."""

@@ -11,7 +11,16 @@ import numpy as np
 import pytest
 
 from support import model_zoo
-from support.multi_vector import TEXTS, VARIANTS, assert_same_vectors, build_variant, encode, library
+from support.multi_vector import (
+    MARKERS,
+    TEXTS,
+    VARIANTS,
+    assert_same_vectors,
+    build_variant,
+    encode,
+    library,
+    with_markers,
+)
 from tritonize import source, tasks
 from tritonize.errors import TritonizeError
 from tritonize.folder import ModelFolder
@@ -24,7 +33,8 @@ from tritonize.serving.tokenizer import TextEncoder
 from tritonize.spec import MODEL_FILE, TEXT_INPUT, GenerateOptions
 from tritonize.tasks.multi_vector import ANSWERS, COUNTS, VECTORS, vectors
 
-FOLDERS = (*model_zoo.MULTI_VECTOR_LAYOUTS, *VARIANTS)
+MARKED = ("pylate-markers", "stanford-markers")  # the layouts with [unused0]/[unused1] in the vocabulary
+FOLDERS = (*model_zoo.MULTI_VECTOR_LAYOUTS, *MARKED, *VARIANTS)
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +43,8 @@ def folders(tmp_path_factory) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("multi-vector")
     built = {layout: model_zoo.build_multi_vector(base / layout, layout) for layout in model_zoo.MULTI_VECTOR_LAYOUTS}
     built.update({name: build_variant(base / name, **declared) for name, declared in VARIANTS.items()})
+    built.update({name: with_markers(model_zoo.build_multi_vector(base / name, name.split("-")[0]))
+                  for name in MARKED})
     return built
 
 
@@ -68,6 +80,25 @@ def test_each_layout_is_detected_and_read_as_the_library_reads_it(folders, layou
     mask = next(m for m in model if type(m).__name__ == "MultiVectorMask")
     assert document.skip_ids == tuple(sorted(mask._skiplist_ids.tolist())) and not query.skip_ids
     assert set(document.skip_ids) >= {model.tokenizer.convert_tokens_to_ids(p) for p in "!,.?"}
+
+
+@pytest.mark.parametrize("name", MARKED)
+def test_a_legacy_marker_is_one_special_token_of_the_served_tokenizer(folders, name: str) -> None:
+    """The library registers [unused0]/[unused1] as special tokens; the served tokenizer.json is the loaded model's,
+    so a query starts [CLS] [unused0] as the library's does (AutoTokenizer's own file would split the marker)."""
+    from tokenizers import Tokenizer
+
+    spec = spec_of(folders[name])
+    served = Tokenizer.from_file(spec.tokenizer_file)
+    ids = [served.token_to_id(m) for m in MARKERS]
+    assert None not in ids and spec.head.forms[0].prompt.startswith(MARKERS[0])
+    encoder = TextEncoder(spec.tokenizer_file, spec.max_length, [spec.max_length], spec.pad_token_id, (INPUT_IDS,),
+                          forms=spec.head.forms)
+    rows = encoder.encode([("[unused0] is a marker", "query"), ("a document", "document")], width=0)[INPUT_IDS]
+    cls = served.token_to_id("[CLS]")
+    assert rows[0][:3].tolist() == [cls, ids[0], ids[0]] and rows[1][:2].tolist() == [cls, ids[1]]
+    plain = Tokenizer.from_file(str(folders[name] / "tokenizer.json"))
+    assert plain.encode(MARKERS[0], add_special_tokens=False).ids != [ids[0]]  # the folder's own file splits it
 
 
 def test_the_forms_travel_as_json_and_through_the_manifest(folders) -> None:

@@ -117,6 +117,9 @@ def _form(model: Any, mask: Any, name: str, max_length: int, root: Any) -> Form:
     expansion = model[0].query_expansion if name == QUERY else None
     fields: dict[str, Any] = {}
     if expansion is not None:
+        if expansion["strategy"] not in EXPANSIONS:
+            raise TritonizeError(f"{root} expands queries by {expansion['strategy']!r}",
+                                 hint=f"tritonize serves the query expansions {', '.join(EXPANSIONS)}")
         if floor > max_length:
             raise TritonizeError(f"{root} expands queries to {floor} tokens, more than the max length {max_length}",
                                  hint=f"use --max-length {floor} or more")
