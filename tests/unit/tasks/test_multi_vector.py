@@ -169,6 +169,25 @@ def test_generate_verifies_the_graph_against_encode_and_similarity(generated, na
     assert answers["max_score_abs"] <= answers["score_tolerance"] == 1e-3
 
 
+def test_verification_refuses_a_served_form_that_differs_from_the_library(folders, tmp_path: Path) -> None:
+    """A tokenizer step that scored the skiplist's punctuation would serve more vectors than encode_document: the
+    counts differ, and the report says so in one line."""
+    import dataclasses
+
+    from tritonize import export, verify
+
+    spec = spec_of(folders["fixed-skiplist"])
+    forms = tuple(dataclasses.replace(f, skip_ids=()) for f in spec.head.forms)
+    wrong = dataclasses.replace(spec, head=dataclasses.replace(spec.head, forms=forms))
+    graph = tasks.of(wrong.head).load(wrong)
+    report = verify.verify(wrong, graph, export.export(wrong, tmp_path / "work", graph=graph).stages, set(), 1e-4, 0.999)
+    assert report.passed is False and 0 < report.answers["agree"] < report.answers["rows"]
+    with pytest.raises(TritonizeError, match="the served answers differ from the sentence-transformers "
+                                             "MultiVectorEncoder on [0-9]+ of 35 inputs") as info:
+        verify.check(report)
+    assert "\n" not in str(info.value)
+
+
 def test_the_graph_returns_each_rows_scored_vectors_first_and_regrouped_runs_agree(generated, folders) -> None:
     """The fixed-expansion query's expansion positions (attention 0) are scored: the runner that regroups rows by
     length keeps them, and its answers equal the padded batch's."""

@@ -274,13 +274,14 @@ class MultiVector(Task):
 
     def reference(self, spec: ModelSpec, graph: Any, rows: list[tuple[str, ...]]) -> tuple[str, np.ndarray]:
         """encode_query / encode_document, each row's vectors zero-padded to the served rows' width (the graph's
-        output, scored vectors first, has one row per token)."""
+        output, scored vectors first, has one row per token). A row of more vectors than that is cut here, and its
+        count is what served_check refuses."""
         head: Head = spec.head  # type: ignore[assignment]
         width = _tokenized(spec, rows)[SCORE_MASK].shape[1]
         found = _encode(_library(spec), rows)
-        stacked = np.zeros((len(found), max([width, *map(len, found)]), head.dim), dtype=np.float32)
+        stacked = np.zeros((len(found), width, head.dim), dtype=np.float32)
         for r, v in enumerate(found):
-            stacked[r, : len(v)] = v
+            stacked[r, : len(v)] = v[:width]
         return "sentence-transformers MultiVectorEncoder", stacked
 
     def doc_answers(self, spec: ModelSpec, model: Any, tokenizer: Any, rows: list[tuple[str, ...]]) -> tuple[list, int, int]:
@@ -296,8 +297,8 @@ class MultiVector(Task):
 
     def served_check(self, spec: ModelSpec, graph: Any, rows: list[tuple[str, ...]],
                      graph_out: list[np.ndarray]) -> dict:
-        """Per row the same vector count as the library and its vectors within the tolerance; and every query's
-        MaxSim against every document, by the head, equal to the model's `similarity`."""
+        """Per row the same vector count as the library (the vectors themselves are the stages' check); and every
+        query's MaxSim against every document, by the head, equal to the model's `similarity`."""
         import torch
 
         head: Head = spec.head  # type: ignore[assignment]
