@@ -18,6 +18,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tritonize.client import RequestResult, chunks  # noqa: E402
+from tritonize.spec import TEXT_INPUT  # noqa: E402
 from tritonize.tasks.answers import Answers  # noqa: E402
 
 DEFAULT_URLS = {"grpc": "127.0.0.1:8001", "http": "127.0.0.1:8000"}
@@ -78,6 +79,8 @@ def requests(args: argparse.Namespace, texts: Sequence[str], task: Answers) -> l
     names = [t.name for t in task.text_inputs]
     if len(names) == 1:
         return batches
+    if not task.sample_first:  # the second input is no text of its own (a late-interaction row's form)
+        return [task.request([task.row_for(t) for t in b]) for b in batches]
     if not args.query:
         sys.exit(f"error: {args.model} takes {names[0]} besides the texts ({names[1]}): pass --query")
     return [{names[0]: [args.query] * len(b), names[1]: b} for b in batches]
@@ -85,7 +88,9 @@ def requests(args: argparse.Namespace, texts: Sequence[str], task: Answers) -> l
 
 def shown_texts(texts) -> Sequence:
     """The texts a request carried (the documents or contexts, for pairs)."""
-    return list(texts.values())[-1] if isinstance(texts, dict) else texts
+    if not isinstance(texts, dict):
+        return texts
+    return texts.get(TEXT_INPUT) or list(texts.values())[-1]
 
 
 def report(results: Sequence[RequestResult], task: Answers, args: argparse.Namespace) -> int:

@@ -7,9 +7,11 @@
 #   TOP_K=2 clients/curl.sh "great movie"          # classifiers: top-k labels
 #   QUERY="what is triton?" clients/curl.sh "doc one" "doc two"   # rerankers: one score per document
 #   QUESTION="who lives in Berlin?" clients/curl.sh "Sarah lives in Berlin."   # extractive QA: one answer per context
+#   FORM=query clients/curl.sh "what is triton?"   # late interaction (ColBERT): each text's vectors, as a query or document
 #
 # Environment: TRITON_HTTP_URL or TRITON_URL (default http://127.0.0.1:8000),
-# TRITON_MODEL or MODEL (default: the only model in ${TRITON_REPO:-triton_repo}/tritonize.yaml), TOP_K, QUERY, QUESTION.
+# TRITON_MODEL or MODEL (default: the only model in ${TRITON_REPO:-triton_repo}/tritonize.yaml), TOP_K, QUERY, QUESTION,
+# FORM.
 set -euo pipefail
 
 URL="${TRITON_HTTP_URL:-${TRITON_URL:-http://127.0.0.1:8000}}"
@@ -72,6 +74,12 @@ if [[ -n "$first_name" ]]; then
   repeated="" one="$(json_string "$first")"
   for _ in "${texts[@]}"; do repeated+="${repeated:+,}${one}"; done
   inputs="{\"name\":\"${first_name}\",\"shape\":[${#texts[@]},1],\"datatype\":\"BYTES\",\"data\":[${repeated}]},${inputs}"
+fi
+# A late-interaction model takes each text's form (query or document) beside it.
+if [[ -n "${FORM:-}" ]]; then
+  forms="" one="$(json_string "$FORM")"
+  for _ in "${texts[@]}"; do forms+="${forms:+,}${one}"; done
+  inputs+=",{\"name\":\"FORM\",\"shape\":[${#texts[@]},1],\"datatype\":\"BYTES\",\"data\":[${forms}]}"
 fi
 body="{\"inputs\":[${inputs}]${outputs}}"
 

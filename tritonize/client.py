@@ -26,10 +26,13 @@ import numpy as np
 
 from . import tasks
 from .errors import TritonizeError
+from .serving.multi_vector import FORM_INPUT
 from .spec import TEXT_INPUT
 from .tasks.answers import Answers
 from .tasks.classification.answers import PROBABILITIES, Label, parse_classes
 from .tasks.embedding.answers import OUTPUT as EMBEDDING
+from .tasks.multi_vector.answers import COUNTS, DOCUMENT, SIMILARITY_PARAMETER, VECTORS, maxsim
+from .tasks.multi_vector.answers import vectors as token_vectors
 from .tasks.question_answering.answers import ANSWERS as QUESTION_ANSWERING
 from .tasks.question_answering.answers import CONTEXT_INPUT, QUESTION_INPUT
 from .tasks.question_answering.answers import OUTPUT as ANSWER
@@ -140,6 +143,11 @@ def with_prompt(texts: Iterable[Text], prompt: str) -> list[Text]:
 def rerank_inputs(query: Text, documents: Sequence[Text]) -> dict[str, list[Text]]:
     """One (query, document) pair per row, as a reranker takes them."""
     return {QUERY_INPUT: [query] * len(documents), TEXT_INPUT: list(documents)}
+
+
+def multi_vector_inputs(texts: Sequence[Text], form: str) -> dict[str, list[Text]]:
+    """Each text with its form (query or document), as a late-interaction model takes them."""
+    return {TEXT_INPUT: list(texts), FORM_INPUT: [form] * len(texts)}
 
 
 def named(texts: Texts, default: str) -> Mapping[str, Iterable[Text]]:
@@ -304,6 +312,32 @@ class TextClient:
     def rerank(self, query: Text, documents: Sequence[Text]) -> np.ndarray:
         """One relevance score per document for `query`, [len(documents)] float32 (higher is more relevant)."""
         return self.infer(rerank_inputs(query, documents), outputs=[SCORE])[SCORE].reshape(-1)
+
+    def multi_vector(self, texts: Sequence[Text], form: str = DOCUMENT) -> list[np.ndarray]:
+        """A late-interaction model's vectors: per text, one [n, dim] float32 row per scored token, as
+        MultiVectorEncoder.encode_query (form "query") or encode_document (form "document") returns them."""
+        return token_vectors(self.infer(multi_vector_inputs(texts, form), outputs=[VECTORS, COUNTS]))
+
+    def score(self, query: Text, documents: Sequence[Text]) -> np.ndarray:
+        """One late-interaction score per document for `query`, [len(documents)] float32: MaxSim (or MeanMaxSim,
+        as the model declares) over the served vectors, as MultiVectorEncoder.similarity scores them."""
+        query_vectors = self.multi_vector([query], "query")[0]
+        return maxsim(query_vectors, self.multi_vector(documents), self.similarity())
+
+    def similarity(self) -> str:
+        """The similarity a late-interaction model scores with, from its ensemble's configuration."""
+        try:
+            config = self._client().get_model_config(self.model)
+        except self._module.InferenceServerException as exc:
+            raise ServerError.wrap(exc) from None
+        if self.protocol == "grpc":
+            found = config.config.parameters.get(SIMILARITY_PARAMETER)
+            value = found.string_value if found is not None else None
+        else:
+            value = (config.get("parameters", {}).get(SIMILARITY_PARAMETER) or {}).get("string_value")
+        if not value:
+            raise TritonizeError(f"{self.model} declares no similarity: it is not a late-interaction model")
+        return value
 
     def infer_many(
         self,

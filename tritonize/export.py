@@ -19,7 +19,7 @@ import torch
 from . import tasks
 from .console import phase
 from .errors import TritonizeError
-from .serving.batching import ATTENTION_MASK, INPUT_IDS, TOKEN_TYPE_IDS
+from .serving.batching import ATTENTION_MASK, INPUT_IDS, SCORE_MASK, TOKEN_TYPE_IDS
 from .spec import MODEL_FILE, ModelSpec
 
 # Protobuf cannot hold a model over 2 GiB; switch to external data well below that.
@@ -89,7 +89,9 @@ def export_onnx(spec: ModelSpec, graph, path: Path, opset: int, external_thresho
     input_ids = input_ids.clamp(max=graph_vocab_size(graph) - 1)
     attention_mask = torch.tensor([[1, 1, 1, 1, 1, 1, 0, 0], [1] * 8])
     token_type_ids = torch.tensor([[0, 0, 0, 1, 1, 1, 0, 0], [0, 0, 0, 0, 1, 1, 1, 1]])  # a pair's second segment
-    dummy = {INPUT_IDS: input_ids, ATTENTION_MASK: attention_mask, TOKEN_TYPE_IDS: token_type_ids}
+    # Scored tokens with gaps, and past the attention mask (a late-interaction query's expansion).
+    score_mask = torch.tensor([[1, 0, 1, 1, 1, 1, 1, 0], [1, 1, 0, 1, 1, 0, 1, 1]])
+    dummy = {INPUT_IDS: input_ids, ATTENTION_MASK: attention_mask, TOKEN_TYPE_IDS: token_type_ids, SCORE_MASK: score_mask}
     axes = {name: {0: "batch", 1: "sequence"} for name in spec.input_names}
     graph_outputs = tasks.of(spec.head).graph_outputs(spec.head)
     output_names = [t.name for t in graph_outputs]

@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 import yaml
+from rich.markup import escape
 
 from . import repository, tasks
 from .console import err, phase
@@ -189,7 +190,7 @@ def generate(options: GenerateOptions) -> Path:
     elif not index:
         repository.check_output(output, options.force)
     err.print(
-        f"[bold]{name}[/]: {spec.architecture}, task {spec.task}, {repo.description}"
+        f"[bold]{name}[/]: {spec.architecture}, task {spec.task}, {escape(repo.description)}"
         f", max length {spec.max_length}, buckets {list(repo.buckets)}"
     )
     if joined is not None:  # the configs a version shares with the others, checked before minutes of export

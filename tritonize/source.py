@@ -7,9 +7,11 @@ detected) reads its own head from it. Every refusal here is a one-line
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from pathlib import Path
+from typing import Any
 
 from . import tasks
 from .errors import TritonizeError
@@ -93,18 +95,22 @@ def _declared_max_length(root: Path, transformer_dir: Path, config: dict) -> int
     return limit
 
 
-def _served_tokenizer(transformer_dir: Path, trust_remote_code: bool) -> tuple[str, int, tuple[str, ...]]:
+def _served_tokenizer(transformer_dir: Path, trust_remote_code: bool,
+                      tok: Any = None) -> tuple[str, int, tuple[str, ...]]:
     """(tokenizer.json as transformers itself tokenizes, pad id, the inputs it feeds a model), written once to the cache.
 
     transformers may rebuild a tokenizer from tokenizer_config.json rather than
     use the folder's tokenizer.json as it is (lower-casing, accents, prefix
     spaces), so the served file is transformers' own backend tokenizer: the
-    server tokenizes exactly as the model's library does.
+    server tokenizes exactly as the model's library does. `tok`: the tokenizer
+    the task's library loaded, where it changes the folder's (special tokens it
+    registers); None: AutoTokenizer's.
     """
+    own = tok is not None
     try:
         from transformers import AutoTokenizer
 
-        tok = AutoTokenizer.from_pretrained(str(transformer_dir), use_fast=True, trust_remote_code=trust_remote_code)
+        tok = tok or AutoTokenizer.from_pretrained(str(transformer_dir), use_fast=True, trust_remote_code=trust_remote_code)
     except Exception as exc:  # noqa: BLE001
         raise TritonizeError(
             f"transformers could not load the tokenizer in {transformer_dir} ({type(exc).__name__}: {exc})",
@@ -115,7 +121,9 @@ def _served_tokenizer(transformer_dir: Path, trust_remote_code: bool) -> tuple[s
             f"the tokenizer in {transformer_dir} has no fast (tokenizers) version",
             hint=f"the server tokenizes with the `tokenizers` library; convert the tokenizer to {TOKENIZER_FILE}",
         )
-    key = hashlib.sha256(str(transformer_dir.resolve()).encode()).hexdigest()[:12]
+    # A task's own tokenizer is cached apart from the folder's, and under its contents: the library may change it.
+    seed = str(transformer_dir.resolve()) + (tok.backend_tokenizer.to_str() if own else "")
+    key = hashlib.sha256(seed.encode()).hexdigest()[:12]
     cache = Path(os.environ.get("TRITONIZE_CACHE", Path.home() / ".cache" / "tritonize")) / f"{transformer_dir.name}-{key}"
     cache.mkdir(parents=True, exist_ok=True)
     tok.backend_tokenizer.save(str(cache / TOKENIZER_FILE))
@@ -130,11 +138,6 @@ def read_model(options: GenerateOptions) -> ModelSpec:
     root = resolve_model_dir(options.model)
     folder = ModelFolder.read(root)
     transformer_dir, config = folder.transformer_dir, folder.config
-    if folder.late_interaction:
-        raise TritonizeError(
-            f"{root} holds {folder.late_interaction}: one vector per token, which tritonize does not serve yet",
-            hint="it serves one vector per text, and a ColBERT model served as one would be silently wrong",
-        )
     if config.get("auto_map") and not options.trust_remote_code:
         raise TritonizeError(
             f"{transformer_dir.name} needs code from the model folder to run (auto_map in config.json)",
@@ -155,14 +158,18 @@ def read_model(options: GenerateOptions) -> ModelSpec:
         )
     task = tasks.choose(folder, options.task)
     limit = _max_position_limit(config)
-    max_length = options.max_length or _declared_max_length(root, transformer_dir, config)
+    declared = task.declared_max_length(folder, options)
+    max_length = options.max_length or (min(declared, limit) if declared else
+                                        _declared_max_length(root, transformer_dir, config))
     if not 2 <= max_length <= limit:
         raise TritonizeError(
             f"--max-length {max_length} is outside what the model supports (2..{limit})",
             hint=f"use --max-length {limit} or less",
         )
-    head = task.read_head(folder, options)
-    tokenizer_file, pad_id, tokenizer_inputs = _served_tokenizer(transformer_dir, options.trust_remote_code)
+    # The head is read at the served max length (a task whose rows have lengths of their own caps them there).
+    head = task.read_head(folder, dataclasses.replace(options, max_length=max_length))
+    tokenizer_file, pad_id, tokenizer_inputs = _served_tokenizer(transformer_dir, options.trust_remote_code,
+                                                                 task.served_tokenizer(folder, options))
     return ModelSpec(
         source=str(transformer_dir),
         head=head,

@@ -570,6 +570,7 @@ class RepoSpec:
     post_step: StepSpec | None = None  # served post-processing after the model (token classification)
     post_parameters: dict[str, str] = field(default_factory=dict)
     first_parameters: dict[str, str] = field(default_factory=dict)  # the task's, for the first step (whom to call)
+    ensemble_parameters: dict[str, str] = field(default_factory=dict)  # the task's, for clients (a similarity)
     max_request_bytes: int = 0  # text bytes per request, checked by the first step before it decodes; 0: no bound
     truncate: bool = True  # False: a text over the max length is refused, not truncated
     version: int = FIRST_VERSION  # the version folder of every step; the ensemble pins its steps to it

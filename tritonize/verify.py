@@ -104,7 +104,7 @@ def encoder_for(spec: ModelSpec) -> TextEncoder:
     task = tasks.of(spec.head)
     truncation = task.truncation_for(spec.head) or "longest_first"
     return TextEncoder(spec.tokenizer_file, spec.max_length, [spec.max_length], spec.pad_token_id, spec.input_names, truncation,
-                       template=task.pair_template(spec.head))
+                       template=task.pair_template(spec.head), forms=task.forms(spec.head))
 
 
 def encode(encoder: TextEncoder, rows: list) -> dict[str, np.ndarray]:

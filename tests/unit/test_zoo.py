@@ -375,20 +375,26 @@ def test_sparse_and_causal_heads_tritonize_cannot_serve_are_refused_in_one_line(
 
 
 @pytest.mark.parametrize("layout", model_zoo.MULTI_VECTOR_LAYOUTS)
-@pytest.mark.parametrize("task", [None, "embedding"])
-def test_a_late_interaction_folder_is_refused_in_one_line(layout: str, task: str | None, tmp_path: Path) -> None:
-    """A ColBERT folder in each layout the installed MultiVectorEncoder reads (one vector per token) is refused,
-    --task embedding included: sentence-transformers would load it as a mean-pooled SentenceTransformer, and a
-    repository verified against that conversion serves one vector per text, silently wrong."""
+def test_a_late_interaction_folder_is_served_as_one_and_never_as_an_embedder(layout: str, tmp_path: Path) -> None:
+    """A ColBERT folder in each layout the installed MultiVectorEncoder reads is served as the multi-vector task
+    (one vector per scored token, verified against its encode_document), not refused. --task embedding is still
+    refused in one line: sentence-transformers would load it as a mean-pooled SentenceTransformer, and a repository
+    verified against that conversion would serve one vector per text, silently wrong."""
     from sentence_transformers import MultiVectorEncoder, SentenceTransformer
 
     folder = model_zoo.build_multi_vector(tmp_path / layout, layout)
     own = MultiVectorEncoder(str(folder), device="cpu").encode_document(["one vector per token"])[0]
     assert own.ndim == 2 and own.shape[1] == model_zoo.MULTI_VECTOR_DIM
     assert SentenceTransformer(str(folder), device="cpu").encode(["one vector per token"]).shape == (1, 32)
-    with pytest.raises(TritonizeError, match="holds a late-interaction model") as info:
-        generate(GenerateOptions(model=str(folder), task=task, output=str(tmp_path / "repo")))
-    assert "\n" not in str(info.value) and not (tmp_path / "repo").exists()
+    with pytest.raises(TritonizeError, match="contradicts the folder: a late-interaction model") as info:
+        generate(GenerateOptions(model=str(folder), task="embedding", output=str(tmp_path / "refused")))
+    assert "\n" not in str(info.value) and not (tmp_path / "refused").exists()
+    repo = generate(GenerateOptions(model=str(folder), name="colbert", output=str(tmp_path / "repo")))
+    report = json.loads((repo / "verification.json").read_text())
+    assert report["task"] == "multi-vector" and report["passed"] and report["answers"]["agree"] == report["sentences"]
+    config = parse_config((repo / "colbert" / "config.pbtxt").read_text())
+    assert [o.name for o in config.output][:2] == ["token_vectors", "vector_counts"]
+    assert list(config.output[0].dims) == [-1, model_zoo.MULTI_VECTOR_DIM]
 
 
 def test_a_library_never_converts_a_folder_into_the_model_it_is_verified_against(tmp_path: Path) -> None:

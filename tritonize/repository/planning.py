@@ -83,6 +83,7 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str, fused_config: st
         post_step=step("post", pipeline.post_module, 1, "KIND_CPU") if pipeline.post_module else None,
         post_parameters=task.post_parameters(model),
         first_parameters=task.first_parameters(model, names["model"], options.max_batch_size),
+        ensemble_parameters=task.ensemble_parameters(model.head),
         max_request_bytes=options.max_request_bytes,
         truncate=options.truncate,
         version=options.version or FIRST_VERSION,

@@ -7,7 +7,7 @@ benchmark's floor all pad and regroup with these functions.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -28,6 +28,11 @@ INPUT_IDS, ATTENTION_MASK, TOKEN_TYPE_IDS, OFFSETS, SPECIAL_TOKENS_MASK = ENCODI
 # length (an API request's strict `truncate: false`). Each [N, 1].
 TOKEN_COUNT, TRUNCATED = "tokens", "truncated"
 ROW_FIELDS = (TOKEN_COUNT, TRUNCATED)
+# A per-token mask of the positions whose outputs count: a late-interaction model's scored tokens, which the
+# tokenizer step computes per form (serving/multi_vector.py) and the graph reads. Such a row may score positions
+# its attention mask leaves out (query expansion), so a row reaches as far as either mask marks.
+SCORE_MASK = "score_mask"
+ROW_MASKS = (ATTENTION_MASK, SCORE_MASK)
 # The configuration parameter with the fused step's own queue bound: requests handed to its worker and not
 # yet running (serving/fused_step.py); 0: none.
 QUEUE_BOUND = "max_queue_size"
@@ -45,6 +50,17 @@ def queue_work(attention_mask) -> int:
     """The work one request brings to a queue: its rows' real tokens, each at least QUEUE_ROW_TOKENS."""
     lengths = attention_mask.sum(axis=1) if attention_mask.ndim == 2 else attention_mask
     return int(sum(max(int(n), QUEUE_ROW_TOKENS) for n in lengths))
+
+
+def real_lengths(feeds: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Each row's real tokens: up to the last position its masks (ROW_MASKS) mark; a row of none counts as one
+    (it still runs)."""
+    marked = np.zeros(np.shape(feeds[ATTENTION_MASK]), dtype=bool)
+    for name in ROW_MASKS:
+        if name in feeds:
+            marked |= np.asarray(feeds[name]) != 0
+    extent = marked.shape[1] - np.argmax(marked[:, ::-1], axis=1)
+    return np.maximum(1, np.where(marked.any(axis=1), extent, 0))
 
 
 def parse_buckets(text: str, max_length: int | None = None) -> list[int]:

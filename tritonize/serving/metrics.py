@@ -46,7 +46,8 @@ COUNTERS = {
 # How long counts wait to be published together (seconds): one round trip per series that moved, at most this often.
 # A reader that needs every count so far reads again after this (bench.stats.settled).
 PUBLISH_S = 0.1
-REASONS = ("too_large", "too_long", "invalid_utf8", "empty", "no_elements", "rows_mismatch", "tokenizer")
+REASONS = ("too_large", "too_long", "invalid_utf8", "empty", "no_elements", "rows_mismatch", "unknown_form",
+           "tokenizer")
 # What the steps count in one execute() (their `counts` dicts) -> the counter each key feeds.
 COUNTED = {
     "texts": "tritonize_texts_total",

@@ -21,7 +21,15 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import onnxruntime as ort
 
-from .batching import ATTENTION_MASK, costliest_first, length_groups, pad_rows, pad_value, parse_buckets
+from .batching import (
+    ATTENTION_MASK,
+    costliest_first,
+    length_groups,
+    pad_rows,
+    pad_value,
+    parse_buckets,
+    real_lengths,
+)
 
 try:
     import triton_python_backend_utils as pb_utils
@@ -34,11 +42,6 @@ except ImportError:  # imported outside Triton: tests and the in-process benchma
 # 4 rows on two threads 899 rows/s, two single-threaded shards of 2 rows 751; at 16 rows the shards lead,
 # 1198 against 1123).
 PARALLEL_MIN_TOKENS = 256
-
-
-def real_lengths(mask: np.ndarray) -> np.ndarray:
-    """Each row's real tokens from its attention mask; a row of none counts as one (it still runs)."""
-    return np.maximum(1, mask.sum(axis=1))
 
 
 class OnnxRunner:
@@ -169,13 +172,13 @@ class OnnxRunner:
         floor's arrival-order batches), or regrouped as the served step runs them."""
         if plain:
             return self.run(feeds), int(feeds[ATTENTION_MASK].size)
-        return self.run_grouped([feeds])[0], self.computed_tokens(real_lengths(feeds[ATTENTION_MASK]))
+        return self.run_grouped([feeds])[0], self.computed_tokens(real_lengths(feeds))
 
     def run_grouped(self, batches: list[dict[str, np.ndarray]], busy: bool = False) -> list[list[np.ndarray]]:
         """Many requests' token tensors -> per request, one array per output, in request order; `busy`: the run
         follows the previous one at once (its multi-threaded part runs on the session that does not spin)."""
         rows = {name: [r for b in batches for r in b[name]] for name in self.input_names}
-        lengths = np.concatenate([real_lengths(b[ATTENTION_MASK]) for b in batches])
+        lengths = np.concatenate([real_lengths(b) for b in batches])
         pieces = self.plan(lengths)
         if self._parallel_for(lengths):
             done = self._parallel(rows, lengths, pieces)

@@ -10,7 +10,8 @@ batched encode covers every request of an execute() call; each request is
 padded to the smallest bucket that fits its longest text, so requests of one
 bucket have equal shapes and the next step can batch them. A causal-LM
 reranker's pairs are rendered through its chat template instead
-(serving/chat.py).
+(serving/chat.py). A late-interaction model's rows are a text and its form
+(query or document), each prepared as its form declares (serving/multi_vector.py).
 
 A text longer than the max length is truncated by the tokenizer, as the
 reference libraries truncate it. Tokenizing costs time in proportion to the
@@ -35,6 +36,7 @@ from .batching import (
     ENCODING_FIELDS,
     INPUT_IDS,
     ROW_FIELDS,
+    SCORE_MASK,
     TOKEN_COUNT,
     bucket_for,
     pad_rows,
@@ -44,6 +46,8 @@ from .batching import (
 from .chat import PARAMETER as PAIR_TEMPLATE
 from .chat import PairTemplate
 from .metrics import METRICS_MODEL, StepMetrics
+from .multi_vector import PARAMETER as FORMS
+from .multi_vector import Form, FormTokenizer, forms_from_json
 from .texts import InvalidText, check_size, decode, unk_token_id
 
 try:
@@ -132,10 +136,12 @@ class TextEncoder:
 
     def __init__(self, tokenizer_file: str, max_length: int, buckets: list[int], pad_id: int, outputs: tuple[str, ...],
                  truncation: str = "longest_first", max_request_bytes: int = 0, truncate: bool = True,
-                 names: tuple[str, ...] = ("TEXT",), template: PairTemplate | None = None):
-        unknown = [name for name in outputs if name not in ENCODING_FIELDS and name not in ROW_FIELDS]
+                 names: tuple[str, ...] = ("TEXT",), template: PairTemplate | None = None,
+                 forms: tuple[Form, ...] = ()):
+        producible = {*ENCODING_FIELDS, *ROW_FIELDS, *((SCORE_MASK,) if forms else ())}
+        unknown = [name for name in outputs if name not in producible]
         if unknown:
-            raise ValueError(f"cannot produce {unknown}: a tokenizer gives {sorted(ENCODING_FIELDS)} and {ROW_FIELDS}")
+            raise ValueError(f"cannot produce {unknown}: a tokenizer gives {sorted(producible)}")
         self.tokenizer = Tokenizer.from_file(tokenizer_file)
         # tokenizer.json files often carry their own truncation/padding (e.g. fixed padding to 128): override both.
         # Pairs cut with "only_second" lose words of the document, never of the query.
@@ -152,6 +158,8 @@ class TextEncoder:
         self.prefix_chars = PREFIX_CHARS_PER_TOKEN * max_length if exact else 0
         self.cut_second = truncation == "only_second"
         self.template = template  # pairs rendered as one text, without special tokens (apply_chat_template's way)
+        # Rows of (text, form), each prepared as its form declares (a late-interaction model's query or document).
+        self.forms = FormTokenizer(self.tokenizer, forms) if forms else None
 
     @classmethod
     def from_config(cls, model_config: dict, version_dir: str, outputs: tuple[str, ...] | None = None) -> TextEncoder:
@@ -169,6 +177,7 @@ class TextEncoder:
             p.get("truncate", "1") == "1",
             tuple(i["name"] for i in model_config["input"]),
             template=PairTemplate.from_json(p[PAIR_TEMPLATE]) if PAIR_TEMPLATE in p else None,
+            forms=forms_from_json(p[FORMS]) if FORMS in p else (),
         )
 
     def bucket(self, length: int) -> int:
@@ -192,6 +201,8 @@ class TextEncoder:
 
     def _encode(self, items: list) -> list:
         """tokenizers' batched encode; a prefix that was not truncated is encoded again whole."""
+        if self.forms is not None:
+            return self.forms.encode(items)
         special = self.template is None
         try:
             if not special:
@@ -208,11 +219,15 @@ class TextEncoder:
         return encodings
 
     def _too_long(self, index: int, item) -> InvalidText:
-        names = self.names if len(self.names) > 1 and not isinstance(item, str) else self.names[-1:]
+        limit, names = self.max_length, self.names[-1:]
+        if self.forms is not None:  # a (text, form) row: the text, at its form's length
+            limit, names = self.forms.forms[item[1]].max_length, self.names[:1]
+        elif len(self.names) > 1 and not isinstance(item, str):
+            names = self.names
         what = " and ".join(f"{n}[{index}]" for n in names)
         verb = "are" if len(names) > 1 else "is"
         return InvalidText(
-            f"{what} {verb} longer than this model's max length of {self.max_length} tokens, and this repository "
+            f"{what} {verb} longer than this model's max length of {limit} tokens, and this repository "
             "refuses over-long texts instead of truncating them: send shorter texts (or generate with --truncate)",
             "too_long",
         )
@@ -244,7 +259,7 @@ class TextEncoder:
             w = width if width else (longest if width == 0 else self.bucket(longest))
             tensors = {
                 name: pad_rows([self._field(e, name) for e in rows], w, pad_value(name, self.pad_id))
-                if name in ENCODING_FIELDS else row_field(name, rows)
+                if name not in ROW_FIELDS else row_field(name, rows)
                 for name in self.outputs
             }
             results.append(tensors)
@@ -256,6 +271,8 @@ class TextEncoder:
         """One row's tensor: a templated row that reached the max length ends in the template's closing tokens."""
         if name == INPUT_IDS and self.template is not None:
             return self.template.restore(encoding.ids, self.max_length)
+        if name == SCORE_MASK:
+            return encoding.score_mask
         return getattr(encoding, ENCODING_FIELDS[name])
 
     def _count(self, counts: dict, rows: list, tensors: dict[str, np.ndarray]) -> None:
@@ -271,6 +288,8 @@ class TextEncoder:
         the byte bound is refused before anything is decoded."""
         check_size((inputs[name] for name in names), self.max_request_bytes)
         columns = [self.decode(inputs[name], name) for name in names]
+        if self.forms is not None and len(columns) == 2:
+            self.forms.check(columns[1], names[1])
         if len(columns) == 1:
             return columns[0]
         if len({len(c) for c in columns}) != 1:

@@ -11,7 +11,15 @@ from typing import TYPE_CHECKING
 from ..errors import TritonizeError
 from ..serving.batching import ROW_FIELDS
 from ..spec import Head
-from . import classification, embedding, question_answering, rerank, sparse_embedding, token_classification
+from . import (
+    classification,
+    embedding,
+    multi_vector,
+    question_answering,
+    rerank,
+    sparse_embedding,
+    token_classification,
+)
 from .answers import Answers
 from .task import Task
 
@@ -21,8 +29,8 @@ if TYPE_CHECKING:
 # Each folder is claimed by at most one task's detect(); the order is only the order of listings.
 TASKS: dict[str, Task] = {
     t.name: t
-    for t in (embedding.TASK, sparse_embedding.TASK, classification.TASK, rerank.TASK, token_classification.TASK,
-              question_answering.TASK)
+    for t in (embedding.TASK, sparse_embedding.TASK, multi_vector.TASK, classification.TASK, rerank.TASK,
+              token_classification.TASK, question_answering.TASK)
 }
 NAMES: tuple[str, ...] = tuple(TASKS)
 
@@ -40,6 +48,8 @@ def of(head: Head) -> Task:
 
 
 def _what(folder: ModelFolder) -> str:
+    if folder.late_interaction:
+        return f"{folder.late_interaction.removeprefix('a ')} ({folder.architecture or folder.model_type})"
     if folder.is_cross_encoder:
         return f"sentence-transformers CrossEncoder ({folder.architecture})"
     if folder.is_sparse_encoder:

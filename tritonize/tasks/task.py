@@ -23,6 +23,7 @@ from .answers import Answers
 if TYPE_CHECKING:
     from ..folder import ModelFolder
     from ..serving.chat import PairTemplate
+    from ..serving.multi_vector import Form
 
 FLOAT = "TYPE_FP32"  # fp16 graphs keep fp32 inputs and outputs (keep_io_types), so clients never see fp16
 
@@ -131,6 +132,20 @@ class Task(abc.ABC):
         """The token tensors the graph takes; one text per row needs no token_type_ids (all zeros)."""
         return TOKEN_INPUTS
 
+    def declared_max_length(self, folder: ModelFolder, options: GenerateOptions) -> int | None:
+        """The longest row the model's library makes, where the task reads it better than the folder's configs
+        do (a late-interaction model's longer form); None: the folder's declared max length."""
+        return None
+
+    def served_tokenizer(self, folder: ModelFolder, options: GenerateOptions) -> Any:
+        """The transformers tokenizer the served steps tokenize with, where the model's library changes the
+        folder's (special tokens it registers); None: the folder's own, as AutoTokenizer loads it."""
+        return None
+
+    def forms(self, head: Head) -> tuple[Form, ...]:
+        """The forms a row may take, each tokenized as the head declares (serving/multi_vector.py); (): one."""
+        return ()
+
     def verification_rows(self) -> list[tuple[str, ...]]:
         """What verification feeds the graph and the reference: one text per row, or pairs."""
         return [(s,) for s in SENTENCES]
@@ -166,6 +181,10 @@ class Task(abc.ABC):
 
     def post_parameters(self, spec: ModelSpec) -> dict[str, str]:
         """The post step's configuration parameters (none without a post step)."""
+        return {}
+
+    def ensemble_parameters(self, head: Head) -> dict[str, str]:
+        """What the ensemble's configuration tells clients about the head (none by default)."""
         return {}
 
     def first_parameters(self, spec: ModelSpec, model_step: str, max_batch_size: int) -> dict[str, str]:
@@ -264,16 +283,18 @@ def pair_token_inputs(folder: ModelFolder, tokenizer_inputs: tuple[str, ...]) ->
     return TOKEN_INPUTS + ((TOKEN_TYPE_IDS,) if folder.uses_token_types(tokenizer_inputs) else ())
 
 
-def library_model(loader: Any, spec: ModelSpec, **kwargs: Any) -> Any:
-    """The folder in sentence-transformers' `loader` class (SentenceTransformer, CrossEncoder, SparseEncoder).
-    The library converts a folder saved as another model type into the loader's (a MultiVectorEncoder into a
-    mean-pooled SentenceTransformer): that is another model, so it is refused, never exported or verified against."""
+def library_model(loader: Any, spec: ModelSpec, own_types: tuple[str, ...] = (), **kwargs: Any) -> Any:
+    """The folder in sentence-transformers' `loader` class (SentenceTransformer, CrossEncoder, SparseEncoder,
+    MultiVectorEncoder). The library converts a folder saved as another model type into the loader's (a
+    MultiVectorEncoder into a mean-pooled SentenceTransformer): that is another model, so it is refused, never
+    exported or verified against. `own_types`: the earlier names of the loader's own model type, whose layouts
+    it reads as they were written (PyLate's "ColBERT" for MultiVectorEncoder), not converted."""
     from ..errors import TritonizeError
     from ..folder import saved_model_type
 
     path = spec.sentence_transformers_dir or spec.source
     saved = saved_model_type(path)
-    if saved is not None and saved != loader.model_type:
+    if saved is not None and saved != loader.model_type and saved not in own_types:
         raise TritonizeError(
             f"{path} was saved as a sentence-transformers {saved}, and {loader.__name__} would convert it into "
             f"another model",

@@ -63,6 +63,7 @@ def test_each_step_carries_byte_identical_copies_of_the_served_modules(repo: Pat
         "tiny_tokenizer/1/texts.py": "texts.py",
         "tiny_tokenizer/1/metrics.py": "metrics.py",
         "tiny_tokenizer/1/chat.py": "chat.py",
+        "tiny_tokenizer/1/multi_vector.py": "multi_vector.py",
         # The fused step: the tokenizer and the model (serving/fused_step.py) with what both import.
         "tiny_model/1/model.py": "fused_step.py",
         "tiny_model/1/onnx_model.py": "onnx_model.py",
@@ -71,6 +72,7 @@ def test_each_step_carries_byte_identical_copies_of_the_served_modules(repo: Pat
         "tiny_model/1/texts.py": "texts.py",
         "tiny_model/1/metrics.py": "metrics.py",
         "tiny_model/1/chat.py": "chat.py",
+        "tiny_model/1/multi_vector.py": "multi_vector.py",
     }
     for rel, module in pairs.items():
         assert filecmp.cmp(repo / rel, serving.SERVING_DIR / module, shallow=False), rel
@@ -80,10 +82,10 @@ def test_each_step_carries_byte_identical_copies_of_the_served_modules(repo: Pat
 
 def test_step_files_follow_relative_imports() -> None:
     assert set(serving.step_files("tokenizer", "model.py")) == {"model.py", "batching.py", "texts.py", "metrics.py",
-                                                                "chat.py"}
+                                                                "chat.py", "multi_vector.py"}
     assert set(serving.step_files("onnx_model", "model.py")) == {"model.py", "batching.py"}
     assert set(serving.step_files("fused_step", "model.py")) == {"model.py", "onnx_model.py", "tokenizer.py", "batching.py",
-                                                               "texts.py", "metrics.py", "chat.py"}
+                                                               "texts.py", "metrics.py", "chat.py", "multi_vector.py"}
     assert set(serving.step_files("question_answering", "model.py")) == {"model.py", "texts.py", "metrics.py"}
     assert set(serving.step_files("token_classification", "model.py")) == {"model.py", "batching.py", "texts.py", "metrics.py"}
     assert set(serving.step_files("sparse_embedding", "model.py")) == {"model.py"}

@@ -37,7 +37,10 @@ def test_the_sample_request_is_one_kserve_row_per_text_input(name: str) -> None:
     body = json.loads(answers.sample_body("a text"))
     assert [i["name"] for i in body["inputs"]] == [t.name for t in answers.text_inputs]
     assert all(i["shape"] == [1, 1] and i["datatype"] == "BYTES" for i in body["inputs"])
-    assert body["inputs"][-1]["data"] == ["a text"]  # a pair task's own text comes last, after its query
+    # One cell per input, as the task's row around one text puts them (a pair task's own text last, after its
+    # query; a multi-vector text first, then its form).
+    assert [i["data"] for i in body["inputs"]] == [[x] for x in answers.row_for("a text")]
+    assert "a text" in answers.row_for("a text")
     assert answers.request([answers.row_for("x"), answers.row_for("y")]) == {
         t.name: [row[i] for row in (answers.row_for("x"), answers.row_for("y"))]
         for i, t in enumerate(answers.text_inputs)}

@@ -1,7 +1,8 @@
 """Each task's pipeline, as the task declares it, wired on a real folder of that task: every tensor a step takes is
 one the ensemble receives or an earlier step returns, in both variants, and the rendered ensemble says the same.
 
-The folders are the zoo's tiny models (real tokenizers and configs); planning reads them without loading weights.
+The folders are the zoo's tiny models (real tokenizers and configs); planning reads them without loading weights,
+but for a late-interaction folder, whose head its library reads.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from tritonize.spec import (
 
 FOLDER_OF_TASK = {"embedding": "bert-st-mean", "sparse-embedding": "bert-splade", "classification": "bert-seq-cls",
                   "rerank": "bert-cross-encoder", "token-classification": "bert-token-cls",
-                  "question-answering": "bert-qa"}
+                  "question-answering": "bert-qa", "multi-vector": "pylate"}
+# Folders outside the zoo's list, by their builder (multi-vector: model_zoo.build_multi_vector's layout).
+BUILDERS = {"multi-vector": lambda layout, root: model_zoo.build_multi_vector(root / layout, layout)}
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +36,7 @@ def specs(tmp_path_factory) -> dict[str, RepoSpec]:
     root = tmp_path_factory.mktemp("pipelines")
     out = {}
     for task, entry in FOLDER_OF_TASK.items():
-        folder = model_zoo.build(entry, root)
+        folder = BUILDERS.get(task, model_zoo.build)(entry, root)
         options = GenerateOptions(model=str(folder), name=entry.replace("-", "_"), output=str(root / "repo"))
         out[task] = planning.plan(options, read_model(options), options.name)
     return out

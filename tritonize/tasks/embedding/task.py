@@ -116,10 +116,12 @@ class Embedding(Task):
     serves = "sentence-transformers folders (Transformer, Pooling, Dense, Normalize), or a bare encoder with --task embedding"
 
     def detect(self, folder: ModelFolder) -> bool:
-        return folder.modules is not None and not folder.is_cross_encoder and not folder.is_sparse_encoder
+        return (folder.modules is not None and not folder.is_cross_encoder and not folder.is_sparse_encoder
+                and not folder.late_interaction)
 
     def accepts(self, folder: ModelFolder) -> bool:
-        return self.detect(folder) or (folder.modules is None and folder.head_class == "")
+        """Its own folders, and a bare encoder; never a late-interaction model (one vector per token)."""
+        return self.detect(folder) or (folder.modules is None and folder.head_class == "" and not folder.late_interaction)
 
     def _declared(self, folder: ModelFolder) -> tuple[tuple[str, ...], bool, int, int]:
         """(pooling modes, normalize, dim, Dense count) from the sentence-transformers modules."""
