@@ -75,9 +75,9 @@ def test_score_equals_cross_encoder_predict_one_to_many_and_pairwise(task_stack)
         assert max(abs(d["score"] - float(e)) for d, e in zip(answer["data"], expected)) <= TOLERANCE
     queries = [QUERY, "a fox", "café", "who answers?"]
     pairwise = model.predict(list(zip(queries, DOCUMENTS)))
-    code, _, answer = api.call("POST", "/score", {"text_1": queries, "text_2": DOCUMENTS})  # the only reranker
+    code, _, answer = api.call("POST", "/score", {"model": "ranker", "text_1": queries, "text_2": DOCUMENTS})
     assert code == 200 and max(abs(d["score"] - float(e)) for d, e in zip(answer["data"], pairwise)) <= TOLERANCE
-    code, _, one = api.call("POST", "/score", {"text_1": [QUERY], "text_2": DOCUMENTS[1]})
+    code, _, one = api.call("POST", "/score", {"model": "ranker", "text_1": [QUERY], "text_2": DOCUMENTS[1]})
     assert code == 200 and abs(one["data"][0]["score"] - float(expected[1])) <= TOLERANCE
 
 
@@ -85,13 +85,13 @@ def test_score_equals_cross_encoder_predict_one_to_many_and_pairwise(task_stack)
     ({"text_1": ["a", "b"], "text_2": ["x", "y", "z"]}, 422, "1:1, 1:N or N:N"),
     ({"text_1": [], "text_2": ["x"]}, 422, "`text_1` must not be empty"),
     ({"text_1": "q", "text_2": []}, 422, "`text_2` must not be empty"),
-    ({"text_1": "q", "text_2": "x", "model": "emb"}, 400, "serves rerank models"),
+    ({"text_1": "q", "text_2": "x", "model": "emb"}, 400, "serves rerank or multi-vector models"),
     ({"text_1": "q", "text_2": "x", "use_activation": False}, 422, "sigmoid"),
     ({"text_1": "q", "text_2": "x", "truncate_prompt_tokens": 8}, 422, "truncate_prompt_tokens"),
 ])
 def test_score_refusals_are_openai_envelopes(task_stack, body, status, words) -> None:
     _, _, api = task_stack
-    code, _, answer = api.call("POST", "/score", body)
+    code, _, answer = api.call("POST", "/score", {"model": "ranker", **body})
     assert code == status and words in openai_error(answer), answer
 
 
@@ -100,12 +100,12 @@ def test_score_refusals_are_openai_envelopes(task_stack, body, status, words) ->
     ({"query": {"text": QUERY}, "passages": []}, 422, "`passages` must not be empty"),
     ({"query": {"text": ""}, "passages": [{"text": "a"}]}, 422, "empty string"),
     ({"query": {"text": QUERY}, "passages": [{"text": "a"}], "truncate": "START"}, 422, "truncate"),
-    ({"query": {"text": QUERY}, "passages": [{"text": "a"}], "model": "sentiment"}, 400, "serves rerank models"),
+    ({"query": {"text": QUERY}, "passages": [{"text": "a"}], "model": "sentiment"}, 400, "serves rerank or multi-vector models"),
     ({"query": {"text": QUERY}, "passages": [{"text": "a"}], "model": "nope"}, 404, "does not exist"),
 ])
 def test_ranking_refusals_are_nim_envelopes(task_stack, body, status, words) -> None:
     _, _, api = task_stack
-    code, _, answer = api.call("POST", "/v1/ranking", body)
+    code, _, answer = api.call("POST", "/v1/ranking", {"model": "ranker", **body})
     assert code == status and words in nim_error(answer), answer
 
 
@@ -182,8 +182,8 @@ def test_similarity_is_the_cosine_of_sentence_transformers_vectors(task_stack) -
                      "parameters": {"prompt_name": "query"}}, 422, "not declared"),
     ("/similarity", {"inputs": {"source_sentence": QUERY, "sentences": ["a"]},
                      "parameters": {"truncate": False}}, 200, ""),
-    ("/embed_all", {"inputs": ["a"]}, 422, "returns one vector per text"),
-    ("/embed_all", {"inputs": []}, 422, "must not be empty"),
+    ("/embed_all", {"inputs": ["a"], "model": "emb"}, 422, "returns one vector per text"),
+    ("/embed_all", {"inputs": [], "model": "emb"}, 422, "must not be empty"),
     ("/decode", {"ids": [1, 10 ** 9], "model": "emb"}, 422, "not in emb's vocabulary"),
     ("/decode", {"ids": [-3], "model": "emb"}, 422, "ids"),
     ("/decode", {"ids": [[1], [2]]}, 400, "name one with `model`"),

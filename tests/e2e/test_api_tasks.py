@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from support.task_stack import DOCUMENTS, MAX_TEXTS, MODELS, QUERY
+from support.task_stack import DOCUMENTS, LATE_INTERACTION, MAX_TEXTS, MODELS, QUERY
 
 def client(endpoints, name: str):
     from tritonize.client import TextClient
@@ -25,9 +25,9 @@ def test_one_api_lists_and_checks_every_model(task_stack) -> None:
     assert code == 200
     assert {m["id"]: m["task"] for m in listed["data"]} == {
         "emb": "embedding", "ranker": "rerank", "sentiment": "classification", "ner": "token-classification",
-        "reader": "question-answering", "splade": "sparse-embedding"}
+        "reader": "question-answering", "splade": "sparse-embedding", LATE_INTERACTION: "multi-vector"}
     code, _, health = api.call("GET", "/health")
-    assert code == 200 and sorted(health["models"]) == sorted(["emb", *MODELS])
+    assert code == 200 and sorted(health["models"]) == sorted(["emb", *MODELS, LATE_INTERACTION])
     code, _, info = api.call("GET", "/info")
     assert code == 400 and "name one with `model`" in info["error"]  # several models: TEI's /info asks which
     assert api.call("GET", "/info?model=sentiment")[2]["model_type"]["classifier"]["id2label"]
@@ -47,10 +47,10 @@ def test_rerank_equals_cross_encoder_predict_in_order_and_score(task_stack) -> N
         assert [r["index"] for r in results] == order[:3]
         assert all(abs(r["relevance_score"] - float(expected[r["index"]])) <= 1e-4 for r in results)
         assert [r["document"]["text"] for r in results] == [DOCUMENTS[i] for i in order[:3]]
-    code, _, ranks = api.call("POST", "/rerank", {"query": QUERY, "texts": DOCUMENTS, "return_text": True})
+    code, _, ranks = api.call("POST", "/rerank", {"model": "ranker", "query": QUERY, "texts": DOCUMENTS, "return_text": True})
     assert code == 200 and [r["index"] for r in ranks] == order and ranks[0]["text"] == DOCUMENTS[order[0]]
     assert max(abs(r["score"] - float(expected[r["index"]])) for r in ranks) <= 1e-4
-    code, _, refused = api.call("POST", "/rerank", {"query": QUERY, "texts": DOCUMENTS, "raw_scores": True})
+    code, _, refused = api.call("POST", "/rerank", {"model": "ranker", "query": QUERY, "texts": DOCUMENTS, "raw_scores": True})
     assert code == 422 and "sigmoid" in refused["error"]  # the graph's sigmoid is not inverted into logits
     objects = [{"text": d} for d in DOCUMENTS]
     assert api.call("POST", "/v1/rerank", {"model": "ranker", "query": QUERY, "documents": objects})[2]["results"]
@@ -107,9 +107,10 @@ def test_schemathesis_finds_the_document_true_for_every_task(task_stack, tmp_pat
     the server's (16 here: the fuzzer's largest lists stay within what two cores answer inside Triton's queue
     budget). The stack's reranker applies a sigmoid, so NIM's /v1/ranking, whose `logit` is the raw score,
     refuses it; /score refuses lists of text_1 and text_2 of different lengths (vLLM's pairing, which no JSON
-    Schema of one field can say)."""
+    Schema of one field can say). TEI's /rerank takes `raw_scores` for the late-interaction model (MaxSim is raw)
+    and refuses it for the reranker's sigmoid: one request schema for both cannot say which model takes it."""
     from support.api import ANY_MODEL, REFUSING, accepting, fuzz
 
     _, _, api = task_stack
-    refusing = (*ANY_MODEL, *REFUSING, "/v1/ranking", "/score")
+    refusing = (*ANY_MODEL, *REFUSING, "/v1/ranking", "/score", "/rerank")
     fuzz(api.url, tmp_path, "\n".join(accepting(r, "422") for r in refusing))

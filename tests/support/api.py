@@ -86,7 +86,11 @@ def served(matryoshka_repo, local_triton, local_options, tmp_path_factory):
 
     runtime = LocalRuntime(local_options(matryoshka_repo.repository, tmp_path_factory.mktemp("api-run")), quiet=True)
     endpoints = runtime.up()
-    api = start_api(matryoshka_repo.repository, endpoints.grpc, "--max-client-batch-size", "8", key=KEY)
+    try:
+        api = start_api(matryoshka_repo.repository, endpoints.grpc, "--max-client-batch-size", "8", key=KEY)
+    except BaseException:
+        runtime.down()  # the server never outlives a fixture that failed
+        raise
     try:
         yield matryoshka_repo, endpoints, api
     finally:

@@ -1,5 +1,5 @@
 """One repository of every task the API routes serve (an embedder, a reranker, a classifier, a token classifier,
-extractive QA and SPLADE), one local Triton, one API: a session fixture the route tests share, so the server
+extractive QA, SPLADE and a late-interaction ColBERT), one local Triton, one API: a session fixture the route tests share, so the server
 starts once."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ MODELS = {  # name -> zoo entry (the embedder is tests/support/tiny_models' sent
     "ranker": "bert-cross-encoder", "sentiment": "bert-seq-cls", "ner": "bert-token-cls", "reader": "bert-qa",
     "splade": "bert-splade",
 }
+LATE_INTERACTION = "colbert"
 
 
 @pytest.fixture(scope="session")
@@ -32,10 +33,17 @@ def task_stack(local_triton, local_options, tmp_path_factory):
     generate(GenerateOptions(model=str(folders["emb"]), name="emb", output=str(repo)))
     for name, zoo_id in MODELS.items():
         folders[name] = model_zoo.build(zoo_id, base / "zoo")
+    # A late-interaction model in PyLate's layout (query expansion, a punctuation skiplist), beside the cross-encoder.
+    folders[LATE_INTERACTION] = model_zoo.build_multi_vector(base / LATE_INTERACTION, "pylate")
+    for name in (*MODELS, LATE_INTERACTION):
         generate(GenerateOptions(model=str(folders[name]), name=name, output=str(repo), add=True))
     runtime = LocalRuntime(local_options(repo, base / "run"), quiet=True)
     endpoints = runtime.up()
-    api = start_api(repo, endpoints.grpc, "--max-client-batch-size", str(MAX_TEXTS))
+    try:
+        api = start_api(repo, endpoints.grpc, "--max-client-batch-size", str(MAX_TEXTS))
+    except BaseException:
+        runtime.down()  # the server never outlives a fixture that failed
+        raise
     try:
         yield folders, endpoints, api
     finally:

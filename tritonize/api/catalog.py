@@ -12,9 +12,9 @@ from pathlib import Path
 
 from ..manifest import Manifest, read_manifests
 from ..spec import QUANTIZATION_FILE, TOKENIZER_FILE, repo_paths
-from ..tasks.embedding.quantization import Calibration
 from ..tasks import Answers
 from ..tasks import of as task_of
+from ..tasks.embedding.quantization import Calibration
 from .errors import ApiError
 
 
@@ -88,19 +88,21 @@ class Catalog:
             return self._named(name)
         return self._only(self.models, "models")
 
-    def find(self, task: Answers, name: str | None = None) -> ServedModel:
-        """The named model, which must serve `task`; without a name, the only model of that task."""
+    def find(self, tasks: Answers | tuple[Answers, ...], name: str | None = None) -> ServedModel:
+        """The named model, which must serve one of `tasks`; without a name, the only model of them."""
+        tasks = tasks if isinstance(tasks, tuple) else (tasks,)
+        what = " or ".join(t.name for t in tasks)
         if name:
             found = self._named(name)
-            if found.answers is not task:
+            if found.answers not in tasks:
                 raise ApiError(400, f"the model {name!r} is a {found.answers.name} model, and this "
-                               f"route serves {task.name} models", "model", "wrong_model_type")
+                               f"route serves {what} models", "model", "wrong_model_type")
             return found
-        of_task = self.of_task(task)
-        if not of_task:
-            raise ApiError(424, f"no {task.name} model is served here "
+        of_tasks = tuple(m for task in tasks for m in self.of_task(task))
+        if not of_tasks:
+            raise ApiError(424, f"no {what} model is served here "
                            f"(served: {', '.join(f'{m.name} ({m.answers.name})' for m in self.models)})", "model")
-        return self._only(of_task, f"{task.name} models")
+        return self._only(of_tasks, f"{what} models")
 
     def of_task(self, task: Answers) -> tuple[ServedModel, ...]:
         return tuple(m for m in self.models if m.answers is task)

@@ -103,13 +103,20 @@ def served_document(app: FastAPI, catalog: Catalog, max_client_batch_size: int) 
         schema = document()
         components = schema.get("components", {}).get("schemas", {})
         batch_bound(components, max_client_batch_size)
+        by_component: dict[str, list[tuple[dict, tuple[ServedModel, ...]]]] = {}
         for routes in TASK_ROUTES:
             served = catalog.of_task(routes.answers)
             if not served:
                 continue  # the route answers 424, as documented
             accepted = routes.accepts(tuple(m.head for m in served)) if routes.accepts else {}
             for name in request_components(routes.paths):
-                narrow(components[name], {**accepted, "model": named(served)})
+                by_component.setdefault(name, []).append((accepted, served))
+        for name, narrowed in by_component.items():
+            # A route several tasks serve (rerank: cross-encoders and late-interaction models) takes any of their
+            # models, and a field narrowed only where every one of them narrows it alike.
+            first, *others = (accepted for accepted, _ in narrowed)
+            common = {field: schema for field, schema in first.items() if all(o.get(field) == schema for o in others)}
+            narrow(components[name], {**common, "model": named(tuple(m for _, served in narrowed for m in served))})
         if len(catalog.models) > 1:  # /tokenize and /info read any model's: which one, `model` must say
             for name in request_components(ANY_MODEL_PATHS):
                 narrow(components[name], {"model": named(catalog.models)})

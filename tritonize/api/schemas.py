@@ -18,9 +18,8 @@ from __future__ import annotations
 from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel
-from typing_extensions import TypedDict
 from pydantic.json_schema import SkipJsonSchema, WithJsonSchema
-
+from typing_extensions import TypedDict
 
 
 def refused_beyond(**schema) -> Field:
@@ -367,10 +366,15 @@ class NIMRankingResponse(Body):
 
 
 class ScoreRequest(Body):
-    """vLLM's /score: pairs of `text_1` and `text_2`, one to one, one to many, or pairwise (equal lengths)."""
+    """vLLM's /score: pairs of `text_1` and `text_2` (or, as its newer clients name them, `queries` and
+    `documents`, or `data_1` and `data_2`), one to one, one to many, or pairwise (equal lengths)."""
 
-    text_1: Union[Text, TextList]
-    text_2: Union[Text, TextList]
+    text_1: Union[Text, TextList, None] = None
+    text_2: Union[Text, TextList, None] = None
+    queries: Union[Text, TextList, None] = None
+    documents: Union[Text, TextList, None] = None
+    data_1: Union[Text, TextList, None] = None
+    data_2: Union[Text, TextList, None] = None
     model: str | None = None
     truncate_prompt_tokens: Optional[Literal[-1]] = Field(None, description="-1 or none: long pairs are cut at "
                                                                             "the model's max length")

@@ -14,6 +14,7 @@ from ..spec import Head
 from ..tasks.answers import SAMPLE_TEXT, Answers
 from ..tasks.classification import answers as classification
 from ..tasks.embedding import answers as embedding
+from ..tasks.multi_vector import answers as multi_vector
 from ..tasks.question_answering import answers as question_answering
 from ..tasks.rerank import answers as rerank
 from ..tasks.sparse_embedding import answers as sparse_embedding
@@ -30,6 +31,9 @@ class TaskRoutes:
     # What the served heads all accept of a request's fields, as JSON Schema (openapi.py writes it into the
     # document); None: nothing beyond the request models' own schema.
     accepts: Callable[[tuple[Head, ...]], dict[str, dict]] | None = None
+    # A route that returns documents' vectors alone, and a body for it: (route, (model name, texts) -> body). The
+    # rerank benchmark measures it beside the rerank it is part of; None: the task has none apart from its answer.
+    document_vectors: tuple[str, Callable[[str, list[str]], dict]] | None = None
 
     def info_type(self, head: Head) -> dict:
         return self.model_type(head) if self.model_type else {head.task: {}}
@@ -87,6 +91,10 @@ TASK_ROUTES = (
     TaskRoutes(rerank.ANSWERS, ("/v1/rerank", "/v2/rerank", "/rerank", "/v1/ranking", "/score", "/v1/score"),
                lambda a, name, text: {"model": name, "query": a.sample_first, "documents": [text, "A fox."]},
                lambda head: labelled("reranker", ("LABEL_0",)), rerank_accepts),
+    TaskRoutes(multi_vector.ANSWERS, ("/v1/rerank", "/v2/rerank", "/rerank", "/v1/ranking", "/score", "/v1/score",
+                                      "/embed_all"),
+               lambda a, name, text: {"model": name, "query": rerank.ANSWERS.sample_first, "documents": [text, "A fox."]},
+               document_vectors=("/embed_all", lambda name, texts: {"model": name, "inputs": texts})),
     TaskRoutes(classification.ANSWERS, ("/predict", "/classify"),
                lambda a, name, text: {"model": name, "inputs": text},
                lambda head: labelled("classifier", head.labels)),

@@ -24,7 +24,21 @@ from tritonize.api.task_routes import TASK_ROUTES
     (["q1", "q2"], ["a", "b"], [("q1", "a"), ("q2", "b")]),
 ])
 def test_score_pairs_one_to_many_and_pairwise(text_1, text_2, pairs) -> None:
-    assert score_pairs(text_1, text_2, 16) == pairs
+    assert score_pairs(s.ScoreRequest(text_1=text_1, text_2=text_2), 16) == pairs
+
+
+@pytest.mark.parametrize("first,second", [("queries", "documents"), ("data_1", "data_2")])
+def test_score_pairs_read_vllms_newer_names(first: str, second: str) -> None:
+    body = s.ScoreRequest(**{first: ["q1", "q2"], second: ["a", "b"]})
+    assert score_pairs(body, 16) == [("q1", "a"), ("q2", "b")]
+
+
+@pytest.mark.parametrize("fields", [{}, {"text_1": "q"}, {"queries": "q", "text_2": ["a"]},
+                                    {"text_1": "q", "text_2": "a", "queries": "q", "documents": "a"}])
+def test_score_pairs_need_one_pair_of_names(fields: dict) -> None:
+    with pytest.raises(ApiError) as refused:
+        score_pairs(s.ScoreRequest(**fields), 16)
+    assert refused.value.status == 422 and "one pair of names" in refused.value.message
 
 
 @pytest.mark.parametrize("text_1,text_2,status,words", [
@@ -37,7 +51,7 @@ def test_score_pairs_one_to_many_and_pairwise(text_1, text_2, pairs) -> None:
 ])
 def test_score_pairs_refuses_what_vllm_refuses(text_1, text_2, status, words) -> None:
     with pytest.raises(ApiError) as refused:
-        score_pairs(text_1, text_2, 16)
+        score_pairs(s.ScoreRequest(text_1=text_1, text_2=text_2), 16)
     assert refused.value.status == status and words in refused.value.message
 
 

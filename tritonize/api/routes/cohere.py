@@ -14,7 +14,7 @@ from .common import (
     EMBEDDING,
     INFERS,
     RANGES_DOCUMENTED,
-    RERANK,
+    RANKING,
     answered,
     documented,
     embed,
@@ -75,7 +75,7 @@ async def cohere_embed(body: s.CohereEmbedRequest, request: Request) -> s.Cohere
 @answered
 async def cohere_rerank(body: s.RerankRequest, request: Request) -> s.RerankResponse:
     state = state_of(request)
-    model = state.catalog.find(RERANK, body.model)
+    model = state.catalog.find(RANKING, body.model)
     if not body.query:
         raise invalid("`query` must not be empty", "query", 422)
     docs = texts_of([d if isinstance(d, str) else d.text for d in body.documents], "documents",

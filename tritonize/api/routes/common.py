@@ -4,6 +4,7 @@ quantization, ranking)."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -18,6 +19,7 @@ from ...tasks.answers import Answers
 from ...tasks.classification import answers as classification
 from ...tasks.embedding import answers as embedding
 from ...tasks.embedding.quantization import RANGED, quantize
+from ...tasks.multi_vector import answers as multi_vector
 from ...tasks.question_answering import answers as question_answering
 from ...tasks.rerank import answers as rerank
 from ...tasks.sparse_embedding import answers as sparse_embedding
@@ -28,6 +30,7 @@ from ..errors import STATUSES, invalid
 from ..state import ApiState, json_response
 
 EMBEDDING, CLASSIFICATION, RERANK = embedding.ANSWERS, classification.ANSWERS, rerank.ANSWERS
+MULTI_VECTOR = multi_vector.ANSWERS
 SPARSE, ENTITIES, ANSWERS = sparse_embedding.ANSWERS, token_classification.ANSWERS, question_answering.ANSWERS
 
 # What any route may answer before its handler runs (the guard, the router), and what a route that infers adds.
@@ -126,10 +129,12 @@ def refuse_truncated(answer: dict[str, np.ndarray], truncate: bool | None, model
 
 def logits_only(model: ServedModel, param: str) -> None:
     """A reranker's raw scores exist only where its graph applies no activation: a sigmoid inverted in float32
-    is not the model's logit (it saturates to 1 well before the logit is large)."""
-    if model.head.activation != "identity":
+    is not the model's logit (it saturates to 1 well before the logit is large). A head without an activation
+    (MaxSim) scores raw."""
+    activation = getattr(model.head, "activation", "identity")
+    if activation != "identity":
         raise invalid(f"{param} is not served for {model.name}: its graph applies the CrossEncoder's "
-                      f"{model.head.activation}, and inverting it would not give the model's logits exactly", param)
+                      f"{activation}, and inverting it would not give the model's logits exactly", param)
 
 
 def matryoshka(vectors: np.ndarray, model: ServedModel, dimensions: int | None,
@@ -171,16 +176,53 @@ async def embed(state: ApiState, request: Request, model: ServedModel, texts: li
     return EMBEDDING.vectors(answer), answer
 
 
-async def scores(state: ApiState, request: Request, model: ServedModel, query: str,
-                 documents: list[str]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    return await pair_scores(state, request, model, [(query, d) for d in documents])
-
-
 async def pair_scores(state: ApiState, request: Request, model: ServedModel,
                       pairs: list[tuple[str, str]]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """A reranker's score of each (query, text) pair, in order, and the answer it came in."""
     answer = await run(state, request, model, pairs)
     return RERANK.scores(answer), answer
+
+
+async def multi_vectors(state: ApiState, request: Request, model: ServedModel, texts: list[str],
+                        form: str) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
+    """A late-interaction model's vectors of each text in one form (query or document), and the answer."""
+    answer = await run(state, request, model, [(t, form) for t in texts])
+    return multi_vector.vectors(answer), answer
+
+
+async def maxsim_pairs(state: ApiState, request: Request, model: ServedModel,
+                       pairs: list[tuple[str, str]]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """A late-interaction model's MaxSim of each (query, text) pair, in order: each distinct query encoded once
+    as a query and each distinct text once as a document, both requests in flight together, and MaxSim here
+    (the head's arithmetic, the library's `similarity`). The answer holds the documents' rows (their truncation
+    flags, by index) and every token read."""
+    queries, documents = list(dict.fromkeys(q for q, _ in pairs)), list(dict.fromkeys(d for _, d in pairs))
+    (query_vectors, asked), (document_vectors, answer) = await asyncio.gather(
+        multi_vectors(state, request, model, queries, multi_vector.QUERY),
+        multi_vectors(state, request, model, documents, multi_vector.DOCUMENT))
+    by_query = dict(zip(queries, query_vectors))
+    by_document = dict(zip(documents, document_vectors))
+    values = np.array([model.head.maxsim(by_query[q], [by_document[d]])[0] for q, d in pairs], dtype=np.float32)
+    if TRUNCATED_OUTPUT in answer:  # by pair, as a reranker's answer holds them
+        cut = dict(zip(documents, answer[TRUNCATED_OUTPUT].reshape(-1)))
+        answer = {**answer, TRUNCATED_OUTPUT: np.array([[cut[d]] for _, d in pairs])}
+    if TOKEN_COUNT_OUTPUT in answer and TOKEN_COUNT_OUTPUT in asked:
+        answer = {**answer, TOKEN_COUNT_OUTPUT: np.concatenate([asked[TOKEN_COUNT_OUTPUT], answer[TOKEN_COUNT_OUTPUT]])}
+    return values, answer
+
+
+# How each kind of model that ranks texts for a query scores a list of (query, text) pairs: a reranker reads each
+# pair in one pass (the rerank task); a late-interaction model scores the two texts' vectors by MaxSim.
+PairScorer = Callable[[ApiState, Request, ServedModel, list[tuple[str, str]]],
+                      Awaitable[tuple[np.ndarray, dict[str, np.ndarray]]]]
+SCORERS: dict[Answers, PairScorer] = {RERANK: pair_scores, MULTI_VECTOR: maxsim_pairs}
+RANKING = tuple(SCORERS)  # what the rerank, ranking and score routes serve
+
+
+async def scores(state: ApiState, request: Request, model: ServedModel, query: str,
+                 documents: list[str]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The model's score of each document for the query, in the documents' order."""
+    return await SCORERS[model.answers](state, request, model, [(query, d) for d in documents])
 
 
 def ranked(values: np.ndarray, top_n: int | None) -> list[int]:

@@ -1,42 +1,52 @@
 """vLLM's score API (/score, /v1/score): a score for each pair of texts.
 
 The pairs are vLLM's: `text_1` one text against each of `text_2`, or two lists of equal length paired in
-order. How a pair list is scored is one function per kind of model (`SCORERS`): a cross-encoder or an LLM
+order. How a pair list is scored is one function per kind of model (common.SCORERS): a cross-encoder or an LLM
 reranker scores each pair in one pass through its ensemble (the rerank task), the score `CrossEncoder.predict`
-returns.
+returns; a late-interaction model encodes each text once and scores the pairs by MaxSim, the score its
+`similarity` returns.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 
-import numpy as np
 from fastapi import APIRouter, Request
 
-from ...tasks.answers import Answers
 from .. import schemas as s
-from ..catalog import ServedModel
 from ..errors import invalid
-from ..state import ApiState, state_of
-from .common import INFERS, RERANK, answered, documented, logits_only, pair_scores, texts_of, tokens
+from ..state import state_of
+from .common import INFERS, RANKING, SCORERS, answered, documented, logits_only, texts_of, tokens
 
 router = APIRouter(tags=["vLLM"])
 
 Pairs = list[tuple[str, str]]
-# (state, request, model, pairs) -> (a score per pair, the answer it came in)
-PairScorer = Callable[[ApiState, Request, ServedModel, Pairs], Awaitable[tuple[np.ndarray, dict[str, np.ndarray]]]]
-SCORERS: dict[Answers, PairScorer] = {RERANK: pair_scores}
 
 
-def score_pairs(text_1: str | list[str], text_2: str | list[str], limit: int) -> Pairs:
-    """vLLM's pairing: one text_1 against every text_2 (1:1, 1:N), or equal-length lists in order (N:N)."""
-    firsts = texts_of(text_1, "text_1", limit)
-    seconds = texts_of(text_2, "text_2", limit)
+# The names vLLM's score requests give the two sides of each pair, in the order its protocol tries them.
+SIDES = (("text_1", "text_2"), ("queries", "documents"), ("data_1", "data_2"))
+
+
+def sides(body: s.ScoreRequest) -> tuple[tuple[str, object], tuple[str, object]]:
+    """The one pair of fields a request sends: ((name, value), (name, value))."""
+    sent = [names for names in SIDES if any(getattr(body, n) is not None for n in names)]
+    if len(sent) != 1 or any(getattr(body, n) is None for n in sent[0]):
+        raise invalid("send the pairs' two sides as text_1 and text_2 (or queries and documents, or data_1 and "
+                      "data_2), one pair of names", "text_1")
+    first, second = sent[0]
+    return (first, getattr(body, first)), (second, getattr(body, second))
+
+
+def score_pairs(body: s.ScoreRequest, limit: int) -> Pairs:
+    """vLLM's pairing: the first side's one text against every text of the second (1:1, 1:N), or equal-length
+    lists in order (N:N)."""
+    (first, text_1), (second, text_2) = sides(body)
+    firsts = texts_of(text_1, first, limit)
+    seconds = texts_of(text_2, second, limit)
     if len(firsts) > 1 and len(firsts) != len(seconds):
-        raise invalid(f"text_1 holds {len(firsts)} texts and text_2 {len(seconds)}: the lengths must be 1:1, 1:N "
-                      "or N:N", "text_2")
+        raise invalid(f"{first} holds {len(firsts)} texts and {second} {len(seconds)}: the lengths must be 1:1, "
+                      "1:N or N:N", second)
     return list(zip(firsts * len(seconds) if len(firsts) == 1 else firsts, seconds))
 
 
@@ -45,10 +55,10 @@ def score_pairs(text_1: str | list[str], text_2: str | list[str], limit: int) ->
 @answered
 async def score(body: s.ScoreRequest, request: Request) -> s.ScoreResponse:
     state = state_of(request)
-    model = state.catalog.find(RERANK, body.model)
+    model = state.catalog.find(RANKING, body.model)
     if body.use_activation is False:
         logits_only(model, "use_activation")
-    pairs = score_pairs(body.text_1, body.text_2, state.settings.max_client_batch_size)
+    pairs = score_pairs(body, state.settings.max_client_batch_size)
     values, answer = await SCORERS[model.answers](state, request, model, pairs)
     used = tokens(answer)
     return s.ScoreResponse.model_construct(

@@ -13,13 +13,16 @@ from .common import (
     EMBEDDING,
     GUARDED,
     INFERS,
-    RERANK,
+    MULTI_VECTOR,
+    RANKING,
     SPARSE,
     answered,
     documented,
     embed,
     logits_only,
     matryoshka,
+    multi_vector,
+    multi_vectors,
     prompt_of,
     ranked,
     refuse_truncated,
@@ -68,7 +71,7 @@ async def tei_embed_sparse(body: s.TEISparseRequest, request: Request) -> s.TEIS
 @answered
 async def tei_rerank(body: s.TEIRerankRequest, request: Request) -> s.TEIRanks:
     state = state_of(request)
-    model = state.catalog.find(RERANK, body.model)
+    model = state.catalog.find(RANKING, body.model)
     right_only(body.truncation_direction)
     if body.raw_scores:
         logits_only(model, "raw_scores")
@@ -147,14 +150,24 @@ def cosines(source: np.ndarray, others: np.ndarray) -> np.ndarray:
 @router.post("/embed_all", responses=documented(s.TEIError, INFERS))
 @answered
 async def tei_embed_all(body: s.TEIEmbedAllRequest, request: Request) -> s.TEITokenStates:
-    """Token states: the served embedders pool inside their graphs, so the per-token vectors never leave them."""
+    """A vector per token, where the served answer carries them: a late-interaction model's scored vectors, each
+    text as a document unless `prompt_name` names the query form. An embedder pools inside its graph, so its
+    per-token states never leave it: refused."""
     state = state_of(request)
-    model = state.catalog.find(EMBEDDING, body.model)
+    model = state.catalog.find((EMBEDDING, MULTI_VECTOR), body.model)
     right_only(body.truncation_direction)
-    texts_of(body.inputs, "inputs", state.settings.max_client_batch_size)
-    prompt_of(model, body.prompt_name)
-    raise invalid(f"embed_all is not served for {model.name}: its graph pools the token states inside "
-                  f"({model.head.pooling} pooling) and returns one vector per text; /embed returns those")
+    texts = texts_of(body.inputs, "inputs", state.settings.max_client_batch_size)
+    if model.answers is not MULTI_VECTOR:
+        prompt_of(model, body.prompt_name)
+        raise invalid(f"embed_all is not served for {model.name}: its graph pools the token states inside "
+                      f"({model.head.pooling} pooling) and returns one vector per text; /embed returns those")
+    forms = multi_vector.FORMS
+    if body.prompt_name not in (None, *forms):
+        raise invalid(f"prompt_name {body.prompt_name!r} is not a form of {model.name}: {' or '.join(forms)}",
+                      "prompt_name")
+    vectors, answer = await multi_vectors(state, request, model, texts, body.prompt_name or multi_vector.DOCUMENT)
+    refuse_truncated(answer, body.truncate, model)
+    return s.TEITokenStates.model_construct(vectors)
 
 
 @router.post("/decode", responses=documented(s.TEIError, (*GUARDED, 400, 404, 422)))

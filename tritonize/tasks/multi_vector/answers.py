@@ -7,14 +7,14 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
-from ...serving.multi_vector import FORM_INPUT, Form
+from ...serving.multi_vector import FORM_INPUT, FORMS, Form
 from ...spec import TEXT_INPUT, TensorSpec
 from ...spec import Head as BaseHead
 from ..answers import Answers
 
 VECTORS = "token_vectors"  # FP32 [N, T, dim]: each row's scored vectors in token order, then zero rows
 COUNTS = "vector_counts"  # INT32 [N, 1]: how many of a row's vectors are real
-DOCUMENT = "document"  # the form a text takes where none is named
+QUERY, DOCUMENT = FORMS  # a text is encoded as a query, or as a document (the form where none is named)
 # The ensemble's configuration parameter naming the similarity, so a client scores as the model does.
 SIMILARITY_PARAMETER = "similarity"
 Similarity = Literal["maxsim", "meanmaxsim"]
