@@ -9,9 +9,8 @@ shapes), `/predict` equals the text-classification pipeline's probabilities, `/e
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
-from support.task_stack import DOCUMENTS, LATE_INTERACTION, MAX_TEXTS, MODELS, QUERY
+from support.task_stack import DOCUMENTS, LATE_INTERACTION, MODELS, QUERY
 
 def client(endpoints, name: str):
     from tritonize.client import TextClient
