@@ -14,12 +14,13 @@ import sys
 from . import generate
 from .api import server as api_server
 from .bench import cli as bench_cli
+from .bench import rerank as bench_rerank
 from .bench import runtimes, stress, tune
 from .errors import TritonizeError
 from .runtime import cli as runtime_cli
 from .runtime import k8s
 
-COMMANDS = (generate, runtime_cli, k8s, bench_cli, tune, stress, runtimes, api_server)
+COMMANDS = (generate, runtime_cli, k8s, bench_cli, bench_rerank, tune, stress, runtimes, api_server)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -113,3 +113,30 @@ def test_tune_writes_the_better_configuration_back(tiny_embedding_repo, tmp_path
     assert read_manifest(repo).options.capacity_rps == result["capacity_rps"] > 0
     # The shadow copies are gone; only real files remain in the repository.
     assert not any(p.is_symlink() for p in Path(repo).rglob("*"))
+
+
+def test_bench_rerank_measures_each_ranker_and_what_late_interaction_is_made_of(tmp_path, capsys) -> None:
+    """A cross-encoder and a late-interaction model in one repository: each one's rerank, the late-interaction
+    model's documents' encoding alone, and its MaxSim alone, with exact request counts."""
+    from support import model_zoo
+    from tritonize.generate import generate
+    from tritonize.spec import GenerateOptions
+
+    repo = tmp_path / "repo"
+    ranker = model_zoo.build("bert-cross-encoder", tmp_path / "zoo")
+    colbert = model_zoo.build_multi_vector(tmp_path / "colbert")
+    generate(GenerateOptions(model=str(ranker), name="ranker", output=str(repo)))
+    generate(GenerateOptions(model=str(colbert), name="colbert", output=str(repo), add=True))
+    out = tmp_path / "results"
+    rc = main(["bench-rerank", "--repository", str(repo), "--start-local", "--documents", "5", "--queries", "3",
+               "--warmup", "1", "--output", str(out)])
+    assert rc == 0
+    doc = json.loads((out / "rerank.json").read_text())
+    assert doc["documents"] == 5 and doc["queries"] == 3
+    measured = {(r["model"], r["what"]): r for r in doc["rows"]}
+    assert set(measured) == {("ranker", "rerank"), ("colbert", "rerank"), ("colbert", "encode documents"),
+                             ("colbert", "MaxSim alone (in process)")}
+    assert all(r["p50_ms"] > 0 for r in doc["rows"])
+    assert all(r["documents_per_s"] > 0 for r in doc["rows"] if r["route"])
+    assert "| colbert | multi-vector | rerank /v1/rerank |" in capsys.readouterr().out
+    assert main(["bench-rerank", "--repository", str(repo), "--models", "nope", "--output", str(out)]) != 0
