@@ -469,6 +469,30 @@ class AsyncTextClient:
     async def rerank(self, query: Text, documents: Sequence[Text]) -> np.ndarray:
         return (await self.infer(rerank_inputs(query, documents), outputs=[SCORE]))[SCORE].reshape(-1)
 
+    async def multi_vector(self, texts: Sequence[Text], form: str = DOCUMENT) -> list[np.ndarray]:
+        """As TextClient.multi_vector: per text, its scored vectors [n, dim] in the form asked."""
+        return token_vectors(await self.infer(multi_vector_inputs(texts, form), outputs=[VECTORS, COUNTS]))
+
+    async def score(self, query: Text, documents: Sequence[Text]) -> np.ndarray:
+        """As TextClient.score: MaxSim (or MeanMaxSim) of the query against each document, the two requests in
+        flight together."""
+        query_vectors, document_vectors, similarity = await asyncio.gather(
+            self.multi_vector([query], "query"), self.multi_vector(documents), self.similarity())
+        return maxsim(query_vectors[0], document_vectors, similarity)
+
+    async def similarity(self) -> str:
+        """The similarity a late-interaction model scores with, from its ensemble's configuration."""
+        from tritonclient.utils import InferenceServerException
+
+        try:
+            config = await self._get().get_model_config(self.model)
+        except InferenceServerException as exc:
+            raise ServerError.wrap(exc) from None
+        found = config.config.parameters.get(SIMILARITY_PARAMETER)
+        if found is None or not found.string_value:
+            raise TritonizeError(f"{self.model} declares no similarity: it is not a late-interaction model")
+        return found.string_value
+
     async def infer_many(
         self,
         requests: Iterable[Sequence[Text]],

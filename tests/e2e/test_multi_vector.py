@@ -106,6 +106,28 @@ def test_http_serves_the_same_vectors(fused) -> None:
     assert_served_as_the_library(endpoints, folders, "pylate", "http")
 
 
+def test_the_async_client_answers_as_the_blocking_one(fused) -> None:
+    """AsyncTextClient's vectors and MaxSim scores, for a meanmaxsim model, are the blocking client's."""
+    import asyncio
+
+    from tritonize.client import AsyncTextClient
+
+    endpoints, _ = fused
+    model = "skip-both-meanmaxsim"
+    with client(endpoints, model) as blocking:
+        vectors, scores = blocking.multi_vector(TEXTS, "query"), blocking.score(QUERY, TEXTS)
+
+    async def main():
+        async with AsyncTextClient(endpoints.grpc, name_of(model)) as c:
+            return await c.multi_vector(TEXTS, "query"), await c.score(QUERY, TEXTS), await c.similarity()
+
+    async_vectors, async_scores, similarity = asyncio.run(main())
+    assert similarity == "meanmaxsim"
+    assert [v.shape for v in async_vectors] == [v.shape for v in vectors]
+    assert all(np.array_equal(a, b) for a, b in zip(async_vectors, vectors))
+    assert np.array_equal(async_scores, scores)
+
+
 @pytest.mark.parametrize("variant", ["fused", "production"])
 def test_a_bad_form_is_refused_and_the_server_keeps_serving(request, variant: str) -> None:
     endpoints, folders = request.getfixturevalue(variant)
