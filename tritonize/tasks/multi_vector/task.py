@@ -25,12 +25,11 @@ from ...serving.batching import SCORE_MASK, real_lengths
 from ...serving.multi_vector import EXPANSIONS, PARAMETER, Form, forms_to_json
 from ...spec import TOKEN_INPUTS, GenerateOptions, ModelSpec, TensorSpec
 from ..task import FLOAT, SENTENCES, Task, library_model, refuse_foreign_flags
-from .answers import ANSWERS, COUNTS, DOCUMENT, SIMILARITY_PARAMETER, VECTORS, Head
+from .answers import ANSWERS, COUNTS, DOCUMENT, QUERY, SIMILARITY_PARAMETER, VECTORS, Head
 
 if TYPE_CHECKING:
     from ...folder import ModelFolder
 
-QUERY = "query"
 MODULES = ("Transformer", "Dense", "MultiVectorMask", "Normalize")
 SIMILARITIES = ("maxsim", "meanmaxsim")
 # What encode_document falls back to, in order, for a document's prompt (MultiVectorEncoder.encode_document).
