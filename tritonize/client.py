@@ -155,6 +155,13 @@ def named(texts: Texts, default: str) -> Mapping[str, Iterable[Text]]:
     return texts if isinstance(texts, Mapping) else {default: texts}
 
 
+def declared_similarity(model: str, value: str | None) -> str:
+    """The similarity a late-interaction ensemble's configuration declares; any other model declares none."""
+    if not value:
+        raise TritonizeError(f"{model} declares no similarity: it is not a late-interaction model")
+    return value
+
+
 class TextClient:
     """Blocking client over tritonclient's gRPC or HTTP API.
 
@@ -335,9 +342,7 @@ class TextClient:
             value = found.string_value if found is not None else None
         else:
             value = (config.get("parameters", {}).get(SIMILARITY_PARAMETER) or {}).get("string_value")
-        if not value:
-            raise TritonizeError(f"{self.model} declares no similarity: it is not a late-interaction model")
-        return value
+        return declared_similarity(self.model, value)
 
     def infer_many(
         self,
@@ -489,9 +494,7 @@ class AsyncTextClient:
         except InferenceServerException as exc:
             raise ServerError.wrap(exc) from None
         found = config.config.parameters.get(SIMILARITY_PARAMETER)
-        if found is None or not found.string_value:
-            raise TritonizeError(f"{self.model} declares no similarity: it is not a late-interaction model")
-        return found.string_value
+        return declared_similarity(self.model, found.string_value if found is not None else None)
 
     async def infer_many(
         self,

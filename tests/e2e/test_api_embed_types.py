@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from sentence_transformers.util import quantize_embeddings
 
-from support.api import KEY, start_api, stop
+from support.api import KEY, api_over_triton
 from tritonize.spec import QUANTIZATION_FILE, repo_paths
 from tritonize.tasks.embedding import truncate_embeddings
 from tritonize.tasks.embedding.quantization import Calibration
@@ -32,7 +32,6 @@ CALIBRATION = [f"calibration text {i}: the server batches requests of the same l
 def stack(local_triton, local_options, tmp_path_factory):
     from support.tiny_models import build_embedding_model
     from tritonize.generate import generate
-    from tritonize.runtime.local import LocalRuntime
     from tritonize.spec import GenerateOptions
 
     base = tmp_path_factory.mktemp("embed-types")
@@ -45,14 +44,9 @@ def stack(local_triton, local_options, tmp_path_factory):
                              calibration=str(base / "calibration.txt")))
     generate(GenerateOptions(model=str(prompted), name="prompted", output=str(repo), add=True,
                              matryoshka_dims=[32, 16, 8]))
-    runtime = LocalRuntime(local_options(repo, base / "run"), quiet=True)
-    endpoints = runtime.up()
-    api = start_api(repo, endpoints.grpc, "--max-client-batch-size", "8", key=KEY)
-    try:
+    options = local_options(repo, base / "run")
+    with api_over_triton(options, "--max-client-batch-size", "8", key=KEY) as (endpoints, api):
         yield repo, endpoints, api
-    finally:
-        stop(api)
-        runtime.down()
 
 
 def ensemble(endpoints, name: str, texts: list[str], prompt: str = "") -> np.ndarray:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from support import model_zoo
-from support.api import start_api, stop
+from support.api import api_over_triton
 from support.task_stack import DOCUMENTS, QUERY
 
 TOLERANCE = 1e-4
@@ -113,20 +113,13 @@ def test_ranking_refusals_are_nim_envelopes(task_stack, body, status, words) -> 
 @pytest.fixture(scope="module")
 def logit_reranker(local_options, tmp_path_factory):
     from tritonize.generate import generate
-    from tritonize.runtime.local import LocalRuntime
     from tritonize.spec import GenerateOptions
 
     base = tmp_path_factory.mktemp("api-logits")
     folder = model_zoo.build("qwen3-llm-reranker-prompt", base / "zoo")
     repo = generate(GenerateOptions(model=str(folder), name="llm", output=str(base / "repo")))
-    runtime = LocalRuntime(local_options(repo, base / "run"), quiet=True)
-    endpoints = runtime.up()
-    api = start_api(repo, endpoints.grpc)
-    try:
+    with api_over_triton(local_options(repo, base / "run")) as (_, api):
         yield folder, api
-    finally:
-        stop(api)
-        runtime.down()
 
 
 def test_ranking_and_score_of_an_llm_reranker_are_its_logits(logit_reranker) -> None:

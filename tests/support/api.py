@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,6 +68,24 @@ def stop(api: Api) -> None:
     api.process.wait(timeout=20)
 
 
+@contextlib.contextmanager
+def api_over_triton(options, *args: str, key: str | None = None) -> Iterator[tuple[Any, Api]]:
+    """A local Triton serving `options` (ServerOptions) and the API in front of it: (endpoints, api). Both are
+    stopped after; the server also when the API fails to start, so it never outlives the fixture."""
+    from tritonize.runtime.local import LocalRuntime
+
+    runtime = LocalRuntime(options, quiet=True)
+    endpoints = runtime.up()
+    try:
+        api = start_api(options.repository, endpoints.grpc, *args, key=key)
+        try:
+            yield endpoints, api
+        finally:
+            stop(api)
+    finally:
+        runtime.down()
+
+
 @pytest.fixture(scope="module")
 def matryoshka_repo(tmp_path_factory):
     """A tiny sentence-transformers embedder declared Matryoshka-capable at 32 (served), 16 and 8 values."""
@@ -82,20 +102,9 @@ def matryoshka_repo(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def served(matryoshka_repo, local_triton, local_options, tmp_path_factory):
-    from tritonize.runtime.local import LocalRuntime
-
-    runtime = LocalRuntime(local_options(matryoshka_repo.repository, tmp_path_factory.mktemp("api-run")), quiet=True)
-    endpoints = runtime.up()
-    try:
-        api = start_api(matryoshka_repo.repository, endpoints.grpc, "--max-client-batch-size", "8", key=KEY)
-    except BaseException:
-        runtime.down()  # the server never outlives a fixture that failed
-        raise
-    try:
+    options = local_options(matryoshka_repo.repository, tmp_path_factory.mktemp("api-run"))
+    with api_over_triton(options, "--max-client-batch-size", "8", key=KEY) as (endpoints, api):
         yield matryoshka_repo, endpoints, api
-    finally:
-        stop(api)
-        runtime.down()
 
 
 CHECKS = ("not_a_server_error", "status_code_conformance", "response_schema_conformance", "positive_data_acceptance",

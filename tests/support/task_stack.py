@@ -1,13 +1,13 @@
 """One repository of every task the API routes serve (an embedder, a reranker, a classifier, a token classifier,
-extractive QA, SPLADE and a late-interaction ColBERT), one local Triton, one API: a session fixture the route tests share, so the server
-starts once."""
+extractive QA, SPLADE and a late-interaction ColBERT), one local Triton, one API: a session fixture the route
+tests share, so the server starts once."""
 
 from __future__ import annotations
 
 import pytest
 
 from support import model_zoo
-from support.api import start_api, stop
+from support.api import api_over_triton
 
 QUERY = "what does the server do with raw strings?"
 DOCUMENTS = ["Triton serves raw strings with dynamic batching.", "A fox jumps over the lazy dog.",
@@ -24,7 +24,6 @@ LATE_INTERACTION = "colbert"
 def task_stack(local_triton, local_options, tmp_path_factory):
     from support.tiny_models import build_embedding_model
     from tritonize.generate import generate
-    from tritonize.runtime.local import LocalRuntime
     from tritonize.spec import GenerateOptions
 
     base = tmp_path_factory.mktemp("api-tasks")
@@ -37,17 +36,8 @@ def task_stack(local_triton, local_options, tmp_path_factory):
     folders[LATE_INTERACTION] = model_zoo.build_multi_vector(base / LATE_INTERACTION, "pylate")
     for name in (*MODELS, LATE_INTERACTION):
         generate(GenerateOptions(model=str(folders[name]), name=name, output=str(repo), add=True))
-    runtime = LocalRuntime(local_options(repo, base / "run"), quiet=True)
-    endpoints = runtime.up()
-    try:
-        api = start_api(repo, endpoints.grpc, "--max-client-batch-size", str(MAX_TEXTS))
-    except BaseException:
-        runtime.down()  # the server never outlives a fixture that failed
-        raise
-    try:
+    options = local_options(repo, base / "run")
+    with api_over_triton(options, "--max-client-batch-size", str(MAX_TEXTS)) as (endpoints, api):
         yield folders, endpoints, api
-    finally:
-        stop(api)
-        runtime.down()
 
 
