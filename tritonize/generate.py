@@ -16,7 +16,7 @@ from rich.markup import escape
 from . import repository, tasks
 from .console import err, phase
 from .errors import TritonizeError
-from .manifest import RESOLVED_KEY, choose, entries, find_manifests
+from .manifest import BASELINE_KEY, RESOLVED_KEY, choose, entries, find_manifests
 from .spec import (
     CONTAINER_MODEL_INSTANCES,
     DEVICES,
@@ -51,6 +51,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(default: what the model card declares, else none)")
     p.add_argument("--calibration", help="embedding: a text file, one text per line, whose embeddings' per-dimension "
                    "ranges the API quantizes int8/uint8 embeddings with (default: the verification corpus)")
+    p.add_argument("--baseline", help="a text file, one text per line (pairs: the two texts split by a tab), whose "
+                   "answers are the output statistics' baseline: the histograms' bounds and the shares drift is measured "
+                   "against (default: the verification texts and 200 texts of the shipped corpus)")
     p.add_argument("--aggregation", choices=AGGREGATIONS, help="token classification: how tokens group into entities (default: simple)")
     p.add_argument("--output", "-o", help=f"repository directory (default: {d.output})")
     p.add_argument("--device", choices=DEVICES, help=f"instance kind of the model step in the container (default: {d.device})")
@@ -112,12 +115,13 @@ def resolve_options(args: argparse.Namespace) -> GenerateOptions:
             raise TritonizeError(f"{args.config} must hold a mapping of option: value")
         if MODELS_KEY in loaded:  # a repository's manifest of several models: the entry --name names
             loaded = _entry(entries(loaded, str(args.config)), args.name, args.config)
-        known = set(GenerateOptions.field_names()) | {RESOLVED_KEY}
+        known = set(GenerateOptions.field_names()) | {RESOLVED_KEY, BASELINE_KEY}
         unknown = sorted(set(k.replace("-", "_") for k in loaded) - known)
         if unknown:
             raise TritonizeError(f"unknown option(s) in {args.config}: {', '.join(unknown)}")
         values.update({k.replace("-", "_"): v for k, v in loaded.items()})
         values.pop(RESOLVED_KEY, None)  # informational, written by generate
+        values.pop(BASELINE_KEY, None)
     for key in GenerateOptions.field_names():
         value = getattr(args, key, None)
         if value is not None:
@@ -166,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
 
 def generate(options: GenerateOptions) -> Path:
     """The whole pipeline; returns the repository path."""
-    from . import export, source, verify
+    from . import baseline, export, source, verify
 
     if options.add and options.force:
         raise TritonizeError("--add keeps every model of the repository and --force replaces the repository: choose one")
@@ -177,6 +181,7 @@ def generate(options: GenerateOptions) -> Path:
         spec = source.read_model(options)
     task = tasks.of(spec.head)
     calibration_source, calibrating = calibration_texts(options.calibration) if task.calibrates else ("", [])
+    baseline_source, baseline_rows = baseline.baseline_rows(task, options.baseline)
     name = options.name or source.default_name(options.model)
     output = Path(options.output)
     # A model joining a repository names its fused configs as the repository's models do.
@@ -231,6 +236,10 @@ def generate(options: GenerateOptions) -> Path:
         for python_step in repo.tokenizer_folders:
             binaries[f"{python_step.name}/{repo.version}/{TOKENIZER_FILE}"] = Path(spec.tokenizer_file)
         binaries.update(repository.served_files(repo))
+        with phase(f"Recording the baseline of its answers on {len(baseline_rows)} rows ({baseline_source})"):
+            statistics = baseline.record(repo, files, binaries, baseline_rows, baseline_source, staging / "baseline")
+        files = repository.render(repo, repository.manifest(options, repo, statistics), report, index, calibration,
+                                  statistics)
         if joined is not None:
             with phase(f"Adding version {repo.version} to {output}"):
                 repository.add_version(files, binaries, output, staging, repo.version)

@@ -20,12 +20,17 @@ from .spec import FIRST_VERSION, MANIFEST_FILE, MODELS_KEY, GenerateOptions, Mod
 
 # Key that records what was read from the model folder (informational for --config, which ignores it).
 RESOLVED_KEY = "resolved_model"
+# Key that records the output statistics' baseline in brief (informational for --config, which ignores it).
+BASELINE_KEY = "output_statistics"
 
 
 @dataclass(frozen=True)
 class Manifest:
     options: GenerateOptions  # effective: name, task, max length and buckets filled in
     model: ModelSpec
+    # The output statistics' baseline in brief: its source, rows and each histogram's bounds (the served version's;
+    # each version's whole baseline is STATISTICS_FILE in its folders). None: a repository written before them.
+    baseline: dict | None = None
 
     @property
     def name(self) -> str:
@@ -41,6 +46,8 @@ class Manifest:
         resolved = dataclasses.asdict(self.model)
         resolved["head"] = {"task": self.model.task, **resolved["head"]}
         data[RESOLVED_KEY] = resolved
+        if self.baseline is not None:
+            data[BASELINE_KEY] = self.baseline
         return data
 
     @classmethod
@@ -58,7 +65,7 @@ class Manifest:
                 f"{origin} does not describe a repository this tritonize can read ({type(exc).__name__}: {exc})",
                 hint="regenerate the repository with this tritonize",
             ) from exc
-        return cls(options, model)
+        return cls(options, model, data.get(BASELINE_KEY))
 
 
 def entries(data: object, origin: str = MANIFEST_FILE) -> list[dict]:

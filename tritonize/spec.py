@@ -74,6 +74,9 @@ SERVED_ENTRY = "model.py"  # what the Python backend imports in a step's version
 TOKENIZER_SUFFIX = "_tokenizer"
 MODEL_SUFFIX = "_model"
 POST_SUFFIX = "_post"
+STATISTICS_SUFFIX = "_statistics"
+STATISTICS_MODULE = "statistics_step"  # the production ensemble's step after a graph no Python follows
+STATISTICS_INSTANCES = 2  # two, as every Python step: one instance is the layout that stalls (docs/benchmark.md)
 
 DEFAULT_BUCKET_LADDER = (16, 32, 64, 128, 256, 512)
 TENSORRT_CACHE = "/tmp/tritonize_trt_cache"
@@ -175,6 +178,9 @@ class GenerateOptions:
     # embedding: a file of texts, one per line, whose embeddings' per-dimension ranges int8/uint8 quantize with
     # (None: the verification corpus's)
     calibration: str | None = None
+    # a file of texts (pairs: the two texts of a line split by a tab) whose answers are the output statistics'
+    # baseline: their bounds and the shares drift compares with (None: the verification texts and the corpus)
+    baseline: str | None = None
     aggregation: str | None = None  # token classification: none|simple|first|average|max (default simple)
     output: str = "triton_repo"
     device: str = "cpu"
@@ -408,6 +414,9 @@ class Pipeline(abc.ABC):
     post_module: ClassVar[str | None] = None  # the post step's, where one follows the model step
     # Whether the first step calls the model step itself and answers (business logic scripting).
     orchestrates: ClassVar[bool] = False
+    # Whether no served step follows the graph in the production ensemble, so that a statistics step must
+    # count what it answers.
+    counts_after_graph: ClassVar[bool] = False
 
     @property
     def fuses(self) -> bool:
@@ -449,6 +458,11 @@ class Pipeline(abc.ABC):
         """The fused variant's model step's outputs."""
         return repo.graph_outputs
 
+    def watched_outputs(self, repo: RepoSpec) -> tuple[TensorSpec, ...]:
+        """The graph's outputs a statistics step counts in the production ensemble (none: a served step that
+        follows or drives the graph counts them)."""
+        return ()
+
     def tokenizer_folders(self, repo: RepoSpec) -> tuple[StepSpec, ...]:
         """The steps whose version folder holds tokenizer.json: each that tokenizes or decodes words."""
         return tuple(s for s in (repo.first_step, repo.model_step if self.fuses else None, repo.post_step) if s)
@@ -458,6 +472,8 @@ class Pipeline(abc.ABC):
 class TokenizeModel(Pipeline):
     """tokenize -> model: the first step tokenizes, and the graph's outputs are the answer. The fused variant runs
     the two as one step, raw strings in."""
+
+    counts_after_graph: ClassVar[bool] = True
 
     @property
     def row_outputs(self) -> tuple[TensorSpec, ...]:
@@ -471,16 +487,31 @@ class TokenizeModel(Pipeline):
     def first_outputs(self, repo: RepoSpec) -> tuple[TensorSpec, ...]:
         return repo.token_inputs + self.extra_token_outputs() + self.row_outputs
 
+    def watched_outputs(self, repo: RepoSpec) -> tuple[TensorSpec, ...]:
+        """The graph's outputs a statistics step counts in the production ensemble: those the task's output
+        statistics read, where no served step follows the graph (serving/statistics_step.py)."""
+        reads = {tensor for _, tensor in repo.statistics}
+        return tuple(t for t in repo.graph_outputs if t.name in reads) if repo.statistics_step else ()
+
+    def post_steps(self, repo: RepoSpec) -> tuple[EnsembleStep, ...]:
+        """The served steps after the graph, in both variants."""
+        return ()
+
     def ensemble_steps(self, repo: RepoSpec) -> tuple[EnsembleStep, ...]:
+        watched = [t.name for t in self.watched_outputs(repo)]
+        graph = {t.name: graph_tensor(t.name) if t.name in watched else t.name for t in repo.graph_outputs}
+        counted = (EnsembleStep(repo.statistics_step.name, {n: graph[n] for n in watched}, {n: n for n in watched}),
+                   ) if watched else ()  # type: ignore[union-attr]
         return (
             EnsembleStep(repo.first_step.name, _same(repo.text_inputs), _same(self.first_outputs(repo))),
-            EnsembleStep(repo.model_name, _same(repo.token_inputs), _same(repo.graph_outputs)),
-        )
+            EnsembleStep(repo.model_name, _same(repo.token_inputs), graph),
+        ) + counted + self.post_steps(repo)
 
     def fused_ensemble_steps(self, repo: RepoSpec) -> tuple[EnsembleStep, ...]:
-        """The first step and the model step as one, then the steps after them."""
+        """The first step and the model step as one (which counts what the graph answers itself), then the
+        served steps after them."""
         fused = EnsembleStep(repo.model_name, _same(repo.text_inputs), _same(self.fused_model_outputs(repo)))
-        return (fused,) + self.ensemble_steps(repo)[2:]
+        return (fused,) + self.post_steps(repo)
 
     def fused_model_inputs(self, repo: RepoSpec) -> tuple[TensorSpec, ...]:
         """The texts: the fused step tokenizes them itself."""
@@ -501,6 +532,8 @@ class TokenizeModelPost(TokenizeModel):
     token_extras: tuple[str, ...] = ()  # tokenizer outputs only the post step reads (TOKEN_EXTRAS)
     reads_text: bool = True  # the post step takes the texts and their encoding besides the graph's outputs
 
+    counts_after_graph: ClassVar[bool] = False  # the post step counts what it answers
+
     @property
     def post_module(self) -> str:  # type: ignore[override]
         return self.module
@@ -516,9 +549,12 @@ class TokenizeModelPost(TokenizeModel):
         ids_and_mask = tuple(t for t in repo.token_inputs if t.name in TOKEN_INPUTS)
         return repo.text_inputs + ids_and_mask + self.extra_token_outputs() + repo.graph_outputs
 
-    def ensemble_steps(self, repo: RepoSpec) -> tuple[EnsembleStep, ...]:
-        post = EnsembleStep(repo.post_step.name, _same(self.post_inputs(repo)), _same(repo.outputs))  # type: ignore[union-attr]
-        return super().ensemble_steps(repo) + (post,)
+    def watched_outputs(self, repo: RepoSpec) -> tuple[TensorSpec, ...]:
+        """None: the post step counts what it answers."""
+        return ()
+
+    def post_steps(self, repo: RepoSpec) -> tuple[EnsembleStep, ...]:
+        return (EnsembleStep(repo.post_step.name, _same(self.post_inputs(repo)), _same(repo.outputs)),)  # type: ignore[union-attr]
 
 
 @dataclass(frozen=True)
@@ -569,6 +605,10 @@ class RepoSpec:
     max_batch_size: int = 64
     post_step: StepSpec | None = None  # served post-processing after the model (token classification)
     post_parameters: dict[str, str] = field(default_factory=dict)
+    # What the served steps count of the answers: (statistic, the tensor it reads), as the task declares them
+    # (serving/statistics.py); the statistics step counts the graph's where no served step follows it.
+    statistics: tuple[tuple[str, str], ...] = ()
+    statistics_step: StepSpec | None = None
     first_parameters: dict[str, str] = field(default_factory=dict)  # the task's, for the first step (whom to call)
     ensemble_parameters: dict[str, str] = field(default_factory=dict)  # the task's, for clients (a similarity)
     max_request_bytes: int = 0  # text bytes per request, checked by the first step before it decodes; 0: no bound
@@ -606,7 +646,11 @@ class RepoSpec:
 
     @property
     def steps(self) -> tuple[StepSpec, ...]:
-        return (self.first_step, self.model_step) + ((self.post_step,) if self.post_step else ())
+        return (self.first_step, self.model_step) + tuple(s for s in (self.post_step, self.statistics_step) if s)
+
+    @property
+    def watched_outputs(self) -> tuple[TensorSpec, ...]:
+        return self.pipeline.watched_outputs(self)
 
     @property
     def model_parameters(self) -> dict[str, str]:
@@ -719,9 +763,14 @@ def default_queue_size(budget_ms: int, capacity_rps: float | None) -> int:
 
 
 def step_names(name: str) -> dict[str, str]:
-    """The Triton models of a repository named `name` (the post step only where a task has one)."""
+    """The Triton models of a repository named `name` (the post and statistics steps only where it has them)."""
     return {"ensemble": name, "tokenizer": f"{name}{TOKENIZER_SUFFIX}", "model": f"{name}{MODEL_SUFFIX}",
-            "post": f"{name}{POST_SUFFIX}"}
+            "post": f"{name}{POST_SUFFIX}", "statistics": f"{name}{STATISTICS_SUFFIX}"}
+
+
+def graph_tensor(name: str) -> str:
+    """The ensemble's name for a graph output that a statistics step hands on under the output's own name."""
+    return f"{name}__graph"
 
 
 def repo_paths(output: str | Path, name: str) -> dict[str, Path]:

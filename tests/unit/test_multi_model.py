@@ -30,7 +30,8 @@ def test_adding_a_model_changes_only_the_index_files(stack: Stack) -> None:
     changed = {path for path, data in stack.before.items() if after.get(path, b"gone") != data}
     assert changed == set(INDEX_FILES)
     added = set(after) - set(stack.before)
-    assert {path.split("/")[0] for path in added} == {RERANK, f"{RERANK}_tokenizer", f"{RERANK}_model"}
+    assert {path.split("/")[0] for path in added} == {RERANK, f"{RERANK}_tokenizer", f"{RERANK}_model",
+                                                                  f"{RERANK}_statistics"}
     assert f"{RERANK}_model/1/model.onnx" in added and f"{RERANK}_tokenizer/1/tokenizer.json" in added
 
 
@@ -132,7 +133,8 @@ def test_tune_measures_one_model_and_writes_its_entry_only(stack: Stack, tmp_pat
     from tritonize.bench.tune import shadow_repository
 
     shadow = shadow_repository(stack.repository, tmp_path / "shadow", RERANK)
-    assert {p.name for p in shadow.iterdir() if p.is_dir()} == {RERANK, f"{RERANK}_tokenizer", f"{RERANK}_model"}
+    assert {p.name for p in shadow.iterdir() if p.is_dir()} == {RERANK, f"{RERANK}_tokenizer", f"{RERANK}_model",
+                                                                  f"{RERANK}_statistics"}
     before = yaml.safe_load((shadow / MANIFEST_FILE).read_text())[MODELS_KEY]
     repository.reconfigure(shadow, Overrides(max_queue_delay_us=300), RERANK)
     after = yaml.safe_load((shadow / MANIFEST_FILE).read_text())[MODELS_KEY]

@@ -54,7 +54,15 @@ def test_every_config_parses_into_model_config(model: ModelSpec, device: str) ->
         "demo_tokenizer/configs/fused.pbtxt",  # idle on the local server: one instance
         "demo_model/config.pbtxt",
         "demo_model/configs/fused.pbtxt",
+        "demo_statistics/config.pbtxt",  # production only: counts what the graph answered
+        "demo_statistics/configs/fused.pbtxt",  # idle on the local server (the fused step counts): one instance
     }
+    assert configs["demo_statistics/configs/fused.pbtxt"].instance_group[0].count == 1
+    counting = configs["demo_statistics/config.pbtxt"]
+    assert counting.backend == "python"  # the graph's outputs, handed on under their own names
+    assert [(i.name, i.data_type, list(i.dims)) for i in counting.input] == [
+        (o.name, o.data_type, list(o.dims)) for o in counting.output]
+    assert [o.name for o in counting.output] == (["embedding"] if model.task == "embedding" else ["probabilities"])
     idle = configs["demo_tokenizer/configs/fused.pbtxt"]
     assert idle.instance_group[0].count == 1 and idle.input == configs["demo_tokenizer/config.pbtxt"].input
     ensemble, tokenizer = configs["demo/config.pbtxt"], configs["demo_tokenizer/config.pbtxt"]

@@ -46,14 +46,15 @@ def index_entry(repo: RepoSpec, manifest: Manifest, report: VerificationReport) 
 
 
 def render(repo: RepoSpec, manifest: Manifest, report: VerificationReport,
-           index: list[IndexEntry] | tuple[IndexEntry, ...] = (), calibration: dict | None = None) -> list[RenderedFile]:
+           index: list[IndexEntry] | tuple[IndexEntry, ...] = (), calibration: dict | None = None,
+           statistics: dict | None = None) -> list[RenderedFile]:
     """Every text file of the model's folders, from templates/, and the index files over `index` (the other
     models of the repository, as read by `read_index`) with this model's entry in its place, or last."""
     entry = index_entry(repo, manifest, report)
     entries = [entry if e.name == repo.name else e for e in index]
     if repo.name not in {e.name for e in index}:
         entries.append(entry)
-    return model_files(repo, report, calibration) + index_files(entries)
+    return model_files(repo, report, calibration, statistics) + index_files(entries)
 
 
 def index_files(entries: list[IndexEntry]) -> list[RenderedFile]:
@@ -108,8 +109,9 @@ def read_index(output: Path) -> list[IndexEntry]:
     return entries
 
 
-def manifest(options: GenerateOptions, repo: RepoSpec) -> Manifest:
-    """The effective options (what `--config` accepts) plus what was decided from the model folder."""
+def manifest(options: GenerateOptions, repo: RepoSpec, statistics: dict | None = None) -> Manifest:
+    """The effective options (what `--config` accepts) plus what was decided from the model folder, and the
+    output statistics' baseline in brief (its source and each histogram's bounds)."""
     effective = dataclasses.replace(
         options,
         name=repo.name,
@@ -119,4 +121,10 @@ def manifest(options: GenerateOptions, repo: RepoSpec) -> Manifest:
         force=False,
         add=False,
     )
-    return Manifest(effective, repo.model)
+    return Manifest(effective, repo.model, baseline_summary(statistics) if statistics else None)
+
+
+def baseline_summary(statistics: dict) -> dict:
+    """What the manifest records of a version's baseline: where it came from and the histograms' bounds."""
+    return {"source": statistics["source"], "rows": statistics["rows"],
+            "bounds": {name: h["bounds"] for name, h in statistics["histograms"].items()}}

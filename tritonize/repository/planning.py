@@ -3,6 +3,7 @@ what an existing repository decides for a model that joins it (its versions, its
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from .. import tasks
@@ -15,6 +16,8 @@ from ..spec import (
     FIRST_VERSION,
     FUSED_CONFIG_NAME,
     FUSED_STEP_INSTANCES,
+    STATISTICS_INSTANCES,
+    STATISTICS_MODULE,
     VARIANT_CONFIGS,
     FusedRuntimeSpec,
     GenerateOptions,
@@ -46,6 +49,11 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str, fused_config: st
     queue_size = (default_queue_size(options.queue_budget_ms, options.capacity_rps) if options.max_queue_size is None
                   else options.max_queue_size)
     buckets = normalise_buckets(options.buckets, model.max_length)
+    statistics = tuple(task.answers.statistics.items())
+    graph_outputs = task.graph_outputs(model.head)
+    # A step after the graph in the production ensemble, only to count: where the task's statistics read the
+    # graph's outputs and no served step follows it (the pipeline says which it counts).
+    counts_graph = pipeline.counts_after_graph and any(t.name in dict(statistics).values() for t in graph_outputs)
 
     def step(role: str, module: str, instances: int, kind: str) -> StepSpec:
         return StepSpec(
@@ -66,7 +74,7 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str, fused_config: st
         text_inputs=task.answers.text_inputs,
         outputs=task.outputs(model.head),
         labels=task.labels(model.head),
-        graph_outputs=task.graph_outputs(model.head),
+        graph_outputs=graph_outputs,
         truncation=task.truncation_for(model.head),
         pipeline=pipeline,
         first_step=step("tokenizer", pipeline.first_module, options.tokenizer_instances, "KIND_CPU"),
@@ -82,6 +90,10 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str, fused_config: st
         max_batch_size=options.max_batch_size,
         post_step=step("post", pipeline.post_module, 1, "KIND_CPU") if pipeline.post_module else None,
         post_parameters=task.post_parameters(model),
+        statistics=statistics,
+        # No queue bound of its own: what reaches it was admitted, and its graph has run.
+        statistics_step=dataclasses.replace(step("statistics", STATISTICS_MODULE, STATISTICS_INSTANCES, "KIND_CPU"),
+                                            max_queue_size=0, max_queue_wait_us=0) if counts_graph else None,
         first_parameters=task.first_parameters(model, names["model"], options.max_batch_size),
         ensemble_parameters=task.ensemble_parameters(model.head),
         max_request_bytes=options.max_request_bytes,

@@ -18,6 +18,7 @@ from tritonclient.grpc import model_config_pb2
 from .. import serving
 from ..errors import TritonizeError
 from ..paths import TEMPLATES_DIR
+from ..serving.statistics import STATISTICS_FILE
 from ..spec import (
     CONFIG_FILE,
     CONFIGS_DIR,
@@ -61,8 +62,10 @@ def render_layout(layout: list[tuple[str, str, dict]], common: dict) -> list[Ren
     return files
 
 
-def model_files(repo: RepoSpec, report: VerificationReport, calibration: dict | None = None) -> list[RenderedFile]:
-    """The configs, labels, version report and (where the task calibrates) version ranges of one model's folders."""
+def model_files(repo: RepoSpec, report: VerificationReport, calibration: dict | None = None,
+                statistics: dict | None = None) -> list[RenderedFile]:
+    """The configs, labels, version report, (where the task calibrates) version ranges and the baseline of the
+    output statistics of one model's folders."""
     fused = f"{CONFIGS_DIR}/{repo.fused_config_name}.pbtxt"
     common = {"repo": repo, "fused_config_name": repo.fused_config_name, "model_file": MODEL_FILE,
               "manifest_file": MANIFEST_FILE}
@@ -83,6 +86,16 @@ def model_files(repo: RepoSpec, report: VerificationReport, calibration: dict | 
                        {"calibration": calibration}))
     if repo.post_step:
         layout.append((f"{repo.post_step.name}/{CONFIG_FILE}", "post/config.pbtxt.j2", {"step": repo.post_step}))
+    if repo.statistics_step:
+        s = repo.statistics_step.name
+        layout += [(f"{s}/{CONFIG_FILE}", "statistics/config.pbtxt.j2",
+                    {"step": repo.statistics_step, "statistics_file": STATISTICS_FILE, "idle": False}),
+                   (f"{s}/{fused}", "statistics/config.pbtxt.j2",
+                    {"step": dataclasses.replace(repo.statistics_step, instance_count=1),
+                     "statistics_file": STATISTICS_FILE, "idle": True})]
+    if statistics is not None:  # the baseline of this version's answers, beside each step that counts them
+        layout += [(f"{step.name}/{repo.version}/{STATISTICS_FILE}", "repository/statistics.json.j2",
+                    {"statistics": statistics}) for step in repo.steps]
     if repo.labels:
         # Triton's classification extension reads labels next to the config that names them.
         layout += [(f"{d}/{LABELS_FILE}", "repository/labels.txt.j2", {}) for d in (m, e)]

@@ -10,6 +10,7 @@ the repository meanwhile sees the old state or the new one.
 from __future__ import annotations
 
 import json
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -286,8 +287,11 @@ def reconfigure(repo_dir: Path, overrides: Overrides, name: str | None = None) -
     index = read_index(repo_dir)
     options = overrides.apply(current.options)
     repo = plan(options, current.model, current.name, fused_config_name(repo_dir))
-    # Only the configs and the manifest are written: the report stays as verification wrote it.
-    files = [f for f in render(repo, manifest(options, repo), VerificationReport.skipped_report(), index)
+    if repo.statistics_step and not (repo_dir / repo.statistics_step.name).is_dir():  # written before it had one
+        repo = dataclasses.replace(repo, statistics_step=None)
+    # Only the configs and the manifest are written: the report and the baseline stay as generation wrote them.
+    kept = dataclasses.replace(manifest(options, repo), baseline=current.baseline)
+    files = [f for f in render(repo, kept, VerificationReport.skipped_report(), index)
              if f.path.endswith(".pbtxt") or f.path == MANIFEST_FILE]
     validate(files)
     for f in files:

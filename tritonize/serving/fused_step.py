@@ -243,6 +243,9 @@ class TritonPythonModel:
         self.runner = built_nicer(lambda: OnnxRunner.from_config(config, version_dir, busy_session=True), GRAPH_NICE)
         produced, self.passed = tokenizer_outputs(config, self.runner.input_names)
         self.front = RequestEncoder(config, version_dir, produced)
+        self.statistics = self.front.statistics  # the tokens, and here what the graph answers
+        if self.statistics is not None:
+            self.statistics.start(self.runner.output_names)
         self.final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         params = parameters(config)
         self.bound_requests = int(params.get(QUEUE_BOUND, "0"))
@@ -269,6 +272,8 @@ class TritonPythonModel:
         """One batch of the requests waiting; each answered through its own sender."""
         try:
             results = self.runner.run_grouped([{n: t[n] for n in self.runner.input_names} for _, t in items], busy)
+            if self.statistics is not None:
+                self.statistics.observe_requests([dict(zip(self.runner.output_names, arrays)) for arrays in results])
             answers = []
             for (_, tensors), arrays in zip(items, results):
                 outputs = [pb_utils.Tensor(n, a) for n, a in zip(self.runner.output_names, arrays)]

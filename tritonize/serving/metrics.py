@@ -71,7 +71,7 @@ class StepMetrics:
 
     def __init__(self, model: str):
         self.enabled = pb_utils is not None and hasattr(pb_utils, "MetricFamily")
-        self._families, self._series = {}, {}
+        self._families, self._series, self._gauges = {}, {}, []
         self._pending: Counter = Counter()  # series key -> count not yet published
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -98,6 +98,34 @@ class StepMetrics:
     def rejected(self, reason: str) -> None:
         if self.enabled:
             self._add([(("rejected", reason if reason in REASONS else "tokenizer"), 1)])
+
+    def declare(self, name: str, description: str, labels: dict[str, str], key: str | None = None) -> None:
+        """A counter series `name{labels}` beside the step's own, fed by `add` under (name, key); created once
+        (the step's output statistics, serving/statistics.py)."""
+        if self.enabled and (name, key) not in self._series:
+            self._series[(name, key)] = self._family(name, description, "COUNTER").Metric(labels=labels)
+
+    def set_gauge(self, name: str, description: str, labels: dict[str, str], value: float) -> None:
+        """A gauge set once, at load (a baseline): one round trip, on the step's own thread."""
+        if self.enabled:
+            gauge = self._family(name, description, "GAUGE").Metric(labels=labels)
+            gauge.set(float(value))
+            self._gauges.append(gauge)  # a metric that is dropped leaves the server's registry
+
+    def add(self, items: list) -> None:
+        """Add to declared series: [((name, key), value)]."""
+        if self.enabled:
+            self._add(items)
+
+    def warn(self, message: str) -> None:
+        if self.enabled:
+            pb_utils.Logger.log_warn(f"tritonize metrics: {message}")
+
+    def _family(self, name: str, description: str, kind: str):
+        if name not in self._families:
+            self._families[name] = pb_utils.MetricFamily(name=name, description=description,
+                                                         kind=getattr(pb_utils.MetricFamily, kind))
+        return self._families[name]
 
     def close(self) -> None:
         """Publish what is pending and stop the publisher (the step's finalize: before its stub goes)."""

@@ -51,6 +51,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from .metrics import StepMetrics
+from .statistics import OutputStatistics
 from .texts import InvalidText, check_size, decode
 
 try:
@@ -579,6 +580,10 @@ class TritonPythonModel:
         self.input_names = [i["name"] for i in config["input"]]
         self.output_name = config["output"][0]["name"]
         self.metrics = StepMetrics(config["name"])
+        self.statistics = OutputStatistics.of_step(os.path.join(args["model_repository"], args["model_version"]),
+                                                   self.metrics)
+        if self.statistics is not None:
+            self.statistics.start([self.output_name])
 
     def _model(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         outputs = [self.reader.start_output, self.reader.end_output]
@@ -605,8 +610,11 @@ class TritonPythonModel:
             pairs += found
         if pairs:
             answers: dict[int, list[bytes]] = {}
-            for i, cell in zip(owners, self.reader.answer(pairs, self._model, counts=counts)):
+            cells = self.reader.answer(pairs, self._model, counts=counts)
+            for i, cell in zip(owners, cells):
                 answers.setdefault(i, []).append(cell)
+            if self.statistics is not None:
+                self.statistics.observe({self.output_name: np.array(cells, dtype=object)})
             for i, cells in answers.items():
                 out = np.array(cells, dtype=object).reshape(-1, 1)
                 responses[i] = pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(self.output_name, out)])

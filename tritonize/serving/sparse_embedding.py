@@ -31,6 +31,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from .metrics import StepMetrics
+from .statistics import OutputStatistics
+
 try:
     import triton_python_backend_utils as pb_utils
 except ImportError:  # imported outside Triton: tests, verification and the benchmark's floor use PostStep
@@ -99,12 +102,23 @@ class TritonPythonModel:
 
     def initialize(self, args):
         config = json.loads(args["model_config"])
-        self.step = PostStep.from_config(config, os.path.join(args["model_repository"], args["model_version"]))
+        version_dir = os.path.join(args["model_repository"], args["model_version"])
+        self.step = PostStep.from_config(config, version_dir)
+        self.metrics = StepMetrics(config["name"])
+        self.statistics = OutputStatistics.of_step(version_dir, self.metrics)
+        if self.statistics is not None:
+            self.statistics.start(self.step.output_names)
 
     def execute(self, requests):
-        responses = []
+        responses, answered = [], []
         for request in requests:
             weights = pb_utils.get_input_tensor_by_name(request, self.step.weights_input).as_numpy()
             outputs = self.step({self.step.weights_input: weights})
+            answered.append(outputs)
             responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(n, a) for n, a in outputs.items()]))
+        if self.statistics is not None:
+            self.statistics.observe_requests(answered)
         return responses
+
+    def finalize(self):
+        self.metrics.close()

@@ -43,6 +43,7 @@ from tokenizers import Tokenizer
 
 from .batching import ATTENTION_MASK, INPUT_IDS, OFFSETS, SPECIAL_TOKENS_MASK
 from .metrics import StepMetrics
+from .statistics import OutputStatistics
 from .texts import unk_token_id
 
 try:
@@ -349,13 +350,19 @@ class TritonPythonModel:
         self.step = PostStep.from_config(config, version_dir)
         self.input_names = [i["name"] for i in config["input"]]
         self.metrics = StepMetrics(config["name"])
+        self.statistics = OutputStatistics.of_step(version_dir, self.metrics)
+        if self.statistics is not None:
+            self.statistics.start([o["name"] for o in config["output"]])
 
     def execute(self, requests):
-        responses = []
+        responses, answered = [], []
         for request in requests:
             outputs = self.step({n: pb_utils.get_input_tensor_by_name(request, n).as_numpy() for n in self.input_names})
             self.metrics.record({"entities": self.step.found})
+            answered.append(outputs)
             responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(n, a) for n, a in outputs.items()]))
+        if self.statistics is not None:
+            self.statistics.observe_requests(answered)
         return responses
 
     def finalize(self):

@@ -48,6 +48,7 @@ from .chat import PairTemplate
 from .metrics import METRICS_MODEL, StepMetrics
 from .multi_vector import PARAMETER as FORMS
 from .multi_vector import Form, FormTokenizer, forms_from_json
+from .statistics import OutputStatistics
 from .texts import InvalidText, check_size, decode, unk_token_id
 
 try:
@@ -318,6 +319,10 @@ class RequestEncoder:
         self.encoder = TextEncoder.from_config(model_config, version_dir, outputs)
         self.input_names = [i["name"] for i in model_config["input"]]
         self.metrics = StepMetrics(parameters(model_config).get(METRICS_MODEL) or model_config["name"])
+        # What the repository counts of its answers (serving/statistics.py): here, the tokens of each text.
+        self.statistics = OutputStatistics.of_step(version_dir, self.metrics)
+        if self.statistics is not None:
+            self.statistics.start({TOKEN_COUNT})
 
     def _refuse(self, exc: InvalidText):
         self.metrics.rejected(exc.reason)
@@ -347,6 +352,8 @@ class RequestEncoder:
                     responses[i] = self._refuse(exc)
                     valid.remove(i)
         self.metrics.record(counts)
+        if self.statistics is not None and encoded:
+            self.statistics.observe({TOKEN_COUNT: np.concatenate([t[ATTENTION_MASK].sum(axis=1) for t in encoded])})
         return responses, valid, encoded
 
 

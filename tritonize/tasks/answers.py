@@ -15,7 +15,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..serving.batching import ROW_FIELDS
+from ..serving.batching import ROW_FIELDS, TOKEN_COUNT
+from ..serving.statistics import TOKENS_PER_TEXT
 from ..spec import TEXT_INPUT, Head, TensorSpec
 
 SAMPLE_TEXT = "Triton serves raw strings."
@@ -29,6 +30,14 @@ class Answers(abc.ABC):
     sample_first: ClassVar[str] = ""
     # Whether the ensemble also returns each row's tokens: where its first step tokenizes, and so knows them.
     reports_tokens: ClassVar[bool] = True
+    # What the served steps count of the answers (serving/statistics.py): statistic -> the tensor it reads.
+    output_statistics: ClassVar[dict[str, str]] = {}
+
+    @property
+    def statistics(self) -> dict[str, str]:
+        """Every statistic the served steps count: each text's tokens (where the first step tokenizes), then the
+        task's own."""
+        return ({TOKENS_PER_TEXT: TOKEN_COUNT} if self.reports_tokens else {}) | self.output_statistics
 
     @property
     def name(self) -> str:

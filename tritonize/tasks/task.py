@@ -202,6 +202,24 @@ class Task(abc.ABC):
         (none by default)."""
         return ()
 
+    def baseline_rows(self, texts: list[str], lines: bool = False) -> list[tuple[str, ...]]:
+        """Request rows made of texts, for the output statistics' baseline: a text per row; a pair task puts
+        its verification rows' first texts (queries, questions) before them in turn, or (`lines` of a user's
+        file) splits each line at its one tab."""
+        from ..errors import TritonizeError
+
+        if len(self.answers.text_inputs) == 1:
+            return [(t,) for t in texts]
+        if not lines:
+            firsts = [row[0] for row in self.verification_rows()]
+            return [(firsts[k % len(firsts)], text) for k, text in enumerate(texts)]
+        bad = next((k for k, t in enumerate(texts) if t.count("\t") != 1), None)
+        if bad is not None:
+            names = " and ".join(t.name for t in self.answers.text_inputs)
+            raise TritonizeError(f"--baseline: line {bad + 1} is not two texts split by one tab ({names}), as every "
+                                 f"line must be for {self.name}")
+        return [tuple(t.split("\t")) for t in texts]
+
     def calibration(self, spec: ModelSpec, served: np.ndarray, source: str) -> dict | None:
         """What the repository records of the served graph's answers on the calibration texts (QUANTIZATION_FILE
         beside each version's graph), for the API to read; None: nothing."""

@@ -64,6 +64,7 @@ def test_each_step_carries_byte_identical_copies_of_the_served_modules(repo: Pat
         "tiny_tokenizer/1/metrics.py": "metrics.py",
         "tiny_tokenizer/1/chat.py": "chat.py",
         "tiny_tokenizer/1/multi_vector.py": "multi_vector.py",
+        "tiny_tokenizer/1/statistics.py": "statistics.py",
         # The fused step: the tokenizer and the model (serving/fused_step.py) with what both import.
         "tiny_model/1/model.py": "fused_step.py",
         "tiny_model/1/onnx_model.py": "onnx_model.py",
@@ -73,6 +74,11 @@ def test_each_step_carries_byte_identical_copies_of_the_served_modules(repo: Pat
         "tiny_model/1/metrics.py": "metrics.py",
         "tiny_model/1/chat.py": "chat.py",
         "tiny_model/1/multi_vector.py": "multi_vector.py",
+        "tiny_model/1/statistics.py": "statistics.py",
+        # The production ensemble's statistics step, after the graph on Triton's onnxruntime backend.
+        "tiny_statistics/1/model.py": "statistics_step.py",
+        "tiny_statistics/1/metrics.py": "metrics.py",
+        "tiny_statistics/1/statistics.py": "statistics.py",
     }
     for rel, module in pairs.items():
         assert filecmp.cmp(repo / rel, serving.SERVING_DIR / module, shallow=False), rel
@@ -82,13 +88,17 @@ def test_each_step_carries_byte_identical_copies_of_the_served_modules(repo: Pat
 
 def test_step_files_follow_relative_imports() -> None:
     assert set(serving.step_files("tokenizer", "model.py")) == {"model.py", "batching.py", "texts.py", "metrics.py",
-                                                                "chat.py", "multi_vector.py"}
+                                                                "statistics.py", "chat.py", "multi_vector.py"}
     assert set(serving.step_files("onnx_model", "model.py")) == {"model.py", "batching.py"}
     assert set(serving.step_files("fused_step", "model.py")) == {"model.py", "onnx_model.py", "tokenizer.py", "batching.py",
-                                                               "texts.py", "metrics.py", "chat.py", "multi_vector.py"}
-    assert set(serving.step_files("question_answering", "model.py")) == {"model.py", "texts.py", "metrics.py"}
-    assert set(serving.step_files("token_classification", "model.py")) == {"model.py", "batching.py", "texts.py", "metrics.py"}
-    assert set(serving.step_files("sparse_embedding", "model.py")) == {"model.py"}
+                                                               "texts.py", "metrics.py", "chat.py", "multi_vector.py",
+                                                               "statistics.py"}
+    assert set(serving.step_files("question_answering", "model.py")) == {"model.py", "texts.py", "metrics.py",
+                                                                         "statistics.py"}
+    assert set(serving.step_files("token_classification", "model.py")) == {"model.py", "batching.py", "texts.py",
+                                                                           "metrics.py", "statistics.py"}
+    assert set(serving.step_files("sparse_embedding", "model.py")) == {"model.py", "metrics.py", "statistics.py"}
+    assert set(serving.step_files("statistics_step", "model.py")) == {"model.py", "metrics.py", "statistics.py"}
 
 
 def test_served_modules_import_only_what_a_triton_container_has() -> None:
@@ -123,7 +133,8 @@ def test_the_fused_step_runs_tokenizer_and_model_as_one_step(repo: Path) -> None
     local = config_as_triton_passes_it(repo / "tiny" / "configs" / "fused.pbtxt")
     assert [s["model_name"] for s in local["ensemble_scheduling"]["step"]] == ["tiny_model"]
     container = config_as_triton_passes_it(repo / "tiny" / "config.pbtxt")
-    assert [s["model_name"] for s in container["ensemble_scheduling"]["step"]] == ["tiny_tokenizer", "tiny_model"]
+    assert [s["model_name"] for s in container["ensemble_scheduling"]["step"]] == ["tiny_tokenizer", "tiny_model",
+                                                                                  "tiny_statistics"]
     assert {o["name"] for o in local["output"]} == {o["name"] for o in container["output"]}
     step = config_as_triton_passes_it(repo / "tiny_model" / "configs" / "fused.pbtxt")
     tokenizer = config_as_triton_passes_it(repo / "tiny_tokenizer" / "config.pbtxt")

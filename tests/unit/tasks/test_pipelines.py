@@ -70,14 +70,19 @@ def test_the_pipelines_shape_decides_the_steps_of_both_variants(specs, task: str
     production = [s.model_name for s in pipeline.ensemble_steps(spec)]
     fused = [s.model_name for s in pipeline.fused_ensemble_steps(spec)]
     post = [spec.post_step.name] if isinstance(pipeline, TokenizeModelPost) else []
+    # Where no served step follows the graph, production counts its answers in a statistics step (the fused
+    # step counts them itself); a post step, or a step that drives the graph, counts them where it is.
+    counting = [spec.statistics_step.name] if spec.statistics_step else []
+    assert bool(counting) == (pipeline.counts_after_graph and bool(spec.watched_outputs))
     if isinstance(pipeline, Orchestrated):  # the first step calls the model step itself, in both variants
         assert production == fused == [spec.first_step.name]
         assert spec.ensemble_outputs == spec.outputs
     else:  # the fused variant runs the tokenizer and the model as one step
-        assert production == [spec.first_step.name, spec.model_name, *post]
+        assert production == [spec.first_step.name, spec.model_name, *counting, *post]
         assert fused == [spec.model_name, *post]
         assert [t.name for t in pipeline.fused_model_inputs(spec)] == [t.name for t in spec.text_inputs]
     assert (spec.post_step is not None) == bool(post)
+    assert not (post and counting)
 
 
 @pytest.mark.parametrize("task", sorted(FOLDER_OF_TASK))

@@ -91,6 +91,7 @@ def truncate_embeddings(vectors: np.ndarray, dim: int, normalize: bool) -> np.nd
 class EmbeddingAnswers(Answers):
     head_type = Head
     output_names = (OUTPUT,)
+    output_statistics = {"tritonize_output_centroid_similarity": OUTPUT}
 
     def vectors(self, outputs: dict[str, np.ndarray]) -> np.ndarray:
         """One float32 vector per text, as served (no copy)."""

@@ -50,6 +50,7 @@ def vectors(outputs: dict[str, np.ndarray]) -> list[np.ndarray]:
 class MultiVectorAnswers(Answers):
     head_type = Head
     output_names = (VECTORS, COUNTS)
+    output_statistics = {"tritonize_output_vectors_per_text": COUNTS}
     text_inputs = (TensorSpec(TEXT_INPUT, "TYPE_STRING", (1,)), TensorSpec(FORM_INPUT, "TYPE_STRING", (1,)))
 
     def row_for(self, text: str) -> tuple[str, ...]:

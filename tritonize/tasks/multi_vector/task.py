@@ -263,6 +263,10 @@ class MultiVector(Task):
     def outputs(self, head: Head) -> tuple[TensorSpec, ...]:  # type: ignore[override]
         return (TensorSpec(VECTORS, FLOAT, (-1, head.dim)), TensorSpec(COUNTS, "TYPE_INT32", (1,)))
 
+    def baseline_rows(self, texts: list[str], lines: bool = False) -> list[tuple[str, ...]]:
+        """Each text as a query and as a document."""
+        return [(t, form) for t in texts for form in (QUERY, DOCUMENT)]
+
     def verification_rows(self) -> list[tuple[str, ...]]:
         """Every sentence as a query and as a document, and punctuated documents (a skiplist's tokens)."""
         return [(s, QUERY) for s in SENTENCES] + [(s, DOCUMENT) for s in SENTENCES + PUNCTUATED]

@@ -40,6 +40,7 @@ class Head(BaseHead):
 class RerankAnswers(Answers):
     head_type = Head
     output_names = (OUTPUT,)
+    output_statistics = {"tritonize_output_score": OUTPUT}
     text_inputs = (TensorSpec(QUERY_INPUT, "TYPE_STRING", (1,)), TensorSpec(TEXT_INPUT, "TYPE_STRING", (1,)))
     sample_first = "what does Triton serve?"
 

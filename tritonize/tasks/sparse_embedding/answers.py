@@ -52,6 +52,7 @@ def vectors(outputs: dict[str, np.ndarray]) -> list[SparseVector]:
 class SparseEmbeddingAnswers(Answers):
     head_type = Head
     output_names = (INDICES, VALUES)
+    output_statistics = {"tritonize_output_active_terms": INDICES}
 
     def terms(self, outputs: dict[str, np.ndarray]) -> list[list[dict]]:
         """Per text, its terms as text-embeddings-inference returns them: `{"index", "value"}`, ids ascending."""

@@ -23,6 +23,7 @@ class Head(BaseHead):
 class TokenClassificationAnswers(Answers):
     head_type = Head
     output_names = (OUTPUT,)
+    output_statistics = {"tritonize_output_entities_total": OUTPUT}
 
     def entities(self, outputs: dict[str, np.ndarray]) -> list[list[dict]]:
         """Per text, the spans the served step found."""

@@ -1,0 +1,44 @@
+"""The statistics step of a production ensemble: the graph's outputs in, the same outputs out, counted.
+
+Served: Triton runs a byte-identical copy of this file as the step's model.py. In NVIDIA's container the graph
+runs on Triton's onnxruntime backend, where no Python sees what it answers; this step follows it in the
+ensemble for the outputs the task's statistics read (serving/statistics.py), and hands them on unchanged, so
+that every caller of the ensemble (gRPC, HTTP, the HTTP API) is counted. The ensemble's answer comes out of
+this step, so a request that asks for those outputs cannot skip it. The fused variant counts in its one step
+and has none.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from .metrics import StepMetrics
+from .statistics import OutputStatistics
+
+try:
+    import triton_python_backend_utils as pb_utils
+except ImportError:  # imported outside Triton: nothing here runs without it
+    pb_utils = None
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        self.names = [i["name"] for i in config["input"]]
+        self.metrics = StepMetrics(config["name"])
+        self.statistics = OutputStatistics.of_step(os.path.join(args["model_repository"], args["model_version"]),
+                                                   self.metrics)
+        if self.statistics is not None:
+            self.statistics.start(self.names)
+
+    def execute(self, requests):
+        tensors = [{n: pb_utils.get_input_tensor_by_name(r, n) for n in self.names} for r in requests]
+        responses = [pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(n, t[n].as_numpy()) for n in self.names])
+                     for t in tensors]
+        if self.statistics is not None:
+            self.statistics.observe_requests([{n: t[n].as_numpy() for n in self.names} for t in tensors])
+        return responses
+
+    def finalize(self):
+        self.metrics.close()
