@@ -214,6 +214,15 @@ def compose_rules() -> str:
     return render_rules(COMPOSE_WRITTEN_BY)
 
 
+def write_configuration(directory: Path, targets: Sequence[str], scrape_interval_s: float, written_by: str,
+                        api_targets: Sequence[str] = ()) -> Path:
+    """prometheus.yml and the rules it names, into `directory`; the configuration's path."""
+    (directory / RULES_FILE).write_text(render_rules(written_by))
+    config = directory / CONFIG_FILE
+    config.write_text(render_config(targets, scrape_interval_s, written_by, api_targets))
+    return config
+
+
 def find_binary(name: str = BINARY) -> Path:
     """The prometheus binary, or one clear error that says how to install it."""
     found = shutil.which(name)
@@ -299,12 +308,9 @@ class LocalPrometheus:
         (`api_target`, where one runs), wait until it is ready; its URL."""
         binary = binary or find_binary(self.options.binary)
         self.directory.mkdir(parents=True, exist_ok=True)
-        written_by = f"Written by `deploy.py local up --monitoring` for the server at {target}."
-        (self.directory / CONFIG_FILE).write_text(
-            render_config([target], self.options.scrape_interval_s, written_by=written_by,
-                          api_targets=[api_target] if api_target else ())
-        )
-        (self.directory / RULES_FILE).write_text(render_rules(written_by))
+        write_configuration(self.directory, [target], self.options.scrape_interval_s,
+                            written_by=f"Written by `deploy.py local up --monitoring` for the server at {target}.",
+                            api_targets=[api_target] if api_target else ())
         if self.log_file.exists():
             self.log_file.replace(self.log_file.with_suffix(".log.1"))
         cmd = self.command(binary)

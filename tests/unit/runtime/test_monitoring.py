@@ -109,8 +109,8 @@ def test_compose_prometheus_config_is_the_rendering() -> None:
 
 def test_promtool_accepts_the_compose_and_the_local_config(tmp_path: Path) -> None:
     promtool = need("promtool")
-    local = tmp_path / "prometheus.yml"
-    local.write_text(mon.render_config(["127.0.0.1:8002"], 0.5, written_by="test"))
+    local = mon.write_configuration(tmp_path, ["127.0.0.1:8002"], 0.5, written_by="test")
+    assert (tmp_path / mon.RULES_FILE).read_text().splitlines()[3:] == mon.compose_rules().splitlines()[3:]
     for config in (ROOT / mon.COMPOSE_CONFIG, local):
         result = subprocess.run([promtool, "check", "config", str(config)], capture_output=True, text=True,
                                 timeout=60)
