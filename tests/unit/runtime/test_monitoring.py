@@ -17,7 +17,19 @@ import numpy as np
 import pytest
 import yaml
 
-from support.monitoring import DASHBOARD, ROOT, dashboard, deploy, exprs, metric_names, need, panels
+from support.monitoring import (
+    DASHBOARD,
+    DASHBOARDS,
+    OUTPUTS_DASHBOARD,
+    ROOT,
+    dashboard,
+    deploy,
+    exprs,
+    metric_names,
+    need,
+    panels,
+    recorded_names,
+)
 from tritonize.errors import TritonizeError
 from tritonize.runtime import monitoring as mon
 from tritonize.runtime import process
@@ -66,8 +78,9 @@ def test_the_dashboard_shows_what_operators_need() -> None:
     assert {p["title"] for p in dash["panels"] if p["type"] == "row"} >= {"Latency, from Triton's metrics", "Batching"}
 
 
-def test_every_query_follows_the_data_source_and_model_variables() -> None:
-    dash = dashboard()
+@pytest.mark.parametrize("path", DASHBOARDS, ids=lambda p: p.name)
+def test_every_query_follows_the_data_source_and_model_variables(path: Path) -> None:
+    dash = dashboard(path)
     variables = {v["name"]: v for v in dash["templating"]["list"]}
     assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
     model = variables["model"]
@@ -78,10 +91,36 @@ def test_every_query_follows_the_data_source_and_model_variables() -> None:
         assert p["description"], p["title"]
         for t in p["targets"]:
             assert t["datasource"] == p["datasource"]
-            selectors = re.findall(r"\b(?:nv|tritonize)_\w+(\{[^}]*\})?", t["expr"])
+            # Scraped series (nv_*, tritonize_*) and recorded ones (level:tritonize_*:operations).
+            selectors = re.findall(r"(?<![\w:])(?:\w+:)?(?:nv|tritonize)_[\w:]*(\{[^}]*\})?", t["expr"])
             assert selectors and all('model=~"$model"' in s for s in selectors), t["expr"]
     ids = [p["id"] for p in dash["panels"]]
-    assert len(ids) == len(set(ids)) and dash["uid"] == "tritonize" and dash["editable"] is False
+    assert len(ids) == len(set(ids)) and dash["editable"] is False
+    assert dash["templating"] == dashboard()["templating"]  # the same variables on every dashboard
+
+
+def test_each_dashboard_has_its_own_uid_and_grafana_provisions_them_all() -> None:
+    assert [dashboard(p)["uid"] for p in DASHBOARDS] == ["tritonize", "tritonize-outputs"]
+    assert {p.name for p in DASHBOARD.parent.glob("*.json")} == {p.name for p in DASHBOARDS}
+
+
+def test_the_outputs_dashboard_shows_each_distribution_its_drift_and_the_versions() -> None:
+    dash = dashboard(OUTPUTS_DASHBOARD)
+    by_panel = {p["title"]: p for p in panels(dash)}
+    for name, help_text in statistics.HISTOGRAMS.items():  # a heatmap of each histogram's buckets over time
+        (heatmap,) = [p for p in by_panel.values() if p["type"] == "heatmap" and help_text in p["description"]]
+        (target,) = heatmap["targets"]
+        assert target["format"] == "heatmap" and heatmap["options"]["calculate"] is False
+        assert target["expr"] == f'sum by (le) (increase({name}_bucket{{model=~"$model"}}[$__rate_interval]))'
+    read = set().union(*(metric_names(e) for _, e in exprs(dash)))
+    assert set(statistics.COUNTERS) <= read, set(statistics.COUNTERS) - read
+    assert recorded_names() <= read  # the drift scores
+    served = {f"{n}_bucket" for n in statistics.HISTOGRAMS} | {f"{n}_count" for n in statistics.HISTOGRAMS}
+    api = {"tritonize_api_requests_total", "tritonize_api_request_duration_seconds_bucket",
+           "tritonize_api_shadow_agreement_bucket"}
+    assert read <= served | set(statistics.COUNTERS) | recorded_names() | api, read - served - api
+    versions = [e for t, e in exprs(dash) if t.startswith(("API", "Shadow"))]
+    assert len(versions) >= 4 and all("by (model, version" in e for e in versions)
 
 
 def test_grafana_provisioning_reads_the_compose_services() -> None:
