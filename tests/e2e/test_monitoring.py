@@ -23,6 +23,7 @@ from tritonize import chain
 from tritonize.bench.stats import settled
 from tritonize.runtime import monitoring as mon
 from tritonize.runtime import process
+from tritonize.serving import statistics
 from tritonize.serving.metrics import COUNTED
 
 def series(prometheus: str, promql: str) -> dict[tuple[str, tuple], float]:
@@ -178,6 +179,18 @@ def test_up_runs_our_own_prometheus_on_loopback_with_the_admin_apis_off(monitore
     assert result.returncode == 0, result.stdout + result.stderr
     assert yaml.safe_load(config.read_text())["scrape_configs"][0]["static_configs"][0]["targets"] == [
         monitored.metrics.split("/")[2]]
+    # The rules beside the configuration: the compose profile's, loaded and evaluated without error.
+    assert (config.parent / mon.RULES_FILE).read_text().splitlines()[3:] == mon.compose_rules().splitlines()[3:]
+    deadline = time.monotonic() + 10
+    while True:
+        with urllib.request.urlopen(f"{monitored.prometheus}/api/v1/rules", timeout=5) as resp:  # noqa: S310
+            rules = [r for g in json.loads(resp.read())["data"]["groups"] for r in g["rules"]]
+        health = {(r["name"], r.get("labels", {}).get("statistic")): r["health"] for r in rules}
+        if set(health.values()) == {"ok"} or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert len(health) == len(mon.ALERTS) + len(statistics.HISTOGRAMS)
+    assert set(health.values()) == {"ok"}, {k: (r["health"], r.get("lastError")) for k, r in zip(health, rules)}
     for path, refused in (("/-/reload", 403), ("/-/quit", 403), ("/api/v1/admin/tsdb/snapshot", 500)):
         request = urllib.request.Request(f"{monitored.prometheus}{path}", method="POST")
         with pytest.raises(urllib.error.HTTPError) as info:
