@@ -92,6 +92,8 @@ class Drift:
 
 @dataclass(frozen=True)
 class Alert:
+    """One alerting rule of rules.yml; summary and description are Prometheus templates ($labels, $value)."""
+
     name: str
     expr: str
     for_: str
