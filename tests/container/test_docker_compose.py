@@ -260,7 +260,8 @@ def test_the_tensorrt_engine_cache_is_a_named_volume_the_server_writes(compose) 
 
 def test_prometheus_scrapes_triton_and_the_api(compose) -> None:
     """The monitoring profile's Prometheus (Debian's, standing in for prom/prometheus) with the project's
-    monitoring/prometheus/prometheus.yml: both targets up, and the answers above counted in both."""
+    monitoring/prometheus/ folder: both targets up, the answers above counted in both, and the rules beside the
+    configuration loaded and evaluated without error."""
 
     def targets() -> dict[str, str]:
         status, body = http_get(f"http://127.0.0.1:{compose.prometheus_port}/api/v1/targets", timeout=5.0)
@@ -276,6 +277,17 @@ def test_prometheus_scrapes_triton_and_the_api(compose) -> None:
     wait_for(lambda: counted(f'nv_inference_request_success{{model="{NAME}"}}'), 60, 1.0)
     wait_for(lambda: counted(f'tritonize_api_requests_total{{route="/v1/embeddings",model="{NAME}",status="200"}}'),
              60, 1.0)
+
+    def rule_health() -> dict[str, str]:
+        status, body = http_get(f"http://127.0.0.1:{compose.prometheus_port}/api/v1/rules", timeout=5.0)
+        if status != 200:
+            return {}
+        return {r.get("name"): r["health"] for g in json.loads(body)["data"]["groups"] for r in g["rules"]}
+
+    from tritonize.runtime import monitoring
+
+    expected = {a.name for a in monitoring.ALERTS} | {monitoring.DRIFT.record}
+    wait_for(lambda: set(rule_health()) == expected and set(rule_health().values()) == {"ok"}, 60, 1.0)
 
 
 # --------------------------------------------------------------------------- down

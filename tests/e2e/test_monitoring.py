@@ -18,23 +18,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from support.monitoring import dashboard, deploy, exprs, metric_names, need, query
+from support.monitoring import dashboard, deploy, need, query, unanswered
 from tritonize import chain
 from tritonize.bench.stats import settled
 from tritonize.runtime import monitoring as mon
 from tritonize.runtime import process
+from tritonize.serving import statistics
 from tritonize.serving.metrics import COUNTED
-
-RATE_INTERVAL = "1m"  # what Grafana's $__rate_interval becomes in these checks
-
-
-def as_grafana_sends(expr: str) -> str:
-    """The query Grafana sends with every model chosen (the variable's allValue) and the rate interval."""
-    model = next(v for v in dashboard()["templating"]["list"] if v["name"] == "model")
-    sent = expr.replace("$__rate_interval", RATE_INTERVAL).replace("$model", model["allValue"])
-    assert "$" not in sent, f"a dashboard variable these checks do not know: {expr}"
-    return sent
-
 
 def series(prometheus: str, promql: str) -> dict[tuple[str, tuple], float]:
     """(metric name, the other labels but job and instance) -> value."""
@@ -168,22 +158,7 @@ def test_every_dashboard_query_answers_through_prometheus(monitored: Monitored) 
     with TextClient(monitored.grpc, monitored.name) as client:
         client.embed(["one more request, so that every rate has samples"])
     exposed = {name for name, _ in triton_page(monitored.metrics)}
-    names_url = f"{monitored.prometheus}/api/v1/label/__name__/values"
-    with urllib.request.urlopen(names_url, timeout=5) as resp:  # noqa: S310 - loopback
-        stored = set(json.loads(resp.read())["data"])
-    empty = {}
-    for title, expr in exprs(dashboard()):
-        names = metric_names(expr)
-        assert names and names <= exposed, f"{title}: {names - exposed} not on Triton's metrics page"
-        assert names <= stored, f"{title}: {names - stored} not in Prometheus"
-        deadline = time.monotonic() + 10
-        while not (result := query(monitored.prometheus, as_grafana_sends(expr))) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        if not result:
-            empty[title] = expr
-        else:
-            models = {row["metric"].get("model") for row in result}
-            assert models and None not in models, f"{title}: not per model: {result}"
+    empty = unanswered(monitored.prometheus, dashboard(), exposed)
     assert not empty, f"dashboard queries with no answer: {empty}"
 
 
@@ -204,6 +179,18 @@ def test_up_runs_our_own_prometheus_on_loopback_with_the_admin_apis_off(monitore
     assert result.returncode == 0, result.stdout + result.stderr
     assert yaml.safe_load(config.read_text())["scrape_configs"][0]["static_configs"][0]["targets"] == [
         monitored.metrics.split("/")[2]]
+    # The rules beside the configuration: the compose profile's, loaded and evaluated without error.
+    assert (config.parent / mon.RULES_FILE).read_text().splitlines()[3:] == mon.compose_rules().splitlines()[3:]
+    deadline = time.monotonic() + 10
+    while True:
+        with urllib.request.urlopen(f"{monitored.prometheus}/api/v1/rules", timeout=5) as resp:  # noqa: S310
+            rules = [r for g in json.loads(resp.read())["data"]["groups"] for r in g["rules"]]
+        health = {(r["name"], r.get("labels", {}).get("statistic")): r["health"] for r in rules}
+        if set(health.values()) == {"ok"} or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert len(health) == len(mon.ALERTS) + len(statistics.HISTOGRAMS)
+    assert set(health.values()) == {"ok"}, {k: (r["health"], r.get("lastError")) for k, r in zip(health, rules)}
     for path, refused in (("/-/reload", 403), ("/-/quit", 403), ("/api/v1/admin/tsdb/snapshot", 500)):
         request = urllib.request.Request(f"{monitored.prometheus}{path}", method="POST")
         with pytest.raises(urllib.error.HTTPError) as info:

@@ -6,9 +6,9 @@ its own process with its own configuration, storage and log under the
 server's instance directory (`<run_dir>/local-<http_port>/prometheus/`),
 listening where the server listens (loopback by default) and scraping its
 metrics port. Neither the lifecycle API nor the admin API is turned on.
-The compose profile `monitoring` adds Grafana and the dashboard
-(`monitoring/`); its Prometheus configuration is rendered from the same
-template as the local one.
+The compose profile `monitoring` adds Grafana and the dashboards
+(`monitoring/`); its Prometheus configuration and rules are rendered from the
+same templates as the local ones.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from pathlib import Path
 
 from ..errors import TritonizeError
 from ..paths import TEMPLATES_DIR
+from ..serving import statistics
 from . import process
 from .base import http_get
 
@@ -40,6 +41,8 @@ API_JOB = "tritonize-api"  # the API's request counts and latencies (tritonize_a
 TEMPLATE = TEMPLATES_DIR / "monitoring" / "prometheus.yml.j2"
 DIRECTORY = "prometheus"  # under the server's instance directory
 CONFIG_FILE = "prometheus.yml"
+RULES_TEMPLATE = TEMPLATES_DIR / "monitoring" / "rules.yml.j2"
+RULES_FILE = "rules.yml"  # beside the configuration, which names it relative to itself
 STATE_FILE = "prometheus.json"
 LOG_FILE = "prometheus.log"
 DATA_DIR = "data"
@@ -50,7 +53,10 @@ STOP_TIMEOUT_S = 10.0
 # committed configuration its Prometheus service mounts.
 COMPOSE_TARGET = "tritonserver:8002"
 COMPOSE_API_TARGET = "api:8080"  # the compose file's api service (docker/api.Dockerfile's port)
-COMPOSE_CONFIG = Path("monitoring") / "prometheus" / "prometheus.yml"
+COMPOSE_DIR = Path("monitoring") / "prometheus"  # mounted whole, so the configuration finds its rules
+COMPOSE_CONFIG = COMPOSE_DIR / CONFIG_FILE
+COMPOSE_RULES = COMPOSE_DIR / RULES_FILE
+COMPOSE_WRITTEN_BY = "Rendered from templates/monitoring/: python -m tritonize.runtime.monitoring"
 # What `up` prints to try: requests per second per model, from Triton's own counter.
 EXAMPLE_QUERY = "sum by (model) (rate(nv_inference_request_success[1m]))"
 
@@ -65,6 +71,117 @@ class MonitoringOptions:
     retention: str = RETENTION
 
 
+@dataclass(frozen=True)
+class Drift:
+    """When a window's answers count as drifted from the baseline (docs/operate.md says why these numbers).
+
+    The binned KS distance is at most the two-sample KS statistic, whose critical value at alpha = 0.001 is
+    1.95 * sqrt(1/n + 1/m): with n >= min_rows = 200 rows in the window it stays under max_ks = 0.2 for any
+    baseline of m >= 181 rows, so a distance above 0.2 is both significant and a fifth of the rows moved."""
+
+    window: str = "30m"
+    min_rows: int = 200
+    max_ks: float = 0.2
+    for_: str = "15m"  # overlapping windows: a drift that holds this long is no chance excursion
+
+    @property
+    def record(self) -> str:
+        """The recorded series, by Prometheus's `level:metric:operations`, one per statistic (label)."""
+        return f"model_version:tritonize_output_drift:ks{self.window}"
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One alerting rule of rules.yml; summary and description are Prometheus templates ($labels, $value)."""
+
+    name: str
+    expr: str
+    for_: str
+    summary: str
+    description: str
+    severity: str = "warning"
+
+
+DRIFT = Drift()
+ALERT_WINDOW = "10m"  # the shares below are over this window ...
+ALERT_MIN_REQUESTS = 20  # ... and only where it holds this many requests (or texts): 1 of 2 is no rate
+MAX_TRUNCATED_SHARE = 0.1  # texts served as their first max-length tokens: the model saw part of them
+MAX_REFUSED_PER_TEXT = 0.05  # requests refused (INVALID_ARG) per text accepted: a client sends what cannot be served
+MAX_ERROR_SHARE = 0.01  # requests failed by the server
+
+
+def _share(part: str, whole: str, bound: float, minimum: str) -> str:
+    """`part / whole > bound` per model, where the window holds ALERT_MIN_REQUESTS of `minimum` or more."""
+    return f"{part}\n  /\n{whole}\n  > {bound:g}\nand\n{minimum} >= {ALERT_MIN_REQUESTS}"
+
+
+def _rate(selector: str) -> str:
+    return f"sum by (model) (rate({selector}[{ALERT_WINDOW}]))"
+
+
+def _count(selector: str) -> str:
+    return f"sum by (model) (increase({selector}[{ALERT_WINDOW}]))"
+
+
+TEXTS, TRUNCATED = "tritonize_texts_total", "tritonize_texts_truncated_total"
+REFUSED = "tritonize_inputs_rejected_total"
+API_REQUESTS, API_ERRORS = "tritonize_api_requests_total", 'tritonize_api_requests_total{status=~"5.."}'
+TRITON_ANSWERED = "nv_inference_request_success"
+# Triton's failures that a backend or a full queue caused. A refused input is an error answer of a Python step,
+# which Triton 2.51 counts as that step's success and twice as a failure of the ensemble, with reason OTHER.
+TRITON_FAILED = 'nv_inference_request_failure{reason=~"BACKEND|REJECTED"}'
+ALERTS = (
+    Alert("TritonizeOutputDrift", f"{DRIFT.record} > {DRIFT.max_ks:g}", DRIFT.for_,
+          "{{ $labels.model }} version {{ $labels.version }}: {{ $labels.statistic }} drifted from its baseline",
+          f"Over the last {DRIFT.window} the distribution of {{{{ $labels.statistic }}}} is "
+          f"{{{{ $value | printf \"%.2f\" }}}} (Kolmogorov-Smirnov) from the baseline's, above {DRIFT.max_ks:g}: "
+          "the inputs or the model changed."),
+    Alert("TritonizeTextsTruncated",
+          _share(_rate(TRUNCATED), _rate(TEXTS), MAX_TRUNCATED_SHARE, _count(TEXTS)), "15m",
+          "{{ $labels.model }}: many texts truncated",
+          f"{{{{ $value | humanizePercentage }}}} of the texts were longer than the max length (the bound is "
+          f"{MAX_TRUNCATED_SHARE:.0%}): the model saw only their first tokens."),
+    Alert("TritonizeInputsRefused",
+          _share(_rate(REFUSED), _rate(TEXTS), MAX_REFUSED_PER_TEXT, f"({_count(REFUSED)} + {_count(TEXTS)})"),
+          "10m", "{{ $labels.model }}: many requests refused",
+          f"{{{{ $value | printf \"%.2f\" }}}} requests refused (INVALID_ARG) per text accepted (the bound is "
+          f"{MAX_REFUSED_PER_TEXT:g}): a client sends what cannot be served; {REFUSED} says why."),
+    Alert("TritonizeTritonFailures",
+          _share(_rate(TRITON_FAILED), f"({_rate(TRITON_ANSWERED)} + {_rate(TRITON_FAILED)})", MAX_ERROR_SHARE,
+                 _count(TRITON_ANSWERED)), "5m",
+          "{{ $labels.model }}: requests failing in Triton",
+          f"{{{{ $value | humanizePercentage }}}} of the requests failed in a backend or at a full queue (the "
+          f"bound is {MAX_ERROR_SHARE:.0%})."),
+    Alert("TritonizeApiErrors",
+          _share(_rate(API_ERRORS), _rate(API_REQUESTS), MAX_ERROR_SHARE, _count(API_REQUESTS)), "5m",
+          "{{ $labels.model }}: the HTTP API answers 5xx",
+          f"{{{{ $value | humanizePercentage }}}} of the API's requests were answered 5xx (the bound is "
+          f"{MAX_ERROR_SHARE:.0%})."),
+)
+
+
+def le_normalized(selector: str) -> str:
+    """`le` without a trailing `.0`: Prometheus 3 rewrites a histogram's `le="1"` as `le="1.0"` at scrape but
+    leaves a gauge's label as written, so the buckets and their baseline meet on the same bound either way."""
+    return f'label_replace({selector}, "le", "$1", "le", "(.+)\\\\.0")'
+
+
+def render_rules(written_by: str) -> str:
+    """rules.yml, from templates/monitoring/rules.yml.j2: a drift record per histogram of statistics.HISTOGRAMS,
+    and ALERTS."""
+    return _render(RULES_TEMPLATE, written_by=written_by, histograms=list(statistics.HISTOGRAMS), drift=DRIFT,
+                   baseline_suffix=statistics.BASELINE_SUFFIX, alerts=ALERTS, le_normalized=le_normalized)
+
+
+def _render(template: Path, **values) -> str:
+    import jinja2
+
+    if not template.is_file():
+        raise TritonizeError(f"missing template {template}", hint="reinstall tritonize")
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+    return env.from_string(template.read_text()).render(**values)
+
+
 def duration(seconds: float) -> str:
     """Seconds as a Prometheus duration: whole seconds as `5s`, fractions in milliseconds (`500ms`)."""
     if seconds <= 0:
@@ -77,29 +194,35 @@ def duration(seconds: float) -> str:
 def render_config(targets: Sequence[str], scrape_interval_s: float, written_by: str,
                   api_targets: Sequence[str] = ()) -> str:
     """prometheus.yml, from templates/monitoring/prometheus.yml.j2: Triton's metrics port, and the API's
-    /metrics where one runs beside it."""
-    import jinja2
-
-    if not TEMPLATE.is_file():
-        raise TritonizeError(f"missing template {TEMPLATE}", hint="reinstall tritonize")
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
-    return env.from_string(TEMPLATE.read_text()).render(
+    /metrics where one runs beside it; the rules in RULES_FILE beside it."""
+    return _render(
+        TEMPLATE,
         written_by=written_by,
         scrape_interval=duration(scrape_interval_s),
         scrape_timeout=duration(min(scrape_interval_s, MAX_SCRAPE_TIMEOUT_S)),
+        rule_files=[RULES_FILE],
         jobs={JOB: list(targets), **({API_JOB: list(api_targets)} if api_targets else {})},
     )
 
 
 def compose_config() -> str:
     """monitoring/prometheus/prometheus.yml, the compose profile's configuration."""
-    return render_config(
-        [COMPOSE_TARGET],
-        DEFAULT_SCRAPE_INTERVAL_S,
-        written_by=f"Rendered from templates/monitoring/prometheus.yml.j2: "
-        f"python -m tritonize.runtime.monitoring > {COMPOSE_CONFIG}",
-        api_targets=[COMPOSE_API_TARGET],
-    )
+    return render_config([COMPOSE_TARGET], DEFAULT_SCRAPE_INTERVAL_S, written_by=COMPOSE_WRITTEN_BY,
+                         api_targets=[COMPOSE_API_TARGET])
+
+
+def compose_rules() -> str:
+    """monitoring/prometheus/rules.yml, the compose profile's rules (the local Prometheus writes the same)."""
+    return render_rules(COMPOSE_WRITTEN_BY)
+
+
+def write_configuration(directory: Path, targets: Sequence[str], scrape_interval_s: float, written_by: str,
+                        api_targets: Sequence[str] = ()) -> Path:
+    """prometheus.yml and the rules it names, into `directory`; the configuration's path."""
+    (directory / RULES_FILE).write_text(render_rules(written_by))
+    config = directory / CONFIG_FILE
+    config.write_text(render_config(targets, scrape_interval_s, written_by, api_targets))
+    return config
 
 
 def find_binary(name: str = BINARY) -> Path:
@@ -187,11 +310,9 @@ class LocalPrometheus:
         (`api_target`, where one runs), wait until it is ready; its URL."""
         binary = binary or find_binary(self.options.binary)
         self.directory.mkdir(parents=True, exist_ok=True)
-        (self.directory / CONFIG_FILE).write_text(
-            render_config([target], self.options.scrape_interval_s,
-                          written_by=f"Written by `deploy.py local up --monitoring` for the server at {target}.",
-                          api_targets=[api_target] if api_target else ())
-        )
+        write_configuration(self.directory, [target], self.options.scrape_interval_s,
+                            written_by=f"Written by `deploy.py local up --monitoring` for the server at {target}.",
+                            api_targets=[api_target] if api_target else ())
         if self.log_file.exists():
             self.log_file.replace(self.log_file.with_suffix(".log.1"))
         cmd = self.command(binary)
@@ -274,7 +395,6 @@ def sample_query(prometheus_url: str, query: str = EXAMPLE_QUERY) -> str:
     return f"curl -sG {prometheus_url}/api/v1/query --data-urlencode 'query={query}'"
 
 
-if __name__ == "__main__":  # `python -m tritonize.runtime.monitoring > monitoring/prometheus/prometheus.yml`
-    import sys
-
-    sys.stdout.write(compose_config())
+if __name__ == "__main__":  # `python -m tritonize.runtime.monitoring`: rewrites the compose profile's two files
+    COMPOSE_CONFIG.write_text(compose_config())
+    COMPOSE_RULES.write_text(compose_rules())

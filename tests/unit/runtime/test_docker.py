@@ -709,11 +709,14 @@ def test_prometheus_scrapes_whichever_triton_service_runs() -> None:
 
     services = default_compose()["services"]
     prometheus = services["prometheus"]
-    (config_mount,) = [v for v in prometheus["volumes"] if v["type"] == "bind"]
-    assert config_mount["read_only"] is True and config_mount["bind"] == {"create_host_path": False}
-    assert COMPOSE.parent / config_mount["source"] == COMPOSE.parent / monitoring.COMPOSE_CONFIG
-    assert f"--config.file={config_mount['target']}" in prometheus["command"]
-    config = yaml.safe_load((COMPOSE.parent / config_mount["source"]).read_text())
+    # One read-only folder: the configuration, and the rules it names relative to itself.
+    (folder,) = [v for v in prometheus["volumes"] if v["type"] == "bind"]
+    assert folder["read_only"] is True and folder["bind"] == {"create_host_path": False}
+    assert COMPOSE.parent / folder["source"] == COMPOSE.parent / monitoring.COMPOSE_DIR
+    assert f"--config.file={folder['target']}/{monitoring.COMPOSE_CONFIG.name}" in prometheus["command"]
+    config = yaml.safe_load((COMPOSE.parent / monitoring.COMPOSE_CONFIG).read_text())
+    assert config["rule_files"] == [monitoring.COMPOSE_RULES.name]
+    assert (COMPOSE.parent / monitoring.COMPOSE_RULES).is_file()
     job, api_job = config["scrape_configs"]
     (target,) = job["static_configs"][0]["targets"]
     # The API service's own /metrics, on its compose port.

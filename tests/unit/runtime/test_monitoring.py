@@ -1,7 +1,9 @@
 """The monitoring stack offline: the dashboard shows what operators need (queue against compute time per step,
-batch size, request rate and errors, latency, the served steps' counters); the compose profile's Prometheus
-configuration is the template's rendering; promtool accepts it; a missing or failing `prometheus` is one clear
-line.
+batch size, request rate and errors, latency, the served steps' counters), the second what the models answer
+(a heatmap per output statistic, drift, versions); the compose profile's Prometheus configuration and rules are
+the templates' rendering; promtool accepts them, and its rule tests find the drift record equal to the KS
+distance computed here and each alert firing where it should and nowhere else; a missing or failing
+`prometheus` is one clear line.
 """
 
 from __future__ import annotations
@@ -13,13 +15,27 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
-from support.monitoring import DASHBOARD, ROOT, dashboard, deploy, exprs, metric_names, need, panels
+from support.monitoring import (
+    DASHBOARD,
+    DASHBOARDS,
+    OUTPUTS_DASHBOARD,
+    ROOT,
+    dashboard,
+    deploy,
+    exprs,
+    metric_names,
+    need,
+    panels,
+    recorded_names,
+)
 from tritonize.errors import TritonizeError
 from tritonize.runtime import monitoring as mon
 from tritonize.runtime import process
+from tritonize.serving import statistics
 from tritonize.serving.metrics import COUNTERS
 
 PROVISIONING = ROOT / "monitoring" / "grafana" / "provisioning"
@@ -64,8 +80,9 @@ def test_the_dashboard_shows_what_operators_need() -> None:
     assert {p["title"] for p in dash["panels"] if p["type"] == "row"} >= {"Latency, from Triton's metrics", "Batching"}
 
 
-def test_every_query_follows_the_data_source_and_model_variables() -> None:
-    dash = dashboard()
+@pytest.mark.parametrize("path", DASHBOARDS, ids=lambda p: p.name)
+def test_every_query_follows_the_data_source_and_model_variables(path: Path) -> None:
+    dash = dashboard(path)
     variables = {v["name"]: v for v in dash["templating"]["list"]}
     assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
     model = variables["model"]
@@ -76,10 +93,36 @@ def test_every_query_follows_the_data_source_and_model_variables() -> None:
         assert p["description"], p["title"]
         for t in p["targets"]:
             assert t["datasource"] == p["datasource"]
-            selectors = re.findall(r"\b(?:nv|tritonize)_\w+(\{[^}]*\})?", t["expr"])
+            # Scraped series (nv_*, tritonize_*) and recorded ones (level:tritonize_*:operations).
+            selectors = re.findall(r"(?<![\w:])(?:\w+:)?(?:nv|tritonize)_[\w:]*(\{[^}]*\})?", t["expr"])
             assert selectors and all('model=~"$model"' in s for s in selectors), t["expr"]
     ids = [p["id"] for p in dash["panels"]]
-    assert len(ids) == len(set(ids)) and dash["uid"] == "tritonize" and dash["editable"] is False
+    assert len(ids) == len(set(ids)) and dash["editable"] is False
+    assert dash["templating"] == dashboard()["templating"]  # the same variables on every dashboard
+
+
+def test_each_dashboard_has_its_own_uid_and_grafana_provisions_them_all() -> None:
+    assert [dashboard(p)["uid"] for p in DASHBOARDS] == ["tritonize", "tritonize-outputs"]
+    assert {p.name for p in DASHBOARD.parent.glob("*.json")} == {p.name for p in DASHBOARDS}
+
+
+def test_the_outputs_dashboard_shows_each_distribution_its_drift_and_the_versions() -> None:
+    dash = dashboard(OUTPUTS_DASHBOARD)
+    by_panel = {p["title"]: p for p in panels(dash)}
+    for name, help_text in statistics.HISTOGRAMS.items():  # a heatmap of each histogram's buckets over time
+        (heatmap,) = [p for p in by_panel.values() if p["type"] == "heatmap" and help_text in p["description"]]
+        (target,) = heatmap["targets"]
+        assert target["format"] == "heatmap" and heatmap["options"]["calculate"] is False
+        assert target["expr"] == f'sum by (le) (increase({name}_bucket{{model=~"$model"}}[$__rate_interval]))'
+    read = set().union(*(metric_names(e) for _, e in exprs(dash)))
+    assert set(statistics.COUNTERS) <= read, set(statistics.COUNTERS) - read
+    assert recorded_names() <= read  # the drift scores
+    served = {f"{n}_bucket" for n in statistics.HISTOGRAMS} | {f"{n}_count" for n in statistics.HISTOGRAMS}
+    api = {"tritonize_api_requests_total", "tritonize_api_request_duration_seconds_bucket",
+           "tritonize_api_shadow_agreement_bucket"}
+    assert read <= served | set(statistics.COUNTERS) | recorded_names() | api, read - served - api
+    versions = [e for t, e in exprs(dash) if t.startswith(("API", "Shadow"))]
+    assert len(versions) >= 4 and all("by (model, version" in e for e in versions)
 
 
 def test_grafana_provisioning_reads_the_compose_services() -> None:
@@ -101,14 +144,14 @@ def test_grafana_provisioning_reads_the_compose_services() -> None:
 def test_compose_prometheus_config_is_the_rendering() -> None:
     assert (ROOT / mon.COMPOSE_CONFIG).read_text() == mon.compose_config(), (
         f"{mon.COMPOSE_CONFIG} drifted from {mon.TEMPLATE.relative_to(mon.TEMPLATE.parents[2])}: "
-        f"python -m tritonize.runtime.monitoring > {mon.COMPOSE_CONFIG}"
+        "python -m tritonize.runtime.monitoring"
     )
 
 
 def test_promtool_accepts_the_compose_and_the_local_config(tmp_path: Path) -> None:
     promtool = need("promtool")
-    local = tmp_path / "prometheus.yml"
-    local.write_text(mon.render_config(["127.0.0.1:8002"], 0.5, written_by="test"))
+    local = mon.write_configuration(tmp_path, ["127.0.0.1:8002"], 0.5, written_by="test")
+    assert (tmp_path / mon.RULES_FILE).read_text().splitlines()[3:] == mon.compose_rules().splitlines()[3:]
     for config in (ROOT / mon.COMPOSE_CONFIG, local):
         result = subprocess.run([promtool, "check", "config", str(config)], capture_output=True, text=True,
                                 timeout=60)
@@ -166,3 +209,153 @@ def test_a_prometheus_that_will_not_start_is_reported_with_its_log(tmp_path: Pat
 @pytest.mark.parametrize(("seconds", "text"), [(1, "1s"), (5.0, "5s"), (0.5, "500ms"), (2.25, "2250ms")])
 def test_scrape_intervals_are_prometheus_durations(seconds: float, text: str) -> None:
     assert mon.duration(seconds) == text
+
+
+# --------------------------------------------------------------------------- rules: drift and alerts
+
+STEP = "1m"  # the synthetic series' sample interval and the rules' evaluation interval in promtool's tests
+MINUTES = 60  # how long each synthetic series runs
+
+
+def test_compose_rules_are_the_rendering() -> None:
+    assert (ROOT / mon.COMPOSE_RULES).read_text() == mon.compose_rules(), (
+        f"{mon.COMPOSE_RULES} drifted from {mon.RULES_TEMPLATE.name}: python -m tritonize.runtime.monitoring")
+
+
+def test_promtool_checks_the_rules_and_every_histogram_has_its_drift_record() -> None:
+    promtool = need("promtool")
+    result = subprocess.run([promtool, "check", "rules", str(ROOT / mon.COMPOSE_RULES)], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0 and "SUCCESS" in result.stdout, result.stdout + result.stderr
+    groups = yaml.safe_load((ROOT / mon.COMPOSE_RULES).read_text())["groups"]
+    records = [r for g in groups for r in g["rules"] if "record" in r]
+    assert {r["labels"]["statistic"] for r in records} == set(statistics.HISTOGRAMS)
+    assert {r["record"] for r in records} == {mon.DRIFT.record}
+    assert {r["alert"] for g in groups for r in g["rules"] if "alert" in r} == {a.name for a in mon.ALERTS}
+
+
+def series(name: str, labels: dict, per_step: float) -> dict:
+    """A counter that grows by `per_step` every STEP, for MINUTES steps."""
+    body = ",".join(f'{k}="{v}"' for k, v in {**labels, "job": mon.JOB, "instance": "triton:8002"}.items())
+    return {"series": f"{name}{{{body}}}", "values": f"0+{per_step:g}x{MINUTES}"}
+
+
+def gauge(name: str, labels: dict, value: float) -> dict:
+    body = ",".join(f'{k}="{v}"' for k, v in {**labels, "job": mon.JOB, "instance": "triton:8002"}.items())
+    return {"series": f"{name}{{{body}}}", "values": f"{value!r}x{MINUTES}"}
+
+
+def histogram(name: str, labels: dict, bounds: list[float], rows: np.ndarray, le: str = "{:g}") -> list[dict]:
+    """A histogram that records the same `rows` every STEP, its bucket bounds written as `le` formats them."""
+    cumulative = [int((rows <= b).sum()) for b in bounds]
+    buckets = [series(f"{name}_bucket", {**labels, "le": le.format(b)}, n) for b, n in zip(bounds, cumulative)]
+    return [*buckets, series(f"{name}_bucket", {**labels, "le": "+Inf"}, len(rows)),
+            series(f"{name}_count", labels, len(rows)), series(f"{name}_sum", labels, float(rows.sum()))]
+
+
+def baseline(name: str, labels: dict, bounds: list[float], sample: np.ndarray) -> list[dict]:
+    return [*(gauge(name + statistics.BASELINE_SUFFIX, {**labels, "le": f"{b:g}"}, float((sample <= b).mean()))
+              for b in bounds), gauge(name + statistics.BASELINE_SUFFIX, {**labels, "le": "+Inf"}, 1.0)]
+
+
+def promtool_test(tmp_path: Path, input_series: list[dict], **checks) -> None:
+    """`promtool test rules` of the committed rules on `input_series`; `checks`: its alert_rule_test and
+    promql_expr_test lists."""
+    promtool = need("promtool")
+    (tmp_path / "test.yml").write_text(yaml.safe_dump({
+        "rule_files": [str(ROOT / mon.COMPOSE_RULES)],
+        "evaluation_interval": STEP,
+        "tests": [{"interval": STEP, "input_series": input_series, **checks}],
+    }, sort_keys=False))
+    result = subprocess.run([promtool, "test", "rules", str(tmp_path / "test.yml")], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0 and "SUCCESS" in result.stdout, result.stdout + result.stderr
+
+
+def test_the_drift_record_is_the_binned_ks_distance_and_the_alert_fires_on_drift_alone(tmp_path: Path) -> None:
+    """Token counts per text: a baseline sample, bounds at its quartiles' neighbourhood, and three windows that
+    repeat one minute's rows: drawn from the baseline itself, from longer texts, and too few to judge."""
+    rng = np.random.default_rng(7)
+    name = "tritonize_tokens_per_text"
+    sample = np.round(rng.lognormal(3.0, 0.5, 2000))
+    bounds = [8.0, 16.0, 24.0, 32.0, 64.0]
+    windows = {  # model -> (one minute's rows, how Prometheus stores the buckets' `le`)
+        "steady": (rng.choice(sample, 40), "{:g}"),  # as Prometheus 2 stores Triton's page
+        "longer": (np.round(rng.lognormal(3.4, 0.5, 40)), "{:.1f}"),  # as Prometheus 3 rewrites it: le="8.0"
+        "quiet": (rng.choice(sample, 5), "{:g}"),  # 150 rows in the window: under DRIFT.min_rows
+    }
+    rows_per_window = {m: len(rows) * int(mon.DRIFT.window.rstrip("m")) for m, (rows, _) in windows.items()}
+    assert rows_per_window["quiet"] < mon.DRIFT.min_rows <= rows_per_window["steady"]
+
+    def ks(rows: np.ndarray) -> float:  # the two empirical distributions at the bounds, compared by numpy
+        return float(max(abs((rows <= b).mean() - float((sample <= b).mean())) for b in bounds))
+
+    expected = {m: ks(rows) for m, (rows, _) in windows.items()}
+    assert expected["steady"] < mon.DRIFT.max_ks < expected["longer"]
+    input_series = []
+    for model, (rows, le) in windows.items():
+        labels = {"model": model, "version": "1"}
+        input_series += histogram(name, labels, bounds, rows, le) + baseline(name, labels, bounds, sample)
+    at = f"{MINUTES - 5}m"
+    labels = {"version": "1", "statistic": name}
+    promtool_test(tmp_path, input_series, promql_expr_test=[
+        {"expr": f"abs({mon.DRIFT.record} - on (model) group_left label_replace(vector({v!r}), \"model\", "
+                 f"\"{m}\", \"\", \"\")) < bool 1e-9", "eval_time": at,
+         "exp_samples": [{"labels": f"{{model=\"{m}\",version=\"1\",statistic=\"{name}\"}}", "value": 1}]}
+        for m, v in expected.items() if m != "quiet"] + [
+        {"expr": f'{mon.DRIFT.record}{{model="quiet"}}', "eval_time": at, "exp_samples": []},
+    ], alert_rule_test=[{"eval_time": at, "alertname": "TritonizeOutputDrift", "exp_alerts": [{
+        "exp_labels": {"severity": "warning", "model": "longer", **labels},
+        "exp_annotations": {
+            "summary": f"longer version 1: {name} drifted from its baseline",
+            "description": f"Over the last {mon.DRIFT.window} the distribution of {name} is "
+                           f"{expected['longer']:.2f} (Kolmogorov-Smirnov) from the baseline's, above "
+                           f"{mon.DRIFT.max_ks:g}: the inputs or the model changed."},
+    }]}])
+    print(f"\nKS distances: {expected}")
+
+
+def test_each_alert_fires_on_its_synthetic_series_and_stays_quiet_on_the_baseline(tmp_path: Path) -> None:
+    """Per alert, a model that passes its bound ("loud"), one at a normal rate ("calm") and, where the bound is a
+    share, one that passes it on too few requests to judge ("rare"). Counts grow by the stated amount a minute."""
+    api = mon.API_REQUESTS
+    input_series = [
+        series(mon.TEXTS, {"model": "loud"}, 100), series(mon.TRUNCATED, {"model": "loud"}, 20),  # 20 % truncated
+        series(mon.TEXTS, {"model": "calm"}, 100), series(mon.TRUNCATED, {"model": "calm"}, 2),
+        series(mon.TEXTS, {"model": "rare"}, 1), series(mon.TRUNCATED, {"model": "rare"}, 1),  # 10 texts in 10 min
+        series(mon.REFUSED, {"model": "loud", "reason": "empty"}, 6),  # 0.1 refused per text, over two reasons
+        series(mon.REFUSED, {"model": "loud", "reason": "too_long"}, 4),
+        series(mon.REFUSED, {"model": "calm", "reason": "empty"}, 1),
+        # Triton: a step's backend failures; an ensemble's refusals (reason OTHER, counted twice) are no failure.
+        series("nv_inference_request_success", {"model": "loud", "version": "1"}, 100),
+        series("nv_inference_request_failure", {"model": "loud", "version": "1", "reason": "BACKEND"}, 5),
+        series("nv_inference_request_success", {"model": "calm", "version": "1"}, 100),
+        series("nv_inference_request_failure", {"model": "calm", "version": "1", "reason": "OTHER"}, 20),
+        series("nv_inference_request_failure", {"model": "calm", "version": "1", "reason": "BACKEND"}, 0),
+        # The API: 5xx against 4xx (the caller's fault, not the server's).
+        series(api, {"route": "/v1/embeddings", "model": "loud", "status": "200"}, 100),
+        series(api, {"route": "/v1/embeddings", "model": "loud", "status": "503"}, 3),
+        series(api, {"route": "/v1/embeddings", "model": "calm", "status": "200"}, 100),
+        series(api, {"route": "/v1/embeddings", "model": "calm", "status": "422"}, 30),
+    ]
+    at = f"{MINUTES - 5}m"
+
+    def fires(alert: str, summary: str, description: str) -> dict:
+        return {"eval_time": at, "alertname": alert, "exp_alerts": [{
+            "exp_labels": {"severity": "warning", "model": "loud"},
+            "exp_annotations": {"summary": summary, "description": description}}]}
+
+    promtool_test(tmp_path, input_series, alert_rule_test=[
+        fires("TritonizeTextsTruncated", "loud: many texts truncated",
+              "20% of the texts were longer than the max length (the bound is 10%): the model saw only their "
+              "first tokens."),
+        fires("TritonizeInputsRefused", "loud: many requests refused",
+              "0.10 requests refused (INVALID_ARG) per text accepted (the bound is 0.05): a client sends what "
+              f"cannot be served; {mon.REFUSED} says why."),
+        fires("TritonizeTritonFailures", "loud: requests failing in Triton",
+              "4.762% of the requests failed in a backend or at a full queue (the bound is 1%)."),
+        fires("TritonizeApiErrors", "loud: the HTTP API answers 5xx",
+              "2.913% of the API's requests were answered 5xx (the bound is 1%)."),
+        # Before the `for` has passed, nothing fires.
+        {"eval_time": "4m", "alertname": "TritonizeTextsTruncated", "exp_alerts": []},
+    ])
