@@ -29,6 +29,10 @@ class Answers(abc.ABC):
     sample_first: ClassVar[str] = ""
     # Whether the ensemble also returns each row's tokens: where its first step tokenizes, and so knows them.
     reports_tokens: ClassVar[bool] = True
+    # How a new version is rolled out beside the served one (tritonize/rollout.py): "canary" where callers may get
+    # either version's answers, "shadow" where two versions' answers live in two spaces (vectors), so the new one
+    # is only compared in the background; None where neither is served.
+    rollout: ClassVar[str | None] = "canary"
 
     @property
     def name(self) -> str:

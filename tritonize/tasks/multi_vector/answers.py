@@ -48,6 +48,7 @@ def vectors(outputs: dict[str, np.ndarray]) -> list[np.ndarray]:
 
 
 class MultiVectorAnswers(Answers):
+    rollout = None
     head_type = Head
     output_names = (VECTORS, COUNTS)
     text_inputs = (TensorSpec(TEXT_INPUT, "TYPE_STRING", (1,)), TensorSpec(FORM_INPUT, "TYPE_STRING", (1,)))
