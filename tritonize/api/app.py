@@ -81,9 +81,10 @@ class Guard:
                 state.in_flight_gauge.dec()
         finally:
             route = path if path in self.routes else "unmatched"
-            model = (scope.get("state") or {}).get("model", "")
-            state.requests.labels(route, model, str(status[0])).inc()
-            state.latency.labels(route, model).observe(time.perf_counter() - start)
+            served = scope.get("state") or {}
+            model, version = served.get("model", ""), served.get("version", "")
+            state.requests.labels(route, model, version, str(status[0])).inc()
+            state.latency.labels(route, model, version).observe(time.perf_counter() - start)
 
     @property
     def routes(self) -> frozenset[str]:
@@ -157,6 +158,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
         try:
             yield
         finally:
+            await state.rollouts.drain()
             await state.backend.close()
 
     # Swagger UI and ReDoc from the API itself (fastapi-offline's copies): the docs load where nothing outside is
