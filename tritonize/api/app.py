@@ -23,6 +23,7 @@ from .routes import COHERE_PATHS, NIM_PATHS, ROUTERS, TEI_PATHS
 from .state import ApiSettings, ApiState, json_response
 
 OPEN_PATHS = frozenset({"/health"})  # answered without a key: probes send none
+VERSION_HEADER = b"x-model-version"  # the version of the model that answered
 DRAIN_CAP = 64 * 1024 * 1024  # a refused body up to this size is read to its end before the 413
 
 
@@ -57,6 +58,9 @@ class Guard:
         async def sending(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status[0] = message["status"]
+                version = (scope.get("state") or {}).get("version")
+                if version:  # which version answered: during a canary, either of two
+                    message = {**message, "headers": [*message.get("headers", []), (VERSION_HEADER, version.encode())]}
             await send(message)
 
         try:

@@ -105,11 +105,11 @@ def start(server: Server, model: str | None, kind: str, version: int, percent: f
     manifest = read_manifest(repository, model)
     name, answers = manifest.name, task_of(manifest.model.head).answers
     if answers.rollout != kind:
-        other = {CANARY: f"use `shadow`: {name} is a {answers.name} model, and two versions' vectors live in two "
-                         "spaces, so callers must not get both",
-                 SHADOW: f"use `canary`: {name} is a {answers.name} model, whose versions' answers callers may mix"}
-        raise TritonizeError(f"no {kind} for {name}: " + other.get(answers.rollout, f"{answers.name} models are rolled "
-                                                                                     "out with `switch` only"))
+        why = {SHADOW: f"{name} is a {answers.name} model, and two versions' vectors live in two spaces, so callers "
+                       "must not get both; a shadow compares them instead",
+               CANARY: f"{name} is a {answers.name} model, whose versions' answers callers may get side by side"}
+        raise TritonizeError(f"no {kind} for {name}: " + (f"use `{answers.rollout}` ({why[answers.rollout]})"
+                             if answers.rollout else f"{answers.name} models move to a new version with `switch`"))
     if not 0 < percent <= 100:
         raise TritonizeError(f"the {kind}'s share is {percent:g}%, and must be in (0, 100]")
     if version != manifest.version:
