@@ -231,9 +231,10 @@ def test_metrics_count_requests_by_route_model_and_status(served) -> None:
     api.call("POST", "/v1/embeddings", {"model": "nope", "input": "x"})
     req = urllib.request.Request(api.url + "/metrics", headers={"Authorization": f"Bearer {KEY}"})
     text = urllib.request.urlopen(req, timeout=10).read().decode()
-    assert f'tritonize_api_requests_total{{model="{repo.name}",route="/v1/embeddings",status="200"}}' in text
-    assert 'route="/v1/embeddings",status="404"' in text
-    assert f'tritonize_api_request_duration_seconds_count{{model="{repo.name}",route="/v1/embeddings"}}' in text
+    assert f'tritonize_api_requests_total{{model="{repo.name}",route="/v1/embeddings",status="200",version="1"}}' in text
+    assert 'route="/v1/embeddings",status="404",version=""' in text
+    assert (f'tritonize_api_request_duration_seconds_count{{model="{repo.name}",route="/v1/embeddings",version="1"}}'
+            in text)
 
 
 def test_beyond_the_in_flight_bound_is_429_with_retry_after(served) -> None:

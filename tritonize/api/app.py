@@ -23,6 +23,7 @@ from .routes import COHERE_PATHS, NIM_PATHS, ROUTERS, TEI_PATHS
 from .state import ApiSettings, ApiState, json_response
 
 OPEN_PATHS = frozenset({"/health"})  # answered without a key: probes send none
+VERSION_HEADER = b"x-model-version"  # the version of the model that answered
 DRAIN_CAP = 64 * 1024 * 1024  # a refused body up to this size is read to its end before the 413
 
 
@@ -57,6 +58,9 @@ class Guard:
         async def sending(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status[0] = message["status"]
+                version = (scope.get("state") or {}).get("version")
+                if version:  # which version answered: during a canary, either of two
+                    message = {**message, "headers": [*message.get("headers", []), (VERSION_HEADER, version.encode())]}
             await send(message)
 
         try:
@@ -81,9 +85,10 @@ class Guard:
                 state.in_flight_gauge.dec()
         finally:
             route = path if path in self.routes else "unmatched"
-            model = (scope.get("state") or {}).get("model", "")
-            state.requests.labels(route, model, str(status[0])).inc()
-            state.latency.labels(route, model).observe(time.perf_counter() - start)
+            served = scope.get("state") or {}
+            model, version = served.get("model", ""), served.get("version", "")
+            state.requests.labels(route, model, version, str(status[0])).inc()
+            state.latency.labels(route, model, version).observe(time.perf_counter() - start)
 
     @property
     def routes(self) -> frozenset[str]:
@@ -157,6 +162,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
         try:
             yield
         finally:
+            await state.rollouts.drain()
             await state.backend.close()
 
     # Swagger UI and ReDoc from the API itself (fastapi-offline's copies): the docs load where nothing outside is

@@ -45,14 +45,16 @@ class TritonBackend:
             self._client = None
 
     async def infer(self, model: ServedModel, inputs: Mapping[str, Sequence[str]],
-                    outputs: Sequence[str]) -> dict[str, np.ndarray]:
-        """The named outputs for every row of `inputs` (equal-length columns), in row order."""
+                    outputs: Sequence[str], ensemble: str | None = None) -> dict[str, np.ndarray]:
+        """The named outputs for every row of `inputs` (equal-length columns), in row order, through the model's
+        ensemble (or `ensemble`: a rollout's candidate, which takes and returns the same tensors)."""
         rows = len(next(iter(inputs.values())))
         size = model.max_batch_size
+        name = ensemble or model.name
         if rows <= size:
-            return await self._infer_once(model.name, inputs, outputs)
+            return await self._infer_once(name, inputs, outputs)
         parts = await asyncio.gather(*(
-            self._infer_once(model.name, {k: v[lo:lo + size] for k, v in inputs.items()}, outputs)
+            self._infer_once(name, {k: v[lo:lo + size] for k, v in inputs.items()}, outputs)
             for lo in range(0, rows, size)))
         return {name: np.concatenate([p[name] for p in parts]) for name in outputs}
 

@@ -13,6 +13,7 @@ from pydantic import BaseModel, RootModel
 
 from .backend import DEFAULT_TIMEOUT_S, TritonBackend
 from .catalog import Catalog, ServedModel
+from .rollouts import Rollouts
 from .schemas import TEIInfo
 from .task_routes import routes_of
 
@@ -66,11 +67,13 @@ class ApiState:
         self.in_flight = 0
         self.route_paths: frozenset[str] = frozenset()  # the app's own routes: the metrics' route label
         self.registry = CollectorRegistry()
-        self.requests = Counter("tritonize_api_requests", "API requests by route, model and status",
-                                ("route", "model", "status"), registry=self.registry)
-        self.latency = Histogram("tritonize_api_request_duration_seconds", "API request latency by route and model",
-                                 ("route", "model"), registry=self.registry,
+        self.requests = Counter("tritonize_api_requests", "API requests by route, model, the model's version that "
+                                "answered and status", ("route", "model", "version", "status"), registry=self.registry)
+        self.latency = Histogram("tritonize_api_request_duration_seconds", "API request latency by route, model and "
+                                 "version", ("route", "model", "version"), registry=self.registry,
                                  buckets=(0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+        self.rollouts = Rollouts(settings.repository, self.registry,
+                                 lambda name: self.catalog.find_any(name).manifest.version)
         self.in_flight_gauge = Gauge("tritonize_api_in_flight", "API requests being answered", registry=self.registry)
 
     async def open(self) -> None:

@@ -12,11 +12,22 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from .. import tasks
 from ..manifest import Manifest, load_entries
 from ..serving import health
 from ..serving.health import HEALTH_FILE
-from ..spec import MANIFEST_FILE, MODELS_KEY, README_FILE, VERIFICATION_FILE, GenerateOptions, RepoSpec, repo_paths
+from ..spec import (
+    MANIFEST_FILE,
+    MODELS_KEY,
+    README_FILE,
+    VERIFICATION_FILE,
+    VERSION_MANIFEST_FILE,
+    GenerateOptions,
+    RepoSpec,
+    repo_paths,
+)
 from ..verify import VerificationReport
 from .planning import fused_config_name, plan
 from .rendering import RenderedFile, model_files, render_layout
@@ -54,7 +65,14 @@ def render(repo: RepoSpec, manifest: Manifest, report: VerificationReport,
     entries = [entry if e.name == repo.name else e for e in index]
     if repo.name not in {e.name for e in index}:
         entries.append(entry)
-    return model_files(repo, report, calibration, statistics) + index_files(entries)
+    return model_files(repo, report, calibration, statistics) + [version_manifest(repo, entry)] + index_files(entries)
+
+
+def version_manifest(repo: RepoSpec, entry: IndexEntry) -> RenderedFile:
+    """The manifest entry of the version being written, kept in its model step's folder: the index keeps only the
+    newest version's, and a rollout compares the two versions it serves (tritonize/rollout.py)."""
+    return RenderedFile(f"{repo.model_name}/{repo.version}/{VERSION_MANIFEST_FILE}",
+                        yaml.safe_dump(entry.manifest, sort_keys=False))
 
 
 def index_files(entries: list[IndexEntry]) -> list[RenderedFile]:

@@ -117,6 +117,15 @@ class Runtime(abc.ABC):
         )
 
 
+    def controlled(self):
+        """The running server under model control, for a canary or shadow rollout (`runtime/rollout.py`)."""
+        raise TritonizeError(
+            f"{type(self).__name__} does not load versions in a running server",
+            hint="serve the repository with `deploy.py local up --model-control explicit`, or roll a new server over "
+                 "(docs/operate.md, 'Versions')",
+        )
+
+
 def http_get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
     """GET without raising on HTTP errors; (0, b"") when nothing answers."""
     return _send(urllib.request.Request(url), timeout)

@@ -12,15 +12,18 @@ from pathlib import Path
 
 from ..console import out
 from ..errors import TritonizeError
+from ..rollout import CANARY, SHADOW, Rollout
 from . import docker, local
 from .base import Endpoints, Runtime, ServerOptions, sample_api_curl, sample_curl, served_manifests
+from . import rollout as rollout_state
 from .monitoring import sample_query
 
 RUNTIMES = {
     "local": (local, "the tritonserver binary from the nvidia-pytriton wheel (no Docker)"),
     "docker": (docker, "NVIDIA's Triton container, through the docker SDK"),
 }
-ACTIONS = ("up", "down", "status", "logs", "switch")
+ACTIONS = ("up", "down", "status", "logs", "switch", CANARY, SHADOW)
+ROLLOUT_STEPS = ("start", "promote", "rollback", "status")  # what `canary` and `shadow` do (start by default)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,6 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     for name, (module, help_text) in RUNTIMES.items():
         p = runtimes.add_parser(name, help=help_text)
         p.add_argument("action", choices=ACTIONS)
+        p.add_argument("step", nargs="?", choices=ROLLOUT_STEPS, default="start",
+                       help="`canary` and `shadow`: start (the default), promote, rollback or status")
         add_common_arguments(p)
         module.add_arguments(p)
         p.set_defaults(func=run, runtime=name)
@@ -52,7 +57,17 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--log-verbose", type=int, default=d.log_verbose)
     p.add_argument("--model", default=None,
-                   help="`switch`: the model whose new version to serve, where the repository holds several")
+                   help="`switch`, `canary`, `shadow`: the model whose new version to serve, where the repository "
+                        "holds several")
+    p.add_argument("--version", type=int, default=None,
+                   help="`canary`, `shadow`: the new version (written by `generate --version N`) served beside the "
+                        "served one")
+    p.add_argument("--weight", type=float, default=10.0,
+                   help="`canary`: the percent of the model's API requests answered by the new version "
+                        "(default: %(default)s)")
+    p.add_argument("--share", type=float, default=20.0,
+                   help="`shadow`: the percent of the model's API requests mirrored to the new version "
+                        "(default: %(default)s)")
     p.add_argument("--tail", type=int, default=200, help="lines shown by `logs`")
 
 
@@ -76,9 +91,12 @@ def make_runtime(args: argparse.Namespace) -> Runtime:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.model and args.action != "switch":
-        raise TritonizeError(f"--model goes with `switch` (`{args.action}` serves or reports every model)")
+    if args.model and args.action not in ("switch", CANARY, SHADOW):
+        raise TritonizeError(f"--model goes with `switch`, `canary` and `shadow` (`{args.action}` serves or reports "
+                             "every model)")
     runtime = make_runtime(args)
+    if args.action in (CANARY, SHADOW):
+        return run_rollout(runtime, args)
     if args.action == "up":
         endpoints = runtime.up()
         print_summary(endpoints, args.repository, runtime)
@@ -108,6 +126,43 @@ def run(args: argparse.Namespace) -> int:
     elif args.action == "logs":
         out.print(runtime.logs(args.tail), end="", markup=False, highlight=False, soft_wrap=True)
     return 0
+
+
+def run_rollout(runtime: Runtime, args: argparse.Namespace) -> int:
+    """`canary` and `shadow`: start, promote, roll back or report a model's rollout."""
+    if args.step == "status":
+        print_rollout(rollout_state.current(args.repository, args.model))
+        return 0
+    server = runtime.controlled()
+    if args.step == "start":
+        if args.version is None:
+            raise TritonizeError(f"`{args.action}` needs --version N, the version to serve beside the served one")
+        percent = args.weight if args.action == CANARY else args.share
+        print_rollout(rollout_state.start(server, args.model, args.action, args.version, percent))
+    elif args.step == "promote":
+        done = rollout_state.promote(server, args.model)
+        out.print(f"[bold green]Serving version {done.version}[/] (was {', '.join(map(str, done.previous)) or '-'})")
+    else:
+        undone = rollout_state.rollback(server, args.model)
+        out.print(f"[bold]Rolled back[/]: serving version {undone.main} of {undone.model} alone")
+    return 0
+
+
+def print_rollout(rollout: Rollout) -> None:
+    seen = rollout.observed
+    share = "routed" if rollout.kind == CANARY else "mirrored"
+    out.print(f"{rollout.kind} of {rollout.model}: version {rollout.candidate} ({rollout.candidate_name}) beside "
+              f"version {rollout.main}, {rollout.percent:g}% {share}; {rollout.state}"
+              + (f" ({rollout.reason})" if rollout.reason else ""), markup=False, highlight=False, soft_wrap=True)
+    ms = lambda s: "-" if s is None else f"{s * 1e3:.1f} ms"  # noqa: E731
+    if rollout.kind == CANARY:
+        out.print(f"  candidate: {seen.requests} requests, {seen.errors} failed, p99 {ms(seen.p99_s)} "
+                  f"(version {rollout.main}: p99 {ms(seen.main_p99_s)})")
+    else:
+        agreement = "-" if seen.agreement is None else f"mean {seen.agreement:.6f}, least {seen.agreement_min:.6f}"
+        gate = f", promote at least {rollout.gate:g}" if rollout.gate is not None else ""
+        out.print(f"  agreement ({rollout.comparison}) over {seen.requests} texts: {agreement}{gate}; "
+                  f"{seen.errors} mirrored requests failed")
 
 
 def print_summary(endpoints: Endpoints, repository: Path, runtime: Runtime) -> None:

@@ -45,7 +45,7 @@ from ..paths import child_pythonpath
 from ..repository import variant_config
 from ..serving.health import HEALTH_FILE, probe_file
 from ..spec import DEFAULT_VARIANT, VARIANT_CONFIGS
-from . import native_backend, process, versions
+from . import native_backend, process, rollout, versions
 from .instance import (
     ADMIN_HEADER,
     API_LOG_FILE,
@@ -455,6 +455,11 @@ class LocalRuntime(Runtime):
     def switch(self, model: str | None = None) -> versions.Switch:
         """Serve the version the repository now names for `model` (after `generate --version N`), refusing no
         request."""
+        server = self.controlled()
+        return versions.switch(server.http_url, server.repository, self.config_name, server.headers, self._say, model)
+
+    def controlled(self) -> rollout.Server:
+        """The running server, which must allow model control (loading versions needs it)."""
         found = self._instance()
         if found is None:
             raise TritonizeError(f"no local server on port {self.options.http_port}", hint="start one: deploy.py local up")
@@ -464,8 +469,8 @@ class LocalRuntime(Runtime):
                 f"the server on port {inst.http_port} runs without model control, so it cannot load a version",
                 hint="start it with `deploy.py local up --model-control explicit` (the API needs the instance's admin key)",
             )
-        return versions.switch(inst.endpoints.http, Path(inst.repository), self.config_name,
-                               {ADMIN_HEADER: admin_key(directory)}, self._say, model)
+        return rollout.Server(inst.endpoints.http, Path(inst.repository), self.config_name,
+                              {ADMIN_HEADER: admin_key(directory)}, self._say)
 
     def admin_headers(self, protocol: str = "http") -> dict[str, str]:
         """The header a client sends to use the restricted APIs of this server (gRPC prefixes Triton's name)."""

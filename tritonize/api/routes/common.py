@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -26,7 +27,8 @@ from ...tasks.sparse_embedding import answers as sparse_embedding
 from ...tasks.token_classification import answers as token_classification
 from .. import schemas as s
 from ..catalog import ServedModel
-from ..errors import STATUSES, invalid
+from ..errors import STATUSES, ApiError, invalid
+from ..rollouts import CALLER_FAULTS, CALLER_HEADER
 from ..state import ApiState, json_response
 
 EMBEDDING, CLASSIFICATION, RERANK = embedding.ANSWERS, classification.ANSWERS, rerank.ANSWERS
@@ -108,7 +110,26 @@ async def run(state: ApiState, request: Request, model: ServedModel,
     request.state.model = model.name
     answers: Answers = model.answers
     extra = [o for o in (TOKEN_COUNT_OUTPUT, TRUNCATED_OUTPUT) if o in state.outputs.get(model.name, ())]
-    return await state.backend.infer(model, answers.request(rows), [*answers.output_names, *extra])
+    inputs, outputs = answers.request(rows), [*answers.output_names, *extra]
+    target = state.rollouts.target(model.name, request.headers.get(CALLER_HEADER))
+    if target.candidate:  # a canary: a failure that is not the request's own is answered by the served version
+        start = time.perf_counter()
+        try:
+            answer = await state.backend.infer(model, inputs, outputs, target.name)
+        except ApiError as exc:
+            if exc.status in CALLER_FAULTS:
+                raise
+            state.rollouts.record(model.name, target, False, time.perf_counter() - start)
+            target = state.rollouts.served_target(model.name)
+        else:
+            state.rollouts.record(model.name, target, True, time.perf_counter() - start)
+            request.state.version = str(target.version)
+            return answer
+    request.state.version = str(target.version)
+    start = time.perf_counter()
+    answer = await state.backend.infer(model, inputs, outputs)
+    state.rollouts.record(model.name, target, True, time.perf_counter() - start)
+    return answer
 
 
 def tokens(answer: dict[str, np.ndarray]) -> int:
@@ -172,8 +193,16 @@ def quantized(request: Request, model: ServedModel, vectors: np.ndarray, precisi
 
 async def embed(state: ApiState, request: Request, model: ServedModel, texts: list[str],
                 prompt: str = "") -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    answer = await run(state, request, model, [(prompt + t,) for t in texts])
-    return EMBEDDING.vectors(answer), answer
+    rows = [(prompt + t,) for t in texts]
+    answer = await run(state, request, model, rows)
+    vectors = EMBEDDING.vectors(answer)
+
+    async def shadow_vectors(ensemble: str) -> np.ndarray:
+        return EMBEDDING.vectors(await state.backend.infer(model, EMBEDDING.request(rows),
+                                                           list(EMBEDDING.output_names), ensemble))
+
+    state.rollouts.mirror(model.name, vectors, shadow_vectors)
+    return vectors, answer
 
 
 async def pair_scores(state: ApiState, request: Request, model: ServedModel,

@@ -89,6 +89,7 @@ def truncate_embeddings(vectors: np.ndarray, dim: int, normalize: bool) -> np.nd
 
 
 class EmbeddingAnswers(Answers):
+    rollout = "shadow"
     head_type = Head
     output_names = (OUTPUT,)
     output_statistics = {"tritonize_output_centroid_similarity": OUTPUT}

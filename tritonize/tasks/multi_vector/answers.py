@@ -48,6 +48,7 @@ def vectors(outputs: dict[str, np.ndarray]) -> list[np.ndarray]:
 
 
 class MultiVectorAnswers(Answers):
+    rollout = None
     head_type = Head
     output_names = (VECTORS, COUNTS)
     output_statistics = {"tritonize_output_vectors_per_text": COUNTS}

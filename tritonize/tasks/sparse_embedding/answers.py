@@ -50,6 +50,7 @@ def vectors(outputs: dict[str, np.ndarray]) -> list[SparseVector]:
 
 
 class SparseEmbeddingAnswers(Answers):
+    rollout = None
     head_type = Head
     output_names = (INDICES, VALUES)
     output_statistics = {"tritonize_output_active_terms": INDICES}
