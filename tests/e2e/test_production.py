@@ -22,6 +22,7 @@ import onnx
 import pytest
 
 from support import model_zoo
+from support import statistics as statistics_support
 from support.reliability import (
     BAD_REQUESTS,
     RECOVERY_S,
@@ -250,6 +251,37 @@ def test_production_answers_as_the_fused_step(stack: Stack, model: str, protocol
     worst = max(same_outputs(p, f) for p, f in zip(answers[PRODUCTION_VARIANT], answers[FUSED_VARIANT]))
     record("vs fused", f"{model} ({task})", worst)
     assert worst <= ATOL
+
+
+@pytest.mark.parametrize("model", COMPARED)
+def test_both_variants_count_what_the_model_answered(stack: Stack, model: str) -> None:
+    """The output statistics of one request: production counts them in its statistics step (or the post step,
+    or the step that calls the graph), the fused variant in its one step; each exactly what the served steps
+    answer, run in this process on the bounds generation recorded."""
+    request = REQUESTS[stack.task(model)]
+    want = statistics_support.expected(stack.repository, model, request)
+    assert want, f"{model}: nothing to count"
+    for variant in VARIANTS:
+        metrics = f"http://127.0.0.1:{stack.endpoints[variant].metrics_port}/metrics"
+        before = statistics_support.settled_page(metrics, model)
+        with stack.client(variant, model, "grpc") as client:
+            client.infer(request)
+        moved = statistics_support.counted(before, statistics_support.settled_page(metrics, model))
+        assert moved == want, variant
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_ten_texts_of_one_label_add_ten_to_that_label(stack: Stack, variant: str) -> None:
+    model = model_name("bert-seq-cls")
+    text = EMBED_TEXTS[0]
+    label = next(k for k in statistics_support.expected(stack.repository, model, {"TEXT": [text]})
+                 if k[0] == "tritonize_output_label_total")
+    metrics = f"http://127.0.0.1:{stack.endpoints[variant].metrics_port}/metrics"
+    before = statistics_support.settled_page(metrics, model)
+    with stack.client(variant, model, "grpc") as client:
+        client.infer({"TEXT": [text] * 10})
+    moved = statistics_support.counted(before, statistics_support.settled_page(metrics, model))
+    assert moved[label] == 10 and moved[("tritonize_output_top_probability_count", ())] == 10
 
 
 # -- production answers as the model's library ------------------------------------------------------

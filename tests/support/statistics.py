@@ -1,0 +1,83 @@
+"""What the served steps should count of a request's answers, and what Triton's metrics page says they counted.
+
+The expectation runs the repository's own steps in this process (chain.py) and the statistics' functions
+(serving/statistics.py) on their outputs, with the bounds generation recorded: the page must show exactly that.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+from collections import Counter
+from pathlib import Path
+
+from tritonize import chain
+from tritonize.bench.stats import settled
+from tritonize.manifest import read_manifest
+from tritonize.serving.statistics import (
+    COUNTERS,
+    COUNTS,
+    HISTOGRAMS,
+    INF,
+    STATISTICS_FILE,
+    bucket_counts,
+    le_label,
+    values_of,
+)
+from tritonize.spec import repo_paths
+
+Key = tuple[str, tuple[tuple[str, str], ...]]  # metric name, its labels but model and version
+
+
+def recorded(repository: Path, name: str) -> dict:
+    """The statistics generation recorded for the served version of `name`."""
+    version = read_manifest(repository, name).version
+    return json.loads((repo_paths(repository, name)["model"] / str(version) / STATISTICS_FILE).read_text())
+
+
+def expected(repository: Path, name: str, inputs: dict[str, list[str]]) -> Counter:
+    """What one request of `inputs` adds to each statistic's series."""
+    record = recorded(repository, name)
+    outputs = chain.in_process(repository, name=name)(list(zip(*inputs.values()))).outputs
+    context = {"centroid": record.get("centroid"), "labels": record.get("labels", [])}
+    added: Counter = Counter()
+    for metric, h in record["histograms"].items():
+        values = values_of(metric, outputs[h["reads"]], context)
+        for le, n in zip([le_label(b) for b in h["bounds"]] + [INF], bucket_counts(values, h["bounds"])):
+            added[(f"{metric}_bucket", (("le", le),))] += int(n)
+        added[(f"{metric}_count", ())] += len(values)
+    for metric, c in record["counters"].items():
+        label = COUNTERS[metric][0]
+        for value in COUNTS[metric](outputs[c["reads"]], context):
+            added[(metric, ((label, value),) if label else ())] += 1
+    return +added  # counts only: a series that moved
+
+
+def page(metrics_url: str, model: str) -> dict[Key, float]:
+    """The statistics' series of `model` on Triton's metrics page (sums left out: floats summed in another order)."""
+    with urllib.request.urlopen(metrics_url, timeout=5) as resp:  # noqa: S310 - loopback
+        text = resp.read().decode()
+    names = {*HISTOGRAMS, *COUNTERS}
+    found = {}
+    for line in text.splitlines():
+        if line.startswith("#") or not line:
+            continue
+        head, value = line.rsplit(" ", 1)
+        metric, _, labels = head.partition("{")
+        pairs = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', labels))
+        base = metric.removesuffix("_bucket").removesuffix("_count")
+        if base in names and metric != f"{base}_sum" and pairs.pop("model", None) == model:
+            pairs.pop("version", None)
+            found[(metric, tuple(sorted(pairs.items())))] = float(value)
+    return found
+
+
+def settled_page(metrics_url: str, model: str) -> dict[Key, float]:
+    """The page once the steps have published what they counted."""
+    return settled(lambda: page(metrics_url, model))
+
+
+def counted(before: dict[Key, float], after: dict[Key, float]) -> Counter:
+    """What moved between two readings of the page."""
+    return +Counter({k: int(round(v - before.get(k, 0.0))) for k, v in after.items()})
