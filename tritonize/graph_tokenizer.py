@@ -48,7 +48,7 @@ ADVERSARIAL_TEXTS: tuple[str, ...] = (
     "Ǆemal ﬁnished the ﬂight; ½ cup, ² squared, Ⅻ o'clock",
     "東京は日本の首都です。北京欢迎你！한국어 문장입니다.",
     "emoji 😀👍🏽 👨‍👩‍👧 flags 🇫🇷 and ❤️ hearts",
-    "control\x00chars\x07and\x1bescapes\x7f here",
+    "control\x01chars\x07and\x1bescapes\x7f\x85 here\ufffd",
     "zero\u200bwidth\u200cjoin\u200dand\ufeffbom and soft\u00adhyphen",
     "tabs\tand\nnewlines\r\nand   runs     of\u00a0\u2003spaces   ",
     "   ",
@@ -72,19 +72,30 @@ class Refused(TritonizeError):
 
 @dataclass(frozen=True)
 class WordPiece:
-    """What the operator needs of a BERT WordPiece tokenizer.json."""
+    """What the graph needs of a BERT WordPiece tokenizer.json, the normalizer included.
+
+    The operator's own normalizer parts from tokenizers' (it lowercases and strips accents in Latin letters only,
+    and keeps format characters), so the graph normalizes each text first, character by character, with what
+    tokenizers' BertNormalizer makes of each character (asked of the tokenizer itself): `removed`, the
+    characters it drops (controls, format and unassigned characters, combining marks); `mapped`, the characters
+    it changes (lowercase, accents, whitespace). CJK ideographs, which it spaces, the operator spaces alike.
+    Special tokens written in a text are matched before, on the raw text, as tokenizers matches them.
+    """
 
     vocab: tuple[str, ...]  # by id
-    lowercase: bool
-    strip_accents: bool
     chinese_chars: bool
     cls_id: int
     sep_id: int
     unk_token: str
+    specials: tuple[tuple[str, int], ...]  # added tokens, matched in the raw text
+    removed: str  # an RE2 class of the characters the normalizer drops
+    mapped: str  # "char\tnormalized" lines, StringMapping's map
 
     @classmethod
     def read(cls, tokenizer_file: Path) -> WordPiece:
         """The tokenizer's settings, refused in one line where it is not a BERT WordPiece tokenizer."""
+        from tokenizers import Tokenizer
+
         spec = json.loads(Path(tokenizer_file).read_text(encoding="utf-8"))
         model, normalizer = spec.get("model") or {}, spec.get("normalizer") or {}
         pre, post = spec.get("pre_tokenizer") or {}, spec.get("post_processor") or {}
@@ -100,37 +111,111 @@ class WordPiece:
         by_id = sorted(vocab.items(), key=lambda kv: kv[1])
         if [i for _, i in by_id] != list(range(len(by_id))):
             raise Refused("the graph tokenizer needs a WordPiece vocabulary numbered 0..n-1 without gaps")
-        cls_token, sep_token = "[CLS]", "[SEP]"
         if found[3] == "BertProcessing":
             (cls_token, _), (sep_token, _) = post["cls"], post["sep"]
         else:
             single = [next(iter(p)) for p in post.get("single", [])]
-            names = [p.get("SpecialToken", {}).get("id") for p in post.get("single", [])]
             if single != ["SpecialToken", "Sequence", "SpecialToken"]:
                 raise Refused(f"the graph tokenizer serves texts as [CLS] text [SEP]; this template is {single}")
-            cls_token, sep_token = names[0], names[2]
-        lowercase = bool(normalizer.get("lowercase", True))
-        accents = normalizer.get("strip_accents")
-        return cls(tuple(t for t, _ in by_id), lowercase, lowercase if accents is None else bool(accents),
-                   bool(normalizer.get("handle_chinese_chars", True)), vocab[cls_token], vocab[sep_token],
-                   model.get("unk_token", "[UNK]"))
+            cls_token, sep_token = (post["single"][k]["SpecialToken"]["id"] for k in (0, 2))
+        added = spec.get("added_tokens") or []
+        loose = [t["content"] for t in added if t.get("normalized") or t.get("lstrip") or t.get("rstrip")
+                 or t.get("single_word")]
+        if loose:
+            raise Refused(f"the graph tokenizer matches added tokens exactly as written; {loose[0]!r} is matched "
+                          "normalized, stripped or as a single word")
+        served = Tokenizer.from_file(str(tokenizer_file))
+        removed, mapped = _normalization(served.normalizer, served.pre_tokenizer)
+        return cls(tuple(t for t, _ in by_id), bool(normalizer.get("handle_chinese_chars", True)), vocab[cls_token],
+                   vocab[sep_token], model.get("unk_token", "[UNK]"),
+                   tuple((t["content"], t["id"]) for t in added), removed, mapped)
+
+
+def _normalization(normalizer, pre_tokenizer) -> tuple[str, str]:
+    """What the normalizer does to each character: an RE2 class of those it drops, and a map of those it changes
+    (ideographs it only spaces left out: the operator spaces them itself). Punctuation, which the pre-tokenizer
+    splits off, is spaced too: the operator knows fewer punctuation marks (U+FF01, the fullwidth '!')."""
+    codes = [c for c in range(0x110000) if not 0xD800 <= c < 0xE000]
+    punctuation = {chr(c) for c in codes if len(pre_tokenizer.pre_tokenize_str(f"a{chr(c)}a")) == 3}
+    dropped: list[int] = []
+    lines = []
+    for code in codes:
+        char = chr(code)
+        out = normalizer.normalize_str(char)
+        spaced = "".join(f" {x} " if x in punctuation else x for x in out)
+        if out == "":
+            dropped.append(code)
+        elif out != f" {char} " and spaced != char and char not in "\t\n" and not {"\t", "\n"} & set(spaced):
+            lines.append(f"{char}\t{spaced}")
+    ranges, first = [], None
+    for k, code in enumerate(dropped):
+        first = code if first is None else first
+        if k + 1 == len(dropped) or dropped[k + 1] != code + 1:
+            ranges.append(f"\\x{{{first:x}}}" + (f"-\\x{{{code:x}}}" if code != first else ""))
+            first = None
+    return f"[{''.join(ranges)}]", "\n".join(lines)
 
 
 def _const(name: str, values, dtype=np.int64) -> onnx.NodeProto:
     return helper.make_node("Constant", [], [name], value=onnx.numpy_helper.from_array(np.asarray(values, dtype=dtype), name))
 
 
+def _text(name: str, value: str, shape: tuple[int, ...] = (1,)) -> onnx.NodeProto:
+    return helper.make_node("Constant", [], [name],
+                            value=helper.make_tensor(name, TensorProto.STRING, list(shape), [value.encode("utf-8")]))
+
+
+def _piece_graph(w: WordPiece) -> onnx.GraphProto:
+    """One piece of a text: a special token's id, or the piece normalized and tokenized without [CLS]/[SEP]."""
+    special = helper.make_graph([helper.make_node("Reshape", ["special_id", "flat"], ["special_ids"])], "special", [],
+                                [helper.make_tensor_value_info("special_ids", TensorProto.INT64, [None])])
+    words = helper.make_graph([
+        _text("removed", w.removed), _text("nothing", ""), _text("any_char", "(?s)(.)"), _text("joiner", "", ()),
+        _const("first", [1]), _const("before_last", [-1]), _const("flat1", [1]),
+        helper.make_node("StringRegexReplace", ["piece", "removed", "nothing"], ["clean"], domain=DOMAIN),
+        helper.make_node("StringRegexSplitWithOffsets", ["clean", "any_char", "any_char"],
+                         ["chars", "starts", "ends", "counts"], domain=DOMAIN),
+        helper.make_node("StringMapping", ["chars"], ["normal"], domain=DOMAIN, map=w.mapped),
+        helper.make_node("StringJoin", ["normal", "joiner", "axis_s"], ["joined"], domain=DOMAIN),
+        helper.make_node("Reshape", ["joined", "flat1"], ["one_text"]),
+        helper.make_node("BertTokenizer", ["one_text"], ["ids", "types", "mask"], domain=DOMAIN,
+                         vocab_file="\n".join(w.vocab), do_lower_case=0, strip_accents=0,
+                         tokenize_chinese_chars=int(w.chinese_chars), unk_token=w.unk_token, max_length=-1),
+        helper.make_node("Slice", ["ids", "first", "before_last"], ["word_ids"]),
+    ], "words", [], [helper.make_tensor_value_info("word_ids", TensorProto.INT64, [None])])
+    return helper.make_graph([
+        helper.make_node("Unsqueeze", ["j", "axis0"], ["j1"]),
+        helper.make_node("Gather", ["pieces", "j1"], ["piece"]),
+        helper.make_node("StringToVector", ["piece"], ["found"], domain=DOMAIN,
+                         map="\n".join(f"{t}\t{i}" for t, i in w.specials), unk="-1"),
+        helper.make_node("ReduceMax", ["found"], ["special_id"], keepdims=0),
+        helper.make_node("Greater", ["special_id", "none"], ["is_special"]),
+        helper.make_node("If", ["is_special"], ["piece_ids"], then_branch=special, else_branch=words),
+        helper.make_node("Concat", ["sofar", "piece_ids"], ["sofar_out"], axis=0),
+        helper.make_node("Identity", ["piece_cond"], ["piece_cond_out"]),
+    ], "piece",
+        [helper.make_tensor_value_info("j", TensorProto.INT64, []),
+         helper.make_tensor_value_info("piece_cond", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("sofar", TensorProto.INT64, [None])],
+        [helper.make_tensor_value_info("piece_cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("sofar_out", TensorProto.INT64, [None])])
+
+
 def tokenizer_graph(wordpiece: WordPiece, max_length: int, buckets: tuple[int, ...], pad_id: int,
                     with_token_types: bool) -> onnx.ModelProto:
     """TEXT [N, 1] -> input_ids, attention_mask (token_type_ids), tokens [N, 1] INT32, truncated [N, 1] BOOL."""
+    import re
+
+    specials = "|".join(re.escape(t) for t, _ in sorted(wordpiece.specials, key=lambda s: -len(s[0])))
     row_nodes = [
         helper.make_node("Unsqueeze", ["i", "axis0"], ["i1"]),
         helper.make_node("Gather", ["texts", "i1"], ["text"]),  # one string: never read as a pair
-        helper.make_node("BertTokenizer", ["text"], ["ids", "types", "mask"], domain=DOMAIN,
-                         vocab_file="\n".join(wordpiece.vocab), do_lower_case=int(wordpiece.lowercase),
-                         strip_accents=int(wordpiece.strip_accents),
-                         tokenize_chinese_chars=int(wordpiece.chinese_chars), unk_token=wordpiece.unk_token,
-                         max_length=-1),
+        helper.make_node("StringRegexSplitWithOffsets", ["text", "specials", "specials"],
+                         ["pieces", "p_starts", "p_ends", "p_counts"], domain=DOMAIN),
+        helper.make_node("Shape", ["pieces"], ["p1"]),
+        helper.make_node("Squeeze", ["p1", "axis0"], ["p"]),
+        helper.make_node("Loop", ["p", "go", "no_ids"], ["body_ids"], body=_piece_graph(wordpiece)),
+        helper.make_node("Concat", ["cls", "body_ids", "sep1"], ["ids"], axis=0),
         helper.make_node("Shape", ["ids"], ["length"]),
         helper.make_node("Greater", ["length", "max_len"], ["over"]),
         helper.make_node("Slice", ["ids", "zero", "max_len"], ["kept"]),
@@ -147,7 +232,9 @@ def tokenizer_graph(wordpiece: WordPiece, max_length: int, buckets: tuple[int, .
         helper.make_node("Identity", ["cond_in"], ["cond_out"]),
     ]
     body = helper.make_graph(
-        [_const("axis0", [0]), _const("one", [1]), _const("max_len", [max_length]), _const("sep", wordpiece.sep_id), _const("pad_id", pad_id), *row_nodes],
+        [_const("one", [1]), _const("max_len", [max_length]), _const("sep", wordpiece.sep_id),
+         _const("sep1", [wordpiece.sep_id]), _const("cls", [wordpiece.cls_id]), _const("pad_id", pad_id),
+         _const("no_ids", np.zeros(0, dtype=np.int64)), _text("specials", f"({specials})"), *row_nodes],
         "row",
         [helper.make_tensor_value_info("i", TensorProto.INT64, []),
          helper.make_tensor_value_info("cond_in", TensorProto.BOOL, [])],
@@ -157,11 +244,12 @@ def tokenizer_graph(wordpiece: WordPiece, max_length: int, buckets: tuple[int, .
          helper.make_tensor_value_info("over", TensorProto.BOOL, [1])],
     )
     outputs = [INPUT_IDS, ATTENTION_MASK] + ([TOKEN_TYPE_IDS] if with_token_types else [])
-    nodes = [  # zero, zero_s and one_s are read by the row graph too (an outer scope's names)
+    # The row and piece graphs read the outer scope's constants too.
+    nodes = [
         _const("flat", [-1]), _const("zero", [0]), _const("zero_s", 0), _const("one_s", 1), _const("axis1", [1]),
-        _const("buckets", list(buckets)), _const("beyond", max_length + 1), helper.make_node("Constant", [], ["true"],
-                                                                                             value_int=1),
-        helper.make_node("Cast", ["true"], ["go"], to=TensorProto.BOOL),
+        _const("axis0", [0]), _const("axis_s", 0), _const("none", -1),
+        _const("buckets", list(buckets)), _const("beyond", max_length + 1),
+        helper.make_node("Constant", [], ["go"], value=helper.make_tensor("go", TensorProto.BOOL, [], [True])),
         helper.make_node("Reshape", [TEXT, "flat"], ["texts"]),
         helper.make_node("Shape", ["texts"], ["n1"]),
         helper.make_node("Squeeze", ["n1"], ["n"]),
