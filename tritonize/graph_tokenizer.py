@@ -25,18 +25,16 @@ import numpy as np
 import onnx
 from onnx import TensorProto, compose, helper
 
-from .errors import TritonizeError
-from .serving.batching import ATTENTION_MASK, INPUT_IDS, TOKEN_COUNT, TRUNCATED
+from .errors import TokenizerRefused as Refused
+from .paths import DATA_DIR
+from .serving.batching import ATTENTION_MASK, INPUT_IDS, ROW_FIELDS, TOKEN_COUNT, TRUNCATED
 from .serving.tokenizer import TextEncoder
+from .spec import GRAPH_LIBRARY_FILE, GRAPH_MODEL_FILE, TEXT_INPUT, RepoSpec
 
 DOMAIN = "ai.onnx.contrib"  # onnxruntime-extensions' operators
 TOKEN_TYPE_IDS = "token_type_ids"
-TEXT = "TEXT"
-# The operator library as the graph-tokenized model step loads it: a copy in the model step's folder, named by
-# its path from the server's working directory (models/, the repository; tritonize/runtime/local.py links it).
-OP_LIBRARY_FILE = "libortextensions.so"
-SERVED_ROOT = "models"
-GRAPH_MODEL_FILE = "model_text.onnx"  # the model step's production graph: raw strings in
+TEXT = TEXT_INPUT
+CORPUS = DATA_DIR / "corpus_mixed.txt"
 SUPPORTED = "BERT WordPiece tokenizers (BertNormalizer, BertPreTokenizer, WordPiece, [CLS] text [SEP])"
 
 # Texts where the operator and Hugging Face's tokenizer are known to part (onnxruntime-extensions issues 623,
@@ -64,10 +62,6 @@ ADVERSARIAL_TEXTS: tuple[str, ...] = (
     "Accentuée " * 400,
     "日本語" * 400,
 )
-
-
-class Refused(TritonizeError):
-    """The graph tokenizer cannot serve this model exactly: the repository keeps the Python tokenizer step."""
 
 
 @dataclass(frozen=True)
@@ -342,3 +336,50 @@ def op_library(target: Path) -> Path:
         raise Refused("the graph tokenizer's operators need patchelf to load into tritonserver (apt install patchelf)")
     subprocess.run([patchelf, "--add-needed", libpython, str(target)], check=True, capture_output=True)
     return target
+
+
+def build(repo: RepoSpec, model_graph: Path, texts: list[str], work: Path, atol: float) -> dict[str, Path]:
+    """The production graph (raw strings in) and the operator library, by their paths in the repository.
+
+    Refused, in one line naming the first text that differs, unless the in-graph tokens equal the served
+    tokenizer's on `texts` (verification's), the shipped corpus and ADVERSARIAL_TEXTS, and the composed graph's
+    answers equal the two steps' within `atol`.
+    """
+    if tuple(t.name for t in repo.text_inputs) != (TEXT,) or repo.truncation or repo.first_parameters:
+        raise Refused(f"the graph tokenizer reads one text per row; {repo.name} reads "
+                      f"{', '.join(t.name for t in repo.text_inputs)} prepared by its task")
+    spec = repo.model
+    wordpiece = WordPiece.read(Path(spec.tokenizer_file))
+    names = tuple(t.name for t in repo.token_inputs)
+    tokenizer = tokenizer_graph(wordpiece, spec.max_length, repo.buckets, repo.pad_token_id, TOKEN_TYPE_IDS in names)
+    encoder = TextEncoder(spec.tokenizer_file, spec.max_length, list(repo.buckets), repo.pad_token_id,
+                          names + ROW_FIELDS)
+    checked = [*texts, *CORPUS.read_text(encoding="utf-8").splitlines(), *ADVERSARIAL_TEXTS]
+    differs = first_difference(tokenizer, encoder, checked, names + ROW_FIELDS)
+    if differs:
+        raise Refused(f"the graph tokenizer's tokens differ from the served tokenizer's on {differs}")
+    composed = compose_model(tokenizer, onnx.load(str(model_graph)), names)
+    work.mkdir(parents=True, exist_ok=True)
+    graph_file = work / GRAPH_MODEL_FILE
+    onnx.save(composed, str(graph_file))
+    _check_answers(graph_file, Path(model_graph), encoder, texts, atol)
+    return {f"{repo.model_name}/{repo.version}/{GRAPH_MODEL_FILE}": graph_file,
+            f"{repo.model_name}/{GRAPH_LIBRARY_FILE}": op_library(work / GRAPH_LIBRARY_FILE)}
+
+
+def _check_answers(graph_file: Path, model_graph: Path, encoder: TextEncoder, texts: list[str], atol: float) -> None:
+    """The composed graph's answers against the served tokenizer feeding the model's graph, text by text."""
+    import onnxruntime as ort
+
+    composed = session(onnx.load(str(graph_file)))
+    plain = ort.InferenceSession(str(model_graph), providers=["CPUExecutionProvider"])
+    feeds_of = [i.name for i in plain.get_inputs()]
+    outputs = [o.name for o in plain.get_outputs()]
+    for text in texts:
+        got = composed.run(outputs, {TEXT: np.array([[text]], dtype=object)})
+        tensors = encoder.encode([text])
+        want = plain.run(outputs, {n: tensors[n] for n in feeds_of})
+        worst = max(float(np.abs(g.astype(np.float64) - w).max()) for g, w in zip(got, want))
+        if worst > atol:
+            raise Refused(f"the graph with its tokenizer answers {text!r} {worst:.2e} away from the two steps "
+                          f"(allowed {atol:.0e})")
