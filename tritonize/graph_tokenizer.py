@@ -44,6 +44,7 @@ ADVERSARIAL_TEXTS: tuple[str, ...] = (
     "Café déjà vu, naïve résumé, Ångström, Øresund, São Paulo",
     "CAFÉ DÉJÀ VU ÑANDÚ ÉCOLE Ελληνικά Ἀθῆναι",
     "Ǆemal ﬁnished the ﬂight; ½ cup, ² squared, Ⅻ o'clock",
+    "words the vocabulary cannot spell: na😀ve x☃y Ⅻth qu€€n",
     "東京は日本の首都です。北京欢迎你！한국어 문장입니다.",
     "emoji 😀👍🏽 👨‍👩‍👧 flags 🇫🇷 and ❤️ hearts",
     "control\x01chars\x07and\x1bescapes\x7f\x85 here\ufffd",
@@ -72,18 +73,22 @@ class WordPiece:
     and keeps format characters), so the graph normalizes each text first, character by character, with what
     tokenizers' BertNormalizer makes of each character (asked of the tokenizer itself): `removed`, the
     characters it drops (controls, format and unassigned characters, combining marks); `mapped`, the characters
-    it changes (lowercase, accents, whitespace). CJK ideographs, which it spaces, the operator spaces alike.
+    it changes (lowercase, accents, whitespace; ideographs and punctuation it spaces).
     Special tokens written in a text are matched before, on the raw text, as tokenizers matches them.
     """
 
     vocab: tuple[str, ...]  # by id
-    chinese_chars: bool
     cls_id: int
     sep_id: int
     unk_token: str
+    max_chars_per_word: int  # a longer word is one [UNK]
     specials: tuple[tuple[str, int], ...]  # added tokens, matched in the raw text
     removed: str  # an RE2 class of the characters the normalizer drops
     mapped: str  # "char\tnormalized" lines, StringMapping's map
+
+    @property
+    def unk_id(self) -> int:
+        return self.vocab.index(self.unk_token)
 
     @classmethod
     def read(cls, tokenizer_file: Path) -> WordPiece:
@@ -120,15 +125,16 @@ class WordPiece:
                           "normalized, stripped or as a single word")
         served = Tokenizer.from_file(str(tokenizer_file))
         removed, mapped = _normalization(served.normalizer, served.pre_tokenizer)
-        return cls(tuple(t for t, _ in by_id), bool(normalizer.get("handle_chinese_chars", True)), vocab[cls_token],
-                   vocab[sep_token], model.get("unk_token", "[UNK]"),
+        return cls(tuple(t for t, _ in by_id), vocab[cls_token], vocab[sep_token], model.get("unk_token", "[UNK]"),
+                   int(model.get("max_input_chars_per_word", 100)),
                    tuple((t["content"], t["id"]) for t in added), removed, mapped)
 
 
 def _normalization(normalizer, pre_tokenizer) -> tuple[str, str]:
     """What the normalizer does to each character: an RE2 class of those it drops, and a map of those it changes
-    (ideographs it only spaces left out: the operator spaces them itself). Punctuation, which the pre-tokenizer
-    splits off, is spaced too: the operator knows fewer punctuation marks (U+FF01, the fullwidth '!')."""
+    (lowercase, accents, whitespace; ideographs it spaces). Punctuation, which the pre-tokenizer splits off, is
+    spaced too, so that every word stands between spaces: the operator knows fewer punctuation marks (U+FF01,
+    the fullwidth '!'), and the graph finds words by the gaps between tokens (`_piece_graph`)."""
     codes = [c for c in range(0x110000) if not 0xD800 <= c < 0xE000]
     punctuation = {chr(c) for c in codes if len(pre_tokenizer.pre_tokenize_str(f"a{chr(c)}a")) == 3}
     dropped: list[int] = []
@@ -139,7 +145,7 @@ def _normalization(normalizer, pre_tokenizer) -> tuple[str, str]:
         spaced = "".join(f" {x} " if x in punctuation else x for x in out)
         if out == "":
             dropped.append(code)
-        elif out != f" {char} " and spaced != char and char not in "\t\n" and not {"\t", "\n"} & set(spaced):
+        elif spaced != char and char not in "\t\n" and not {"\t", "\n"} & set(spaced):
             lines.append(f"{char}\t{spaced}")
     ranges, first = [], None
     for k, code in enumerate(dropped):
@@ -165,17 +171,48 @@ def _piece_graph(w: WordPiece) -> onnx.GraphProto:
                                 [helper.make_tensor_value_info("special_ids", TensorProto.INT64, [None])])
     words = helper.make_graph([
         _text("removed", w.removed), _text("nothing", ""), _text("any_char", "(?s)(.)"), _text("joiner", "", ()),
-        _const("first", [1]), _const("before_last", [-1]), _const("flat1", [1]),
+        _const("first", [1]), _const("before_last", [-1]), _const("flat1", [1]), _const("minus_one", [-1]),
+        _const("unk_id", w.unk_id), _text("spaces", "(\\s+)"), _const("no_rows", np.zeros(0, dtype=np.int64)),
         helper.make_node("StringRegexReplace", ["piece", "removed", "nothing"], ["clean"], domain=DOMAIN),
         helper.make_node("StringRegexSplitWithOffsets", ["clean", "any_char", "any_char"],
-                         ["chars", "starts", "ends", "counts"], domain=DOMAIN),
+                         ["chars", "char_starts", "char_ends", "char_counts"], domain=DOMAIN),
         helper.make_node("StringMapping", ["chars"], ["normal"], domain=DOMAIN, map=w.mapped),
         helper.make_node("StringJoin", ["normal", "joiner", "axis_s"], ["joined"], domain=DOMAIN),
         helper.make_node("Reshape", ["joined", "flat1"], ["one_text"]),
-        helper.make_node("BertTokenizer", ["one_text"], ["ids", "types", "mask"], domain=DOMAIN,
-                         vocab_file="\n".join(w.vocab), do_lower_case=0, strip_accents=0,
-                         tokenize_chinese_chars=int(w.chinese_chars), unk_token=w.unk_token, max_length=-1),
-        helper.make_node("Slice", ["ids", "first", "before_last"], ["word_ids"]),
+        # Every word now stands between whitespace (punctuation and ideographs spaced by the map).
+        helper.make_node("StringRegexSplitWithOffsets", ["one_text", "spaces", "nothing"],
+                         ["words", "word_starts", "word_ends", "word_counts"], domain=DOMAIN),
+        helper.make_node("WordpieceTokenizer", ["words", "no_rows"], ["tokens", "splits", "begins", "limits"],
+                         domain=DOMAIN, vocab=json.dumps({t: i for i, t in enumerate(w.vocab)}, ensure_ascii=False),
+                         suffix_indicator="##", unknown_token=w.unk_token,
+                         max_input_chars_per_word=w.max_chars_per_word),
+        helper.make_node("StringToVector", ["tokens"], ["token_column"], domain=DOMAIN,
+                         map="\n".join(f"{t}\t{i}" for i, t in enumerate(w.vocab)), unk=str(w.unk_id)),
+        helper.make_node("Reshape", ["token_column", "flat"], ["pieces_ids"]),
+        # A word the vocabulary cannot spell is one [UNK], as tokenizers' WordPiece has it; the operator keeps
+        # the pieces it found before the failing one. `splits` holds where each word's tokens begin.
+        helper.make_node("Shape", ["pieces_ids"], ["t"]),
+        helper.make_node("Sub", ["pieces_ids", "pieces_ids"], ["no_tokens"]),
+        helper.make_node("Slice", ["splits", "first", "before_last"], ["inner_starts"]),
+        helper.make_node("Sub", ["inner_starts", "minus_one"], ["ones_per_start"]),
+        helper.make_node("Sub", ["ones_per_start", "inner_starts"], ["one_per_start"]),
+        helper.make_node("ScatterElements", ["no_tokens", "inner_starts", "one_per_start"], ["marks"],
+                         reduction="add"),
+        helper.make_node("CumSum", ["marks", "zero_s"], ["word"]),
+        helper.make_node("Squeeze", ["t", "axis0"], ["t_s"]),
+        helper.make_node("Range", ["zero_s", "t_s", "one_s"], ["position"]),
+        helper.make_node("Greater", ["marks", "zero"], ["marked"]),
+        helper.make_node("Equal", ["position", "zero_s"], ["at_first"]),
+        helper.make_node("Or", ["marked", "at_first"], ["opens"]),
+        helper.make_node("Equal", ["pieces_ids", "unk_id"], ["is_unk"]),
+        helper.make_node("Cast", ["is_unk"], ["is_unk_n"], to=TensorProto.INT64),
+        helper.make_node("ScatterElements", ["no_tokens", "word", "is_unk_n"], ["unk_per_word"], reduction="add"),
+        helper.make_node("Gather", ["unk_per_word", "word"], ["unk_in_word_n"]),
+        helper.make_node("Greater", ["unk_in_word_n", "zero"], ["unk_in_word"]),
+        helper.make_node("Where", ["unk_in_word", "unk_id", "pieces_ids"], ["spelled"]),
+        helper.make_node("Not", ["unk_in_word"], ["whole"]),
+        helper.make_node("Or", ["whole", "opens"], ["keep"]),
+        helper.make_node("Compress", ["spelled", "keep"], ["word_ids"], axis=0),
     ], "words", [], [helper.make_tensor_value_info("word_ids", TensorProto.INT64, [None])])
     return helper.make_graph([
         helper.make_node("Unsqueeze", ["j", "axis0"], ["j1"]),
