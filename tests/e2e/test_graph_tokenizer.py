@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
 
 from tritonize import graph_tokenizer
 from tritonize.generate import generate
@@ -16,7 +17,7 @@ from tritonize.spec import GRAPH_MODEL_FILE, PRODUCTION_VARIANT, GenerateOptions
 
 GRAPH, STEPS = "minilm_graph", "minilm"
 TEXTS = ["A man is eating food.", "Café déjà vu: naïve résumé.", "東京は日本の首都です。",
-         "[CLS] written [SEP] in the text", "tabs\tand\nnewlines", "word " * 400, ""]
+         "[CLS] written [SEP] in the text", "tabs\tand\nnewlines", "word " * 400]
 START_TIMEOUT_S = 120
 
 
@@ -65,7 +66,18 @@ def test_in_graph_answers_equal_the_two_step_ensembles(served, batched: bool) ->
 
 def test_the_adversarial_set_gets_the_two_steps_tokens(served) -> None:
     _, client = served
-    texts = list(graph_tokenizer.ADVERSARIAL_TEXTS)
+    texts = [t for t in graph_tokenizer.ADVERSARIAL_TEXTS if t.strip()]  # the Python step refuses blank texts
     graph, steps = _infer(client, GRAPH, texts), _infer(client, STEPS, texts)
     assert np.array_equal(graph["tokens"], steps["tokens"]) and np.array_equal(graph["truncated"], steps["truncated"])
     np.testing.assert_allclose(graph["embedding"], steps["embedding"], rtol=0, atol=1e-6)
+
+
+def test_what_only_the_python_step_refuses_the_graph_answers_and_keeps_serving(served) -> None:
+    """The tokenizer step's request checks (serving/texts.py: blank texts, invalid UTF-8, the byte bound) have no
+    place in a graph: the in-graph model step answers such texts (docs/options.md says so), and serves on."""
+    _, client = served
+    for texts in ([b"   "], [b"ok \xc3"]):
+        with pytest.raises(InferenceServerException, match="INVALID_ARG"):
+            _infer(client, STEPS, texts)
+        assert _infer(client, GRAPH, texts)["tokens"].shape == (1, 1)
+    assert _infer(client, GRAPH, ["still serving"])["tokens"][0, 0] == 4
