@@ -385,6 +385,9 @@ def build(repo: RepoSpec, model_graph: Path, texts: list[str], work: Path, atol:
     if tuple(t.name for t in repo.text_inputs) != (TEXT,) or repo.truncation or repo.first_parameters:
         raise Refused(f"the graph tokenizer reads one text per row; {repo.name} reads "
                       f"{', '.join(t.name for t in repo.text_inputs)} prepared by its task")
+    if not repo.truncate:
+        raise Refused("the graph tokenizer truncates; --no-truncate refuses over-long texts, which only the Python "
+                      "step can")
     spec = repo.model
     wordpiece = WordPiece.read(Path(spec.tokenizer_file))
     names = tuple(t.name for t in repo.token_inputs)
