@@ -11,3 +11,7 @@ class TritonizeError(Exception):
 
     def __str__(self) -> str:
         return f"{self.message} ({self.hint})" if self.hint else self.message
+
+
+class TokenizerRefused(TritonizeError):
+    """The tokenizer cannot be served inside the graph exactly: the repository keeps the Python tokenizer step."""

@@ -7,6 +7,7 @@ the effective set is written into the repository as tritonize.yaml.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from rich.markup import escape
 
 from . import repository, tasks
 from .console import err, phase
-from .errors import TritonizeError
+from .errors import TokenizerRefused, TritonizeError
 from .manifest import BASELINE_KEY, RESOLVED_KEY, choose, entries, find_manifests
 from .spec import (
     CONTAINER_MODEL_INSTANCES,
@@ -27,6 +28,7 @@ from .spec import (
     MODELS_KEY,
     PRECISIONS,
     TOKENIZER_FILE,
+    TOKENIZER_LAYOUTS,
     GenerateOptions,
 )
 from .tasks.embedding import POOLINGS
@@ -55,6 +57,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "answers are the output statistics' baseline: the histograms' bounds and the shares drift is measured "
                    "against (default: the verification texts and 200 texts of the shipped corpus)")
     p.add_argument("--aggregation", choices=AGGREGATIONS, help="token classification: how tokens group into entities (default: simple)")
+    p.add_argument("--tokenizer", choices=TOKENIZER_LAYOUTS, help="where the production configs tokenize: a Python "
+                   "step, or inside the model step's ONNX graph where that is exact (BERT WordPiece; else the Python "
+                   f"step, saying why) (default: {d.tokenizer})")
     p.add_argument("--output", "-o", help=f"repository directory (default: {d.output})")
     p.add_argument("--device", choices=DEVICES, help=f"instance kind of the model step in the container (default: {d.device})")
     p.add_argument("--precision", choices=PRECISIONS, help=f"(default: {d.precision})")
@@ -170,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
 
 def generate(options: GenerateOptions) -> Path:
     """The whole pipeline; returns the repository path."""
-    from . import baseline, export, source, verify
+    from . import baseline, export, graph_tokenizer, source, verify
 
     if options.add and options.force:
         raise TritonizeError("--add keeps every model of the repository and --force replaces the repository: choose one")
@@ -186,7 +191,12 @@ def generate(options: GenerateOptions) -> Path:
     output = Path(options.output)
     # A model joining a repository names its fused configs as the repository's models do.
     joining = options.add or options.version is not None
-    repo = repository.plan(options, spec, name, repository.fused_config_name(output) if joining else FUSED_CONFIG_NAME)
+    fused_config = repository.fused_config_name(output) if joining else FUSED_CONFIG_NAME
+    try:
+        repo = repository.plan(options, spec, name, fused_config)
+    except TokenizerRefused as exc:
+        options = _python_tokenizer(exc, options)
+        repo = repository.plan(options, spec, name, fused_config)
     # Everything that can refuse is asked before minutes of export, not after.
     joined = repository.joins(output, options)
     index = repository.check_add(output, repo) if options.add else []  # the models it joins ([]: a new repository)
@@ -225,6 +235,15 @@ def generate(options: GenerateOptions) -> Path:
                                    options.min_cosine_int8)
             report.export_seconds = {k: round(v, 2) for k, v in artifacts.seconds.items()}
             verify.check(report)
+        graph_files: dict[str, Path] = {}
+        if repo.pipeline.model_libraries:
+            try:
+                with phase("Tokenizing inside the graph, compared with the served tokenizer"):
+                    graph_files = graph_tokenizer.build(repo, artifacts.onnx, [r[0] for r in task.verification_rows()],
+                                                        staging / "graph", options.atol)
+            except TokenizerRefused as exc:
+                options = _python_tokenizer(exc, options)
+                repo = repository.plan(options, spec, name, fused_config)
         calibration = None
         if task.calibrates:
             with phase(f"Recording quantization ranges from {len(calibrating)} texts ({calibration_source})"):
@@ -236,6 +255,7 @@ def generate(options: GenerateOptions) -> Path:
         for python_step in repo.tokenizer_folders:
             binaries[f"{python_step.name}/{repo.version}/{TOKENIZER_FILE}"] = Path(spec.tokenizer_file)
         binaries.update(repository.served_files(repo))
+        binaries.update(graph_files)
         with phase(f"Recording the baseline of its answers on {len(baseline_rows)} rows ({baseline_source})"):
             statistics = baseline.record(repo, files, binaries, baseline_rows, baseline_source, staging / "baseline")
         files = repository.render(repo, repository.manifest(options, repo, statistics), report, index, calibration,
@@ -262,3 +282,9 @@ def generate(options: GenerateOptions) -> Path:
     else:
         err.print(f"Serve it: python deploy.py local up --repository {output}")
     return output
+
+
+def _python_tokenizer(refusal: TokenizerRefused, options: GenerateOptions) -> GenerateOptions:
+    """The options with the Python tokenizer step, the graph's refusal said in one line (generation goes on)."""
+    err.print(f"[yellow]--tokenizer graph refused: {escape(str(refusal))}[/]; the repository tokenizes in a Python step")
+    return dataclasses.replace(options, tokenizer="python")

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from .errors import TritonizeError
+from .errors import TokenizerRefused, TritonizeError
 from .serving.batching import (
     ATTENTION_MASK,
     GATHER,
@@ -59,6 +59,15 @@ VARIANT_CONFIGS: dict[str, str | None] = {PRODUCTION_VARIANT: None, FUSED_VARIAN
 DEFAULT_VARIANT = FUSED_VARIANT  # what the local server serves unless told
 FIRST_VERSION = 1  # a new repository's version folders are 1/
 MODEL_FILE = "model.onnx"
+# The tokenizer inside the graph (`generate --tokenizer graph`, tritonize/graph_tokenizer.py): the model step's
+# production graph, raw strings in, beside MODEL_FILE (which the fused step and verification run); and the
+# onnxruntime-extensions operator library it needs, in the model step's folder (every version's), named in its
+# config by the path from the server's working directory, where GRAPH_LIBRARY_ROOT is the repository (the local
+# runtime links it there).
+GRAPH_MODEL_FILE = "model_text.onnx"
+GRAPH_LIBRARY_FILE = "libortextensions.so"
+GRAPH_LIBRARY_ROOT = "models"
+TOKENIZER_LAYOUTS: tuple[str, ...] = ("python", "graph")  # --tokenizer: a Python step, or inside the model's graph
 TOKENIZER_FILE = "tokenizer.json"
 LABELS_FILE = "labels.txt"
 MANIFEST_FILE = "tritonize.yaml"
@@ -188,6 +197,9 @@ class GenerateOptions:
     # baseline: their bounds and the shares drift compares with (None: the verification texts and the corpus)
     baseline: str | None = None
     aggregation: str | None = None  # token classification: none|simple|first|average|max (default simple)
+    # Where the production configs tokenize: "python", a Python step before the model step; "graph", inside the
+    # model step's ONNX graph (onnxruntime-extensions), where that is exact (graph_tokenizer.py), else "python".
+    tokenizer: str = "python"
     output: str = "triton_repo"
     device: str = "cpu"
     precision: str = "fp32"
@@ -248,6 +260,8 @@ class GenerateOptions:
                 raise TritonizeError(f"{label} must be more than 0 (got {value})")
         if self.version is not None and self.version < 1:
             raise TritonizeError(f"--version must be at least 1 (got {self.version})")
+        if self.tokenizer not in TOKENIZER_LAYOUTS:
+            raise TritonizeError(f"--tokenizer must be one of {', '.join(TOKENIZER_LAYOUTS)} (got {self.tokenizer!r})")
         if self.tensorrt and self.device != "gpu":
             raise TritonizeError("--tensorrt needs --device gpu", hint="TensorRT runs on NVIDIA GPUs only")
         if self.precision == "int8" and self.device != "cpu":
@@ -473,6 +487,22 @@ class Pipeline(abc.ABC):
         """The steps whose version folder holds tokenizer.json: each that tokenizes or decodes words."""
         return tuple(s for s in (repo.first_step, repo.model_step if self.fuses else None, repo.post_step) if s)
 
+    def model_inputs(self, repo: RepoSpec) -> tuple[TensorSpec, ...]:
+        """The production model step's inputs."""
+        return repo.token_inputs
+
+    def model_outputs(self, repo: RepoSpec) -> tuple[TensorSpec, ...]:
+        """The production model step's outputs."""
+        return repo.graph_outputs
+
+    model_file: ClassVar[str] = MODEL_FILE  # the production model step's graph
+    model_libraries: ClassVar[tuple[str, ...]] = ()  # operator libraries it loads, in its folder
+
+    def in_graph(self) -> Pipeline:
+        """This shape with the tokenizer inside the model step's graph; refused in one line where it has none."""
+        raise TokenizerRefused(f"the graph tokenizer serves a tokenizer step followed by the model alone; "
+                               f"this task's ensemble is {type(self).__name__}")
+
 
 @dataclass(frozen=True)
 class TokenizeModel(Pipeline):
@@ -529,6 +559,37 @@ class TokenizeModel(Pipeline):
         return repo.graph_outputs + tuple(t for t in self.first_outputs(repo) if t.name in onward)
 
 
+    def in_graph(self) -> Pipeline:
+        return TokenizeInGraph()
+
+
+@dataclass(frozen=True)
+class TokenizeInGraph(TokenizeModel):
+    """tokenize -> model as one graph: the production model step takes the raw strings and tokenizes inside its
+    ONNX graph (graph_tokenizer.py), returning the row outputs besides the graph's; the ensemble is that step.
+    The fused variant keeps the fused Python step, on MODEL_FILE."""
+
+    model_file: ClassVar[str] = GRAPH_MODEL_FILE
+    model_libraries: ClassVar[tuple[str, ...]] = (GRAPH_LIBRARY_FILE,)
+    # No Python on its production path, so no step counts the output statistics there (the fused variant does).
+    counts_after_graph: ClassVar[bool] = False
+
+    def ensemble_steps(self, repo: RepoSpec) -> tuple[EnsembleStep, ...]:
+        return (EnsembleStep(repo.model_name, _same(repo.text_inputs), _same(self.model_outputs(repo))),)
+
+    def fused_ensemble_steps(self, repo: RepoSpec) -> tuple[EnsembleStep, ...]:
+        return TokenizeModel().fused_ensemble_steps(repo)
+
+    def model_inputs(self, repo: RepoSpec) -> tuple[TensorSpec, ...]:
+        return repo.text_inputs
+
+    def model_outputs(self, repo: RepoSpec) -> tuple[TensorSpec, ...]:
+        return repo.graph_outputs + self.row_outputs
+
+    def in_graph(self) -> Pipeline:
+        return self
+
+
 @dataclass(frozen=True)
 class TokenizeModelPost(TokenizeModel):
     """tokenize -> model -> post: a served step turns the graph's outputs into the answer, reading besides them
@@ -546,6 +607,9 @@ class TokenizeModelPost(TokenizeModel):
 
     def extra_token_outputs(self) -> tuple[TensorSpec, ...]:
         return tuple(TensorSpec(n, "TYPE_INT64", TOKEN_EXTRAS[n]) for n in self.token_extras)
+
+    def in_graph(self) -> Pipeline:
+        return Pipeline.in_graph(self)  # the post step reads the tokenizer's encoding
 
     def post_inputs(self, repo: RepoSpec) -> tuple[TensorSpec, ...]:
         """The texts, their encoding (real lengths, offsets, special tokens) and the model's outputs; the model's
@@ -659,6 +723,20 @@ class RepoSpec:
         return self.pipeline.watched_outputs(self)
 
     @property
+    def model_inputs(self) -> tuple[TensorSpec, ...]:
+        return self.pipeline.model_inputs(self)
+
+    @property
+    def model_outputs(self) -> tuple[TensorSpec, ...]:
+        return self.pipeline.model_outputs(self)
+
+    @property
+    def model_libraries(self) -> tuple[str, ...]:
+        """The operator libraries the production model step loads, by their path from the server's working
+        directory (GRAPH_LIBRARY_ROOT: the repository)."""
+        return tuple(f"{GRAPH_LIBRARY_ROOT}/{self.model_name}/{f}" for f in self.pipeline.model_libraries)
+
+    @property
     def model_parameters(self) -> dict[str, str]:
         """The native onnxruntime backend's settings of the model step (its config.pbtxt)."""
         return {"intra_op_thread_count": str(CPU_INTRA_OP_THREADS)} if self.device == "cpu" else {}
@@ -675,6 +753,8 @@ class RepoSpec:
         (median 2.4) with the five one-row samples, 2.4-3.7 s (median 2.6) without, 11.4-16.8 s with the
         64x256 batch as well.
         """
+        if self.model_inputs == self.text_inputs:  # raw strings: one row of one empty text
+            return (WarmupSample(1, 1),)
         samples = tuple(WarmupSample(1, b) for b in self.buckets)
         if self.device == "gpu" and self.model_step.max_batch_size > 1:
             samples += (WarmupSample(self.model_step.max_batch_size, self.buckets[-1]),)

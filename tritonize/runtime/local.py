@@ -44,7 +44,7 @@ from ..errors import TritonizeError
 from ..paths import child_pythonpath
 from ..repository import variant_config
 from ..serving.health import HEALTH_FILE, probe_file
-from ..spec import DEFAULT_VARIANT, VARIANT_CONFIGS
+from ..spec import DEFAULT_VARIANT, GRAPH_LIBRARY_ROOT, VARIANT_CONFIGS
 from . import native_backend, process, rollout, versions
 from .instance import (
     ADMIN_HEADER,
@@ -317,7 +317,16 @@ class LocalRuntime(Runtime):
         shutil.copy2(install.stub, target / STUB_NAME)
         if native:
             native.lay_out(backends / "onnxruntime", server_library(install))
+        self._link_repository()
         return backends
+
+    def _link_repository(self) -> None:
+        """models/ in the server's working directory: the repository, where model steps that tokenize inside
+        their graph find their operator library (their configs name it by that path, so the repository moves)."""
+        link = self.directory / GRAPH_LIBRARY_ROOT
+        if link.is_symlink() or link.is_file():
+            link.unlink()
+        link.symlink_to(Path(self.options.repository).resolve(), target_is_directory=True)
 
     @staticmethod
     def _env(install: TritonInstall) -> dict[str, str]:

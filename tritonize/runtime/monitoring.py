@@ -173,6 +173,17 @@ def render_rules(written_by: str) -> str:
                    baseline_suffix=statistics.BASELINE_SUFFIX, alerts=ALERTS, le_normalized=le_normalized)
 
 
+def drift_expressions(drift: Drift = DRIFT) -> dict[str, str]:
+    """statistic -> the PromQL of its drift record under `drift` (another window or minimum: what a test can
+    wait for), as rules.yml renders it."""
+    import yaml
+
+    rendered = _render(RULES_TEMPLATE, written_by="", histograms=list(statistics.HISTOGRAMS), drift=drift,
+                       baseline_suffix=statistics.BASELINE_SUFFIX, alerts=(), le_normalized=le_normalized)
+    return {r["labels"]["statistic"]: r["expr"] for g in yaml.safe_load(rendered)["groups"] for r in g["rules"] or ()
+            if "record" in r}
+
+
 def _render(template: Path, **values) -> str:
     import jinja2
 

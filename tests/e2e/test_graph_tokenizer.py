@@ -1,0 +1,83 @@
+"""MiniLM tokenized inside its ONNX graph (`generate --tokenizer graph`), served on Triton's native onnxruntime
+backend, answers as the two-step ensemble (a Python tokenizer step, then the model step) of the same model: both
+in one repository, behind one production server."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from tritonize import graph_tokenizer
+from tritonize.generate import generate
+from tritonize.repository import parse_config
+from tritonize.runtime.local import LocalRuntime
+from tritonize.spec import GRAPH_MODEL_FILE, PRODUCTION_VARIANT, GenerateOptions
+
+GRAPH, STEPS = "minilm_graph", "minilm"
+TEXTS = ["A man is eating food.", "Café déjà vu: naïve résumé.", "東京は日本の首都です。",
+         "[CLS] written [SEP] in the text", "tabs\tand\nnewlines", "word " * 400]
+START_TIMEOUT_S = 120
+
+
+@pytest.fixture(scope="module")
+def served(minilm_folder, local_options, tmp_path_factory):
+    base = tmp_path_factory.mktemp("graphtok")
+    repo = base / "repo"
+    generate(GenerateOptions(model=str(minilm_folder), name=GRAPH, output=str(repo), tokenizer="graph"))
+    generate(GenerateOptions(model=str(minilm_folder), name=STEPS, output=str(repo), add=True))
+    runtime = LocalRuntime(local_options(repo, base / "run", timeout_s=START_TIMEOUT_S), quiet=True,
+                           variant=PRODUCTION_VARIANT)
+    endpoints = runtime.up()
+    try:
+        yield repo, grpcclient.InferenceServerClient(endpoints.grpc)
+    finally:
+        runtime.down()
+
+
+def _infer(client, model: str, texts: list[str]) -> dict[str, np.ndarray]:
+    text = grpcclient.InferInput("TEXT", [len(texts), 1], "BYTES")
+    text.set_data_from_numpy(np.array(texts, dtype=object).reshape(-1, 1))
+    result = client.infer(model, [text])
+    return {name: result.as_numpy(name) for name in ("embedding", "tokens", "truncated")}
+
+
+def test_the_graph_layout_is_what_the_server_loaded(served) -> None:
+    repo, client = served
+    config = client.get_model_config(f"{GRAPH}_model", as_json=True)["config"]
+    assert (config["platform"], config["default_model_filename"]) == ("onnxruntime_onnx", GRAPH_MODEL_FILE)
+    assert [i["name"] for i in config["input"]] == ["TEXT"]
+    ensemble = parse_config((repo / GRAPH / "config.pbtxt").read_text())
+    assert [s.model_name for s in ensemble.ensemble_scheduling.step] == [f"{GRAPH}_model"]
+
+
+@pytest.mark.parametrize("batched", [True, False], ids=["one-request", "each-alone"])
+def test_in_graph_answers_equal_the_two_step_ensembles(served, batched: bool) -> None:
+    _, client = served
+    groups = [TEXTS] if batched else [[t] for t in TEXTS]
+    for texts in groups:
+        graph, steps = _infer(client, GRAPH, texts), _infer(client, STEPS, texts)
+        np.testing.assert_allclose(graph["embedding"], steps["embedding"], rtol=0, atol=1e-6)
+        assert np.array_equal(graph["tokens"], steps["tokens"]), texts
+        assert np.array_equal(graph["truncated"], steps["truncated"]), texts
+    assert _infer(client, GRAPH, ["word " * 400])["truncated"].all()
+
+
+def test_the_adversarial_set_gets_the_two_steps_tokens(served) -> None:
+    _, client = served
+    texts = [t for t in graph_tokenizer.ADVERSARIAL_TEXTS if t.strip()]  # the Python step refuses blank texts
+    graph, steps = _infer(client, GRAPH, texts), _infer(client, STEPS, texts)
+    assert np.array_equal(graph["tokens"], steps["tokens"]) and np.array_equal(graph["truncated"], steps["truncated"])
+    np.testing.assert_allclose(graph["embedding"], steps["embedding"], rtol=0, atol=1e-6)
+
+
+def test_what_only_the_python_step_refuses_the_graph_answers_and_keeps_serving(served) -> None:
+    """The tokenizer step's request checks (serving/texts.py: blank texts, invalid UTF-8, the byte bound) have no
+    place in a graph: the in-graph model step answers such texts (docs/options.md says so), and serves on."""
+    _, client = served
+    for texts in ([b"   "], [b"ok \xc3"]):
+        with pytest.raises(InferenceServerException, match="INVALID_ARG"):
+            _infer(client, STEPS, texts)
+        assert _infer(client, GRAPH, texts)["tokens"].shape == (1, 1)
+    assert _infer(client, GRAPH, ["still serving"])["tokens"][0, 0] == 4

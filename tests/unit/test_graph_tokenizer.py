@@ -1,0 +1,133 @@
+"""The tokenizer inside the ONNX graph (tritonize/graph_tokenizer.py): its tokens against the served tokenizer's
+(serving/tokenizer.py), the pair trap, and the layout `generate --tokenizer graph` writes or refuses."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from support import model_zoo
+from tritonize import graph_tokenizer as gt
+from tritonize.errors import TokenizerRefused
+from tritonize.generate import generate
+from tritonize.repository import parse_config
+from tritonize.serving.batching import ROW_FIELDS
+from tritonize.serving.tokenizer import TextEncoder
+from tritonize.spec import GRAPH_LIBRARY_FILE, GRAPH_MODEL_FILE, GenerateOptions, default_buckets
+
+MAX_LENGTH = 256
+TOKENS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def _pair(tokenizer_file: Path) -> tuple:
+    """The in-graph tokenizer and the served one, for a tokenizer.json."""
+    buckets = default_buckets(MAX_LENGTH)
+    graph = gt.tokenizer_graph(gt.WordPiece.read(tokenizer_file), MAX_LENGTH, buckets, 0, True)
+    return graph, TextEncoder(str(tokenizer_file), MAX_LENGTH, list(buckets), 0, TOKENS + ROW_FIELDS)
+
+
+@pytest.fixture(scope="module")
+def minilm(minilm_folder: Path) -> tuple:
+    return _pair(minilm_folder / "tokenizer.json")
+
+
+def _corpus() -> list[str]:
+    return gt.CORPUS.read_text(encoding="utf-8").splitlines()
+
+
+def test_in_graph_tokens_equal_the_served_tokenizers_on_the_adversarial_set(minilm) -> None:
+    """Uncased MiniLM: accents, CJK, emoji, controls, zero-width, whitespace runs, special tokens in the text,
+    texts past the max length: ids, masks, type ids, counts and truncated flags equal, alone and as one batch."""
+    graph, encoder = minilm
+    texts = list(gt.ADVERSARIAL_TEXTS) + _corpus()
+    assert gt.first_difference(graph, encoder, texts, TOKENS + ROW_FIELDS) is None
+    run = gt.session(graph)
+    out = dict(zip([o.name for o in graph.graph.output],
+                   run.run(None, {gt.TEXT: np.array(list(gt.ADVERSARIAL_TEXTS), dtype=object).reshape(-1, 1)})))
+    assert out["truncated"].any() and not out["truncated"].all()  # the set holds texts past the max length
+    assert out["tokens"].max() == MAX_LENGTH
+
+
+def test_a_cased_vocabulary_keeps_case_and_accents_as_the_served_tokenizer(minilm_folder: Path, tmp_path: Path) -> None:
+    spec = json.loads((minilm_folder / "tokenizer.json").read_text(encoding="utf-8"))
+    spec["normalizer"].update(lowercase=False, strip_accents=False)
+    cased = tmp_path / "tokenizer.json"
+    cased.write_text(json.dumps(spec), encoding="utf-8")
+    graph, encoder = _pair(cased)
+    assert gt.first_difference(graph, encoder, list(gt.ADVERSARIAL_TEXTS), TOKENS + ROW_FIELDS) is None
+    ids = encoder.encode(["CAFÉ Ελληνικά"])["input_ids"][0]
+    assert 100 in ids  # the uncased vocabulary has no "CAFÉ": case was kept, so the comparison meant something
+
+
+def test_the_operators_own_normalizer_would_differ(minilm_folder: Path, minilm) -> None:
+    """Why the graph normalizes first: the operators alone neither lowercase nor strip accents beyond Latin."""
+    _, encoder = minilm
+    bare = dataclasses.replace(gt.WordPiece.read(minilm_folder / "tokenizer.json"), mapped="A\ta")
+    graph = gt.tokenizer_graph(bare, MAX_LENGTH, default_buckets(MAX_LENGTH), 0, True)
+    assert gt.first_difference(graph, encoder, ["Ελληνικά"], TOKENS) is not None
+
+
+def test_a_batch_of_two_texts_is_two_rows_never_a_pair(minilm) -> None:
+    """The operator reads two strings as a text pair; the graph tokenizes each row on its own."""
+    graph, encoder = minilm
+    run = gt.session(graph)
+    names = [o.name for o in graph.graph.output]
+    texts = ["The first text.", "A second, longer text than the first."]
+    both = dict(zip(names, run.run(None, {gt.TEXT: np.array(texts, dtype=object).reshape(2, 1)})))
+    assert both["input_ids"].shape[0] == 2
+    assert (both["token_type_ids"] == 0).all()  # a pair would give the second text type 1
+    for k, text in enumerate(texts):
+        alone = dict(zip(names, run.run(None, {gt.TEXT: np.array([[text]], dtype=object)})))
+        width = alone["input_ids"].shape[1]
+        assert np.array_equal(both["input_ids"][k, :width], alone["input_ids"][0])
+        assert int(both["tokens"][k, 0]) == int(alone["tokens"][0, 0]) == len(encoder.tokenizer.encode(text).ids)
+
+
+def test_a_tokenizer_other_than_wordpiece_is_refused_in_one_line(tmp_path: Path) -> None:
+    folder = model_zoo.build("xlm-roberta-st-mean", tmp_path)
+    with pytest.raises(TokenizerRefused) as refused:
+        gt.WordPiece.read(folder / "tokenizer.json")
+    message = str(refused.value)
+    assert "\n" not in message and "Unigram" in message and gt.SUPPORTED in message
+
+
+def test_generate_writes_a_python_step_where_the_graph_is_refused(tmp_path: Path, capsys) -> None:
+    folder = model_zoo.build("xlm-roberta-st-mean", tmp_path)
+    repo = Path(generate(GenerateOptions(model=str(folder), name="zoo", output=str(tmp_path / "repo"),
+                                         tokenizer="graph")))
+    said = capsys.readouterr().err
+    assert "--tokenizer graph refused" in said and "Unigram" in said
+    model = parse_config((repo / "zoo_model" / "config.pbtxt").read_text())
+    assert [i.name for i in model.input] == ["input_ids", "attention_mask"] and not model.model_operations.op_library_filename
+    ensemble = parse_config((repo / "zoo" / "config.pbtxt").read_text())
+    assert [s.model_name for s in ensemble.ensemble_scheduling.step] == ["zoo_tokenizer", "zoo_model"]
+    assert "tokenizer: python" in (repo / "tritonize.yaml").read_text()
+
+
+def test_generate_writes_the_in_graph_layout_for_a_bert_wordpiece_model(tmp_path: Path) -> None:
+    folder = model_zoo.build("bert-st-mean", tmp_path)
+    repo = Path(generate(GenerateOptions(model=str(folder), name="zoo", output=str(tmp_path / "repo"),
+                                         tokenizer="graph")))
+    model = parse_config((repo / "zoo_model" / "config.pbtxt").read_text())
+    assert model.default_model_filename == GRAPH_MODEL_FILE
+    assert [i.name for i in model.input] == ["TEXT"]
+    assert [o.name for o in model.output][-2:] == ["tokens", "truncated"]
+    assert list(model.model_operations.op_library_filename) == [f"models/zoo_model/{GRAPH_LIBRARY_FILE}"]
+    assert (repo / "zoo_model" / GRAPH_LIBRARY_FILE).is_file() and (repo / "zoo_model" / "1" / GRAPH_MODEL_FILE).is_file()
+    ensemble = parse_config((repo / "zoo" / "config.pbtxt").read_text())
+    assert [s.model_name for s in ensemble.ensemble_scheduling.step] == ["zoo_model"]
+    fused = parse_config((repo / "zoo" / "configs" / "fused.pbtxt").read_text())
+    assert [s.model_name for s in fused.ensemble_scheduling.step] == ["zoo_model"]
+    assert parse_config((repo / "zoo_model" / "configs" / "fused.pbtxt").read_text()).backend == "python"
+
+
+def test_a_task_with_a_post_step_is_refused_for_the_graph_layout(tmp_path: Path, capsys) -> None:
+    folder = model_zoo.build("bert-splade", tmp_path)
+    repo = Path(generate(GenerateOptions(model=str(folder), name="zoo", output=str(tmp_path / "repo"),
+                                         tokenizer="graph", skip_verify=True)))
+    assert "TokenizeModelPost" in capsys.readouterr().err
+    assert not (repo / "zoo_model" / GRAPH_LIBRARY_FILE).exists()

@@ -1,0 +1,425 @@
+"""The tokenizer inside the ONNX graph (`generate --tokenizer graph`): raw strings in, the model's answer out.
+
+onnxruntime-extensions' `BertTokenizer` operator tokenizes a WordPiece vocabulary; its kernel reads two strings
+as a text pair, so the graph tokenizes each row on its own (a Loop over the batch), cuts it at the max length as
+tokenizers does (the first max_length - 1 tokens, then [SEP]), pads it, and pads the batch to the bucket of its
+longest row as the Python tokenizer step does. `onnx.compose` puts the model's graph after it, so Triton's native
+onnxruntime backend serves raw strings in one step.
+
+The operator is not Hugging Face's tokenizer (accents, added tokens, whitespace differ in places), so the ids are
+compared at generation with the served tokenizer's (serving/tokenizer.py) on every verification text, the shipped
+corpus and ADVERSARIAL_TEXTS; any difference, or a tokenizer other than a BERT WordPiece one, refuses the layout
+in one line and the repository keeps the Python tokenizer step.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, compose, helper
+
+from .errors import TokenizerRefused as Refused
+from .paths import DATA_DIR
+from .serving.batching import ATTENTION_MASK, INPUT_IDS, ROW_FIELDS, TOKEN_COUNT, TRUNCATED
+from .serving.tokenizer import TextEncoder
+from .spec import GRAPH_LIBRARY_FILE, GRAPH_MODEL_FILE, TEXT_INPUT, RepoSpec
+
+DOMAIN = "ai.onnx.contrib"  # onnxruntime-extensions' operators
+TOKEN_TYPE_IDS = "token_type_ids"
+TEXT = TEXT_INPUT
+CORPUS = DATA_DIR / "corpus_mixed.txt"
+SUPPORTED = "BERT WordPiece tokenizers (BertNormalizer, BertPreTokenizer, WordPiece, [CLS] text [SEP])"
+
+# Texts where the operator and Hugging Face's tokenizer are known to part (onnxruntime-extensions issues 623,
+# 852, 984): accents in cased and uncased vocabularies, CJK, emoji, control and zero-width characters, runs of
+# whitespace, special tokens written in the text, and texts past any max length.
+ADVERSARIAL_TEXTS: tuple[str, ...] = (
+    "Café déjà vu, naïve résumé, Ångström, Øresund, São Paulo",
+    "CAFÉ DÉJÀ VU ÑANDÚ ÉCOLE Ελληνικά Ἀθῆναι",
+    "Ǆemal ﬁnished the ﬂight; ½ cup, ² squared, Ⅻ o'clock",
+    "words the vocabulary cannot spell: na😀ve x☃y Ⅻth qu€€n",
+    "東京は日本の首都です。北京欢迎你！한국어 문장입니다.",
+    "emoji 😀👍🏽 👨‍👩‍👧 flags 🇫🇷 and ❤️ hearts",
+    "control\x01chars\x07and\x1bescapes\x7f\x85 here\ufffd",
+    "zero\u200bwidth\u200cjoin\u200dand\ufeffbom and soft\u00adhyphen",
+    "tabs\tand\nnewlines\r\nand   runs     of\u00a0\u2003spaces   ",
+    "   ",
+    "",
+    "[CLS] written [SEP] in the [MASK] text [PAD] [UNK]",
+    "[cls] lower [sep] and [Mask]",
+    "punctuation!!! ...?? (brackets) {braces} <tags> \"quotes\" 'apostrophes' — dashes – ‐",
+    "numbers 3.14159 1,000,000 2024-01-01 +44(0)20 7946 0958",
+    "url https://example.com/a?b=c&d=e#f and mail someone@example.org",
+    "a" * 300,
+    "supercalifragilisticexpialidocious " * 5,
+    " ".join(["word"] * 600),
+    "Accentuée " * 400,
+    "日本語" * 400,
+)
+
+
+@dataclass(frozen=True)
+class WordPiece:
+    """What the graph needs of a BERT WordPiece tokenizer.json, the normalizer included.
+
+    The operator's own normalizer parts from tokenizers' (it lowercases and strips accents in Latin letters only,
+    and keeps format characters), so the graph normalizes each text first, character by character, with what
+    tokenizers' BertNormalizer makes of each character (asked of the tokenizer itself): `removed`, the
+    characters it drops (controls, format and unassigned characters, combining marks); `mapped`, the characters
+    it changes (lowercase, accents, whitespace; ideographs and punctuation it spaces).
+    Special tokens written in a text are matched before, on the raw text, as tokenizers matches them.
+    """
+
+    vocab: tuple[str, ...]  # by id
+    cls_id: int
+    sep_id: int
+    unk_token: str
+    max_chars_per_word: int  # a longer word is one [UNK]
+    specials: tuple[tuple[str, int], ...]  # added tokens, matched in the raw text
+    removed: str  # an RE2 class of the characters the normalizer drops
+    mapped: str  # "char\tnormalized" lines, StringMapping's map
+
+    @property
+    def unk_id(self) -> int:
+        return self.vocab.index(self.unk_token)
+
+    @classmethod
+    def read(cls, tokenizer_file: Path) -> WordPiece:
+        """The tokenizer's settings, refused in one line where it is not a BERT WordPiece tokenizer."""
+        from tokenizers import Tokenizer
+
+        spec = json.loads(Path(tokenizer_file).read_text(encoding="utf-8"))
+        model, normalizer = spec.get("model") or {}, spec.get("normalizer") or {}
+        pre, post = spec.get("pre_tokenizer") or {}, spec.get("post_processor") or {}
+        found = (model.get("type"), normalizer.get("type"), pre.get("type"), post.get("type"))
+        if found[:3] != ("WordPiece", "BertNormalizer", "BertPreTokenizer") or found[3] not in ("TemplateProcessing",
+                                                                                               "BertProcessing"):
+            raise Refused(f"the graph tokenizer serves {SUPPORTED}; this tokenizer is "
+                          f"{'/'.join(str(f) for f in found)}")
+        if model.get("continuing_subword_prefix", "##") != "##":
+            raise Refused(f"the graph tokenizer serves WordPiece with '##' continuations, not "
+                          f"{model.get('continuing_subword_prefix')!r}")
+        vocab = model["vocab"]
+        by_id = sorted(vocab.items(), key=lambda kv: kv[1])
+        if [i for _, i in by_id] != list(range(len(by_id))):
+            raise Refused("the graph tokenizer needs a WordPiece vocabulary numbered 0..n-1 without gaps")
+        if found[3] == "BertProcessing":
+            (cls_token, _), (sep_token, _) = post["cls"], post["sep"]
+        else:
+            single = [next(iter(p)) for p in post.get("single", [])]
+            if single != ["SpecialToken", "Sequence", "SpecialToken"]:
+                raise Refused(f"the graph tokenizer serves texts as [CLS] text [SEP]; this template is {single}")
+            cls_token, sep_token = (post["single"][k]["SpecialToken"]["id"] for k in (0, 2))
+        added = spec.get("added_tokens") or []
+        loose = [t["content"] for t in added if t.get("normalized") or t.get("lstrip") or t.get("rstrip")
+                 or t.get("single_word")]
+        if loose:
+            raise Refused(f"the graph tokenizer matches added tokens exactly as written; {loose[0]!r} is matched "
+                          "normalized, stripped or as a single word")
+        served = Tokenizer.from_file(str(tokenizer_file))
+        removed, mapped = _normalization(served.normalizer, served.pre_tokenizer)
+        return cls(tuple(t for t, _ in by_id), vocab[cls_token], vocab[sep_token], model.get("unk_token", "[UNK]"),
+                   int(model.get("max_input_chars_per_word", 100)),
+                   tuple((t["content"], t["id"]) for t in added), removed, mapped)
+
+
+def _normalization(normalizer, pre_tokenizer) -> tuple[str, str]:
+    """What the normalizer does to each character: an RE2 class of those it drops, and a map of those it changes
+    (lowercase, accents, whitespace; ideographs it spaces). Punctuation, which the pre-tokenizer splits off, is
+    spaced too, so that every word stands between spaces: the operator knows fewer punctuation marks (U+FF01,
+    the fullwidth '!'), and the graph finds words by the gaps between tokens (`_piece_graph`)."""
+    codes = [c for c in range(0x110000) if not 0xD800 <= c < 0xE000]
+    punctuation = {chr(c) for c in codes if len(pre_tokenizer.pre_tokenize_str(f"a{chr(c)}a")) == 3}
+    dropped: list[int] = []
+    lines = []
+    for code in codes:
+        char = chr(code)
+        out = normalizer.normalize_str(char)
+        spaced = "".join(f" {x} " if x in punctuation else x for x in out)
+        if out == "":
+            dropped.append(code)
+        elif spaced != char and char not in "\t\n" and not {"\t", "\n"} & set(spaced):
+            lines.append(f"{char}\t{spaced}")
+    ranges, first = [], None
+    for k, code in enumerate(dropped):
+        first = code if first is None else first
+        if k + 1 == len(dropped) or dropped[k + 1] != code + 1:
+            ranges.append(f"\\x{{{first:x}}}" + (f"-\\x{{{code:x}}}" if code != first else ""))
+            first = None
+    return f"[{''.join(ranges)}]", "\n".join(lines)
+
+
+def _const(name: str, values, dtype=np.int64) -> onnx.NodeProto:
+    return helper.make_node("Constant", [], [name], value=onnx.numpy_helper.from_array(np.asarray(values, dtype=dtype), name))
+
+
+def _text(name: str, value: str, shape: tuple[int, ...] = (1,)) -> onnx.NodeProto:
+    return helper.make_node("Constant", [], [name],
+                            value=helper.make_tensor(name, TensorProto.STRING, list(shape), [value.encode("utf-8")]))
+
+
+def _piece_graph(w: WordPiece) -> onnx.GraphProto:
+    """One piece of a text: a special token's id, or the piece normalized and tokenized without [CLS]/[SEP]."""
+    special = helper.make_graph([helper.make_node("Reshape", ["special_id", "flat"], ["special_ids"])], "special", [],
+                                [helper.make_tensor_value_info("special_ids", TensorProto.INT64, [None])])
+    words = helper.make_graph([
+        _text("removed", w.removed), _text("nothing", ""), _text("any_char", "(?s)(.)"), _text("joiner", "", ()),
+        _const("first", [1]), _const("before_last", [-1]), _const("flat1", [1]), _const("minus_one", [-1]),
+        _const("unk_id", w.unk_id), _text("spaces", "(\\s+)"), _const("no_rows", np.zeros(0, dtype=np.int64)),
+        helper.make_node("StringRegexReplace", ["piece", "removed", "nothing"], ["clean"], domain=DOMAIN),
+        helper.make_node("StringRegexSplitWithOffsets", ["clean", "any_char", "any_char"],
+                         ["chars", "char_starts", "char_ends", "char_counts"], domain=DOMAIN),
+        helper.make_node("StringMapping", ["chars"], ["normal"], domain=DOMAIN, map=w.mapped),
+        helper.make_node("StringJoin", ["normal", "joiner", "axis_s"], ["joined"], domain=DOMAIN),
+        helper.make_node("Reshape", ["joined", "flat1"], ["one_text"]),
+        # Every word now stands between whitespace (punctuation and ideographs spaced by the map).
+        helper.make_node("StringRegexSplitWithOffsets", ["one_text", "spaces", "nothing"],
+                         ["words", "word_starts", "word_ends", "word_counts"], domain=DOMAIN),
+        helper.make_node("WordpieceTokenizer", ["words", "no_rows"], ["tokens", "splits", "begins", "limits"],
+                         domain=DOMAIN, vocab=json.dumps({t: i for i, t in enumerate(w.vocab)}, ensure_ascii=False),
+                         suffix_indicator="##", unknown_token=w.unk_token,
+                         max_input_chars_per_word=w.max_chars_per_word),
+        helper.make_node("StringToVector", ["tokens"], ["token_column"], domain=DOMAIN,
+                         map="\n".join(f"{t}\t{i}" for i, t in enumerate(w.vocab)), unk=str(w.unk_id)),
+        helper.make_node("Reshape", ["token_column", "flat"], ["pieces_ids"]),
+        # A word the vocabulary cannot spell is one [UNK], as tokenizers' WordPiece has it; the operator keeps
+        # the pieces it found before the failing one. `splits` holds where each word's tokens begin.
+        helper.make_node("Shape", ["pieces_ids"], ["t"]),
+        helper.make_node("Sub", ["pieces_ids", "pieces_ids"], ["no_tokens"]),
+        helper.make_node("Slice", ["splits", "first", "before_last"], ["inner_starts"]),
+        helper.make_node("Sub", ["inner_starts", "minus_one"], ["ones_per_start"]),
+        helper.make_node("Sub", ["ones_per_start", "inner_starts"], ["one_per_start"]),
+        helper.make_node("ScatterElements", ["no_tokens", "inner_starts", "one_per_start"], ["marks"],
+                         reduction="add"),
+        helper.make_node("CumSum", ["marks", "zero_s"], ["word"]),
+        helper.make_node("Squeeze", ["t", "axis0"], ["t_s"]),
+        helper.make_node("Range", ["zero_s", "t_s", "one_s"], ["position"]),
+        helper.make_node("Greater", ["marks", "zero"], ["marked"]),
+        helper.make_node("Equal", ["position", "zero_s"], ["at_first"]),
+        helper.make_node("Or", ["marked", "at_first"], ["opens"]),
+        helper.make_node("Equal", ["pieces_ids", "unk_id"], ["is_unk"]),
+        helper.make_node("Cast", ["is_unk"], ["is_unk_n"], to=TensorProto.INT64),
+        helper.make_node("ScatterElements", ["no_tokens", "word", "is_unk_n"], ["unk_per_word"], reduction="add"),
+        helper.make_node("Gather", ["unk_per_word", "word"], ["unk_in_word_n"]),
+        helper.make_node("Greater", ["unk_in_word_n", "zero"], ["unk_in_word"]),
+        helper.make_node("Where", ["unk_in_word", "unk_id", "pieces_ids"], ["spelled"]),
+        helper.make_node("Not", ["unk_in_word"], ["whole"]),
+        helper.make_node("Or", ["whole", "opens"], ["keep"]),
+        helper.make_node("Compress", ["spelled", "keep"], ["word_ids"], axis=0),
+    ], "words", [], [helper.make_tensor_value_info("word_ids", TensorProto.INT64, [None])])
+    return helper.make_graph([
+        helper.make_node("Unsqueeze", ["j", "axis0"], ["j1"]),
+        helper.make_node("Gather", ["pieces", "j1"], ["piece"]),
+        helper.make_node("StringToVector", ["piece"], ["found"], domain=DOMAIN,
+                         map="\n".join(f"{t}\t{i}" for t, i in w.specials), unk="-1"),
+        helper.make_node("ReduceMax", ["found"], ["special_id"], keepdims=0),
+        helper.make_node("Greater", ["special_id", "none"], ["is_special"]),
+        helper.make_node("If", ["is_special"], ["piece_ids"], then_branch=special, else_branch=words),
+        helper.make_node("Concat", ["sofar", "piece_ids"], ["sofar_out"], axis=0),
+        helper.make_node("Identity", ["piece_cond"], ["piece_cond_out"]),
+    ], "piece",
+        [helper.make_tensor_value_info("j", TensorProto.INT64, []),
+         helper.make_tensor_value_info("piece_cond", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("sofar", TensorProto.INT64, [None])],
+        [helper.make_tensor_value_info("piece_cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("sofar_out", TensorProto.INT64, [None])])
+
+
+def tokenizer_graph(wordpiece: WordPiece, max_length: int, buckets: tuple[int, ...], pad_id: int,
+                    with_token_types: bool) -> onnx.ModelProto:
+    """TEXT [N, 1] -> input_ids, attention_mask (token_type_ids), tokens [N, 1] INT32, truncated [N, 1] BOOL."""
+    import re
+
+    specials = "|".join(re.escape(t) for t, _ in sorted(wordpiece.specials, key=lambda s: -len(s[0])))
+    row_nodes = [
+        helper.make_node("Unsqueeze", ["i", "axis0"], ["i1"]),
+        helper.make_node("Gather", ["texts", "i1"], ["text"]),  # one string: never read as a pair
+        helper.make_node("StringRegexSplitWithOffsets", ["text", "specials", "specials"],
+                         ["pieces", "p_starts", "p_ends", "p_counts"], domain=DOMAIN),
+        helper.make_node("Shape", ["pieces"], ["p1"]),
+        helper.make_node("Squeeze", ["p1", "axis0"], ["p"]),
+        helper.make_node("Loop", ["p", "go", "no_ids"], ["body_ids"], body=_piece_graph(wordpiece)),
+        helper.make_node("Concat", ["cls", "body_ids", "sep1"], ["ids"], axis=0),
+        helper.make_node("Shape", ["ids"], ["length"]),
+        helper.make_node("Greater", ["length", "max_len"], ["over"]),
+        helper.make_node("Slice", ["ids", "zero", "max_len"], ["kept"]),
+        helper.make_node("Shape", ["kept"], ["count"]),
+        helper.make_node("Sub", ["count", "one"], ["last"]),
+        helper.make_node("Squeeze", ["count", "axis0"], ["count_s"]),
+        helper.make_node("Range", ["zero_s", "count_s", "one_s"], ["positions"]),
+        helper.make_node("Equal", ["positions", "last"], ["at_last"]),
+        helper.make_node("And", ["at_last", "over"], ["closes"]),
+        helper.make_node("Where", ["closes", "sep", "kept"], ["cut"]),  # a cut row ends in [SEP], as tokenizers cuts
+        helper.make_node("Sub", ["max_len", "count"], ["room"]),
+        helper.make_node("Concat", ["zero", "room"], ["pads"], axis=0),
+        helper.make_node("Pad", ["cut", "pads", "pad_id"], ["row_ids"], mode="constant"),
+        helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+    ]
+    body = helper.make_graph(
+        [_const("one", [1]), _const("max_len", [max_length]), _const("sep", wordpiece.sep_id),
+         _const("sep1", [wordpiece.sep_id]), _const("cls", [wordpiece.cls_id]), _const("pad_id", pad_id),
+         _const("no_ids", np.zeros(0, dtype=np.int64)), _text("specials", f"({specials})"), *row_nodes],
+        "row",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("row_ids", TensorProto.INT64, [max_length]),
+         helper.make_tensor_value_info("count", TensorProto.INT64, [1]),
+         helper.make_tensor_value_info("over", TensorProto.BOOL, [1])],
+    )
+    outputs = [INPUT_IDS, ATTENTION_MASK] + ([TOKEN_TYPE_IDS] if with_token_types else [])
+    # The row and piece graphs read the outer scope's constants too.
+    nodes = [
+        _const("flat", [-1]), _const("zero", [0]), _const("zero_s", 0), _const("one_s", 1), _const("axis1", [1]),
+        _const("axis0", [0]), _const("axis_s", 0), _const("none", -1),
+        _const("buckets", list(buckets)), _const("beyond", max_length + 1),
+        helper.make_node("Constant", [], ["go"], value=helper.make_tensor("go", TensorProto.BOOL, [], [True])),
+        helper.make_node("Reshape", [TEXT, "flat"], ["texts"]),
+        helper.make_node("Shape", ["texts"], ["n1"]),
+        helper.make_node("Squeeze", ["n1"], ["n"]),
+        helper.make_node("Loop", ["n", "go"], ["all_ids", "counts", "overs"], body=body),
+        helper.make_node("ReduceMax", ["counts"], ["longest"], keepdims=0),
+        helper.make_node("GreaterOrEqual", ["buckets", "longest"], ["fits"]),
+        helper.make_node("Where", ["fits", "buckets", "beyond"], ["candidates"]),
+        helper.make_node("ReduceMin", ["candidates"], ["width"], keepdims=1),
+        helper.make_node("Slice", ["all_ids", "zero", "width", "axis1"], [INPUT_IDS]),
+        helper.make_node("Squeeze", ["width"], ["width_s"]),
+        helper.make_node("Range", ["zero_s", "width_s", "one_s"], ["columns"]),
+        helper.make_node("Less", ["columns", "counts"], ["inside"]),  # [width] < [N, 1]
+        helper.make_node("Cast", ["inside"], [ATTENTION_MASK], to=TensorProto.INT64),
+        helper.make_node("Cast", ["counts"], [TOKEN_COUNT], to=TensorProto.INT32),
+        helper.make_node("Identity", ["overs"], [TRUNCATED]),
+    ]
+    if with_token_types:  # single texts: every token is of the first segment
+        nodes.append(helper.make_node("Sub", [ATTENTION_MASK, ATTENTION_MASK], [TOKEN_TYPE_IDS]))
+    graph = helper.make_graph(
+        nodes, "tokenizer",
+        [helper.make_tensor_value_info(TEXT, TensorProto.STRING, ["batch", 1])],
+        [*(helper.make_tensor_value_info(o, TensorProto.INT64, ["batch", "sequence"]) for o in outputs),
+         helper.make_tensor_value_info(TOKEN_COUNT, TensorProto.INT32, ["batch", 1]),
+         helper.make_tensor_value_info(TRUNCATED, TensorProto.BOOL, ["batch", 1])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(DOMAIN, 1)],
+                             ir_version=8)
+
+
+def session(model: onnx.ModelProto):
+    """An onnxruntime session of a graph that uses the extensions' operators."""
+    import onnxruntime as ort
+    from onnxruntime_extensions import get_library_path
+
+    options = ort.SessionOptions()
+    options.register_custom_ops_library(get_library_path())
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def first_difference(graph: onnx.ModelProto, encoder: TextEncoder, texts: list[str], names: tuple[str, ...]) -> str | None:
+    """The first text whose in-graph tokens differ from the served tokenizer's, one at a time and as one batch
+    (a batch must never become a pair); None where every tensor is equal."""
+    run = session(graph)
+    outputs = [o.name for o in graph.graph.output]
+    for batch in [[t] for t in texts] + [texts]:
+        got = dict(zip(outputs, run.run(None, {TEXT: np.array(batch, dtype=object).reshape(-1, 1)})))
+        want = encoder.encode(batch)
+        for name in names:
+            if got[name].shape != want[name].shape or not np.array_equal(got[name], want[name]):
+                rows = [k for k in range(len(batch)) if got[name].shape != want[name].shape
+                        or not np.array_equal(got[name][k], want[name][k])]
+                return f"{batch[rows[0] if rows else 0]!r} ({name})"
+    return None
+
+
+def compose_model(tokenizer: onnx.ModelProto, model: onnx.ModelProto, token_inputs: tuple[str, ...]) -> onnx.ModelProto:
+    """The tokenizer graph, then the model's: raw strings in, the model's outputs and the row outputs out."""
+    model_opset = {o.domain: o.version for o in model.opset_import}
+    tokenizer = onnx.version_converter.convert_version(tokenizer, model_opset.get("", 17)) \
+        if model_opset.get("", 17) != 17 else tokenizer
+    tokenizer.ir_version = model.ir_version
+    del tokenizer.opset_import[:]
+    tokenizer.opset_import.extend([helper.make_opsetid("", model_opset.get("", 17)), helper.make_opsetid(DOMAIN, 1)])
+    row_outputs = (TOKEN_COUNT, TRUNCATED)
+    merged = compose.merge_models(
+        tokenizer, model, io_map=[(n, n) for n in token_inputs],
+        outputs=[o.name for o in model.graph.output] + list(row_outputs),
+    )
+    onnx.checker.check_model(merged, full_check=False)
+    return merged
+
+
+def op_library(target: Path) -> Path:
+    """A copy of the extensions' operator library that loads where no Python runs.
+
+    The wheel builds it as a Python extension: it leaves CPython's symbols to the interpreter that imports it,
+    so tritonserver (no interpreter) cannot load it. The copy names the interpreter's shared libpython as a
+    dependency (found on the serving machine's library path: Debian's libpython3.X), which resolves them; no
+    interpreter starts, and the tokenizer's kernels call none of them.
+    """
+    from onnxruntime_extensions import get_library_path
+
+    libpython = sysconfig.get_config_var("INSTSONAME") or sysconfig.get_config_var("LDLIBRARY")
+    if not libpython or not libpython.startswith("libpython"):
+        raise Refused("the graph tokenizer's operators need a shared libpython, and this Python has none")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(get_library_path(), target)
+    patchelf = shutil.which("patchelf")
+    if patchelf is None:
+        raise Refused("the graph tokenizer's operators need patchelf to load into tritonserver (apt install patchelf)")
+    subprocess.run([patchelf, "--add-needed", libpython, str(target)], check=True, capture_output=True)
+    return target
+
+
+def build(repo: RepoSpec, model_graph: Path, texts: list[str], work: Path, atol: float) -> dict[str, Path]:
+    """The production graph (raw strings in) and the operator library, by their paths in the repository.
+
+    Refused, in one line naming the first text that differs, unless the in-graph tokens equal the served
+    tokenizer's on `texts` (verification's), the shipped corpus and ADVERSARIAL_TEXTS, and the composed graph's
+    answers equal the two steps' within `atol`.
+    """
+    if tuple(t.name for t in repo.text_inputs) != (TEXT,) or repo.truncation or repo.first_parameters:
+        raise Refused(f"the graph tokenizer reads one text per row; {repo.name} reads "
+                      f"{', '.join(t.name for t in repo.text_inputs)} prepared by its task")
+    if not repo.truncate:
+        raise Refused("the graph tokenizer truncates; --no-truncate refuses over-long texts, which only the Python "
+                      "step can")
+    spec = repo.model
+    wordpiece = WordPiece.read(Path(spec.tokenizer_file))
+    names = tuple(t.name for t in repo.token_inputs)
+    tokenizer = tokenizer_graph(wordpiece, spec.max_length, repo.buckets, repo.pad_token_id, TOKEN_TYPE_IDS in names)
+    encoder = TextEncoder(spec.tokenizer_file, spec.max_length, list(repo.buckets), repo.pad_token_id,
+                          names + ROW_FIELDS)
+    checked = [*texts, *CORPUS.read_text(encoding="utf-8").splitlines(), *ADVERSARIAL_TEXTS]
+    differs = first_difference(tokenizer, encoder, checked, names + ROW_FIELDS)
+    if differs:
+        raise Refused(f"the graph tokenizer's tokens differ from the served tokenizer's on {differs}")
+    composed = compose_model(tokenizer, onnx.load(str(model_graph)), names)
+    work.mkdir(parents=True, exist_ok=True)
+    graph_file = work / GRAPH_MODEL_FILE
+    onnx.save(composed, str(graph_file))
+    _check_answers(graph_file, Path(model_graph), encoder, texts, atol)
+    return {f"{repo.model_name}/{repo.version}/{GRAPH_MODEL_FILE}": graph_file,
+            f"{repo.model_name}/{GRAPH_LIBRARY_FILE}": op_library(work / GRAPH_LIBRARY_FILE)}
+
+
+def _check_answers(graph_file: Path, model_graph: Path, encoder: TextEncoder, texts: list[str], atol: float) -> None:
+    """The composed graph's answers against the served tokenizer feeding the model's graph, text by text."""
+    import onnxruntime as ort
+
+    composed = session(onnx.load(str(graph_file)))
+    plain = ort.InferenceSession(str(model_graph), providers=["CPUExecutionProvider"])
+    feeds_of = [i.name for i in plain.get_inputs()]
+    outputs = [o.name for o in plain.get_outputs()]
+    for text in texts:
+        got = composed.run(outputs, {TEXT: np.array([[text]], dtype=object)})
+        tensors = encoder.encode([text])
+        want = plain.run(outputs, {n: tensors[n] for n in feeds_of})
+        worst = max(float(np.abs(g.astype(np.float64) - w).max()) for g, w in zip(got, want))
+        if worst > atol:
+            raise Refused(f"the graph with its tokenizer answers {text!r} {worst:.2e} away from the two steps "
+                          f"(allowed {atol:.0e})")
