@@ -104,7 +104,7 @@ def test_generate_writes_a_python_step_where_the_graph_is_refused(tmp_path: Path
     model = parse_config((repo / "zoo_model" / "config.pbtxt").read_text())
     assert [i.name for i in model.input] == ["input_ids", "attention_mask"] and not model.model_operations.op_library_filename
     ensemble = parse_config((repo / "zoo" / "config.pbtxt").read_text())
-    assert [s.model_name for s in ensemble.ensemble_scheduling.step] == ["zoo_tokenizer", "zoo_model"]
+    assert [s.model_name for s in ensemble.ensemble_scheduling.step] == ["zoo_tokenizer", "zoo_model", "zoo_statistics"]
     assert "tokenizer: python" in (repo / "tritonize.yaml").read_text()
 
 
