@@ -37,7 +37,8 @@ def baseline_rows(task, path: str | None) -> tuple[str, list[tuple[str, ...]]]:
         texts = [line for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
     except (OSError, UnicodeDecodeError) as exc:
         raise TritonizeError(f"--baseline {path}: cannot be read as UTF-8 text ({type(exc).__name__}: "
-                             f"{getattr(exc, 'strerror', None) or exc})", hint="give a text file, one text per line") from None
+                             f"{getattr(exc, 'strerror', None) or exc})",
+                             hint="give a text file, one text per line") from None
     if len(texts) < 2:
         raise TritonizeError(f"--baseline {path} holds {len(texts)} non-blank line(s): a distribution needs more",
                              hint="give a text file of the texts you will serve, one per line, hundreds of them")

@@ -91,7 +91,9 @@ MODEL_SUFFIX = "_model"
 POST_SUFFIX = "_post"
 STATISTICS_SUFFIX = "_statistics"
 STATISTICS_MODULE = "statistics_step"  # the production ensemble's step after a graph no Python follows
-STATISTICS_INSTANCES = 1  # its queue has no bound, so one instance does not stall (docs/benchmark.md); it counts in microseconds
+# One instance: its queue has no bound, so one instance does not stall (docs/benchmark.md), and it counts in
+# microseconds.
+STATISTICS_INSTANCES = 1
 
 DEFAULT_BUCKET_LADDER = (16, 32, 64, 128, 256, 512)
 TENSORRT_CACHE = "/tmp/tritonize_trt_cache"

@@ -26,6 +26,7 @@ from tritonize.runtime import process
 from tritonize.serving import statistics
 from tritonize.serving.metrics import COUNTED
 
+
 def series(prometheus: str, promql: str) -> dict[tuple[str, tuple], float]:
     """(metric name, the other labels but job and instance) -> value."""
     found = {}
@@ -160,6 +161,43 @@ def test_every_dashboard_query_answers_through_prometheus(monitored: Monitored) 
     exposed = {name for name, _ in triton_page(monitored.metrics)}
     empty = unanswered(monitored.prometheus, dashboard(), exposed)
     assert not empty, f"dashboard queries with no answer: {empty}"
+
+
+@pytest.mark.slow
+def test_drift_crosses_its_threshold_on_shifted_texts_then_falls_back(monitored: Monitored) -> None:
+    """The drift record's expression as rules.yml writes it, over a window this test can wait for (the shipped
+    one is 30 minutes): the texts the baseline was recorded on stay under the threshold, very short texts in
+    other languages cross it, and the baseline's texts again bring it back under."""
+    from tritonize import tasks
+    from tritonize.baseline import baseline_rows
+    from tritonize.client import TextClient
+    from tritonize.manifest import read_manifest
+
+    drift = mon.Drift(window="6s", min_rows=100)
+    expressions = mon.drift_expressions(drift)
+    statistic = statistics.TOKENS_PER_TEXT
+    _, rows = baseline_rows(tasks.of(read_manifest(monitored.repository).model.head), None)
+    quiet = [row[0] for row in rows]
+    shifted = ["日本語", "bonjour", "¿qué?", "Привет", "你好", "ok", "ja", "oui"] * 30
+
+    def distance_after(texts: list[str]) -> dict[str, float]:
+        with TextClient(monitored.grpc, monitored.name) as client:
+            for k in range(0, len(texts), 16):
+                client.embed(texts[k:k + 16])
+        time.sleep(2.5)  # two scrapes
+        found = {}
+        for name, promql in expressions.items():
+            for row in query(monitored.prometheus, promql):
+                if row["metric"].get("model") == monitored.name:
+                    found[name] = float(row["value"][1])
+        time.sleep(int(drift.window.removesuffix("s")) + 1)  # the next phase's window holds its texts alone
+        return found
+
+    phases = {"baseline": distance_after(quiet), "shifted": distance_after(shifted), "again": distance_after(quiet)}
+    print("\nKS distance per phase:", json.dumps(phases, indent=1))
+    assert phases["baseline"][statistic] < drift.max_ks < phases["shifted"][statistic]
+    assert phases["again"][statistic] < drift.max_ks
+    assert set(phases["shifted"]) == {statistic, "tritonize_output_centroid_similarity"}  # the embedder's two
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import urllib.request
 from collections import Counter
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 from tritonize import chain
 from tritonize.bench.stats import settled
 from tritonize.manifest import read_manifest
+from tritonize.serving.metrics import PUBLISH_S, STATISTICS_PUBLISH_S
 from tritonize.serving.statistics import (
     COUNTERS,
     COUNTS,
@@ -74,8 +76,9 @@ def page(metrics_url: str, model: str) -> dict[Key, float]:
 
 
 def settled_page(metrics_url: str, model: str) -> dict[Key, float]:
-    """The page once the steps have published what they counted."""
-    return settled(lambda: page(metrics_url, model))
+    """The page once the steps have published what they counted (the statistics within STATISTICS_PUBLISH_S)."""
+    time.sleep(STATISTICS_PUBLISH_S + PUBLISH_S)
+    return settled(lambda: page(metrics_url, model), limit_s=2 * STATISTICS_PUBLISH_S)
 
 
 def counted(before: dict[Key, float], after: dict[Key, float]) -> Counter:

@@ -9,8 +9,8 @@ the repository meanwhile sees the old state or the new one.
 
 from __future__ import annotations
 
-import json
 import dataclasses
+import json
 import os
 import shutil
 import tempfile

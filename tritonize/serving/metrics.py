@@ -46,6 +46,10 @@ COUNTERS = {
 # How long counts wait to be published together (seconds): one round trip per series that moved, at most this often.
 # A reader that needs every count so far reads again after this (bench.stats.settled).
 PUBLISH_S = 0.1
+# How long the output statistics' counts wait (seconds): a histogram is a dozen series, each its own round trip,
+# and every 0.1 s that cost a fused step at concurrency 1 about 9% of its throughput (docs/benchmark.md); a
+# dashboard scrapes every few seconds. A reader that needs every count so far reads again after this.
+STATISTICS_PUBLISH_S = 1.0
 REASONS = ("too_large", "too_long", "invalid_utf8", "empty", "no_elements", "rows_mismatch", "unknown_form",
            "tokenizer")
 # What the steps count in one execute() (their `counts` dicts) -> the counter each key feeds.
@@ -73,6 +77,8 @@ class StepMetrics:
         self.enabled = pb_utils is not None and hasattr(pb_utils, "MetricFamily")
         self._families, self._series, self._gauges = {}, {}, []
         self._pending: Counter = Counter()  # series key -> count not yet published
+        self._pending_slow: Counter = Counter()  # the same, of series published every STATISTICS_PUBLISH_S
+        self._slow_due = 0.0  # when the slow series are published next (monotonic)
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._closed = False
@@ -113,9 +119,14 @@ class StepMetrics:
             self._gauges.append(gauge)  # a metric that is dropped leaves the server's registry
 
     def add(self, items: list) -> None:
-        """Add to declared series: [((name, key), value)]."""
-        if self.enabled:
-            self._add(items)
+        """Add to declared series, [((name, key), value)], published within STATISTICS_PUBLISH_S."""
+        if self.enabled and items:
+            with self._lock:
+                if not self._pending_slow:
+                    self._slow_due = time.monotonic() + STATISTICS_PUBLISH_S
+                for key, value in items:
+                    self._pending_slow[key] += value
+            self._wake.set()
 
     def warn(self, message: str) -> None:
         if self.enabled:
@@ -135,9 +146,13 @@ class StepMetrics:
             self._publisher.join(timeout=2 * PUBLISH_S + 1.0)
             self.publish()
 
-    def publish(self) -> None:
+    def publish(self, slow: bool = True) -> None:
+        """What is pending; the slow series too where `slow` (or they are due)."""
         with self._lock:
             pending, self._pending = self._pending, Counter()
+            if slow or time.monotonic() >= self._slow_due:
+                pending.update(self._pending_slow)
+                self._pending_slow = Counter()
         for key, value in pending.items():
             try:
                 self._series[key].increment(float(value))
@@ -153,9 +168,11 @@ class StepMetrics:
 
     def _publish_loop(self) -> None:
         while not self._closed:
-            self._wake.wait()
+            with self._lock:
+                wait = max(0.0, self._slow_due - time.monotonic()) if self._pending_slow else None
+            self._wake.wait(wait)
             if self._closed:
                 return  # close() publishes the rest
             self._wake.clear()  # what is added from here on wakes the next round
             time.sleep(PUBLISH_S)  # gather the counts of the next executes into one round trip each
-            self.publish()
+            self.publish(slow=False)

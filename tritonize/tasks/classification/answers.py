@@ -47,7 +47,8 @@ def parse_classes(arr: np.ndarray) -> list[list[Label]]:
 class ClassificationAnswers(Answers):
     head_type = Head
     output_names = (LOGITS, PROBABILITIES)
-    output_statistics = {"tritonize_output_top_probability": PROBABILITIES, "tritonize_output_label_total": PROBABILITIES}
+    output_statistics = {"tritonize_output_top_probability": PROBABILITIES,
+                         "tritonize_output_label_total": PROBABILITIES}
 
     def scores(self, outputs: dict[str, np.ndarray], raw: bool = False) -> np.ndarray:
         """Per text, a score per label in label order: the head's probabilities, or its logits (raw)."""
