@@ -86,14 +86,16 @@ def test_up_status_logs_down_leaves_no_process(tiny_embedding_repo, local_option
         pid = runtime.server_pid
         assert http_get(f"{endpoints.http}/v2/health/ready")[0] == 200
         assert endpoints.http == f"http://127.0.0.1:{options.http_port}"
-        # The model step (tokenizer and graph in one, one instance that pipelines) and the idle tokenizer step's one.
-        assert len(stub_processes(pid)) == 2
+        # The model step (tokenizer and graph in one, one instance that pipelines), and one each of the idle
+        # tokenizer and statistics steps (the production ensemble's).
+        assert len(stub_processes(pid)) == 3
 
         status = runtime.status()
         assert status.running and status.ready
         states = {m.name: m.state for m in status.models}
         name = tiny_embedding_repo.name
-        assert states == {name: "READY", f"{name}_tokenizer": "READY", f"{name}_model": "READY"}
+        assert states == {name: "READY", f"{name}_tokenizer": "READY", f"{name}_model": "READY",
+                          f"{name}_statistics": "READY"}
         assert "Started GRPCInferenceService" in runtime.logs()
         assert len(runtime.logs(tail=3).splitlines()) <= 3
 
@@ -194,7 +196,7 @@ def test_a_repository_with_the_earlier_fused_config_name_is_still_served_and_rea
     repo = tmp_path / "earlier"
     shutil.copytree(tiny_embedding_repo.repository, repo)
     renamed = list(repo.glob(f"*/{CONFIGS_DIR}/{FUSED_CONFIG_NAME}.pbtxt"))
-    assert len(renamed) == 3  # the ensemble, the idle tokenizer step and the fused step
+    assert len(renamed) == 4  # the ensemble, the idle tokenizer and statistics steps, and the fused step
     for config in renamed:
         config.rename(config.with_name(f"{EARLIER_FUSED_CONFIG_NAME}.pbtxt"))
     assert repository.variant_config(repo, FUSED_VARIANT) == EARLIER_FUSED_CONFIG_NAME

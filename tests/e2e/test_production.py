@@ -253,35 +253,30 @@ def test_production_answers_as_the_fused_step(stack: Stack, model: str, protocol
     assert worst <= ATOL
 
 
-@pytest.mark.parametrize("model", COMPARED)
-def test_both_variants_count_what_the_model_answered(stack: Stack, model: str) -> None:
-    """The output statistics of one request: production counts them in its statistics step (or the post step,
-    or the step that calls the graph), the fused variant in its one step; each exactly what the served steps
-    answer, run in this process on the bounds generation recorded."""
-    request = REQUESTS[stack.task(model)]
-    want = statistics_support.expected(stack.repository, model, request)
-    assert want, f"{model}: nothing to count"
+def test_both_variants_count_what_each_model_answered(stack: Stack) -> None:
+    """The output statistics of one request to every model: production counts them in its statistics step (or
+    the post step, or the step that calls the graph), the fused variant in its one step; each exactly what the
+    served steps answer, run in this process on the bounds generation recorded. Ten texts of one label add ten
+    to that label."""
+    classifier, ten = model_name("bert-seq-cls"), {"TEXT": [EMBED_TEXTS[0]] * 10}
+    want = {model: statistics_support.expected(stack.repository, model, REQUESTS[stack.task(model)])
+            for model in COMPARED}
+    assert all(want.values()), [model for model, added in want.items() if not added]
+    of_ten = statistics_support.expected(stack.repository, classifier, ten)
+    [label] = [k for k in of_ten if k[0] == "tritonize_output_label_total"]
+    assert of_ten[label] == 10
+    want[classifier] += of_ten
     for variant in VARIANTS:
         metrics = f"http://127.0.0.1:{stack.endpoints[variant].metrics_port}/metrics"
-        before = statistics_support.settled_page(metrics, model)
-        with stack.client(variant, model, "grpc") as client:
-            client.infer(request)
-        moved = statistics_support.counted(before, statistics_support.settled_page(metrics, model))
+        before = statistics_support.settled_pages(metrics, COMPARED)
+        for model in COMPARED:
+            with stack.client(variant, model, "grpc") as client:
+                client.infer(REQUESTS[stack.task(model)])
+                if model == classifier:
+                    client.infer(ten)
+        after = statistics_support.settled_pages(metrics, COMPARED)
+        moved = {model: statistics_support.counted(before[model], after[model]) for model in COMPARED}
         assert moved == want, variant
-
-
-@pytest.mark.parametrize("variant", VARIANTS)
-def test_ten_texts_of_one_label_add_ten_to_that_label(stack: Stack, variant: str) -> None:
-    model = model_name("bert-seq-cls")
-    text = EMBED_TEXTS[0]
-    label = next(k for k in statistics_support.expected(stack.repository, model, {"TEXT": [text]})
-                 if k[0] == "tritonize_output_label_total")
-    metrics = f"http://127.0.0.1:{stack.endpoints[variant].metrics_port}/metrics"
-    before = statistics_support.settled_page(metrics, model)
-    with stack.client(variant, model, "grpc") as client:
-        client.infer({"TEXT": [text] * 10})
-    moved = statistics_support.counted(before, statistics_support.settled_page(metrics, model))
-    assert moved[label] == 10 and moved[("tritonize_output_top_probability_count", ())] == 10
 
 
 # -- production answers as the model's library ------------------------------------------------------
@@ -490,8 +485,8 @@ def test_bad_requests_get_a_clear_error_and_the_production_server_keeps_serving(
 @pytest.mark.parametrize("model_control", ["none", "explicit"])
 def test_the_supervisor_brings_back_a_killed_tokenizer_stub(tiny_embedding_repo, local_options, tmp_path,
                                                              model_control: str) -> None:
-    """On the two-step path the tokenizer is the only Python step: kill -9 its stub under load, and the ensemble
-    answers again within the reliability tests' bound, the supervisor records the recovery (a restart without
+    """On the two-step path the tokenizer is the Python step before the graph: kill -9 its stub under load, and
+    the ensemble answers again within the reliability tests' bound, the supervisor records the recovery (a restart without
     model control, the step reloaded alone with it) and every request after it is answered, rightly."""
     name = tiny_embedding_repo.name
     expected = floor(tiny_embedding_repo.repository)
@@ -501,7 +496,8 @@ def test_the_supervisor_brings_back_a_killed_tokenizer_stub(tiny_embedding_repo,
     first_pid = runtime.server_pid
     try:
         stubs = instance.stub_models(first_pid)
-        assert sorted(set(stubs.values())) == [f"{name}_tokenizer"]  # the model step runs in the server itself
+        # The model step runs in the server itself; the statistics step after it counts what it answered.
+        assert sorted(set(stubs.values())) == [f"{name}_statistics", f"{name}_tokenizer"]
         with Traffic(endpoints.grpc, name) as traffic:
             time.sleep(0.5)
             killed = time.monotonic()

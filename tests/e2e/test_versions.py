@@ -80,7 +80,7 @@ def test_a_running_server_switches_versions_under_load_without_a_failed_request(
     assert failures == []
     assert done.changed and done.version == 2 and done.previous == (1,)
     assert not again.changed
-    assert index == {(name, "2"), (f"{name}_tokenizer", "2"), (f"{name}_model", "2")}
+    assert index == {(name, "2"), (f"{name}_tokenizer", "2"), (f"{name}_model", "2"), (f"{name}_statistics", "2")}
     assert backend == ("onnxruntime" if variant == PRODUCTION_VARIANT else "python")
     by_version = {"1": old, "2": new}
     assert not np.allclose(old, new, atol=1e-3)

@@ -56,10 +56,19 @@ def expected(repository: Path, name: str, inputs: dict[str, list[str]]) -> Count
     return +added  # counts only: a series that moved
 
 
-def page(metrics_url: str, model: str) -> dict[Key, float]:
-    """The statistics' series of `model` on Triton's metrics page (sums left out: floats summed in another order)."""
+def _page_text(metrics_url: str) -> str:
+    """The statistics' lines of Triton's metrics page (the step's other counters and Triton's move by themselves)."""
     with urllib.request.urlopen(metrics_url, timeout=5) as resp:  # noqa: S310 - loopback
         text = resp.read().decode()
+    return "\n".join(line for line in text.splitlines() if line.startswith(("tritonize_output_", "tritonize_tokens_per")))
+
+
+def page(metrics_url: str, model: str) -> dict[Key, float]:
+    """The statistics' series of `model` on Triton's metrics page (sums left out: floats summed in another order)."""
+    return _series(_page_text(metrics_url), model)
+
+
+def _series(text: str, model: str) -> dict[Key, float]:
     names = {*HISTOGRAMS, *COUNTERS}
     found = {}
     for line in text.splitlines():
@@ -79,6 +88,13 @@ def settled_page(metrics_url: str, model: str) -> dict[Key, float]:
     """The page once the steps have published what they counted (the statistics within STATISTICS_PUBLISH_S)."""
     time.sleep(STATISTICS_PUBLISH_S + PUBLISH_S)
     return settled(lambda: page(metrics_url, model), limit_s=2 * STATISTICS_PUBLISH_S)
+
+
+def settled_pages(metrics_url: str, models: list[str]) -> dict[str, dict[Key, float]]:
+    """Each model's series, read from one settled page."""
+    time.sleep(STATISTICS_PUBLISH_S + PUBLISH_S)
+    text = settled(lambda: _page_text(metrics_url), limit_s=2 * STATISTICS_PUBLISH_S)
+    return {model: _series(text, model) for model in models}
 
 
 def counted(before: dict[Key, float], after: dict[Key, float]) -> Counter:

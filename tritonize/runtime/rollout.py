@@ -39,7 +39,7 @@ from ..rollout import (
 from ..spec import CONFIG_FILE, CONFIGS_DIR, LABELS_FILE, VERIFICATION_FILE, GenerateOptions, repo_paths
 from ..tasks import of as task_of
 from . import versions
-from .versions import READY, replace_text, with_versions
+from .versions import READY, replace_text, step_folders, with_versions
 
 DRAIN_S = 1.0  # after the API reads the state file without the candidate, before the candidate is unloaded
 Say = Callable[[str], None]
@@ -86,8 +86,7 @@ def renamed(text: str, name: str) -> str:
 
 
 def steps_of(repository: Path, model: str) -> list[Path]:
-    paths = repo_paths(repository, model)
-    return [paths[role] for role in ("model", "post", "tokenizer") if paths[role].is_dir()]
+    return step_folders(repo_paths(repository, model))
 
 
 def serve_steps(server: Server, steps: list[Path], served: list[int]) -> None:

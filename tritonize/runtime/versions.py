@@ -49,6 +49,15 @@ class Switch:
     changed: bool
 
 
+# Every step a model may have, in the order a switch loads them: the ensemble names each.
+STEP_ROLES = ("model", "post", "statistics", "tokenizer")
+
+
+def step_folders(paths: dict[str, Path]) -> list[Path]:
+    """The folders of a model's steps (repo_paths), those it has."""
+    return [paths[role] for role in STEP_ROLES if paths[role].is_dir()]
+
+
 def config_file(folder: Path, config_name: str | None) -> Path:
     """The config the server reads for a model: configs/<name>.pbtxt where the runtime selects one and it exists."""
     named = folder / CONFIGS_DIR / f"{config_name}.pbtxt" if config_name else None
@@ -93,7 +102,7 @@ def switch(
     manifest = read_manifest(repository, model)
     target = manifest.version
     paths = repo_paths(repository, manifest.name)
-    steps = [paths[role] for role in ("model", "post", "tokenizer") if paths[role].is_dir()]
+    steps = step_folders(paths)
     if not (paths["ensemble"] / str(target)).is_dir():
         raise TritonizeError(f"{repository} names version {target}, but {paths['ensemble'].name}/{target}/ is missing")
     client = httpclient.InferenceServerClient(http_url.removeprefix("http://"), network_timeout=600.0)

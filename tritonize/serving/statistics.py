@@ -221,8 +221,15 @@ class OutputStatistics:
     def observe_requests(self, requests: Sequence[Mapping[str, np.ndarray]]) -> None:
         """Count several requests' answers at once: the tensors statistics read, joined row-wise."""
         held = [n for n in self.reads if requests and n in requests[0]]
-        if held:
-            self.observe({n: np.concatenate([np.asarray(r[n]) for r in requests]) for n in held})
+        if not held:
+            return
+        try:
+            joined = {n: np.concatenate([np.asarray(r[n]) for r in requests]) for n in held}
+        except ValueError:  # padded per request (a sparse encoder's terms): each request on its own
+            for r in requests:
+                self.observe({n: r[n] for n in held})
+            return
+        self.observe(joined)
 
     def observe(self, tensors: Mapping[str, np.ndarray]) -> None:
         """Count what the rows of `tensors` (the arrays of one or more requests, by name) answered; a count
