@@ -36,6 +36,7 @@ from support.container import (
     MEMLOCK,
     MODEL_STEP,
     NAME,
+    STATISTICS_STEP,
     TEXTS,
     TOKENIZER_STEP,
     assert_loopback_only,
@@ -193,8 +194,9 @@ def test_each_step_serves_its_config_pbtxt_the_model_step_on_the_native_onnxrunt
     assert model["platform"] == "onnxruntime_onnx" and model["backend"] == "onnxruntime"
     assert model_config(deployed, TOKENIZER_STEP)["backend"] == "python"
     steps = [s["model_name"] for s in model_config(deployed, NAME)["ensemble_scheduling"]["step"]]
-    assert steps == [TOKENIZER_STEP, MODEL_STEP]
+    assert steps == [TOKENIZER_STEP, MODEL_STEP, STATISTICS_STEP]  # the last counts what the graph answered
     assert stub_pids(container, TOKENIZER_STEP) and not stub_pids(container, MODEL_STEP)
+    assert stub_pids(container, STATISTICS_STEP)
     log = container.logs().decode("utf-8", "replace")
     assert "TRITONBACKEND_Initialize: onnxruntime" in log
     assert "/opt/tritonserver/backends/onnxruntime/libtriton_onnxruntime.so" in log

@@ -16,6 +16,7 @@ FIGURES: dict[str, Any] = {}  # measured figures, written to <engine dir>/figure
 NAME = "minilm"  # the ensemble: raw strings in, an embedding out
 TOKENIZER_STEP = f"{NAME}_tokenizer"  # config.pbtxt: a Python-backend step (the stubs the watchdog tests kill)
 MODEL_STEP = f"{NAME}_model"  # config.pbtxt: the onnxruntime backend; configs/fused.pbtxt: the fused Python step
+STATISTICS_STEP = f"{NAME}_statistics"  # config.pbtxt: a Python-backend step that counts what the graph answered
 TEXTS = ["hello world", "the quick brown fox jumps over the lazy dog", "Ünïcödé café — 日本語のテキスト 🚀", "a"]
 LONG = " ".join(["containers restart only when their process exits"] * 40)
 ATOL = 1e-5  # Triton's answers against the local server's
