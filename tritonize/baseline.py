@@ -20,6 +20,7 @@ from .paths import DATA_DIR
 from .repository import RenderedFile
 from .serving.statistics import CONTEXTS, HISTOGRAMS, baseline, values_of
 from .spec import RepoSpec
+from .tasks.task import text_lines
 
 CORPUS = DATA_DIR / "corpus_mixed.txt"  # the shipped corpus (the bench's mixed workload)
 CORPUS_TEXTS = 200  # texts of the shipped corpus beside the verification rows
@@ -33,12 +34,7 @@ def baseline_rows(task, path: str | None) -> tuple[str, list[tuple[str, ...]]]:
     if path is None:
         corpus = [t for t in CORPUS.read_text(encoding="utf-8").splitlines() if t.strip()][:CORPUS_TEXTS]
         return DEFAULT_SOURCE, list(task.verification_rows()) + task.baseline_rows(corpus)
-    try:
-        texts = [line for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TritonizeError(f"--baseline {path}: cannot be read as UTF-8 text ({type(exc).__name__}: "
-                             f"{getattr(exc, 'strerror', None) or exc})",
-                             hint="give a text file, one text per line") from None
+    texts = text_lines(path, "--baseline")
     if len(texts) < 2:
         raise TritonizeError(f"--baseline {path} holds {len(texts)} non-blank line(s): a distribution needs more",
                              hint="give a text file of the texts you will serve, one per line, hundreds of them")

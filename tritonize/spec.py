@@ -538,12 +538,14 @@ class TokenizeModel(Pipeline):
     def ensemble_steps(self, repo: RepoSpec) -> tuple[EnsembleStep, ...]:
         watched = [t.name for t in self.watched_outputs(repo)]
         graph = {t.name: graph_tensor(t.name) if t.name in watched else t.name for t in repo.graph_outputs}
-        counted = (EnsembleStep(repo.statistics_step.name, {n: graph[n] for n in watched}, {n: n for n in watched}),
-                   ) if watched else ()  # type: ignore[union-attr]
-        return (
+        steps = (
             EnsembleStep(repo.first_step.name, _same(repo.text_inputs), _same(self.first_outputs(repo))),
             EnsembleStep(repo.model_name, _same(repo.token_inputs), graph),
-        ) + counted + self.post_steps(repo)
+        )
+        if watched:  # the statistics step hands the graph's outputs on under their own names
+            counting = repo.statistics_step.name  # type: ignore[union-attr]
+            steps += (EnsembleStep(counting, {n: graph[n] for n in watched}, {n: n for n in watched}),)
+        return steps + self.post_steps(repo)
 
     def fused_ensemble_steps(self, repo: RepoSpec) -> tuple[EnsembleStep, ...]:
         """The first step and the model step as one (which counts what the graph answers itself), then the
@@ -559,7 +561,6 @@ class TokenizeModel(Pipeline):
         """The graph's outputs, and the first step's tensors that the ensemble passes on."""
         onward = {t.name for t in repo.ensemble_outputs + self.post_inputs(repo)}
         return repo.graph_outputs + tuple(t for t in self.first_outputs(repo) if t.name in onward)
-
 
     def in_graph(self) -> Pipeline:
         return TokenizeInGraph()
@@ -620,10 +621,6 @@ class TokenizeModelPost(TokenizeModel):
             return repo.graph_outputs
         ids_and_mask = tuple(t for t in repo.token_inputs if t.name in TOKEN_INPUTS)
         return repo.text_inputs + ids_and_mask + self.extra_token_outputs() + repo.graph_outputs
-
-    def watched_outputs(self, repo: RepoSpec) -> tuple[TensorSpec, ...]:
-        """None: the post step counts what it answers."""
-        return ()
 
     def post_steps(self, repo: RepoSpec) -> tuple[EnsembleStep, ...]:
         return (EnsembleStep(repo.post_step.name, _same(self.post_inputs(repo)), _same(repo.outputs)),)  # type: ignore[union-attr]

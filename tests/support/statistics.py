@@ -60,15 +60,12 @@ def _page_text(metrics_url: str) -> str:
     """The statistics' lines of Triton's metrics page (the step's other counters and Triton's move by themselves)."""
     with urllib.request.urlopen(metrics_url, timeout=5) as resp:  # noqa: S310 - loopback
         text = resp.read().decode()
-    return "\n".join(line for line in text.splitlines() if line.startswith(("tritonize_output_", "tritonize_tokens_per")))
-
-
-def page(metrics_url: str, model: str) -> dict[Key, float]:
-    """The statistics' series of `model` on Triton's metrics page (sums left out: floats summed in another order)."""
-    return _series(_page_text(metrics_url), model)
+    prefixes = ("tritonize_output_", "tritonize_tokens_per")
+    return "\n".join(line for line in text.splitlines() if line.startswith(prefixes))
 
 
 def _series(text: str, model: str) -> dict[Key, float]:
+    """The statistics' series of `model` (sums left out: floats summed in another order)."""
     names = {*HISTOGRAMS, *COUNTERS}
     found = {}
     for line in text.splitlines():
@@ -84,12 +81,6 @@ def _series(text: str, model: str) -> dict[Key, float]:
     return found
 
 
-def settled_page(metrics_url: str, model: str) -> dict[Key, float]:
-    """The page once the steps have published what they counted (the statistics within STATISTICS_PUBLISH_S)."""
-    time.sleep(STATISTICS_PUBLISH_S + PUBLISH_S)
-    return settled(lambda: page(metrics_url, model), limit_s=2 * STATISTICS_PUBLISH_S)
-
-
 def settled_pages(metrics_url: str, models: list[str]) -> dict[str, dict[Key, float]]:
     """Each model's series, read from one settled page."""
     time.sleep(STATISTICS_PUBLISH_S + PUBLISH_S)
@@ -99,4 +90,4 @@ def settled_pages(metrics_url: str, models: list[str]) -> dict[str, dict[Key, fl
 
 def counted(before: dict[Key, float], after: dict[Key, float]) -> Counter:
     """What moved between two readings of the page."""
-    return +Counter({k: int(round(v - before.get(k, 0.0))) for k, v in after.items()})
+    return +Counter({k: round(v - before.get(k, 0.0)) for k, v in after.items()})

@@ -85,11 +85,9 @@ class StepMetrics:
         if not self.enabled:
             return
         for name, description in COUNTERS.items():
-            self._families[name] = pb_utils.MetricFamily(name=name, description=description,
-                                                         kind=pb_utils.MetricFamily.COUNTER)
-        for name in COUNTERS:
+            family = self._family(name, description, "COUNTER")
             if name != "tritonize_inputs_rejected_total":
-                self._series[name] = self._families[name].Metric(labels={"model": model})
+                self._series[name] = family.Metric(labels={"model": model})
         for reason in REASONS:
             self._series[("rejected", reason)] = self._families["tritonize_inputs_rejected_total"].Metric(
                 labels={"model": model, "reason": reason})
@@ -122,11 +120,13 @@ class StepMetrics:
         """Add to declared series, [((name, key), value)], published within STATISTICS_PUBLISH_S."""
         if self.enabled and items:
             with self._lock:
-                if not self._pending_slow:
+                first = not self._pending_slow
+                if first:
                     self._slow_due = time.monotonic() + STATISTICS_PUBLISH_S
                 for key, value in items:
                     self._pending_slow[key] += value
-            self._wake.set()
+            if first:  # the publisher waits until they are due; later counts join them without waking it
+                self._wake.set()
 
     def warn(self, message: str) -> None:
         if self.enabled:

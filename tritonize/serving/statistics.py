@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -150,6 +152,11 @@ class Histogram:
     bounds: tuple[float, ...]
     baseline: tuple[float, ...]  # the share of the baseline at or below each bound, then 1.0 (+Inf)
 
+    @cached_property
+    def les(self) -> list[str]:
+        """Each bucket's `le` label, +Inf last (made once: every count the step publishes names them)."""
+        return [le_label(b) for b in self.bounds] + [INF]
+
     def to_dict(self) -> dict:
         return {"reads": self.reads, "bounds": list(self.bounds), "baseline": list(self.baseline)}
 
@@ -191,10 +198,6 @@ class OutputStatistics:
     def labels(self, **more: str) -> dict[str, str]:
         return {"model": self.model, "version": self.version, **more}
 
-    def holds(self, names) -> bool:
-        """Whether a step holding tensors `names` counts anything."""
-        return bool(self.reads.intersection(names))
-
     def start(self, names) -> None:
         """Declare the series of what a step holding tensors `names` counts, and publish the baselines once."""
         names = set(names) - self._started
@@ -203,12 +206,12 @@ class OutputStatistics:
             return
         for h in self.histograms:
             if h.reads in names:
-                text, bounds = HISTOGRAMS[h.name], [le_label(b) for b in h.bounds] + [INF]
-                for le in bounds:
+                text = HISTOGRAMS[h.name]
+                for le in h.les:
                     self.metrics.declare(h.name + "_bucket", text, self.labels(le=le), le)
                 self.metrics.declare(h.name + "_count", text, self.labels())
                 self.metrics.declare(h.name + "_sum", text, self.labels())
-                for le, share in zip(bounds, h.baseline):
+                for le, share in zip(h.les, h.baseline):
                     self.metrics.set_gauge(h.name + BASELINE_SUFFIX, BASELINE_HELP, self.labels(le=le), share)
         for name, reads in self.counters.items():
             label, text = COUNTERS[name]
@@ -247,22 +250,15 @@ class OutputStatistics:
             if h.reads in tensors:
                 values = values_of(h.name, tensors[h.reads], self.context)
                 if len(values):
-                    bounds = [le_label(b) for b in h.bounds] + [INF]
                     items += [((h.name + "_bucket", le), int(c))
-                              for le, c in zip(bounds, bucket_counts(values, h.bounds)) if c]
+                              for le, c in zip(h.les, bucket_counts(values, h.bounds)) if c]
                     items += [((h.name + "_count", None), len(values)), ((h.name + "_sum", None), float(values.sum()))]
         for name, reads in self.counters.items():
             if reads in tensors:
                 label, text = COUNTERS[name]
-                for value, n in _tally(COUNTS[name](tensors[reads], self.context)).items():
+                for value, n in Counter(COUNTS[name](tensors[reads], self.context)).items():
                     key = value if label else None
                     self.metrics.declare(name, text, self.labels(**({label: value} if label else {})), key)
                     items.append(((name, key), n))
         self.metrics.add(items)
 
-
-def _tally(values: list[str]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for v in values:
-        out[v] = out.get(v, 0) + 1
-    return out

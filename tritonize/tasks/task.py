@@ -52,6 +52,17 @@ SENTENCES = [
 CALIBRATION_CORPUS = "verification corpus"  # the calibration source where no file is given
 
 
+def text_lines(path: str | Path, flag: str) -> list[str]:
+    """The non-blank lines of a user's text file given to `flag`; one that cannot be read is refused in one line."""
+    from ..errors import TritonizeError
+
+    try:
+        return [line for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TritonizeError(f"{flag} {path}: cannot be read as UTF-8 text ({type(exc).__name__}: "
+                             f"{getattr(exc, 'strerror', None) or exc})", hint="give a text file, one text per line") from None
+
+
 def calibration_texts(path: str | None) -> tuple[str, list[str]]:
     """(source, texts) a calibrating task runs the served graph on: the file's non-blank lines (`--calibration`),
     else SENTENCES. A file that cannot be read as UTF-8 text of at least two texts is refused in one line."""
@@ -60,11 +71,7 @@ def calibration_texts(path: str | None) -> tuple[str, list[str]]:
     if path is None:
         return CALIBRATION_CORPUS, list(SENTENCES)
     file = Path(path)
-    try:
-        texts = [line for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TritonizeError(f"--calibration {path}: cannot be read as UTF-8 text ({type(exc).__name__}: "
-                             f"{getattr(exc, 'strerror', None) or exc})", hint="give a text file, one text per line") from None
+    texts = text_lines(path, "--calibration")
     if len(texts) < 2:
         raise TritonizeError(f"--calibration {path} holds {len(texts)} non-blank line(s): ranges need at least two texts",
                              hint="give a text file, one text per line, as many as the corpus you will embed")
