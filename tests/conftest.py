@@ -9,6 +9,7 @@ import pytest
 
 from support.int8 import int8_repo, sources  # noqa: F401 - fixtures the unit and e2e int8 tests share
 from support.multi_model import stack  # noqa: F401 - the embedder and reranker repository both share
+from support.stopping import wait_for_stops
 from support.task_stack import task_stack  # noqa: F401 - the every-task API the route tests share
 from support.tiny_models import TinyRepo, generate_tiny
 from support.versions import second_model  # noqa: F401 - the version both share
@@ -17,6 +18,14 @@ from support.versions import second_model  # noqa: F401 - the version both share
 # `make test` never collects it.
 CONTAINER_TESTS = os.environ.get("TRITONIZE_CONTAINER_TESTS") == "1"
 collect_ignore = [] if CONTAINER_TESTS else ["container"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def servers_stopped_by_the_end():
+    """Every server a fixture stopped in the background (support/stopping.py) has stopped when the session ends."""
+    yield
+    problems = wait_for_stops()
+    assert not problems, "servers that did not stop:\n" + "\n".join(problems)
 
 
 @pytest.fixture(scope="session")

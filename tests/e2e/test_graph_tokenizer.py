@@ -9,6 +9,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from support.stopping import stop_later
 from tritonize import graph_tokenizer
 from tritonize.generate import generate
 from tritonize.repository import parse_config
@@ -33,7 +34,7 @@ def served(minilm_folder, local_options, tmp_path_factory):
     try:
         yield repo, grpcclient.InferenceServerClient(endpoints.grpc)
     finally:
-        runtime.down()
+        stop_later(runtime)
 
 
 def _infer(client, model: str, texts: list[str]) -> dict[str, np.ndarray]:

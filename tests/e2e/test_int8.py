@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pytest
 
+from support.stopping import serving
 from tritonize.chain import in_process
 from tritonize.cli import main
 
@@ -20,7 +21,7 @@ def test_the_local_server_answers_what_the_int8_graph_computes(int8_repo, local_
     texts = ["int8 on a CPU", "the quick brown fox jumps over the lazy dog", "x"]
     chain = in_process(int8_repo)
     expected = np.concatenate([chain([(t,)]).outputs["embedding"] for t in texts])
-    with LocalRuntime(local_options(int8_repo, tmp_path / "run"), quiet=True) as endpoints:
+    with serving(LocalRuntime(local_options(int8_repo, tmp_path / "run"), quiet=True)) as endpoints:
         client = TextClient(endpoints.grpc, "emb8", protocol="grpc")
         alone = np.concatenate([client.embed([t]) for t in texts])
         together = client.embed(texts)

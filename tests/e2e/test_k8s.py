@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import urllib.request
 
+from support.stopping import serving
 from tritonize.runtime import k8s
 from tritonize.spec import step_names
 
@@ -20,7 +21,7 @@ def test_adapter_rule_finds_its_series_on_a_live_server(tiny_embedding_repo, loc
     series_name = rule["seriesQuery"].split("{")[0]
     steps_re, first_re = re.findall(r'model=~"([^"]+)"', rule["metricsQuery"])
     name = tiny_embedding_repo.name
-    with LocalRuntime(local_options(tiny_embedding_repo.repository, tmp_path / "run"), quiet=True) as endpoints:
+    with serving(LocalRuntime(local_options(tiny_embedding_repo.repository, tmp_path / "run"), quiet=True)) as endpoints:
         with TextClient(endpoints.grpc, name) as client:
             for _ in range(5):
                 client.embed(["hello world"])

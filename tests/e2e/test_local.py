@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from support import REPO_ROOT as ROOT
+from support.stopping import serving, stop_later
 from tritonize.client import AsyncTextClient, ServerError, TextClient, run_concurrent
 from tritonize.runtime.base import Endpoints, http_get
 from tritonize.runtime.local import LocalRuntime
@@ -97,8 +98,7 @@ def servers(tiny_embedding_repo, tiny_classifier_repo, local_options, tmp_path_f
         started["cls"] = serve(tiny_classifier_repo, local_options, run_dir)
         yield started
     finally:
-        for served in started.values():
-            served.runtime.down()
+        stop_later(*(served.runtime for served in started.values()))
 
 
 @pytest.fixture(scope="module")
@@ -422,7 +422,7 @@ def test_minilm_serves_a_60_kb_page_as_sentence_transformers_embeds_it(minilm_fo
     assert len(long_page.encode()) > 60_000
     texts = ["a short text first", long_page, "and one after it"]
     expected = st_embed(minilm_folder, texts)
-    with LocalRuntime(local_options(minilm_repo, tmp_path / "run"), quiet=True) as endpoints:
+    with serving(LocalRuntime(local_options(minilm_repo, tmp_path / "run"), quiet=True)) as endpoints:
         with TextClient(endpoints.grpc, "minilm") as grpc_client, TextClient(endpoints.http, "minilm", "http") as http:
             assert_close(grpc_client.embed(texts), expected)
             assert_close(http.embed([long_page]), expected[1:2])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from support.metrics import scrape
+from support.stopping import serving
 from tritonize import chain
 from tritonize.client import ServerError, TextClient
 from tritonize.runtime.local import LocalRuntime
@@ -15,7 +16,7 @@ def test_the_tokenizer_step_counts_what_it_tokenized_and_refused(tiny_embedding_
     texts = ["hello world", "Ünïcödé café 🚀 ☃", "many words in a row " * 40]  # the last is truncated at 64 tokens
     name = tiny_embedding_repo.name
     step = f'model="{name}_tokenizer"'
-    with LocalRuntime(local_options(tiny_embedding_repo.repository, tmp_path / "run"), quiet=True) as endpoints:
+    with serving(LocalRuntime(local_options(tiny_embedding_repo.repository, tmp_path / "run"), quiet=True)) as endpoints:
         with TextClient(endpoints.grpc, name) as client:
             for text in texts:
                 client.embed([text])

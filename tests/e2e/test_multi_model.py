@@ -15,6 +15,7 @@ import yaml
 
 from support import REPO_ROOT, model_zoo
 from support.multi_model import QUERY, RERANK, Stack, tree
+from support.stopping import stop_later
 from tritonize.cli import main
 from tritonize.client import TextClient
 from tritonize.generate import generate
@@ -67,7 +68,7 @@ def served(stack: Stack, local_options, local_triton, tmp_path_factory):
     try:
         yield Served(stack, runtime, endpoints, run_dir)
     finally:
-        runtime.down()
+        stop_later(runtime)
 
 
 def test_one_server_answers_both_models_as_their_libraries_do(served: Served) -> None:

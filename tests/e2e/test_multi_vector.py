@@ -16,6 +16,7 @@ import pytest
 
 from support import model_zoo
 from support.multi_vector import TEXTS, VARIANTS, assert_same_vectors, build_variant, encode, library
+from support.stopping import stop_later
 from tritonize.client import ServerError, TextClient, multi_vector_inputs
 from tritonize.generate import generate
 from tritonize.runtime.local import LocalRuntime
@@ -56,7 +57,7 @@ def fused(local_options, repository, tmp_path_factory):
     try:
         yield endpoints, folders
     finally:
-        runtime.down()
+        stop_later(runtime)
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +66,7 @@ def production(native_backend, local_options, repository, tmp_path_factory):
     try:
         yield endpoints, folders
     finally:
-        runtime.down()
+        stop_later(runtime)
 
 
 def client(endpoints, model: str, protocol: str = "grpc") -> TextClient:

@@ -36,6 +36,7 @@ from support.reliability import (
 from support.sparse import TEXTS as SPARSE_TEXTS
 from support.sparse import assert_same_terms
 from support.sparse import encode as sparse_encode
+from support.stopping import stop_later
 from support.tasks import (
     DOCUMENTS,
     EMBED_TEXTS,
@@ -154,8 +155,7 @@ def stack(local_options, tmp_path_factory):
             print(f"\n{variant} server for {len(read_manifests(repo))} models ready in {time.monotonic() - start:.1f}s")
         yield Stack(repo, folders, endpoints, runtimes)
     finally:
-        for runtime in runtimes.values():
-            runtime.down()
+        stop_later(*runtimes.values())
         print("\nproduction vs fused, max-abs: " + json.dumps(FIGURES["vs fused"], indent=1))
         print("production vs library, max-abs: " + json.dumps(FIGURES["vs library"], indent=1))
 

@@ -33,6 +33,7 @@ from support.reliability import (
     stop_and_check,
     supervisor_log,
 )
+from support.stopping import serving, stop_later
 from tritonize.client import ServerError, TextClient, is_unavailable
 from tritonize.repository import reconfigure
 from tritonize.runtime import instance
@@ -49,7 +50,7 @@ def served(tiny_embedding_repo, local_options, tmp_path_factory):
                            quiet=True, supervise=True)
     endpoints = runtime.up()
     yield runtime, endpoints, tiny_embedding_repo.name
-    runtime.down()
+    stop_later(runtime)
 
 
 def _beside(served, body: bytes) -> tuple[int, bytes, float, list[float], list[float]]:
@@ -129,7 +130,7 @@ def test_no_truncate_refuses_an_over_long_text_and_answers_the_rest(tiny_embeddi
     reconfigure(repo, Overrides(truncate=False))
     name = tiny_embedding_repo.name
     requests = [["the quick brown fox"], ["fox " * 62], ["fox " * 63]] * 8  # 62 + 2 tokens fit in 64; 63 + 2 do not
-    with LocalRuntime(local_options(repo, tmp_path / "run"), quiet=True) as endpoints:
+    with serving(LocalRuntime(local_options(repo, tmp_path / "run"), quiet=True)) as endpoints:
         results = run_concurrent(endpoints.grpc, name, requests, concurrency=24)  # batched together in the step
         metrics = scrape(endpoints.metrics)
     assert [r.ok for r in results] == [True, True, False] * 8
@@ -398,7 +399,7 @@ def test_overload_is_shed_at_once_and_never_wrong(minilm_repo, local_options, tm
     from tritonize.cli import main
 
     duration = float(os.environ.get("TRITONIZE_STRESS_S", "10"))
-    with LocalRuntime(local_options(minilm_repo, tmp_path / "run"), quiet=True) as endpoints:
+    with serving(LocalRuntime(local_options(minilm_repo, tmp_path / "run"), quiet=True)) as endpoints:
         rc = main(["stress", "--repository", str(minilm_repo), "--url", endpoints.http, "--grpc-url", endpoints.grpc,
                    "--workload", "mixed", "--factor", "4", "--duration", str(duration), "--output", str(tmp_path)])
     d = json.loads((tmp_path / "stress.json").read_text())
@@ -428,7 +429,7 @@ def test_a_burst_of_long_texts_fills_the_bound_sooner_than_short_ones(minilm_rep
 
     if variant == PRODUCTION_VARIANT:
         request.getfixturevalue("native_backend")
-    with LocalRuntime(local_options(minilm_repo, tmp_path / "run"), quiet=True, variant=variant) as endpoints:
+    with serving(LocalRuntime(local_options(minilm_repo, tmp_path / "run"), quiet=True, variant=variant)) as endpoints:
         stress = Stress(minilm_repo, endpoints.http, endpoints.grpc, workload="long")
         stress.burst(16)  # warm
         burst = stress.burst(MIN_QUEUE_SIZE)
@@ -494,7 +495,7 @@ def test_clients_retry_a_full_queue_when_asked(tiny_embedding_repo, local_option
         with ThreadPoolExecutor(16) as pool:
             return list(pool.map(one, texts))
 
-    with LocalRuntime(local_options(repo, tmp_path / "run"), quiet=True) as endpoints:
+    with serving(LocalRuntime(local_options(repo, tmp_path / "run"), quiet=True)) as endpoints:
         plain = burst(endpoints.grpc, 0)
         patient = burst(endpoints.grpc, 30)
         metrics = scrape(endpoints.metrics)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from support.api import start_api, stop
+from support.stopping import stop_later
 from support.tiny_models import build_classifier, build_embedding_model
 from tritonize.chain import in_process
 from tritonize.cli import main
@@ -45,7 +46,7 @@ def stack(local_triton, local_options, tmp_path_factory):
         finally:
             stop(api)
     finally:
-        runtime.down()
+        stop_later(runtime)
 
 
 def predict(api, caller: str | None = None) -> str:

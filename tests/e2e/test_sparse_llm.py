@@ -18,6 +18,7 @@ import pytest
 from support import REPO_ROOT as ROOT
 from support import model_zoo
 from support.sparse import ATOL, TEXTS, assert_same_terms, encode
+from support.stopping import stop_later
 from support.tasks import QUERY, Served
 from tritonize.generate import generate
 from tritonize.runtime.local import LocalRuntime
@@ -48,8 +49,7 @@ def served(local_options, tmp_path_factory):
             out[zoo_id] = Served(folder, endpoints, name, repo)
         yield out
     finally:
-        for runtime in runtimes:
-            runtime.down()
+        stop_later(*runtimes)
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http"])

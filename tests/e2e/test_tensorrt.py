@@ -11,6 +11,7 @@ import re
 import pytest
 
 from support.specs import PASSED
+from support.stopping import serving
 from tritonize import repository
 
 # --------------------------------------------------------------------------- served for real
@@ -87,7 +88,7 @@ def test_gpu_config_loads_and_warms_a_full_batch_on_the_cpu_backend(tiny_embeddi
     assert text.count("KIND_GPU") == 1 and "trt_profile_max_shapes" in text
     (repo / model / "config.pbtxt").write_text(text.replace("KIND_GPU", "KIND_CPU"))
 
-    with LocalRuntime(local_options(repo, tmp_path / "run"), quiet=True, variant="production") as endpoints:
+    with serving(LocalRuntime(local_options(repo, tmp_path / "run"), quiet=True, variant="production")) as endpoints:
         stats = InferenceServerClient(f"{endpoints.host}:{endpoints.http_port}").get_inference_statistics(model)
     (before,) = stats["model_stats"]
     instances, rows = spec.model_step.instance_count, spec.model_step.max_batch_size

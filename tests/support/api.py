@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from support.stopping import stop_later
+
 KEY = "test-key-0123456789"
 
 
@@ -83,7 +85,7 @@ def api_over_triton(options, *args: str, key: str | None = None) -> Iterator[tup
         finally:
             stop(api)
     finally:
-        runtime.down()
+        stop_later(runtime)
 
 
 @pytest.fixture(scope="module")
