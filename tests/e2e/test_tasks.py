@@ -15,6 +15,7 @@ import pytest
 
 from support import REPO_ROOT as ROOT
 from support import model_zoo
+from support.stopping import stop_later
 from support.tasks import (
     ATOL,
     DOCUMENTS,
@@ -75,8 +76,7 @@ def served(local_options, tmp_path_factory):
             out[zoo_id] = Served(folder, endpoints, name, repo)
         yield out
     finally:
-        for runtime in runtimes:
-            runtime.down()
+        stop_later(*runtimes)
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
@@ -184,6 +184,26 @@ def test_qwen3_last_token_embeddings_match_sentence_transformers(served, protoco
         alone = np.concatenate([client.embed([t]) for t in texts])
     assert np.abs(together - expected).max() <= ATOL
     assert np.abs(alone - expected).max() <= ATOL
+
+
+def test_a_sum_that_falls_is_counted_and_the_server_lives(served) -> None:
+    """The centroid cosine of a tiny Qwen3 is negative for some texts, so its histogram's sum falls: a gauge takes
+    that step. Triton refuses a counter's negative step, and in Triton 2.51 the refusal's way back to the step
+    could abort the whole server on a loaded machine (docs/reliability.md)."""
+    from support.statistics import expected_sum, sum_series
+
+    s = served["qwen3-st-lasttoken"]
+    metric = "tritonize_output_centroid_similarity"
+    texts = ["hello world", "the quick brown fox jumps over the lazy dog " * 3, "Ünïcödé café", "a"]
+    step = expected_sum(s.repository, s.name, metric, {"TEXT": texts})
+    assert step < 0  # the case is exercised
+    _, before = sum_series(s.endpoints.metrics, s.name, metric)
+    with s.client("grpc") as client:
+        client.embed(texts)
+    kind, after = sum_series(s.endpoints.metrics, s.name, metric)
+    assert kind == "gauge"
+    assert abs((after - before) - step) < 1e-4
+    assert http_get(f"{s.endpoints.http}/v2/health/ready")[0] == 200
 
 
 # Gemma 3 (bidirectional, sliding window, two Dense, byte fallback) and Mistral (causal, sliding window, </s>

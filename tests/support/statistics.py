@@ -91,3 +91,25 @@ def settled_pages(metrics_url: str, models: list[str]) -> dict[str, dict[Key, fl
 def counted(before: dict[Key, float], after: dict[Key, float]) -> Counter:
     """What moved between two readings of the page."""
     return +Counter({k: round(v - before.get(k, 0.0)) for k, v in after.items()})
+
+
+def expected_sum(repository: Path, name: str, metric: str, inputs: dict[str, list[str]]) -> float:
+    """What one request of `inputs` adds to `<metric>_sum`."""
+    record = recorded(repository, name)
+    outputs = chain.in_process(repository, name=name)(list(zip(*inputs.values()))).outputs
+    context = {"centroid": record.get("centroid"), "labels": record.get("labels", [])}
+    return float(values_of(metric, outputs[record["histograms"][metric]["reads"]], context).sum())
+
+
+def sum_series(metrics_url: str, model: str, metric: str) -> tuple[str, float]:
+    """(its TYPE, its value) of `<metric>_sum` of `model`, from a settled page."""
+    time.sleep(STATISTICS_PUBLISH_S + PUBLISH_S)
+    text = settled(lambda: _page_text(metrics_url) + "\n" + _type_lines(metrics_url), limit_s=2 * STATISTICS_PUBLISH_S)
+    kind = re.search(rf"^# TYPE {metric}_sum (\w+)$", text, re.M)
+    value = re.search(rf'^{metric}_sum{{[^}}]*model="{re.escape(model)}"[^}}]*}} (\S+)$', text, re.M)
+    return (kind[1] if kind else ""), (float(value[1]) if value else 0.0)
+
+
+def _type_lines(metrics_url: str) -> str:
+    with urllib.request.urlopen(metrics_url, timeout=5) as resp:  # noqa: S310 - loopback
+        return "\n".join(line for line in resp.read().decode().splitlines() if line.startswith("# TYPE tritonize_"))

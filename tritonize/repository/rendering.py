@@ -19,6 +19,7 @@ from .. import serving
 from ..errors import TritonizeError
 from ..paths import TEMPLATES_DIR
 from ..serving.statistics import STATISTICS_FILE
+from ..serving.statistics_step import IDLE
 from ..spec import (
     CONFIG_FILE,
     CONFIGS_DIR,
@@ -92,7 +93,7 @@ def model_files(repo: RepoSpec, report: VerificationReport, calibration: dict | 
                     {"step": repo.statistics_step, "statistics_file": STATISTICS_FILE, "idle": False}),
                    (f"{s}/{fused}", "statistics/config.pbtxt.j2",
                     {"step": dataclasses.replace(repo.statistics_step, instance_count=1),
-                     "statistics_file": STATISTICS_FILE, "idle": True})]
+                     "statistics_file": STATISTICS_FILE, "idle": True, "parameters": {IDLE: "1"}})]
     if statistics is not None:  # the baseline of this version's answers, beside each step that counts them
         layout += [(f"{step.name}/{repo.version}/{STATISTICS_FILE}", "repository/statistics.json.j2",
                     {"statistics": statistics}) for step in repo.steps]

@@ -73,8 +73,8 @@ class StepMetrics:
     `record` and `rejected` only add to what is pending; a thread of the step's own publishes it every
     PUBLISH_S while there is any, so no request waits on a round trip to the server for a counter."""
 
-    def __init__(self, model: str):
-        self.enabled = pb_utils is not None and hasattr(pb_utils, "MetricFamily")
+    def __init__(self, model: str, enabled: bool = True):
+        self.enabled = enabled and pb_utils is not None and hasattr(pb_utils, "MetricFamily")
         self._families, self._series, self._gauges = {}, {}, []
         self._pending: Counter = Counter()  # series key -> count not yet published
         self._pending_slow: Counter = Counter()  # the same, of series published every STATISTICS_PUBLISH_S
@@ -103,11 +103,13 @@ class StepMetrics:
         if self.enabled:
             self._add([(("rejected", reason if reason in REASONS else "tokenizer"), 1)])
 
-    def declare(self, name: str, description: str, labels: dict[str, str], key: str | None = None) -> None:
-        """A counter series `name{labels}` beside the step's own, fed by `add` under (name, key); created once
-        (the step's output statistics, serving/statistics.py)."""
+    def declare(self, name: str, description: str, labels: dict[str, str], key: str | None = None,
+                kind: str = "COUNTER") -> None:
+        """A series `name{labels}` beside the step's own, fed by `add` under (name, key); created once (the step's
+        output statistics, serving/statistics.py). A GAUGE takes steps of either sign: Triton refuses a counter's
+        negative step, and in Triton 2.51 that refusal's way back to the step can abort the server."""
         if self.enabled and (name, key) not in self._series:
-            self._series[(name, key)] = self._family(name, description, "COUNTER").Metric(labels=labels)
+            self._series[(name, key)] = self._family(name, description, kind).Metric(labels=labels)
 
     def set_gauge(self, name: str, description: str, labels: dict[str, str], value: float) -> None:
         """A gauge set once, at load (a baseline): one round trip, on the step's own thread."""

@@ -8,7 +8,9 @@ the window's cumulative shares with the baseline's on the same series a heatmap 
 
 The series are counters named as a histogram's are, not the Python backend's histogram kind: its `observe` is a
 round trip to the server per value, where a counter's increments wait and go together (serving/metrics.py,
-`PUBLISH_S`), one round trip per bucket that moved.
+`PUBLISH_S`), one round trip per bucket that moved. `<name>_sum` is a gauge: a cosine or a logit can be
+negative, and Triton refuses a counter's negative step (in Triton 2.51 that refusal, on a loaded machine, could
+abort the whole server).
 
 Which statistics a repository counts, what each reads and its bounds are in `STATISTICS_FILE` in the counting
 step's version folder, written at generation (`baseline`); each step counts those whose tensor it holds, so a
@@ -210,7 +212,8 @@ class OutputStatistics:
                 for le in h.les:
                     self.metrics.declare(h.name + "_bucket", text, self.labels(le=le), le)
                 self.metrics.declare(h.name + "_count", text, self.labels())
-                self.metrics.declare(h.name + "_sum", text, self.labels())
+                # A cosine or a logit can be negative, so the sum can fall: a gauge, stepped by `add` as the others.
+                self.metrics.declare(h.name + "_sum", text, self.labels(), kind="GAUGE")
                 for le, share in zip(h.les, h.baseline):
                     self.metrics.set_gauge(h.name + BASELINE_SUFFIX, BASELINE_HELP, self.labels(le=le), share)
         for name, reads in self.counters.items():

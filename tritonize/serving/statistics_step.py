@@ -22,13 +22,19 @@ except ImportError:  # imported outside Triton: nothing here runs without it
     pb_utils = None
 
 
+# The parameter that marks the fused variant's copy, which idles: the fused step counts the same series itself, so
+# this one declares none (each series is a round trip to the server at load, and one family twice over).
+IDLE = "idle"
+
+
 class TritonPythonModel:
     def initialize(self, args):
         config = json.loads(args["model_config"])
         self.names = [i["name"] for i in config["input"]]
-        self.metrics = StepMetrics(config["name"])
-        self.statistics = OutputStatistics.of_step(os.path.join(args["model_repository"], args["model_version"]),
-                                                   self.metrics)
+        idle = config.get("parameters", {}).get(IDLE, {}).get("string_value") == "1"
+        self.metrics = StepMetrics(config["name"], enabled=not idle)
+        self.statistics = None if idle else OutputStatistics.of_step(
+            os.path.join(args["model_repository"], args["model_version"]), self.metrics)
         if self.statistics is not None:
             self.statistics.start(self.names)
 
