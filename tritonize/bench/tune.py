@@ -28,6 +28,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -159,6 +160,7 @@ class Tuner:
         self.timeout_s = args.timeout
         self.budget = args.p99_budget_ms
         self.output = Path(args.output)
+        self.stopping: list[threading.Thread] = []  # the servers of measured points, exiting
 
     def measure(self, point: Point, workdir: Path) -> None:
         from ..repository import reconfigure
@@ -170,7 +172,9 @@ class Tuner:
         options = ServerOptions(repository=shadow, http_port=http, grpc_port=grpc, metrics_port=metrics,
                                 run_dir=workdir / "run")
         names = step_models(shadow, self.name)
-        with LocalRuntime(options, quiet=True) as endpoints:
+        runtime = LocalRuntime(options, quiet=True)
+        endpoints = runtime.up()
+        try:
             snaps = stats.Snapshots(endpoints.http, list(names.values()))
             served = stats.ServedCounters(endpoints.metrics, list(names.values()))
             for wname, w in self.workloads.items():
@@ -181,6 +185,12 @@ class Tuner:
                     # The fused step's graph runs take what its executions handed over: their batch, as bench's.
                     batch = served.finish().get(stats.GRAPH_BATCH) or model.avg_batch
                     point.runs.append({"workload": wname, **result.summary(), "avg_batch": round(batch, 2)})
+        finally:
+            # Triton takes 2-3 s to exit, idle for most of them: the next point's server starts meanwhile,
+            # on ports of its own, and is measured after its warm-up.
+            stopping = threading.Thread(target=runtime.down, name=f"stop {point.label()}", daemon=True)
+            stopping.start()
+            self.stopping.append(stopping)
 
     def run(self) -> dict:
         # The start is measured first and, where there is anything to compare, again last: a point must beat
@@ -189,17 +199,21 @@ class Tuner:
         twice = " (the first measured again last)" if len(order) > len(self.points) else ""
         err.print(f"Tuning {self.repo}: {len(self.points)} configurations{twice}, workloads {', '.join(self.workloads)}, "
                   f"concurrency {','.join(map(str, self.concurrency))}")
-        for i, point in enumerate(order):
-            with tempfile.TemporaryDirectory(prefix="tritonize-tune-") as tmp:
-                try:
-                    self.measure(point, Path(tmp))
-                except TritonizeError as exc:
-                    point.error = exc.message.splitlines()[0]
-                    if i == 0:
-                        raise
-            err.print(f"  [{i + 1}/{len(order)}] {point.label()}: " + (f"[red]{point.error}[/]" if point.error else
-                      ", ".join(f"{r['workload']} c={r['concurrency']} {r['throughput_rps']:.1f} req/s p99 {r['latency_ms']['p99']:.1f} ms"
-                                for r in point.runs)))
+        with tempfile.TemporaryDirectory(prefix="tritonize-tune-") as tmp:
+            try:
+                for i, point in enumerate(order):
+                    try:
+                        self.measure(point, Path(tmp) / str(i))
+                    except TritonizeError as exc:
+                        point.error = exc.message.splitlines()[0]
+                        if i == 0:
+                            raise
+                    err.print(f"  [{i + 1}/{len(order)}] {point.label()}: " + (f"[red]{point.error}[/]" if point.error else
+                              ", ".join(f"{r['workload']} c={r['concurrency']} {r['throughput_rps']:.1f} req/s p99 {r['latency_ms']['p99']:.1f} ms"
+                                        for r in point.runs)))
+            finally:
+                for stopping in self.stopping:  # every server gone before its folder is
+                    stopping.join()
         before = self.points[0]
         budget = self.budget if self.budget is not None else round(before.worst_p99() * DEFAULT_BUDGET_SLACK, 1)
         best = self.choose(budget)
