@@ -151,7 +151,7 @@ def wait_ready(
     timeout_s: float,
     is_alive: Callable[[], bool],
     on_tick: Callable[[float], None] | None = None,
-    poll_s: float = 0.25,
+    poll_s: float = 0.05,
 ) -> None:
     """Poll /v2/health/ready until 200; fail fast if the process died."""
     start = time.monotonic()
