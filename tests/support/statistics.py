@@ -38,11 +38,16 @@ def recorded(repository: Path, name: str) -> dict:
     return json.loads((repo_paths(repository, name)["model"] / str(version) / STATISTICS_FILE).read_text())
 
 
-def expected(repository: Path, name: str, inputs: dict[str, list[str]]) -> Counter:
-    """What one request of `inputs` adds to each statistic's series."""
+def _answered(repository: Path, name: str, inputs: dict[str, list[str]]) -> tuple[dict, dict, dict]:
+    """(the recorded statistics, the outputs of one request of `inputs` run in this process, their context)."""
     record = recorded(repository, name)
     outputs = chain.in_process(repository, name=name)(list(zip(*inputs.values()))).outputs
-    context = {"centroid": record.get("centroid"), "labels": record.get("labels", [])}
+    return record, outputs, {"centroid": record.get("centroid"), "labels": record.get("labels", [])}
+
+
+def expected(repository: Path, name: str, inputs: dict[str, list[str]]) -> Counter:
+    """What one request of `inputs` adds to each statistic's series."""
+    record, outputs, context = _answered(repository, name, inputs)
     added: Counter = Counter()
     for metric, h in record["histograms"].items():
         values = values_of(metric, outputs[h["reads"]], context)
@@ -57,10 +62,11 @@ def expected(repository: Path, name: str, inputs: dict[str, list[str]]) -> Count
 
 
 def _page_text(metrics_url: str) -> str:
-    """The statistics' lines of Triton's metrics page (the step's other counters and Triton's move by themselves)."""
+    """The statistics' lines of Triton's metrics page, their TYPE lines too (the step's other counters and Triton's
+    move by themselves)."""
     with urllib.request.urlopen(metrics_url, timeout=5) as resp:  # noqa: S310 - loopback
         text = resp.read().decode()
-    prefixes = ("tritonize_output_", "tritonize_tokens_per")
+    prefixes = ("tritonize_output_", "tritonize_tokens_per", "# TYPE tritonize_output_", "# TYPE tritonize_tokens_per")
     return "\n".join(line for line in text.splitlines() if line.startswith(prefixes))
 
 
@@ -81,10 +87,15 @@ def _series(text: str, model: str) -> dict[Key, float]:
     return found
 
 
+def _settled_text(metrics_url: str) -> str:
+    """The statistics' lines once the steps have published what they counted (within STATISTICS_PUBLISH_S)."""
+    time.sleep(STATISTICS_PUBLISH_S + PUBLISH_S)
+    return settled(lambda: _page_text(metrics_url), limit_s=2 * STATISTICS_PUBLISH_S)
+
+
 def settled_pages(metrics_url: str, models: list[str]) -> dict[str, dict[Key, float]]:
     """Each model's series, read from one settled page."""
-    time.sleep(STATISTICS_PUBLISH_S + PUBLISH_S)
-    text = settled(lambda: _page_text(metrics_url), limit_s=2 * STATISTICS_PUBLISH_S)
+    text = _settled_text(metrics_url)
     return {model: _series(text, model) for model in models}
 
 
@@ -95,21 +106,14 @@ def counted(before: dict[Key, float], after: dict[Key, float]) -> Counter:
 
 def expected_sum(repository: Path, name: str, metric: str, inputs: dict[str, list[str]]) -> float:
     """What one request of `inputs` adds to `<metric>_sum`."""
-    record = recorded(repository, name)
-    outputs = chain.in_process(repository, name=name)(list(zip(*inputs.values()))).outputs
-    context = {"centroid": record.get("centroid"), "labels": record.get("labels", [])}
+    record, outputs, context = _answered(repository, name, inputs)
     return float(values_of(metric, outputs[record["histograms"][metric]["reads"]], context).sum())
 
 
 def sum_series(metrics_url: str, model: str, metric: str) -> tuple[str, float]:
     """(its TYPE, its value) of `<metric>_sum` of `model`, from a settled page."""
-    time.sleep(STATISTICS_PUBLISH_S + PUBLISH_S)
-    text = settled(lambda: _page_text(metrics_url) + "\n" + _type_lines(metrics_url), limit_s=2 * STATISTICS_PUBLISH_S)
+    text = _settled_text(metrics_url)
     kind = re.search(rf"^# TYPE {metric}_sum (\w+)$", text, re.M)
     value = re.search(rf'^{metric}_sum{{[^}}]*model="{re.escape(model)}"[^}}]*}} (\S+)$', text, re.M)
     return (kind[1] if kind else ""), (float(value[1]) if value else 0.0)
 
-
-def _type_lines(metrics_url: str) -> str:
-    with urllib.request.urlopen(metrics_url, timeout=5) as resp:  # noqa: S310 - loopback
-        return "\n".join(line for line in resp.read().decode().splitlines() if line.startswith("# TYPE tritonize_"))

@@ -90,7 +90,7 @@ def model_files(repo: RepoSpec, report: VerificationReport, calibration: dict | 
     if repo.statistics_step:
         s = repo.statistics_step.name
         layout += [(f"{s}/{CONFIG_FILE}", "statistics/config.pbtxt.j2",
-                    {"step": repo.statistics_step, "statistics_file": STATISTICS_FILE, "idle": False}),
+                    {"step": repo.statistics_step, "statistics_file": STATISTICS_FILE, "idle": False, "parameters": {}}),
                    (f"{s}/{fused}", "statistics/config.pbtxt.j2",
                     {"step": dataclasses.replace(repo.statistics_step, instance_count=1),
                      "statistics_file": STATISTICS_FILE, "idle": True, "parameters": {IDLE: "1"}})]
