@@ -33,15 +33,26 @@ def _family(host: str) -> int:
     return socket.AF_INET6 if ":" in host else socket.AF_INET
 
 
+_handed_out: set[tuple[str, int]] = set()  # ports this process has handed out: never handed out twice
+
+
 def free_ports(n: int = 3, host: str = "127.0.0.1") -> list[int]:
-    """n distinct ports that nothing listens on right now (for tests and benchmarks)."""
-    socks = []
+    """n distinct ports that nothing listens on right now (for tests and benchmarks).
+
+    A port is closed again before it is used, so the kernel may offer it to the next call; a port this process
+    has already handed out is skipped, or two servers started one after the other could be given the same one.
+    """
+    socks, ports = [], []
     try:
-        for _ in range(n):
+        while len(ports) < n:
             s = socket.socket(_family(host), socket.SOCK_STREAM)
+            socks.append(s)  # held open until all n are chosen, so they are distinct
             s.bind((host, 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
+            port = s.getsockname()[1]
+            if (host, port) not in _handed_out:
+                ports.append(port)
+        _handed_out.update((host, p) for p in ports)
+        return ports
     finally:
         for s in socks:
             s.close()

@@ -13,6 +13,15 @@ def test_free_ports_are_distinct_and_bindable() -> None:
     assert not any(process.port_in_use("127.0.0.1", p) for p in ports)
 
 
+def test_a_port_once_handed_out_is_never_handed_out_again() -> None:
+    """Each call's ports are closed before they are used: the next call must not be offered them again."""
+    seen: set[int] = set()
+    for _ in range(200):
+        ports = process.free_ports(3)
+        assert not seen & set(ports)
+        seen.update(ports)
+
+
 def test_relevant_log_lines_keep_failing_table_rows_only() -> None:
     log = "\n".join(
         [
