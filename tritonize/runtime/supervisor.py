@@ -18,11 +18,17 @@ How it recovers:
   unchanged model, and keeps the instances of a model whose config changed
   in instance settings only, dead stub included;
 - anything else (no model control, a stub it never saw alive, a dead server,
-  FAILURES failed checks in a row, a reload that failed): the server is
+  FAILURES failed checks in a row, a check that fails once the repository
+  has changed since the server started, a reload that failed): the server is
   stopped and started again from its record (`server.json`), retried with
   backoff until it answers. A stub of the new server that dies while it
   loads its models stops that try at once: Triton 2.51 never finishes such
   a load.
+
+A repository changed under a running server (a model added by `generate
+--add`) is checked at once: generate writes the manifest last, so a newer
+manifest means a whole repository, and a check that fails then is not
+a passing fault but a server that does not serve what the repository holds.
 
 It keeps the server it watches in memory and rewrites its record at each
 start; only SIGTERM (`down`, which stops it before the server) ends it. One
@@ -45,6 +51,7 @@ from pathlib import Path
 
 from ..errors import TritonizeError
 from ..serving.health import BUSY, HEALTH_FILE, probe_file
+from ..spec import MANIFEST_FILE
 from . import process
 from .base import http_get, http_post, wait_ready
 from .instance import (
@@ -117,6 +124,7 @@ class Supervisor:
         self.stubs: dict[int, str] = {}  # stub pid -> step, remembered while alive: a zombie has no command line
         self.failures = 0
         self.next_check = time.monotonic() + CHECK_S
+        self.served_stamp = self.repository_stamp()  # the repository as the watched server loaded it
 
     def stop(self, *_: object) -> None:
         self.stopping = True
@@ -182,17 +190,31 @@ class Supervisor:
             steps = sorted({self.stubs[pid] for pid in dead if pid in self.stubs})
             which = ", ".join(steps) if known else f"pid {', '.join(map(str, dead))}"
             return Fault(f"the Python stub of {which} died", tuple(steps) if known else (), tuple(dead))
-        if time.monotonic() < self.next_check:
+        stamp = self.repository_stamp()
+        changed = stamp != self.served_stamp
+        if time.monotonic() < self.next_check and not changed:
             return None
         self.next_check = time.monotonic() + CHECK_S
         health = Path(inst.repository) / HEALTH_FILE
         if not health.is_file():
             return None
         result = probe_file(inst.endpoints.http, str(health), CHECK_TIMEOUT_S)
-        self.failures = 0 if result.ok or result.code == BUSY else self.failures + 1
+        healthy = result.ok or result.code == BUSY
+        if changed and not healthy:
+            return Fault(f"the repository changed since the server started, and its health check fails "
+                         f"({result.detail[:200]})")
+        self.served_stamp = stamp
+        self.failures = 0 if healthy else self.failures + 1
         if self.failures >= FAILURES:
             return Fault(f"the health check failed {self.failures} times in a row ({result.detail[:200]})")
         return None
+
+    def repository_stamp(self) -> int | None:
+        """When the manifest was last written (generate writes it last): a newer one is a changed repository."""
+        try:
+            return (Path(self.inst.repository) / MANIFEST_FILE).stat().st_mtime_ns if self.inst else None
+        except OSError:
+            return None
 
     def recover(self, fault: Fault) -> None:
         start = time.monotonic()
@@ -263,6 +285,7 @@ class Supervisor:
                 raise Stopped
             time.sleep(0.05)
         check_ports(old.host, old.http_port, old.grpc_port, old.metrics_port)  # says which port is still taken
+        self.served_stamp = self.repository_stamp()  # what the new server loads: changes from now on are new
         self.proc, self.inst = spawn(self.directory, old)
         self.state.server_pid, self.state.replaced_stubs = self.inst.pid, []
         self.save()
