@@ -245,7 +245,7 @@ def test_a_supervised_server_serves_a_model_added_while_it_runs(tiny_embedding_r
         with TextClient(endpoints.grpc, "sentiment") as client:
             assert client.classify(["a fine day"], top_k=1)[0][0].label in ("negative", "neutral", "positive")
     finally:
-        runtime.down()
+        stop_later(runtime)
 
 
 def test_versions_are_per_model(served: Served, tmp_path: Path) -> None:

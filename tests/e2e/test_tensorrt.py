@@ -40,7 +40,7 @@ def test_production_variant_warms_every_bucket_before_ready(tiny_embedding_repo,
     assert instances >= 1
 
     runtime = LocalRuntime(local_options(repo, tmp_path / "run", log_verbose=1), quiet=True, variant="production")
-    with runtime as endpoints:
+    with serving(runtime) as endpoints:
         stats = InferenceServerClient(f"{endpoints.host}:{endpoints.http_port}").get_inference_statistics(model)
         (before,) = stats["model_stats"]
         with TextClient(endpoints.grpc, tiny_embedding_repo.name) as client:

@@ -10,6 +10,7 @@ import time
 import numpy as np
 import pytest
 
+from support.stopping import serving
 from support.versions import TEXTS, copy_of, floor
 from tritonize.cli import main
 from tritonize.runtime.local import LocalRuntime
@@ -56,7 +57,7 @@ def test_a_running_server_switches_versions_under_load_without_a_failed_request(
     failures: list[str] = []
     stop = threading.Event()
 
-    with runtime:
+    with serving(runtime):
         workers = [threading.Thread(target=send_until, args=(stop, runtime.options.http_port, name, TEXTS, w, answers,
                                                              failures)) for w in range(4)]
         for w in workers:

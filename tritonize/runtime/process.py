@@ -10,6 +10,7 @@ import contextlib
 import os
 import re
 import socket
+import threading
 from pathlib import Path
 
 from ..serving.procfs import group, group_zombies, stat_fields  # noqa: F401 - group_zombies: the supervisor's
@@ -34,6 +35,7 @@ def _family(host: str) -> int:
 
 
 _handed_out: set[tuple[str, int]] = set()  # ports this process has handed out: never handed out twice
+_handing_out = threading.Lock()
 
 
 def free_ports(n: int = 3, host: str = "127.0.0.1") -> list[int]:
@@ -42,20 +44,16 @@ def free_ports(n: int = 3, host: str = "127.0.0.1") -> list[int]:
     A port is closed again before it is used, so the kernel may offer it to the next call; a port this process
     has already handed out is skipped, or two servers started one after the other could be given the same one.
     """
-    socks, ports = [], []
-    try:
+    ports: list[int] = []
+    with _handing_out, contextlib.ExitStack() as held:
         while len(ports) < n:
-            s = socket.socket(_family(host), socket.SOCK_STREAM)
-            socks.append(s)  # held open until all n are chosen, so they are distinct
+            s = held.enter_context(socket.socket(_family(host), socket.SOCK_STREAM))  # open until all n are chosen
             s.bind((host, 0))
             port = s.getsockname()[1]
             if (host, port) not in _handed_out:
                 ports.append(port)
         _handed_out.update((host, p) for p in ports)
         return ports
-    finally:
-        for s in socks:
-            s.close()
 
 
 def reach_host(host: str) -> str:
