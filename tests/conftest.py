@@ -15,9 +15,10 @@ from support.tiny_models import TinyRepo, generate_tiny
 from support.versions import second_model  # noqa: F401 - the version both share
 
 # tests/container/ runs against a Docker engine that `make test-container` starts (tests/container/engine.sh);
-# `make test` never collects it.
+# tests/install/ installs a fresh clone from the package indexes (`make test-install`). `make test` collects neither.
 CONTAINER_TESTS = os.environ.get("TRITONIZE_CONTAINER_TESTS") == "1"
-collect_ignore = [] if CONTAINER_TESTS else ["container"]
+INSTALL_TESTS = os.environ.get("TRITONIZE_INSTALL_TESTS") == "1"
+collect_ignore = [name for name, wanted in (("container", CONTAINER_TESTS), ("install", INSTALL_TESTS)) if not wanted]
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from support import REPO_ROOT as ROOT
+from support import upstream
 from tritonize.errors import TritonizeError
 from tritonize.runtime import native_backend
 from tritonize.runtime.instance import Instance
@@ -26,15 +27,51 @@ def sources_or_skip() -> Path:
     return SOURCES
 
 
-def test_an_archive_that_is_not_the_releases_is_refused_before_anything_is_built(tmp_path: Path) -> None:
+def test_an_archive_whose_tree_is_not_the_releases_is_refused_before_anything_is_built(tmp_path: Path) -> None:
     sources = shutil.copytree(sources_or_skip(), tmp_path / "sources")
     name = f"triton-core-{native_backend.RELEASE}.tar.gz"
     (sources / name).chmod(0o644)
-    with (sources / name).open("ab") as archive:
-        archive.write(b"\0")  # one byte more: another file
-    with pytest.raises(TritonizeError, match=f"{name} has sha256 [0-9a-f]{{64}}, not the release's") as info:
+    upstream.repack(SOURCES / name, sources / name, "core", change="CMakeLists.txt")  # one file changed
+    with pytest.raises(TritonizeError, match=f"{name} has tree digest [0-9a-f]{{64}}, not the release's") as info:
         native_backend.build(sources, tmp_path / "built", say=lambda _: None)
     assert "\n" not in info.value.message and not (tmp_path / "built").exists()
+
+
+def test_githubs_archive_of_a_commit_and_git_archive_of_it_have_one_tree_digest(tmp_path: Path) -> None:
+    """Another top folder and another compression: the same tree, the same digest, so the release's digests hold
+    archives fetched from GitHub and those of a local folder alike."""
+    sources_or_skip()
+    for repo, (commit, digest) in native_backend.SOURCES.items():
+        local = SOURCES / f"triton-{repo}-{native_backend.RELEASE}.tar.gz"
+        github = upstream.repack(local, tmp_path / f"{repo}-{commit}.tar.gz", f"{repo}-{commit}")
+        assert github.read_bytes() != local.read_bytes()
+        assert native_backend.tree_digest(local) == native_backend.tree_digest(github) == digest
+
+
+def test_without_a_folder_the_sources_are_fetched_from_upstream_and_checked(tmp_path: Path) -> None:
+    """Against loopback stand-ins for GitHub and Debian's pool: fetched into the cache under a folder's names and
+    held to the same digests; what the cache holds already is not fetched again; a changed archive is refused."""
+    sources_or_skip()
+    root = upstream.upstream_layout(SOURCES, tmp_path / "upstream")
+    said: list[str] = []
+    with upstream.served(root) as url:
+        cache = native_backend.fetch_sources(tmp_path / "cache", f"{url}/github", f"{url}/debian", say=said.append)
+        assert len([s for s in said if s.startswith("fetching ")]) == len(native_backend.SOURCES) + 1
+        for repo, (commit, digest) in native_backend.SOURCES.items():
+            assert native_backend.tree_digest(cache / f"triton-{repo}-{native_backend.RELEASE}.tar.gz") == digest
+        said.clear()
+        native_backend.fetch_sources(cache, f"{url}/github", f"{url}/debian", say=said.append)
+        assert said == []
+    changed = upstream.upstream_layout(SOURCES, tmp_path / "changed", change=("backend", "CMakeLists.txt"))
+    with upstream.served(changed) as url, pytest.raises(TritonizeError, match="has tree digest .*not the release's"):
+        native_backend.build(None, tmp_path / "built", say=lambda _: None, github=f"{url}/github",
+                             debian=f"{url}/debian")
+
+
+def test_an_upstream_out_of_reach_is_one_line_that_says_how_to_build_offline(tmp_path: Path) -> None:
+    with upstream.served(tmp_path) as url, pytest.raises(TritonizeError, match="could not fetch http") as info:
+        native_backend.fetch_sources(tmp_path / "cache", f"{url}/nothing", f"{url}/nothing", say=lambda _: None)
+    assert "\n" not in info.value.message and "--sources" in info.value.hint
 
 
 def test_a_missing_archive_names_itself_and_where_the_sources_come_from(tmp_path: Path) -> None:
