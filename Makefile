@@ -89,8 +89,8 @@ help:
 #   cmake g++ rapidjson-dev googletest: `make backend` (googletest for its CMake); binutils: readelf, in its test
 #   prometheus: `deploy.py local up --monitoring`, and promtool in the tests
 #   chromium: the API docs' browser test; curl: `make run`'s sample request and clients/curl.sh; make: the tests
-#   read these lists with it
-SYSTEM_PACKAGES := libpython$(LOCK_PYTHON) cmake g++ binutils rapidjson-dev googletest prometheus chromium curl make
+#   read these lists with it; git: make test-install copies the checkout's files as git lists them
+SYSTEM_PACKAGES := libpython$(LOCK_PYTHON) cmake g++ binutils rapidjson-dev googletest prometheus chromium curl make git
 # `make test-container`'s own dockerd (never the system's) and the stand-in image's builder
 CONTAINER_PACKAGES := docker.io mmdebstrap
 

@@ -45,6 +45,7 @@ from typing import TypeVar
 from .batching import ATTENTION_MASK, ENCODING_FIELDS, GATHER, QUEUE_BOUND, QUEUE_ROW_TOKENS, ROW_FIELDS, queue_work
 from .onnx_model import OnnxRunner
 from .tokenizer import RequestEncoder, error_response, parameters
+from .stub import check_tensor_exchange
 
 try:
     import triton_python_backend_utils as pb_utils
@@ -237,6 +238,7 @@ class TritonPythonModel:
     """Tokenizes each request as the tokenizer step would, runs the batch as the model step would."""
 
     def initialize(self, args):
+        check_tensor_exchange()  # refuse to load on a stub that would corrupt tensors
         config = json.loads(args["model_config"])
         version_dir = os.path.join(args["model_repository"], args["model_version"])
         # Built on a nicer thread: onnxruntime's threads run at the worker's priority, not at execute()'s.

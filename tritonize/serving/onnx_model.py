@@ -30,6 +30,7 @@ from .batching import (
     parse_buckets,
     real_lengths,
 )
+from .stub import check_tensor_exchange
 
 try:
     import triton_python_backend_utils as pb_utils
@@ -213,6 +214,7 @@ class TritonPythonModel:
     """Reads its tensors from the configuration and answers each request with every output of the graph."""
 
     def initialize(self, args):
+        check_tensor_exchange()  # refuse to load on a stub that would corrupt tensors
         config = json.loads(args["model_config"])
         version_dir = os.path.join(args["model_repository"], args["model_version"])
         self.runner = OnnxRunner.from_config(config, version_dir)

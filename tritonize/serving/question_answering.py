@@ -53,6 +53,7 @@ from tokenizers import Tokenizer
 from .metrics import StepMetrics
 from .statistics import OutputStatistics
 from .texts import InvalidText, check_size, decode
+from .stub import check_tensor_exchange
 
 try:
     import triton_python_backend_utils as pb_utils
@@ -572,6 +573,7 @@ class TritonPythonModel:
     call (business logic scripting, so they batch there with other work); one error per bad request."""
 
     def initialize(self, args):
+        check_tensor_exchange()  # refuse to load on a stub that would corrupt tensors
         config = json.loads(args["model_config"])
         self.reader = Reader.from_config(config, os.path.join(args["model_repository"], args["model_version"]))
         # The model step of this step's own version: while a server switches versions both are loaded, and

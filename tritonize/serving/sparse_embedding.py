@@ -33,6 +33,7 @@ import numpy as np
 
 from .metrics import StepMetrics
 from .statistics import OutputStatistics
+from .stub import check_tensor_exchange
 
 try:
     import triton_python_backend_utils as pb_utils
@@ -101,6 +102,7 @@ class TritonPythonModel:
     """Triton's side of PostStep: reads the input its configuration names, answers each request."""
 
     def initialize(self, args):
+        check_tensor_exchange()  # refuse to load on a stub that would corrupt tensors
         config = json.loads(args["model_config"])
         version_dir = os.path.join(args["model_repository"], args["model_version"])
         self.step = PostStep.from_config(config, version_dir)

@@ -15,6 +15,7 @@ import os
 
 from .metrics import StepMetrics
 from .statistics import OutputStatistics
+from .stub import check_tensor_exchange
 
 try:
     import triton_python_backend_utils as pb_utils
@@ -29,6 +30,7 @@ IDLE = "idle"
 
 class TritonPythonModel:
     def initialize(self, args):
+        check_tensor_exchange()  # refuse to load on a stub that would corrupt tensors
         config = json.loads(args["model_config"])
         self.names = [i["name"] for i in config["input"]]
         idle = config.get("parameters", {}).get(IDLE, {}).get("string_value") == "1"

@@ -45,6 +45,7 @@ from .batching import ATTENTION_MASK, INPUT_IDS, OFFSETS, SPECIAL_TOKENS_MASK
 from .metrics import StepMetrics
 from .statistics import OutputStatistics
 from .texts import unk_token_id
+from .stub import check_tensor_exchange
 
 try:
     import triton_python_backend_utils as pb_utils
@@ -345,6 +346,7 @@ class TritonPythonModel:
     """Triton's side of PostStep: reads the inputs its configuration names, answers each request."""
 
     def initialize(self, args):
+        check_tensor_exchange()  # refuse to load on a stub that would corrupt tensors
         config = json.loads(args["model_config"])
         version_dir = os.path.join(args["model_repository"], args["model_version"])
         self.step = PostStep.from_config(config, version_dir)

@@ -50,6 +50,7 @@ from .multi_vector import PARAMETER as FORMS
 from .multi_vector import Form, FormTokenizer, forms_from_json
 from .statistics import OutputStatistics
 from .texts import InvalidText, check_size, decode, unk_token_id
+from .stub import check_tensor_exchange
 
 try:
     import triton_python_backend_utils as pb_utils
@@ -361,6 +362,7 @@ class TritonPythonModel:
     """Reads its input names and outputs from the configuration; one error per bad request."""
 
     def initialize(self, args):
+        check_tensor_exchange()  # refuse to load on a stub that would corrupt tensors
         config = json.loads(args["model_config"])
         self.front = RequestEncoder(config, os.path.join(args["model_repository"], args["model_version"]))
 

@@ -65,6 +65,7 @@ def test_each_step_carries_byte_identical_copies_of_the_served_modules(repo: Pat
         "tiny_tokenizer/1/chat.py": "chat.py",
         "tiny_tokenizer/1/multi_vector.py": "multi_vector.py",
         "tiny_tokenizer/1/statistics.py": "statistics.py",
+        "tiny_tokenizer/1/stub.py": "stub.py",
         # The fused step: the tokenizer and the model (serving/fused_step.py) with what both import.
         "tiny_model/1/model.py": "fused_step.py",
         "tiny_model/1/onnx_model.py": "onnx_model.py",
@@ -75,10 +76,12 @@ def test_each_step_carries_byte_identical_copies_of_the_served_modules(repo: Pat
         "tiny_model/1/chat.py": "chat.py",
         "tiny_model/1/multi_vector.py": "multi_vector.py",
         "tiny_model/1/statistics.py": "statistics.py",
+        "tiny_model/1/stub.py": "stub.py",
         # The production ensemble's statistics step, after the graph on Triton's onnxruntime backend.
         "tiny_statistics/1/model.py": "statistics_step.py",
         "tiny_statistics/1/metrics.py": "metrics.py",
         "tiny_statistics/1/statistics.py": "statistics.py",
+        "tiny_statistics/1/stub.py": "stub.py",
     }
     for rel, module in pairs.items():
         assert filecmp.cmp(repo / rel, serving.SERVING_DIR / module, shallow=False), rel
@@ -88,17 +91,19 @@ def test_each_step_carries_byte_identical_copies_of_the_served_modules(repo: Pat
 
 def test_step_files_follow_relative_imports() -> None:
     assert set(serving.step_files("tokenizer", "model.py")) == {"model.py", "batching.py", "texts.py", "metrics.py",
-                                                                "statistics.py", "chat.py", "multi_vector.py"}
-    assert set(serving.step_files("onnx_model", "model.py")) == {"model.py", "batching.py"}
+                                                                "statistics.py", "chat.py", "multi_vector.py", "stub.py"}
+    assert set(serving.step_files("onnx_model", "model.py")) == {"model.py", "batching.py", "stub.py"}
     assert set(serving.step_files("fused_step", "model.py")) == {"model.py", "onnx_model.py", "tokenizer.py", "batching.py",
                                                                "texts.py", "metrics.py", "chat.py", "multi_vector.py",
-                                                               "statistics.py"}
+                                                               "statistics.py", "stub.py"}
     assert set(serving.step_files("question_answering", "model.py")) == {"model.py", "texts.py", "metrics.py",
-                                                                         "statistics.py"}
+                                                                         "statistics.py", "stub.py"}
     assert set(serving.step_files("token_classification", "model.py")) == {"model.py", "batching.py", "texts.py",
-                                                                           "metrics.py", "statistics.py"}
-    assert set(serving.step_files("sparse_embedding", "model.py")) == {"model.py", "metrics.py", "statistics.py"}
-    assert set(serving.step_files("statistics_step", "model.py")) == {"model.py", "metrics.py", "statistics.py"}
+                                                                           "metrics.py", "statistics.py", "stub.py"}
+    assert set(serving.step_files("sparse_embedding", "model.py")) == {"model.py", "metrics.py", "statistics.py",
+                                                                       "stub.py"}
+    assert set(serving.step_files("statistics_step", "model.py")) == {"model.py", "metrics.py", "statistics.py",
+                                                                      "stub.py"}
 
 
 def test_served_modules_import_only_what_a_triton_container_has() -> None:
