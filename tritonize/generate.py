@@ -30,6 +30,7 @@ from .spec import (
     TOKENIZER_FILE,
     TOKENIZER_LAYOUTS,
     GenerateOptions,
+    device_defaults,
 )
 from .tasks.embedding import POOLINGS
 from .tasks.task import calibration_texts
@@ -61,11 +62,17 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "step, or inside the model step's ONNX graph where that is exact (BERT WordPiece; else the Python "
                    f"step, saying why) (default: {d.tokenizer})")
     p.add_argument("--output", "-o", help=f"repository directory (default: {d.output})")
-    p.add_argument("--device", choices=DEVICES, help=f"instance kind of the model step in the container (default: {d.device})")
-    p.add_argument("--precision", choices=PRECISIONS, help=f"(default: {d.precision})")
-    p.add_argument("--optimize", action=argparse.BooleanOptionalAction, default=None, help="onnxruntime transformer fusions")
+    cpu, gpu, gpu_trt = device_defaults("cpu"), device_defaults("gpu"), device_defaults("gpu", tensorrt=True)
+    p.add_argument("--device", choices=DEVICES, help=f"instance kind of the model step in the container (default: "
+                   f"{d.device}); it decides the defaults of --precision, --optimize and --max-batch-size")
+    p.add_argument("--precision", choices=PRECISIONS, help=f"fp16 is held to --min-cosine-fp16, int8 is CPU only "
+                   f"(default: {cpu.precision} on CPU, {gpu.precision} on GPU)")
+    p.add_argument("--optimize", action=argparse.BooleanOptionalAction, default=None,
+                   help=f"onnxruntime transformer fusions (default: {_on(cpu.optimize)} on CPU, {_on(gpu.optimize)} "
+                   f"on GPU, {_on(gpu_trt.optimize)} with --tensorrt)")
     p.add_argument("--tensorrt", action=argparse.BooleanOptionalAction, default=None, help="TensorRT accelerator in the container (needs --device gpu)")
-    p.add_argument("--max-batch-size", type=int, help=f"(default: {d.max_batch_size})")
+    p.add_argument("--max-batch-size", type=int, help=f"rows per batch and per request (default: "
+                   f"{cpu.max_batch_size} on CPU, {gpu.max_batch_size} on GPU)")
     p.add_argument("--max-queue-delay-us", type=int, help=f"dynamic batching delay (default: {d.max_queue_delay_us})")
     p.add_argument("--max-queue-size", type=int, help="requests each step holds waiting before it answers UNAVAILABLE / 503 "
                    f"(default: --queue-budget-ms of work at --capacity-rps, at least {MIN_QUEUE_SIZE}; 0: no bound)")
@@ -97,6 +104,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--min-cosine-fp16", type=float, help=f"cosine tolerance for fp16 graphs (default: {d.min_cosine_fp16})")
     p.add_argument("--min-cosine-int8", type=float, help=f"per-text cosine an int8 graph keeps of fp32 (default: {d.min_cosine_int8})")
     p.set_defaults(func=run)
+
+
+def _on(value: bool | None) -> str:
+    return "on" if value else "off"
 
 
 def _int_list(text: str) -> list[int]:
@@ -136,7 +147,7 @@ def resolve_options(args: argparse.Namespace) -> GenerateOptions:
     options = GenerateOptions(**values)
     if not options.model:
         raise TritonizeError("no model given", hint="pass --model PATH, or set model: in the --config file")
-    for key, allowed in (("task", tasks.NAMES), ("device", DEVICES), ("precision", PRECISIONS)):
+    for key, allowed in (("task", tasks.NAMES), ("precision", PRECISIONS)):  # a device: GenerateOptions refuses it
         value = getattr(options, key)
         if value is not None and value not in allowed:
             raise TritonizeError(f"{key} must be one of {', '.join(allowed)} (got {value!r})")

@@ -176,6 +176,40 @@ CPU_INTRA_OP_THREADS = 1
 DEFAULT_GATHER_US = 2000
 
 
+@dataclass(frozen=True)
+class DeviceDefaults:
+    """What `generate` writes for a device where the user names no precision, fusions or batch size."""
+
+    precision: str
+    optimize: bool
+    max_batch_size: int
+
+
+# CPU: fp32, no fusions (5-10% slower per text on an AVX2 CPU at 4 rows or more, docs/benchmark.md), 64 rows.
+CPU_DEFAULTS = DeviceDefaults(precision="fp32", optimize=False, max_batch_size=64)
+# GPU, all-MiniLM-L6-v2 on an H100 with onnxruntime's CUDA provider, the model step alone, measured once
+# (docs/benchmark.md#gpu): fp16 with onnxruntime's GPU fusions ran 48.5k rows/s at 64 x 128 tokens against
+# 18.6k in fp32, cosine 0.999998 to sentence-transformers (fp16 stays held to min_cosine_fp16). 256 rows:
+# rows/s still grew past 64 rows (16 tokens: 67.5k at 64, 171.8k at 128, 234k at 256; 128 tokens: 48.5k at
+# 64, 75.9k at 256), and a full 256 x 128 batch takes 3.4 ms; beyond 256 nothing was measured. The queue
+# bounds count requests and wait time, not rows, so they keep their meaning; the TensorRT profile and the GPU
+# warm-up take a full batch of the longest bucket, so a model whose 256 rows do not fit fails at load.
+GPU_DEFAULTS = DeviceDefaults(precision="fp16", optimize=True, max_batch_size=256)
+
+
+def device_defaults(device: str, tensorrt: bool = False) -> DeviceDefaults:
+    """The one home of the per-device defaults. Under TensorRT no fusions: onnxruntime's fused operators
+    (com.microsoft Attention, SkipLayerNormalization, FastGelu) are not TensorRT's, so they would run on the
+    CUDA provider and split the graph into TensorRT subgraphs whose inputs the one profile (TensorRTSpec) does
+    not name; onnxruntime's TensorRT provider then applies no profile ("User needs to provide all the dynamic
+    shape inputs with associated profiles") and builds engines during traffic, or refuses, as versions differ."""
+    if device not in DEVICES:
+        raise TritonizeError(f"device must be one of {', '.join(DEVICES)} (got {device!r})")
+    if device == "cpu":
+        return CPU_DEFAULTS
+    return dataclasses.replace(GPU_DEFAULTS, optimize=False) if tensorrt else GPU_DEFAULTS
+
+
 @dataclass
 class GenerateOptions:
     """Every user-facing option of `tritonize generate` (CLI flags and YAML keys).
@@ -204,10 +238,11 @@ class GenerateOptions:
     tokenizer: str = "python"
     output: str = "triton_repo"
     device: str = "cpu"
-    precision: str = "fp32"
-    optimize: bool = False
+    # None: the device's (device_defaults), filled in at construction, so what is written back is what was resolved
+    precision: str | None = None
+    optimize: bool | None = None
     tensorrt: bool = False
-    max_batch_size: int = 64
+    max_batch_size: int | None = None
     # 0: no wait at low load (each step would add the full delay); batches still form under load
     # because requests queue while an instance is busy. `tritonize tune` measures the alternatives.
     max_queue_delay_us: int = 0
@@ -246,6 +281,14 @@ class GenerateOptions:
     # The version folder this model becomes in every step. None: FIRST_VERSION for a new repository; a
     # higher number joins an existing repository beside the version it serves (`deploy.py local switch`).
     version: int | None = None
+
+    def __post_init__(self) -> None:
+        """Fill what the user left to the device; a value given (a flag, a YAML key, a tritonize.yaml written
+        back) wins. `dataclasses.replace` keeps the values resolved for the first device: build anew instead."""
+        defaults = device_defaults(self.device, bool(self.tensorrt))
+        for key in ("precision", "optimize", "max_batch_size"):
+            if getattr(self, key) is None:
+                setattr(self, key, getattr(defaults, key))
 
     def check(self) -> None:
         """Refuse, in one line, values no repository can be planned with (the task's own refusals are its own)."""
@@ -370,6 +413,14 @@ class TensorRTSpec:
         return ",".join(f"{name}:{shape[0]}x{shape[1]}" for name in self.inputs)
 
     @property
+    def layer_norm_fp32_fallback(self) -> bool:
+        """In FP16, onnxruntime's TensorRT provider keeps each layer norm's Pow and ReduceMean in fp32, where
+        fp16 overflows on large activations. Triton's onnxruntime backend r24.10 hands the key on as written
+        (src/onnxruntime.cc, lines 560-567 at commit 17e5cb23: `param_key == "trt_layer_norm_fp32_fallback"`,
+        parsed by ParseBoolValue, passed as `trt_layer_norm_fp32_fallback`); an unknown key fails the load."""
+        return self.precision_mode == "FP16"
+
+    @property
     def parameters(self) -> dict[str, str]:
         return {
             "precision_mode": self.precision_mode,
@@ -379,7 +430,7 @@ class TensorRTSpec:
             "trt_profile_min_shapes": self.profile_shapes(self.min_shape),
             "trt_profile_opt_shapes": self.profile_shapes(self.opt_shape),
             "trt_profile_max_shapes": self.profile_shapes(self.max_shape),
-        }
+        } | ({"trt_layer_norm_fp32_fallback": "1"} if self.layer_norm_fp32_fallback else {})
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,43 @@ def test_yaml_options_with_flags_winning_and_regeneration_is_diffable(models, tm
         assert twin.read_text() == config.read_text()
 
 
+def test_device_gpu_writes_fp16_fused_verified_and_its_manifest_regenerates_it(models, tmp_path: Path) -> None:
+    """On this CPU machine: the GPU optimizer's fusions and fp16 export here, and the fp16 graph is verified on
+    the CPU against sentence-transformers, held to --min-cosine-fp16."""
+    import onnx
+
+    out = tmp_path / "gpu"
+    result = run_generate("--model", str(models["emb"]), "--device", "gpu", "--output", str(out), "--name", "g")
+    assert result.returncode == 0, result.stderr
+    manifest = yaml.safe_load((out / "tritonize.yaml").read_text())
+    assert (manifest["precision"], manifest["optimize"], manifest["max_batch_size"]) == ("fp16", True, 256)
+    stages = json.loads((out / "verification.json").read_text())["stages"]
+    assert set(stages) == {"export", "optimize"}  # the served graph is the fused one
+    assert stages["optimize"]["precision"] == "fp16" and stages["optimize"]["metric"] == "min_cosine"
+    assert stages["optimize"]["threshold"] == 0.999 and stages["optimize"]["min_cosine"] >= 0.999
+    graph = onnx.load(str(out / "g_model/1/model.onnx")).graph
+    assert any(t.data_type == onnx.TensorProto.FLOAT16 for t in graph.initializer)
+    assert {"Attention", "SkipLayerNormalization"} <= {n.op_type for n in graph.node if n.domain == "com.microsoft"}
+    model = parse_config((out / "g_model/config.pbtxt").read_text())
+    assert model.max_batch_size == 256 and model.instance_group[0].kind == model.instance_group[0].KIND_GPU
+    again = run_generate("--config", str(out / "tritonize.yaml"), "--output", str(tmp_path / "again"))
+    assert again.returncode == 0, again.stderr
+    for config in out.rglob("*.pbtxt"):
+        assert (tmp_path / "again" / config.relative_to(out)).read_text() == config.read_text()
+    assert yaml.safe_load((tmp_path / "again/tritonize.yaml").read_text())["precision"] == "fp16"
+
+
+def test_flags_win_over_the_gpu_defaults(models, tmp_path: Path) -> None:
+    out = tmp_path / "gpu32"
+    result = run_generate("--model", str(models["emb"]), "--device", "gpu", "--precision", "fp32", "--no-optimize",
+                          "--max-batch-size", "32", "--output", str(out), "--name", "g")
+    assert result.returncode == 0, result.stderr
+    manifest = yaml.safe_load((out / "tritonize.yaml").read_text())
+    assert (manifest["precision"], manifest["optimize"], manifest["max_batch_size"]) == ("fp32", False, 32)
+    assert set(json.loads((out / "verification.json").read_text())["stages"]) == {"export"}
+    assert parse_config((out / "g_model/config.pbtxt").read_text()).max_batch_size == 32
+
+
 @pytest.mark.parametrize(
     "args, expected",
     [

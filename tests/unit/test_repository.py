@@ -31,11 +31,15 @@ CLASSIFIER = dataclasses.replace(
 PASSED = VerificationReport(reference="pytorch", task="embedding", passed=True)
 
 
-def _render(model: ModelSpec, **options):
+def _render_with_options(model: ModelSpec, **options):
     opts = GenerateOptions(model="/models/x", **options)
     repo = repository.plan(opts, model, "demo")
     files = repository.render(repo, repository.manifest(opts, repo), PASSED)
-    return repo, {f.path: f for f in files}, repository.validate(files)
+    return opts, repo, {f.path: f for f in files}, repository.validate(files)
+
+
+def _render(model: ModelSpec, **options):
+    return _render_with_options(model, **options)[1:]
 
 
 def _output_dim(model: ModelSpec) -> int:
@@ -204,6 +208,58 @@ def test_manifest_round_trips_to_options_and_model(model: ModelSpec) -> None:
     assert GenerateOptions(**options).max_queue_delay_us == 123
     back = Manifest.from_dict(data)
     assert back.model == model and back.name == "demo" and back.options.max_queue_delay_us == 123
+
+
+@pytest.mark.parametrize("options, precision, optimize, max_batch_size", [
+    ({}, "fp32", False, 64),  # CPU: as before the GPU defaults
+    ({"device": "gpu"}, "fp16", True, 256),  # the H100 measurement (spec.GPU_DEFAULTS, docs/benchmark.md#gpu)
+    ({"device": "gpu", "tensorrt": True}, "fp16", False, 256),  # TensorRT fuses itself
+    ({"device": "gpu", "precision": "fp32"}, "fp32", True, 256),
+    ({"device": "gpu", "optimize": False}, "fp16", False, 256),
+    ({"device": "gpu", "max_batch_size": 32}, "fp16", True, 32),
+    ({"device": "gpu", "tensorrt": True, "optimize": True}, "fp16", True, 256),
+    ({"optimize": True}, "fp32", True, 64),  # CPU fusions stay opt-in
+], ids=["cpu", "gpu", "gpu-tensorrt", "gpu-fp32", "gpu-no-optimize", "gpu-batch-32", "gpu-tensorrt-optimize",
+        "cpu-optimize"])
+def test_the_device_decides_what_is_not_given(options, precision, optimize, max_batch_size) -> None:
+    repo, files, configs = _render(EMBEDDING, **options)
+    written = yaml.safe_load(files["tritonize.yaml"].text)
+    resolved = (written["precision"], written["optimize"], written["max_batch_size"])
+    assert resolved == (precision, optimize, max_batch_size)
+    assert repo.precision == precision
+    for path in ("demo/config.pbtxt", "demo_tokenizer/config.pbtxt", "demo_model/config.pbtxt"):
+        assert configs[path].max_batch_size == max_batch_size
+    model = configs["demo_model/config.pbtxt"]
+    assert model.instance_group[0].kind == (mc.ModelInstanceGroup.KIND_GPU if options.get("device") == "gpu"
+                                            else mc.ModelInstanceGroup.KIND_CPU)
+
+
+def test_cpu_repositories_are_what_they_were() -> None:
+    """The CPU defaults written out by hand, as they stood before the GPU defaults: every file the same."""
+    _, files, _ = _render(EMBEDDING)
+    _, explicit, _ = _render(EMBEDDING, device="cpu", precision="fp32", optimize=False, max_batch_size=64)
+    assert {p: f.text for p, f in files.items()} == {p: f.text for p, f in explicit.items()}
+
+
+@pytest.mark.parametrize("options", [{"device": "gpu"}, {"device": "gpu", "tensorrt": True}, {}],
+                         ids=["gpu", "tensorrt", "cpu"])
+def test_regenerating_from_the_written_manifest_gives_the_same_repository(options) -> None:
+    opts, repo, files, _ = _render_with_options(EMBEDDING, **options)
+    back = Manifest.from_dict(yaml.safe_load(files["tritonize.yaml"].text))
+    assert back.options == repository.manifest(opts, repo).options  # what was resolved, not None
+    again = repository.plan(back.options, EMBEDDING, "demo")
+    rendered = {f.path: f.text for f in repository.render(again, repository.manifest(back.options, again), PASSED)}
+    assert rendered == {p: f.text for p, f in files.items()}
+
+
+def test_int8_stays_on_cpu() -> None:
+    with pytest.raises(TritonizeError, match="--precision int8 is for CPU deployments"):
+        _render(EMBEDDING, device="gpu", precision="int8")
+
+
+def test_a_device_not_offered_is_one_line() -> None:
+    with pytest.raises(TritonizeError, match=r"device must be one of cpu, gpu \(got 'tpu'\)"):
+        GenerateOptions(model="/models/x", device="tpu")
 
 
 def test_manifest_of_another_layout_is_refused_with_one_line() -> None:

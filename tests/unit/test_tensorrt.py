@@ -1,7 +1,8 @@
 """The model step's GPU defaults on paper (no GPU here): the rendered GPU + TensorRT config parses into Triton's
 ModelConfig and gives the TensorRT accelerator one optimization profile over every model input, in the format the
 r24.10 onnxruntime backend hands onnxruntime as written ("name:BxT,name:BxT", the TensorRT provider's
-ParseProfileShapes); CPU configs carry no TensorRT block; every production config warms each bucket up.
+ParseProfileShapes), its precision the repository's, and only keys that backend passes on; CPU configs carry no
+TensorRT block; every production config warms each bucket up.
 """
 
 from __future__ import annotations
@@ -69,12 +70,52 @@ def test_tensorrt_profile_covers_every_input_from_one_row_to_a_full_batch(model,
 
 
 def test_default_profile_strings() -> None:
-    """MiniLM's defaults (max length 256, buckets 16..256, 64 rows): the strings the backend passes on."""
+    """MiniLM's GPU defaults (max length 256, buckets 16..256, 256 rows, fp16): the strings the backend passes on."""
     _, config = _model_config(MINILM_LIKE, device="gpu", tensorrt=True)
+    assert config.max_batch_size == 256
     parameters = config.optimization.execution_accelerators.gpu_execution_accelerator[0].parameters
     assert parameters["trt_profile_min_shapes"] == "input_ids:1x1,attention_mask:1x1"
-    assert parameters["trt_profile_opt_shapes"] == "input_ids:64x64,attention_mask:64x64"
-    assert parameters["trt_profile_max_shapes"] == "input_ids:64x256,attention_mask:64x256"
+    assert parameters["trt_profile_opt_shapes"] == "input_ids:256x64,attention_mask:256x64"
+    assert parameters["trt_profile_max_shapes"] == "input_ids:256x256,attention_mask:256x256"
+    assert parameters["precision_mode"] == "FP16" and parameters["trt_layer_norm_fp32_fallback"] == "1"
+
+
+@pytest.mark.parametrize("precision, mode, fallback",
+                         [(None, "FP16", "1"), ("fp16", "FP16", "1"), ("fp32", "FP32", None)],
+                         ids=["default", "fp16", "fp32"])
+def test_precision_mode_follows_the_precision_and_fp16_keeps_layer_norm_in_fp32(precision, mode, fallback) -> None:
+    """The layer-norm fallback only where TensorRT runs fp16: in FP32 it has nothing to keep."""
+    _, config = _model_config(MINILM_LIKE, device="gpu", tensorrt=True, precision=precision)
+    parameters = config.optimization.execution_accelerators.gpu_execution_accelerator[0].parameters
+    assert parameters["precision_mode"] == mode
+    assert parameters.get("trt_layer_norm_fp32_fallback") == fallback
+
+
+# Every key the r24.10 onnxruntime backend passes to the TensorRT provider; any other fails the model's load
+# ("unknown parameter ... is provided for TensorRT Execution Accelerator"). Read from the release's
+# src/onnxruntime.cc, lines 454-668 (onnxruntime_backend r24.10, commit 17e5cb23).
+R24_10_TENSORRT_KEYS = frozenset({
+    "precision_mode", "max_workspace_size_bytes", "trt_max_partition_iterations", "trt_min_subgraph_size",
+    "int8_calibration_table_name", "int8_use_native_calibration_table", "trt_dla_enable", "trt_dla_core",
+    "trt_engine_cache_enable", "trt_engine_cache_path", "trt_engine_cache_prefix", "trt_dump_subgraphs",
+    "trt_force_sequential_engine_build", "trt_context_memory_sharing_enable", "trt_layer_norm_fp32_fallback",
+    "trt_timing_cache_enable", "trt_timing_cache_path", "trt_force_timing_cache", "trt_detailed_build_log",
+    "trt_build_heuristics_enable", "trt_sparsity_enable", "trt_builder_optimization_level", "trt_auxiliary_streams",
+    "trt_tactic_sources", "trt_extra_plugin_lib_paths", "trt_profile_min_shapes", "trt_profile_max_shapes",
+    "trt_profile_opt_shapes", "trt_cuda_graph_enable", "trt_dump_ep_context_model", "trt_ep_context_file_path",
+    "trt_ep_context_embed_mode",
+})
+# The keys it parses as booleans (ParseBoolValue: true/on/1 or false/off/0, any case).
+R24_10_BOOLEAN_VALUES = frozenset({"true", "on", "1", "false", "off", "0"})
+
+
+@pytest.mark.parametrize("precision", ["fp16", "fp32"])
+def test_every_tensorrt_key_is_one_the_r24_10_backend_passes_on(precision) -> None:
+    _, config = _model_config(MINILM_LIKE, device="gpu", tensorrt=True, precision=precision)
+    parameters = config.optimization.execution_accelerators.gpu_execution_accelerator[0].parameters
+    assert set(parameters) <= R24_10_TENSORRT_KEYS, set(parameters) - R24_10_TENSORRT_KEYS
+    for key in ("trt_engine_cache_enable", "trt_layer_norm_fp32_fallback"):
+        assert key not in parameters or parameters[key].lower() in R24_10_BOOLEAN_VALUES
 
 
 def test_profile_follows_reconfigured_buckets_and_batch() -> None:

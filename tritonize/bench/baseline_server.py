@@ -29,8 +29,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from ..spec import CPU_DEFAULTS
+
 BATCH_WAIT_S = 0.001  # the doc's 1 ms
-MAX_BATCH = 64  # the repository's default max_batch_size; the doc sets no limit
+MAX_BATCH = CPU_DEFAULTS.max_batch_size  # a CPU repository's default max_batch_size; the doc sets no limit
 
 Row = tuple[str, ...]
 Predict = Callable[[list[Row]], list]
