@@ -35,13 +35,17 @@ from support.reliability import (
     supervisor_log,
 )
 from support.stopping import serving, stop_later
+from tritonize import chain
 from tritonize.client import ServerError, TextClient, is_unavailable
-from tritonize.repository import reconfigure
+from tritonize.repository import config_as_triton_passes_it, reconfigure
 from tritonize.runtime import instance
 from tritonize.runtime.base import http_get
 from tritonize.runtime.local import LocalRuntime
 from tritonize.runtime.process import group_processes
-from tritonize.spec import FUSED_VARIANT, MIN_QUEUE_SIZE, PRODUCTION_VARIANT, VARIANT_CONFIGS, Overrides
+from tritonize.serving.batching import ATTENTION_MASK, QUEUE_BOUND, bound_work, queue_work
+from tritonize.serving.tokenizer import parameters
+from tritonize.spec import (CONFIGS_DIR, FUSED_VARIANT, MIN_QUEUE_SIZE, PRODUCTION_VARIANT, VARIANT_CONFIGS, Overrides,
+                            repo_paths)
 
 
 @pytest.fixture(scope="module")
@@ -387,18 +391,35 @@ def test_down_with_a_dead_stub_stops_at_once(tiny_embedding_repo, local_options,
 
 
 def test_sixteen_requests_in_flight_are_answered_across_down(tiny_embedding_repo, local_options, tmp_path) -> None:
-    from concurrent.futures import ThreadPoolExecutor
+    """Sixteen requests sent at once, `down` begun as the first is answered: the others, still unanswered then,
+    are answered too (`down` drains them; a server stopped without draining fails them). Together they bring no
+    more work than the fused step's queue bound, so none can be refused however the machine schedules the server;
+    what keeps them in flight is their texts, slow to tokenize without adding work: single letters between spaces
+    leave the tokenizer no prefix to cut (serving/tokenizer.py, `prefix_end`), so it reads each text whole, then
+    truncates it to the max length."""
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
     runtime = LocalRuntime(local_options(tiny_embedding_repo.repository, tmp_path / "run"), quiet=True)
+    step = repo_paths(tiny_embedding_repo.repository, tiny_embedding_repo.name)["model"]
+    config = config_as_triton_passes_it(step / CONFIGS_DIR / f"{runtime.config_name}.pbtxt")
+    bound = bound_work(int(parameters(config)[QUEUE_BOUND]))
+    text = "a " * 4000
+    row_work = queue_work(chain.text_encoder(tiny_embedding_repo.repository).encode([text])[ATTENTION_MASK])
+    rows = bound // (16 * row_work)
+    assert rows >= 2 and 16 * rows * row_work <= bound
     endpoints = runtime.up()
-    long_text = "many words in a row " * 200
     with TextClient(endpoints.grpc, tiny_embedding_repo.name, timeout_s=60) as client, ThreadPoolExecutor(16) as pool:
         client.embed(["warm"])
-        futures = [pool.submit(client.embed, [long_text] * 64) for _ in range(16)]
-        time.sleep(0.2)
+        sent = time.monotonic()
+        futures = [pool.submit(client.embed, [text] * rows) for _ in range(16)]
+        wait(futures, timeout=60, return_when=FIRST_COMPLETED)
+        in_flight, began = sum(not f.done() for f in futures), time.monotonic()
         runtime.down()
         answered = [f.result() for f in futures]  # raises if any failed
-    assert len(answered) == 16 and all(a.shape[0] == 64 for a in answered)
+    print(f"16 requests of {rows} texts ({16 * rows * row_work} tokens of work, bound {bound}): down began "
+          f"{began - sent:.2f} s after sending, {in_flight} unanswered; it took {time.monotonic() - began:.2f} s")
+    assert in_flight > 0  # down had requests to drain
+    assert len(answered) == 16 and all(a.shape[0] == rows for a in answered)
 
 
 @pytest.mark.slow

@@ -46,6 +46,12 @@ GATHER = "gather_us"
 QUEUE_ROW_TOKENS = 16
 
 
+def bound_work(max_queue_size: int) -> int:
+    """The work a queue bound of `max_queue_size` (QUEUE_BOUND) holds at most: that many requests of one short
+    text each (0: no bound)."""
+    return max_queue_size * QUEUE_ROW_TOKENS
+
+
 def queue_work(attention_mask) -> int:
     """The work one request brings to a queue: its rows' real tokens, each at least QUEUE_ROW_TOKENS."""
     lengths = attention_mask.sum(axis=1) if attention_mask.ndim == 2 else attention_mask

@@ -42,7 +42,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from .batching import ATTENTION_MASK, ENCODING_FIELDS, GATHER, QUEUE_BOUND, QUEUE_ROW_TOKENS, ROW_FIELDS, queue_work
+from .batching import (ATTENTION_MASK, ENCODING_FIELDS, GATHER, QUEUE_BOUND, QUEUE_ROW_TOKENS, ROW_FIELDS, bound_work,
+                       queue_work)
 from .onnx_model import OnnxRunner
 from .tokenizer import RequestEncoder, error_response, parameters
 from .stub import check_tensor_exchange
@@ -98,11 +99,15 @@ def item_work(item: tuple) -> int:
     return queue_work(item[1][ATTENTION_MASK])
 
 
-def queue_full_message(bound: int, requests: int) -> str:
-    """What a request refused by the bound is told: Triton's own words for a full queue, and the bound: work
-    (tokens), and the short requests it holds."""
-    return (f"Exceeds maximum queue size: the requests waiting for this model hold up to {bound} tokens of work "
-            f"({requests} requests of one short text); try again later")
+def queue_full_message(bound: int, item: tuple | None = None) -> str:
+    """What a request refused by the bound is told: Triton's own words for a full queue, the bound in work and
+    how texts count, and the refused request's own work where it was read (`item`; one refused before it is
+    read found no room for even a short text). A bound counts tokens, not requests: a reader must not take the
+    requests waiting, or this one, for short ones."""
+    brought = f"'s {item_work(item)} ({item_rows(item)} texts; " if item else " ("
+    return (f"Exceeds maximum queue size: the requests waiting for this model hold up to {bound} tokens of work and "
+            f"leave no room for this one{brought}each text counts its tokens, at least {QUEUE_ROW_TOKENS}); "
+            "try again later")
 
 
 class BatchWorker:
@@ -250,8 +255,7 @@ class TritonPythonModel:
             self.statistics.start(self.runner.output_names)
         self.final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         params = parameters(config)
-        self.bound_requests = int(params.get(QUEUE_BOUND, "0"))
-        self.worker = BatchWorker(self._run, self.bound_requests * QUEUE_ROW_TOKENS,
+        self.worker = BatchWorker(self._run, bound_work(int(params.get(QUEUE_BOUND, "0"))),
                                  max_rows=int(config["max_batch_size"]), rows=item_rows, work=item_work,
                                  least_work=QUEUE_ROW_TOKENS, nice=GRAPH_NICE,
                                  gather_s=int(params.get(GATHER, "0")) / 1e6)
@@ -265,9 +269,9 @@ class TritonPythonModel:
         if not refused:
             return responses
         self.front.metrics.record({"queue_full": refused})
-        full = queue_full_message(self.worker.bound, self.bound_requests)
-        for sender, _ in items[admitted:]:  # tokenized, then found over the bound: answered through its sender
-            self._send(sender, error_response(full, "UNAVAILABLE"))
+        for item in items[admitted:]:  # tokenized, then found over the bound: answered through its sender
+            self._send(item[0], error_response(queue_full_message(self.worker.bound, item), "UNAVAILABLE"))
+        full = queue_full_message(self.worker.bound)
         return responses + [error_response(full, "UNAVAILABLE") for _ in requests[room:]]
 
     def _run(self, items: list, busy: bool) -> None:

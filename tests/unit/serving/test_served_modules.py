@@ -211,8 +211,12 @@ def test_the_fused_steps_worker_runs_what_waits_as_one_batch_within_its_bound() 
     until(lambda: seen)
     survivor.offer(["after"])
     assert survivor.close() == [] and seen == [["boom"], ["after"]]
-    assert queue_full_message(8192, 512).startswith("Exceeds maximum queue size: ")  # what clients recognise
-    assert "8192 tokens of work (512 requests of one short text)" in queue_full_message(8192, 512)
+    # What clients recognise, the bound in work, and where the refused request was read, its own work: a reader
+    # must not take the requests for short ones (64 texts of 64 tokens are half of 8192).
+    unread, read = queue_full_message(8192), queue_full_message(8192, (None, {"attention_mask": np.ones((64, 64))}))
+    assert unread.startswith("Exceeds maximum queue size: ") and read.startswith("Exceeds maximum queue size: ")
+    assert "hold up to 8192 tokens of work and leave no room for this one (each text counts its tokens" in unread
+    assert "no room for this one's 4096 (64 texts; each text counts its tokens, at least 16)" in read
 
 
 def test_a_worker_run_takes_at_most_max_rows_rows_on_a_nicer_thread() -> None:
