@@ -181,3 +181,19 @@ def test_bench_stand_in_measures_the_host_cpu_around_a_model_that_costs_nothing(
     # The real repository still serves its own graph: the stand-in lives in the run's shadow copy.
     assert not (tiny_embedding_repo.repository / f"{name}_model" / "1" / "model.onnx").is_symlink()
     assert (out / ".run" / "stand-in" / f"{name}_model" / "1" / "model.onnx").stat().st_size < 10_000
+
+
+def test_bench_stand_in_serves_a_classifiers_stand_in_over_grpc_alone(tiny_classifier_repo, native_backend,
+                                                                      tmp_path) -> None:
+    """Another task's graph ([B, labels]) loads on the native backend as its stand-in; the API, which serves
+    embeddings to the bench, is left out of the default protocols."""
+    out = tmp_path / "results"
+    rc = main(["bench", "--repository", str(tiny_classifier_repo.repository), "--stand-in", "--requests", "20",
+               "--warmup", "5", "--concurrency", "2", "--workloads", "short", "--texts-per-request", "4",
+               "--output", str(out)])
+    assert rc == 0
+    doc = json.loads((out / "bench.json").read_text())
+    assert doc["meta"]["protocols"] == ["grpc"] and doc["checks"]["triton"]["short"]["passed"]
+    (run,) = doc["runs"]
+    assert run["completed"] == 20 and run["errors"] == 0 and run["steps"]["model"]["inferences"] == 80
+    assert run["host_cpu"]["cores_per_h100"] > 0 and doc["empty"][0]["completed"] == 20

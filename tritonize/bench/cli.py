@@ -82,7 +82,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         f"{','.join(map(str, stand_in.CONCURRENCY))})")
     p.add_argument("--protocols", type=choice_list(PROTOCOLS), default=None,
                    help=f"grpc,http,api (default: {','.join(DEFAULT_PROTOCOLS)}, with --stand-in "
-                        f"{','.join(stand_in.PROTOCOLS)}; api starts `tritonize api` over gRPC, embedding models)")
+                        f"{','.join(stand_in.PROTOCOLS)}, api for embedding models only; api starts `tritonize api` "
+                        "over gRPC, embedding models)")
     p.add_argument("--stand-in", action="store_true",
                    help="the host CPU around the model: serve the repository's production variant on a local server "
                         "with the model step's graph replaced by a stand-in of the same inputs and outputs that "
@@ -129,6 +130,7 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
         concurrency=args.concurrency or (stand_in.CONCURRENCY if stand else DEFAULT_CONCURRENCY),
         workloads=args.workloads,
         protocols=args.protocols or (stand_in.PROTOCOLS if stand else DEFAULT_PROTOCOLS),
+        protocols_asked=args.protocols is not None,
         baselines=([] if stand else list(BASELINE_CHOICES)) if args.baselines is None else args.baselines,
         baselines_asked=args.baselines is not None,
         infinity_python=args.infinity_python,

@@ -278,11 +278,14 @@ def print_tables(document: dict, console: Console) -> None:
     console.print(f"[dim]{document['meta']['note']}[/]")
 
 
-def _processes(rows: list[dict]) -> list[str]:
-    """The server-side processes the rows measured, in one order: tritonserver, the steps' stubs, the API."""
+def _processes(rows: list[dict]) -> dict[str, str]:
+    """The server-side processes the rows measured, in one order (tritonserver, the steps' stubs in the ensemble's
+    order, the API), each with its column's name (a stub by its step's role)."""
     seen = list(dict.fromkeys(k for r in rows for k in r["host_cpu"]["us_per_row"] if k != CLIENT))
-    steps = list(dict.fromkeys(s["name"] for r in rows for s in (r.get("steps") or {}).values()))  # the ensemble's order
-    return sorted(seen, key=lambda k: (k != SERVER, k == API, steps.index(k) if k in steps else len(steps), seen.index(k)))
+    roles = {s["name"]: role for r in rows for role, s in (r.get("steps") or {}).items()}
+    steps = list(roles)
+    ordered = sorted(seen, key=lambda k: (k != SERVER, k == API, steps.index(k) if k in steps else len(steps), seen.index(k)))
+    return {k: "API" if k == API else roles.get(k, k) for k in ordered}
 
 
 def host_cpu_tables(document: dict) -> list[Table]:
@@ -296,26 +299,32 @@ def host_cpu_tables(document: dict) -> list[Table]:
     meta = document["stand_in"]
     processes = _processes(rows)
     shape = ("system", "workload", "texts", "conc")
-    usage = Table(title="Host CPU around the model (stand-in graph): µs per request / µs per row, by process",
-                  title_justify="left")
-    for col in (*shape, "rows/s", *processes, "server total", "model step", "client"):
-        usage.add_column(col, justify="left" if col in ("system", "workload") else "right")
+    tables = []
+    for unit in ("request", "row"):
+        table = Table(title=f"Host CPU around the model (stand-in graph), µs per {unit} by process; the model step: "
+                            "Triton's execution time of it", title_justify="left")
+        for col in (*shape, "rows/s", *processes.values(), "server", "model step", "client"):
+            table.add_column(col, justify="left" if col in ("system", "workload") else "right")
+        for r in rows:
+            h, n = r["host_cpu"], r["texts_per_request"]
+            us = h[f"us_per_{unit}"]
+            model = h["model_us_per_row"] * (n if unit == "request" else 1) if h["model_us_per_row"] is not None else None
+            table.add_row(r["label"], r["workload"], str(n), str(r["concurrency"]), f"{r['throughput_rps'] * n:.0f}",
+                          *(f"{us[k]:.1f}" if k in us else "-" for k in processes), f"{h[f'server_us_per_{unit}']:.1f}",
+                          "-" if model is None else f"{model:.1f}", f"{us[CLIENT]:.1f}")
+        tables.append(table)
     cores = Table(title=f"Host cores one H100 needs: server CPU per row x the H100's rows/s (batch {meta['h100_batch']}, "
-                        f"measured once on an H100; each request's rows at the rate of its longest row's bucket)", title_justify="left")
-    for col in (*shape, "H100 rows/s", *processes, "total"):
+                        "measured once on an H100; a request's rows at the rate of its longest row's bucket)",
+                  title_justify="left")
+    for col in (*shape, "H100 rows/s", *processes.values(), "total"):
         cores.add_column(col, justify="left" if col in ("system", "workload") else "right")
     for r in rows:
-        h, n = r["host_cpu"], r["texts_per_request"]
-        both = lambda k: (f"{h['us_per_request'][k]:.0f} / {h['us_per_row'][k]:.1f}"  # noqa: E731
-                          if k in h["us_per_row"] else "-")
-        key = (r["label"], r["workload"], str(n), str(r["concurrency"]))
-        model = "-" if h["model_us_per_row"] is None else f"{h['model_us_per_row']:.1f} / row"
-        usage.add_row(*key, f"{r['throughput_rps'] * n:.0f}", *(both(k) for k in processes),
-                      f"{h['server_us_per_request']:.0f} / {h['server_us_per_row']:.1f}", model, both(CLIENT))
-        cores.add_row(*key, f"{h['h100_rows_per_s']:,}",
+        h = r["host_cpu"]
+        cores.add_row(r["label"], r["workload"], str(r["texts_per_request"]), str(r["concurrency"]),
+                      f"{h['h100_rows_per_s']:,}",
                       *(f"{h['cores_by_process'][k]:.1f}" if k in h["cores_by_process"] else "-" for k in processes),
                       f"[bold]{h['cores_per_h100']:.1f}[/]")
-    return [usage, cores]
+    return [*tables, cores]
 
 
 def write_json(document: dict, path: Path) -> Path:

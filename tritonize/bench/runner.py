@@ -57,6 +57,7 @@ class BenchOptions:
     concurrency: list[int] = field(default_factory=lambda: [1, 4, 16])
     workloads: list[str] = field(default_factory=lambda: list(corpus.WORKLOADS))
     protocols: list[str] = field(default_factory=lambda: ["grpc", "http"])
+    protocols_asked: bool = False  # named by the user: a protocol this model cannot take is then an error
     baselines: list[str] = field(default_factory=lambda: list(ALL_BASELINES))
     # Named by the user: a baseline that is not installed is then an error, not a skip.
     baselines_asked: bool = False
@@ -194,6 +195,10 @@ class Bench:
         self.runs.append(run)
         self.say(say_run(run))
         return run
+
+    def api_measured(self) -> bool:
+        """Whether `--protocols api` can measure this model: its load goes through /v1/embeddings."""
+        return self.task.name == infinity.TASK
 
     def native_model_threads(self) -> int:
         """The model step's instances where a local server runs it on the native onnxruntime backend, inside the
@@ -474,7 +479,7 @@ class Bench:
         started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         if any(b != FLOOR for b in self.o.baselines):
             self.source_folder()  # before anything is timed
-        if "api" in self.o.protocols and self.task.name != infinity.TASK:
+        if "api" in self.o.protocols and not self.api_measured():
             raise TritonizeError(f"--protocols api measures /v1/embeddings; this repository's task is {self.task.name}",
                                  hint="use --protocols grpc,http")
         install = self.find_infinity()

@@ -165,6 +165,7 @@ def write_empty(repo: Path, target: Path, name: str) -> Path:
     step.CopyFrom(model)
     step.name, step.default_model_filename = EMPTY_STEP, MODEL_FILE
     del step.input[:], step.output[:], step.model_warmup[:]
+    step.dynamic_batching.ClearField("default_queue_policy")  # no timeouts: Triton's stalls show as latency here
     step.input.extend(ensemble.input)
     step.output.add(name=EMPTY_OUTPUT, data_type=mc.TYPE_INT32, dims=[1])
     whole = mc.ModelConfig()
@@ -277,6 +278,8 @@ def run(options: BenchOptions) -> dict:
     name = measured_model(repo, options.model).name
     shadow = write_stand_in(repo, work / "stand-in", name)
     bench = Bench(dataclasses.replace(options, repository=shadow, start_local=True))
+    if "api" in options.protocols and not options.protocols_asked and not bench.api_measured():
+        bench.o.protocols = [p for p in options.protocols if p != "api"]  # the default asks for it where it serves
     bench.say(f"[bold]Stand-in[/]: {name}'s model step answers from a graph that only fills its outputs ({shadow})")
     document = bench.run()
     empty = measure_empty(bench, write_empty(repo, work / "empty", name))
