@@ -341,10 +341,11 @@ def write_chart(document: dict, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     workloads = list(document["workloads"])
+    fewest = min((r.get("texts_per_request", 1) for r in document["runs"]), default=1)  # one request size a chart
     fig, axes = plt.subplots(2, len(workloads), figsize=(5.2 * len(workloads), 8), squeeze=False)
     for col, w in enumerate(workloads):
         lat_ax, thr_ax = axes[0][col], axes[1][col]
-        runs = [r for r in document["runs"] if r["workload"] == w and r.get("texts_per_request", 1) == 1]  # one text each
+        runs = [r for r in document["runs"] if r["workload"] == w and r.get("texts_per_request", 1) == fewest]
         for system in sorted({r["system"] for r in runs}, key=_rank):
             rs = sorted((r for r in runs if r["system"] == system), key=lambda r: r["concurrency"])
             xs = [r["concurrency"] for r in rs]
