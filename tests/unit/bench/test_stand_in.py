@@ -115,3 +115,18 @@ def test_host_cpu_figures_add_up_and_cores_are_cpu_per_row_times_the_rate() -> N
     assert h["cores_per_h100"] == pytest.approx(sum(h["cores_by_process"].values()), abs=0.03)
     assert h["model_us_per_row"] == 10.0  # 64 ms of executions over 6400 rows
     assert stand_in.host_cpu({"texts_per_request": 1, "cpu": {}}, 1.0) is None
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--texts-per-request", "4"], "--texts-per-request goes with --stand-in"),
+    (["--stand-in", "--variant", "fused"], "--stand-in measures the production variant"),
+    (["--stand-in", "--baselines", "doc"], "--stand-in measures Triton alone"),
+    (["--stand-in", "--compare-variant", "fused"], "--stand-in measures one repository"),
+])
+def test_what_a_stand_in_run_cannot_do_is_refused_before_anything_starts(extra, message, tiny_embedding_repo, tmp_path,
+                                                                        capsys) -> None:
+    from tritonize.cli import main
+
+    assert main(["bench", "--repository", str(tiny_embedding_repo.repository), "--output", str(tmp_path), *extra]) != 0
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / ".run").exists()
