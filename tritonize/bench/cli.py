@@ -81,9 +81,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"comma-separated (default: {','.join(map(str, DEFAULT_CONCURRENCY))}; with --stand-in "
                         f"{','.join(map(str, stand_in.CONCURRENCY))})")
     p.add_argument("--protocols", type=choice_list(PROTOCOLS), default=None,
-                   help=f"grpc,http,api (default: {','.join(DEFAULT_PROTOCOLS)}, with --stand-in "
-                        f"{','.join(stand_in.PROTOCOLS)}, api for embedding models only; api starts `tritonize api` "
-                        "over gRPC, embedding models)")
+                   help=f"grpc,http,api (default: {','.join(DEFAULT_PROTOCOLS)}; with --stand-in "
+                        f"{','.join(stand_in.PROTOCOLS)}, api where the model is an embedder); api starts "
+                        "`tritonize api` over gRPC, embedding models only")
     p.add_argument("--stand-in", action="store_true",
                    help="the host CPU around the model: serve the repository's production variant on a local server "
                         "with the model step's graph replaced by a stand-in of the same inputs and outputs that "

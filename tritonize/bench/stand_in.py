@@ -47,7 +47,7 @@ FLOAT_FILL = 1 / 3  # every float a stand-in answers: as many digits as a real a
 TEXTS_PER_REQUEST = (1, 64)  # single texts, and requests of 64 (the generated repositories' max batch)
 CONCURRENCY = [16, 64]
 PROTOCOLS = ["grpc", "api"]
-STAND_IN_SYSTEM, EMPTY_SYSTEM = "stand-in", "triton-empty"
+EMPTY_SYSTEM = "triton-empty"
 EMPTY, EMPTY_STEP, EMPTY_OUTPUT = "empty", "empty_step", "OUT"
 EMPTY_LABEL = "empty ensemble"  # over gRPC
 
@@ -128,12 +128,13 @@ def model_step_config(repo: Path, name: str):
 
 
 def write_stand_in(repo: Path, target: Path, name: str) -> Path:
-    """A shadow copy of `name`'s folders in `repo` whose model step serves the stand-in of each version's graph."""
+    """A shadow copy of `repo` whose model step of `name` serves the stand-in of each version's graph (every other
+    model as it is: the API checks them all before it answers)."""
     import onnx
 
     config = model_step_config(repo, name)
     shutil.rmtree(target, ignore_errors=True)
-    shadow = shadow_repository(repo, target, name)
+    shadow = shadow_repository(repo, target)
     graph_file = config.default_model_filename or MODEL_FILE
     sizes = {o.name: list(o.dims) for o in config.output}
     folders = [v for v in repo_paths(shadow, name)["model"].iterdir() if v.name.isdigit() and (v / graph_file).exists()]
