@@ -9,6 +9,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from tritonize.cli import main
 from tritonize.manifest import read_manifest
 from tritonize.repository import parse_config, reconfigure
@@ -140,3 +142,58 @@ def test_bench_rerank_measures_each_ranker_and_what_late_interaction_is_made_of(
     assert all(r["documents_per_s"] > 0 for r in doc["rows"] if r["route"])
     assert "| colbert | multi-vector | rerank /v1/rerank |" in capsys.readouterr().out
     assert main(["bench-rerank", "--repository", str(repo), "--models", "nope", "--output", str(out)]) != 0
+
+
+def test_bench_stand_in_measures_the_host_cpu_around_a_model_that_costs_nothing(tiny_embedding_repo, native_backend,
+                                                                                tmp_path, capsys) -> None:
+    """The production variant with the model step's graph replaced, over gRPC and the API, one text and eight to a
+    request, then the empty ensemble: every figure adds up, and the stand-in's own share is small."""
+    from tritonize.bench.cpu import API, CLIENT, SERVER
+    from tritonize.bench.stand_in import EMPTY_SYSTEM, h100_rows_per_s
+
+    out = tmp_path / "results"
+    rc = main(["bench", "--repository", str(tiny_embedding_repo.repository), "--stand-in", "--requests", "60",
+               "--warmup", "10", "--concurrency", "4", "--workloads", "short", "--texts-per-request", "1,8",
+               "--protocols", "grpc,api", "--output", str(out)])
+    assert rc == 0
+    doc = json.loads((out / "bench.json").read_text())
+    assert doc["meta"]["variant"] == "production" and doc["targets"] == []
+    assert all(c["passed"] for by in doc["checks"].values() for c in by.values())  # answered as the in-process chain
+    shapes = {(r["system"], r["texts_per_request"]) for r in doc["runs"] + doc["empty"]}
+    assert shapes == {(s, n) for s in ("triton-grpc", "triton-api", EMPTY_SYSTEM) for n in (1, 8)}
+    name = tiny_embedding_repo.name
+    for r in doc["runs"] + doc["empty"]:
+        assert r["completed"] == 60 and r["errors"] == 0, r
+        h, n = r["host_cpu"], r["texts_per_request"]
+        server = [k for k in h["us_per_row"] if k != CLIENT]
+        expected = {SERVER} | ({f"{name}_tokenizer", f"{name}_statistics"} if r["system"] != EMPTY_SYSTEM else set())
+        assert set(server) == expected | ({API} if r["system"] == "triton-api" else set())
+        # Per process, per request and per row, add up to the server's total; the client is apart.
+        assert h["server_us_per_request"] == pytest.approx(sum(h["us_per_request"][k] for k in server), abs=0.5)
+        assert h["server_us_per_row"] == pytest.approx(h["server_us_per_request"] / n, rel=0.01)
+        assert h["h100_rows_per_s"] == h100_rows_per_s(16)
+        assert h["cores_per_h100"] == pytest.approx(h["server_us_per_row"] * 1e-6 * h["h100_rows_per_s"], abs=0.02)
+        # The stand-in's executions are a small part of the server's CPU (about 3% here); the empty step's are
+        # Triton's own cost.
+        assert 0 < h["model_us_per_row"] < (1 if r["system"] == EMPTY_SYSTEM else 0.15) * h["server_us_per_row"], h
+    printed = capsys.readouterr().out
+    assert "Host cores one H100 needs" in printed and "empty ensemble" in printed
+    # The real repository still serves its own graph: the stand-in lives in the run's shadow copy.
+    assert not (tiny_embedding_repo.repository / f"{name}_model" / "1" / "model.onnx").is_symlink()
+    assert (out / ".run" / "stand-in" / f"{name}_model" / "1" / "model.onnx").stat().st_size < 10_000
+
+
+def test_bench_stand_in_serves_a_classifiers_stand_in_over_grpc_alone(tiny_classifier_repo, native_backend,
+                                                                      tmp_path) -> None:
+    """Another task's graph ([B, labels]) loads on the native backend as its stand-in; the API, which serves
+    embeddings to the bench, is left out of the default protocols."""
+    out = tmp_path / "results"
+    rc = main(["bench", "--repository", str(tiny_classifier_repo.repository), "--stand-in", "--requests", "20",
+               "--warmup", "5", "--concurrency", "2", "--workloads", "short", "--texts-per-request", "4",
+               "--output", str(out)])
+    assert rc == 0
+    doc = json.loads((out / "bench.json").read_text())
+    assert doc["meta"]["protocols"] == ["grpc"] and doc["checks"]["triton"]["short"]["passed"]
+    (run,) = doc["runs"]
+    assert run["completed"] == 20 and run["errors"] == 0 and run["steps"]["model"]["inferences"] == 80
+    assert run["host_cpu"]["cores_per_h100"] > 0 and doc["empty"][0]["completed"] == 20

@@ -130,7 +130,7 @@ def test_a_failed_add_puts_everything_back(stack: Stack, tmp_path: Path, monkeyp
 
 
 def test_tune_measures_one_model_and_writes_its_entry_only(stack: Stack, tmp_path: Path) -> None:
-    from tritonize.bench.tune import shadow_repository
+    from tritonize.bench.shadow import shadow_repository
 
     shadow = shadow_repository(stack.repository, tmp_path / "shadow", RERANK)
     assert {p.name for p in shadow.iterdir() if p.is_dir()} == {RERANK, f"{RERANK}_tokenizer", f"{RERANK}_model",

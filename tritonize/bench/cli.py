@@ -2,6 +2,7 @@
 
     tritonize bench --repository triton_repo --start-local
     tritonize bench --repository triton_repo --url 127.0.0.1:8000 --grpc-url 127.0.0.1:8001 --requests 500
+    tritonize bench --repository triton_repo --stand-in
 """
 
 from __future__ import annotations
@@ -11,11 +12,13 @@ from pathlib import Path
 
 from ..console import err, out
 from ..errors import TritonizeError
-from ..spec import DEFAULT_VARIANT, VARIANT_CONFIGS
-from . import corpus, infinity
+from ..spec import DEFAULT_VARIANT, PRODUCTION_VARIANT, VARIANT_CONFIGS
+from . import corpus, infinity, stand_in
 from .runner import ALL_BASELINES, Bench, BenchOptions, is_triton
 
 BASELINE_CHOICES = ALL_BASELINES
+DEFAULT_CONCURRENCY = [1, 4, 16]
+DEFAULT_PROTOCOLS = ["grpc", "http"]
 PROTOCOLS = ("grpc", "http", "api")  # api: `tritonize api`'s /v1/embeddings in front of the same server (embedders)
 JSON_NAME, CHART_NAME = "bench.json", "bench.png"
 
@@ -74,9 +77,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--grpc-url", default="127.0.0.1:8001", help="Triton's gRPC endpoint")
     p.add_argument("--metrics-url", default="127.0.0.1:8002", help="Triton's metrics endpoint (the served steps' counters)")
     p.add_argument("--start-local", action="store_true", help="start a local Triton on free ports for this run, and stop it after")
-    p.add_argument("--concurrency", type=int_list, default=[1, 4, 16], help="comma-separated (default: 1,4,16)")
-    p.add_argument("--protocols", type=choice_list(PROTOCOLS), default=["grpc", "http"],
-                   help="grpc,http,api (default: grpc,http; api starts `tritonize api` over gRPC, embedding models)")
+    p.add_argument("--concurrency", type=int_list, default=None,
+                   help=f"comma-separated (default: {','.join(map(str, DEFAULT_CONCURRENCY))}; with --stand-in "
+                        f"{','.join(map(str, stand_in.CONCURRENCY))})")
+    p.add_argument("--protocols", type=choice_list(PROTOCOLS), default=None,
+                   help=f"grpc,http,api (default: {','.join(DEFAULT_PROTOCOLS)}; with --stand-in "
+                        f"{','.join(stand_in.PROTOCOLS)}, api where the model is an embedder); api starts "
+                        "`tritonize api` over gRPC, embedding models only")
+    p.add_argument("--stand-in", action="store_true",
+                   help="the host CPU around the model: serve the repository's production variant on a local server "
+                        "with the model step's graph replaced by a stand-in of the same inputs and outputs that "
+                        "costs next to nothing, then an empty ensemble (what Triton itself costs); report CPU "
+                        "per request and per row by process, and the host cores one H100 needs to be fed")
+    p.add_argument("--texts-per-request", type=int_list, default=None,
+                   help=f"with --stand-in: texts in each request, each size measured in turn (default: "
+                        f"{','.join(map(str, stand_in.TEXTS_PER_REQUEST))})")
     p.add_argument("--baselines", type=choice_list(BASELINE_CHOICES, allow_none=True), default=None,
                    help=f"{','.join(BASELINE_CHOICES)} or none (default: all; Infinity's only where it is installed)")
     p.add_argument("--infinity-python", default=None,
@@ -85,9 +100,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--compare", type=Path, action="append", default=[], metavar="REPOSITORY",
                    help="another repository of the same task to measure in this run, on its own local server "
                         "(e.g. the int8 one beside fp32); repeatable")
-    p.add_argument("--variant", choices=tuple(VARIANT_CONFIGS), default=DEFAULT_VARIANT,
+    p.add_argument("--variant", choices=tuple(VARIANT_CONFIGS), default=None,
                    help="what --start-local's server serves: production (config.pbtxt, the native onnxruntime "
-                        "backend) or fused (configs/fused.pbtxt) (default: %(default)s)")
+                        f"backend) or fused (configs/fused.pbtxt) (default: {DEFAULT_VARIANT}; with --stand-in "
+                        f"{PRODUCTION_VARIANT}, the only one it measures)")
     p.add_argument("--compare-variant", choices=tuple(VARIANT_CONFIGS), action="append", default=[],
                    dest="compare_variants", metavar="VARIANT",
                    help="the same repository serving another variant, measured in this run on its own local server")
@@ -101,17 +117,21 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
         raise TritonizeError("--requests must be at least 1")
     if args.duration is not None and args.duration <= 0:
         raise TritonizeError("--duration must be positive")
+    if args.texts_per_request and not args.stand_in:
+        raise TritonizeError("--texts-per-request goes with --stand-in", hint="add --stand-in, or drop it")
+    stand = args.stand_in
     return BenchOptions(
         repository=args.repository,
         model=args.model,
         http_url=args.url,
         grpc_url=args.grpc_url,
         metrics_url=args.metrics_url,
-        start_local=args.start_local,
-        concurrency=args.concurrency,
+        start_local=args.start_local or stand,
+        concurrency=args.concurrency or (stand_in.CONCURRENCY if stand else DEFAULT_CONCURRENCY),
         workloads=args.workloads,
-        protocols=args.protocols,
-        baselines=list(BASELINE_CHOICES) if args.baselines is None else args.baselines,
+        protocols=args.protocols or (stand_in.PROTOCOLS if stand else DEFAULT_PROTOCOLS),
+        protocols_asked=args.protocols is not None,
+        baselines=([] if stand else list(BASELINE_CHOICES)) if args.baselines is None else args.baselines,
         baselines_asked=args.baselines is not None,
         infinity_python=args.infinity_python,
         duration_s=None if args.requests else (args.duration or BenchOptions.duration_s),
@@ -124,8 +144,10 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
         long_tokens=args.long_tokens,
         timeout_s=args.timeout,
         compare=args.compare,
-        variant=args.variant,
+        variant=args.variant or (PRODUCTION_VARIANT if stand else DEFAULT_VARIANT),
         compare_variants=args.compare_variants,
+        texts_per_request=args.texts_per_request or list(stand_in.TEXTS_PER_REQUEST if stand else [1]),
+        stand_in=stand,
     )
 
 
@@ -133,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
     from . import report
 
     options = options_from_args(args)
-    document = Bench(options).run()
+    document = stand_in.run(options) if options.stand_in else Bench(options).run()
     json_path = report.write_json(document, Path(options.output) / JSON_NAME)
     chart_path = report.write_chart(document, Path(options.output) / CHART_NAME)
     report.print_tables(document, out)

@@ -38,6 +38,8 @@ class Workload:
     description: str = ""
     # The model rows the request rows become, in order (a question-answering context: one per window).
     model_rows: list[int] = field(default_factory=list, repr=False)
+    # The same, per request row: the tokens of each model row it becomes.
+    row_lengths: list[list[int]] = field(default_factory=list, repr=False)
 
     def summary(self) -> dict:
         t = np.asarray(self.tokens)
@@ -143,7 +145,8 @@ def build_workloads(
             rows = [row(t) for t in exact_length_texts(words, target, n_texts, count)]
             description = f"{len(rows)} {unit} of exactly {target} tokens"
         lengths = [row_lengths(r) for r in rows]
-        result[name] = Workload(name, rows, [sum(n) for n in lengths], description, [n for ns in lengths for n in ns])
+        result[name] = Workload(name, rows, [sum(n) for n in lengths], description, [n for ns in lengths for n in ns],
+                                lengths)
     return result
 
 

@@ -1,10 +1,12 @@
-"""Where the CPU goes during a measurement: the server, each step's stub, the client.
+"""Where the CPU goes during a measurement: the server, each step's stub, the HTTP API, the client.
 
 On a machine with few cores every process competes for them, so each
 millisecond of CPU a request costs outside the model is throughput lost.
 Read from /proc for a local server (its process group: tritonserver plus
 one Python-backend stub per model instance), so it covers `--start-local`
-runs; a container's processes are not visible from here.
+runs; a container's processes are not visible from here. A process outside
+that group that serves the same requests (the HTTP API in front of the
+server) is watched by its own process group.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from pathlib import Path
 from ..runtime.process import group_processes
 
 SERVER = "tritonserver"
+API = "tritonize api"  # the HTTP API's process group, where the load goes through it
+CLIENT = "client"  # the load generator (this process)
 # Of the server's CPU, the model step's where the native onnxruntime backend runs it in the server process.
 NATIVE_MODEL = "of it the model"
 
@@ -52,6 +56,17 @@ def group_cpu_s(server_pid: int) -> dict[str, float]:
     return totals
 
 
+def process_group_cpu_s(pgid: int) -> float:
+    """CPU seconds so far of every live process of a group."""
+    total = 0.0
+    for pid in group_processes(pgid):
+        try:
+            total += _on_cpu_s(pid)
+        except OSError:  # exited meanwhile
+            continue
+    return total
+
+
 def thread_cpu_s(pid: int) -> dict[int, float]:
     """CPU seconds so far of each live thread of one process."""
     out = {}
@@ -75,19 +90,34 @@ class CpuMeter:
     server_pid: int
     cores: int = field(default_factory=lambda: os.cpu_count() or 1)
     model_threads: int = 0
+    # Other process groups that serve the measured requests, by label (the HTTP API: `watch(API, pid)`).
+    watched: dict[str, int] = field(default_factory=dict)
     _start: dict[str, float] = field(default_factory=dict)
     _threads: dict[int, float] = field(default_factory=dict)
     _t0: float = 0.0
 
+    def watch(self, label: str, pgid: int) -> None:
+        self.watched[label] = pgid
+
+    def unwatch(self, label: str) -> None:
+        self.watched.pop(label, None)
+
+    def _read(self) -> dict[str, float]:
+        totals = group_cpu_s(self.server_pid)
+        for label, pgid in self.watched.items():
+            totals[label] = totals.get(label, 0.0) + process_group_cpu_s(pgid)
+        return totals
+
     def start(self) -> None:
-        self._start, self._t0 = group_cpu_s(self.server_pid), time.perf_counter()
+        self._start, self._t0 = self._read(), time.perf_counter()
         self._threads = thread_cpu_s(self.server_pid) if self.model_threads else {}
 
     def finish(self, completed: int, client_cpu_s: float, wall_s: float | None = None) -> dict:
+        """Call it as soon as the load stops: what the server does after (statistics, metrics) is not the requests'."""
         wall = wall_s or (time.perf_counter() - self._t0)
-        end = group_cpu_s(self.server_pid)
+        end = self._read()
         used = {k: max(0.0, v - self._start.get(k, 0.0)) for k, v in end.items()}
-        used["client"] = client_cpu_s
+        used[CLIENT] = client_cpu_s
         per_request = {k: round(1e3 * v / completed, 3) for k, v in used.items()} if completed else {}
         busy = sum(used.values())
         if self.model_threads and completed:
@@ -96,6 +126,9 @@ class CpuMeter:
             per_request[NATIVE_MODEL] = round(1e3 * sum(grown[: self.model_threads]) / completed, 3)
         return {
             "ms_per_request": per_request,
+            # The same, unrounded: CPU seconds by process over the measured requests (NATIVE_MODEL is part of SERVER).
+            "cpu_s": {k: round(v, 6) for k, v in used.items()},
+            "completed": completed,
             "total_ms_per_request": round(1e3 * busy / completed, 3) if completed else None,
             # Of all cores over the measurement: what no measured process used (other work, or waiting).
             "idle_pct": round(100.0 * max(0.0, 1.0 - busy / (wall * self.cores)), 1) if wall > 0 else None,

@@ -38,18 +38,32 @@ class Sender:
         return None
 
 
+def requests_of(rows: list[Row], texts: int) -> list:
+    """What each request sends, in order: its row (texts=1), or `texts` consecutive rows (wrapping round the
+    workload), one request starting at each row, so every request of a run differs."""
+    if texts == 1:
+        return rows
+    return [tuple(rows[(i + j) % len(rows)] for j in range(texts)) for i in range(len(rows))]
+
+
+def rows_in(item, texts: int) -> tuple[Row, ...]:
+    """A request's rows: the row itself where a request holds one, else the rows `requests_of` grouped."""
+    return (item,) if texts == 1 else item
+
+
 class TritonGrpc(Sender):
     """The ensemble over gRPC (tritonclient.grpc.aio), through the project's AsyncTextClient;
-    `inputs` names the ensemble's text inputs, in row order."""
+    `inputs` names the ensemble's text inputs, in row order; `texts` rows go in each request."""
 
-    def __init__(self, url: str, model: str, inputs: Row, timeout_s: float = DEFAULT_TIMEOUT_S):
+    def __init__(self, url: str, model: str, inputs: Row, timeout_s: float = DEFAULT_TIMEOUT_S, texts: int = 1):
         from ..client import AsyncTextClient
 
         self.client = AsyncTextClient(url, model, timeout_s=timeout_s)
-        self.inputs = inputs
+        self.inputs, self.texts = inputs, texts
 
-    async def send(self, row: Row) -> None:
-        await self.client.infer({name: [text] for name, text in zip(self.inputs, row)})
+    async def send(self, row) -> None:
+        rows = rows_in(row, self.texts)
+        await self.client.infer({name: [r[k] for r in rows] for k, name in enumerate(self.inputs)})
 
     async def close(self) -> None:
         await self.client.close()
@@ -84,15 +98,16 @@ class _Http(Sender):
 class TritonHttp(_Http):
     """The ensemble over Triton's KServe v2 HTTP/JSON API."""
 
-    def __init__(self, url: str, model: str, inputs: Row, timeout_s: float = DEFAULT_TIMEOUT_S):
+    def __init__(self, url: str, model: str, inputs: Row, timeout_s: float = DEFAULT_TIMEOUT_S, texts: int = 1):
         super().__init__(timeout_s)
         base = url if url.startswith(("http://", "https://")) else f"http://{url}"
         self.url = f"{base.rstrip('/')}/v2/models/{model}/infer"
-        self.inputs = inputs
+        self.inputs, self.texts = inputs, texts
 
-    async def send(self, row: Row) -> None:
-        body = {"inputs": [{"name": name, "shape": [1, 1], "datatype": "BYTES", "data": [text]}
-                           for name, text in zip(self.inputs, row)]}
+    async def send(self, row) -> None:
+        rows = rows_in(row, self.texts)
+        body = {"inputs": [{"name": name, "shape": [len(rows), 1], "datatype": "BYTES", "data": [r[k] for r in rows]}
+                           for k, name in enumerate(self.inputs)]}
         await self._post(self.url, json.dumps(body).encode())
 
 
@@ -114,15 +129,15 @@ JSON_HEADERS = {"Content-Type": "application/json"}  # FastAPI reads a body as J
 
 class OpenAIEmbeddings(_Http):
     """An OpenAI-style /embeddings (Infinity's, and `tritonize api`'s under /v1): one text per request, as
-    every other system gets it."""
+    every other system gets it, or `texts` in one `input` list."""
 
-    def __init__(self, url: str, model: str, timeout_s: float = DEFAULT_TIMEOUT_S):
+    def __init__(self, url: str, model: str, timeout_s: float = DEFAULT_TIMEOUT_S, texts: int = 1):
         super().__init__(timeout_s)
         self.url = url.rstrip("/") + "/embeddings"
-        self.model = model
+        self.model, self.texts = model, texts
 
-    async def send(self, row: Row) -> None:
-        body = {"model": self.model, "input": [row[0]]}
+    async def send(self, row) -> None:
+        body = {"model": self.model, "input": [r[0] for r in rows_in(row, self.texts)]}
         await self._post(self.url, json.dumps(body, ensure_ascii=False).encode("utf-8"), JSON_HEADERS)
 
 

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from . import check, infinity
 from .baselines import BASELINES
-from .cpu import NATIVE_MODEL
+from .cpu import API, CLIENT, NATIVE_MODEL, SERVER
 from .stats import GRAPH_BATCH
 
 SYSTEM_ORDER = ("triton-grpc", "triton-http", "triton-api", "doc", "doc-batched", *infinity.ENGINES)
@@ -77,7 +77,12 @@ def _step_roles(document: dict) -> list[str]:
 
 
 def _sorted_runs(runs: list[dict]) -> list[dict]:
-    return sorted(runs, key=lambda r: (_rank(r["system"]), r["concurrency"]))
+    return sorted(runs, key=lambda r: (_rank(r["system"]), r.get("texts_per_request", 1), r["concurrency"]))
+
+
+def _texts_column(runs: list[dict]) -> bool:
+    """Whether any request held more than one text (bench --stand-in --texts-per-request), so a table says which."""
+    return any(r.get("texts_per_request", 1) != 1 for r in runs)
 
 
 def workload_table(document: dict, workload: str) -> Table:
@@ -89,10 +94,12 @@ def workload_table(document: dict, workload: str) -> Table:
     )
     roles = _step_roles(document)
     per_step = "/".join(ROLE_SHORT.get(r, r) for r in roles)
-    for col in ("system", "conc", "p50 ms", "p95 ms", "p99 ms", "max ms", "req/s", "errors", "stalls", "batch",
-                f"queued ms {per_step}", f"compute ms {per_step}", "padding"):
+    runs = [r for r in document["runs"] if r["workload"] == workload]
+    texts = _texts_column(runs)
+    for col in ("system", *(("texts",) if texts else ()), "conc", "p50 ms", "p95 ms", "p99 ms", "max ms", "req/s",
+                "errors", "stalls", "batch", f"queued ms {per_step}", f"compute ms {per_step}", "padding"):
         table.add_column(col, justify="left" if col == "system" else "right", no_wrap=col == "system")
-    for r in _sorted_runs([r for r in document["runs"] if r["workload"] == workload]):
+    for r in _sorted_runs(runs):
         lat = r["latency_ms"]
         steps = r.get("steps")
         if steps:
@@ -105,7 +112,8 @@ def workload_table(document: dict, workload: str) -> Table:
             queue = compute = "-"
         errors = f"[red]{r['errors']}[/]" if r["errors"] else "0"
         stalls = f"[red]{r['stalls']}[/]" if r.get("stalls") else "0"
-        table.add_row(r["label"], str(r["concurrency"]), _ms(lat["p50"]), _ms(lat["p95"]), _ms(lat["p99"]), _ms(lat["max"]),
+        table.add_row(r["label"], *((str(r.get("texts_per_request", 1)),) if texts else ()), str(r["concurrency"]),
+                      _ms(lat["p50"]), _ms(lat["p95"]), _ms(lat["p99"]), _ms(lat["max"]),
                       f"{r['throughput_rps']:.1f}", errors, stalls, batch, queue, compute, _waste(r))
     f = document.get("floor", {}).get(workload)
     if f:
@@ -261,10 +269,62 @@ def print_tables(document: dict, console: Console) -> None:
                           f"({check.describe(c)})")
     for system, reason in (document.get("skipped") or {}).items():
         console.print(f"[yellow]{label_of(system)}: skipped: {reason}[/]")
-    for table in (breakdown_table(document), cpu_table(document), served_table(document), targets_table(document)):
+    # A stand-in run's CPU is the host's around a model that costs nothing: the floor and the targets are not for it.
+    tables = ([breakdown_table(document), served_table(document), *host_cpu_tables(document)] if document.get("stand_in")
+              else [breakdown_table(document), cpu_table(document), served_table(document), targets_table(document)])
+    for table in tables:
         if table is not None:
             console.print(table)
     console.print(f"[dim]{document['meta']['note']}[/]")
+
+
+def _processes(rows: list[dict]) -> dict[str, str]:
+    """The server-side processes the rows measured, in one order (tritonserver, the steps' stubs in the ensemble's
+    order, the API), each with its column's name (a stub by its step's role)."""
+    seen = list(dict.fromkeys(k for r in rows for k in r["host_cpu"]["us_per_row"] if k != CLIENT))
+    roles = {s["name"]: role for r in rows for role, s in (r.get("steps") or {}).items()}
+    steps = list(roles)
+    ordered = sorted(seen, key=lambda k: (k != SERVER, k == API, steps.index(k) if k in steps else len(steps), seen.index(k)))
+    return {k: "API" if k == API else roles.get(k, k) for k in ordered}
+
+
+def host_cpu_tables(document: dict) -> list[Table]:
+    """bench --stand-in: CPU per request and per row by process with the model step a stand-in, the empty
+    ensemble beside it, and the host cores one H100 needs at each."""
+    order = list(document["workloads"])
+    rows = [r for r in document["runs"] + document.get("empty", []) if r.get("host_cpu")]
+    rows.sort(key=lambda r: (_rank(r["system"]), order.index(r["workload"]), r["texts_per_request"], r["concurrency"]))
+    if not rows:
+        return []
+    meta = document["stand_in"]
+    processes = _processes(rows)
+    shape = ("system", "workload", "texts", "conc")
+    tables = []
+    for unit in ("request", "row"):
+        table = Table(title=f"Host CPU around the model (stand-in graph), µs per {unit} by process; the model step: "
+                            "Triton's execution time of it", title_justify="left")
+        for col in (*shape, "rows/s", *processes.values(), "server", "model step", "client"):
+            table.add_column(col, justify="left" if col in ("system", "workload") else "right")
+        for r in rows:
+            h, n = r["host_cpu"], r["texts_per_request"]
+            us = h[f"us_per_{unit}"]
+            model = h["model_us_per_row"] * (n if unit == "request" else 1) if h["model_us_per_row"] is not None else None
+            table.add_row(r["label"], r["workload"], str(n), str(r["concurrency"]), f"{r['throughput_rps'] * n:.0f}",
+                          *(f"{us[k]:.1f}" if k in us else "-" for k in processes), f"{h[f'server_us_per_{unit}']:.1f}",
+                          "-" if model is None else f"{model:.1f}", f"{us[CLIENT]:.1f}")
+        tables.append(table)
+    cores = Table(title=f"Host cores one H100 needs: server CPU per row x the H100's rows/s (batch {meta['h100_batch']}, "
+                        "measured once on an H100; a request's rows at the rate of its longest row's bucket)",
+                  title_justify="left")
+    for col in (*shape, "H100 rows/s", *processes.values(), "total"):
+        cores.add_column(col, justify="left" if col in ("system", "workload") else "right")
+    for r in rows:
+        h = r["host_cpu"]
+        cores.add_row(r["label"], r["workload"], str(r["texts_per_request"]), str(r["concurrency"]),
+                      f"{h['h100_rows_per_s']:,}",
+                      *(f"{h['cores_by_process'][k]:.1f}" if k in h["cores_by_process"] else "-" for k in processes),
+                      f"[bold]{h['cores_per_h100']:.1f}[/]")
+    return [*tables, cores]
 
 
 def write_json(document: dict, path: Path) -> Path:
@@ -281,10 +341,11 @@ def write_chart(document: dict, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     workloads = list(document["workloads"])
+    fewest = min((r.get("texts_per_request", 1) for r in document["runs"]), default=1)  # one request size a chart
     fig, axes = plt.subplots(2, len(workloads), figsize=(5.2 * len(workloads), 8), squeeze=False)
     for col, w in enumerate(workloads):
         lat_ax, thr_ax = axes[0][col], axes[1][col]
-        runs = [r for r in document["runs"] if r["workload"] == w]
+        runs = [r for r in document["runs"] if r["workload"] == w and r.get("texts_per_request", 1) == fewest]
         for system in sorted({r["system"] for r in runs}, key=_rank):
             rs = sorted((r for r in runs if r["system"] == system), key=lambda r: r["concurrency"])
             xs = [r["concurrency"] for r in rs]

@@ -57,6 +57,7 @@ class BenchOptions:
     concurrency: list[int] = field(default_factory=lambda: [1, 4, 16])
     workloads: list[str] = field(default_factory=lambda: list(corpus.WORKLOADS))
     protocols: list[str] = field(default_factory=lambda: ["grpc", "http"])
+    protocols_asked: bool = False  # named by the user: a protocol this model cannot take is then an error
     baselines: list[str] = field(default_factory=lambda: list(ALL_BASELINES))
     # Named by the user: a baseline that is not installed is then an error, not a skip.
     baselines_asked: bool = False
@@ -76,11 +77,30 @@ class BenchOptions:
     # repository to measure beside it, each on its own local server.
     variant: str = DEFAULT_VARIANT
     compare_variants: list[str] = field(default_factory=list)
+    # Rows in each request of Triton's and the API's measurements: each size is measured in turn.
+    texts_per_request: list[int] = field(default_factory=lambda: [1])
+    # Measure the repository with its model step's graph replaced by one that costs next to nothing
+    # (bench/stand_in.py): the host's CPU per request around the model.
+    stand_in: bool = False
     quiet: bool = False
 
     def bound(self, concurrency: int) -> load.Bound:
         warmup = self.warmup if self.warmup is not None else max(10, 2 * concurrency)
         return load.Bound(requests=self.requests, duration_s=None if self.requests else self.duration_s, warmup=warmup)
+
+
+def record(system: str, label: str, workload: str, result: load.LoadResult, extra: dict, texts: int = 1) -> dict:
+    """One measurement as the run's document holds it."""
+    return {"system": system, "label": label, "workload": workload, "texts_per_request": texts, **result.summary(),
+            **extra}
+
+
+def say_run(run: dict) -> str:
+    """One measurement in a line, as it finishes."""
+    lat, n = run["latency_ms"], run["texts_per_request"]
+    shape = f"{run['workload']}{f' x{n}' if n > 1 else ''}"
+    return (f"  {run['label']:<24} {shape:<9} c={run['concurrency']:<3} p50 {lat['p50']:7.1f} ms  p99 {lat['p99']:7.1f} ms"
+            f"  {run['throughput_rps']:6.1f} req/s" + (f"  [red]errors {run['errors']}[/]" if run["errors"] else ""))
 
 
 def is_triton(system: str) -> bool:
@@ -169,20 +189,22 @@ class Bench:
             err.print(message)
 
     # -- systems -----------------------------------------------------------
-    def _record(self, system: str, label: str, workload: str, result: load.LoadResult, extra: dict) -> dict:
-        run = {"system": system, "label": label, "workload": workload, **result.summary(), **extra}
+    def _record(self, system: str, label: str, workload: str, result: load.LoadResult, extra: dict,
+                texts: int = 1) -> dict:
+        run = record(system, label, workload, result, extra, texts)
         self.runs.append(run)
-        lat = run["latency_ms"]
-        self.say(
-            f"  {label:<24} {workload:<5} c={result.concurrency:<3} p50 {lat['p50']:7.1f} ms  p99 {lat['p99']:7.1f} ms"
-            f"  {run['throughput_rps']:6.1f} req/s" + (f"  [red]errors {run['errors']}[/]" if run["errors"] else "")
-        )
+        self.say(say_run(run))
         return run
+
+    def api_measured(self) -> bool:
+        """Whether `--protocols api` can measure this model: its load goes through /v1/embeddings."""
+        return self.task.name == infinity.TASK
 
     def native_model_threads(self) -> int:
         """The model step's instances where a local server runs it on the native onnxruntime backend, inside the
         server process; 0 where it has a stub of its own (the fused step)."""
-        if not self.o.start_local or self.o.variant != PRODUCTION_VARIANT:
+        if not self.o.start_local or self.o.variant != PRODUCTION_VARIANT or self.o.stand_in:
+            # A stand-in's threads are not the server's busiest (gRPC's are): its share is Triton's execution time.
             return 0
         path = repo_paths(self.o.repository, self.manifest.name)["model"] / CONFIG_FILE
         config = parse_config(path.read_text(), str(path))
@@ -206,15 +228,17 @@ class Bench:
                 served = None
             for protocol in self.o.protocols:
                 with contextlib.ExitStack() as stack:
-                    make = self.sender(protocol, http_url, grpc_url, stack)
+                    make = self.sender(protocol, http_url, grpc_url, stack, meter)
                     self.measure_protocol(protocol, make, snaps, meter, served)
 
-    def sender(self, protocol: str, http_url: str, grpc_url: str, stack: contextlib.ExitStack):
-        """What sends one request of `protocol`; for the API, its process is started here and checked first."""
+    def sender(self, protocol: str, http_url: str, grpc_url: str, stack: contextlib.ExitStack,
+               meter: cpu.CpuMeter | None = None):
+        """What makes the sender of `protocol` for requests of n texts; for the API, its process is started here,
+        checked first, and its CPU measured with the server's."""
         if protocol == "grpc":
-            return lambda: load.TritonGrpc(grpc_url, self.name, self.inputs, self.o.timeout_s)
+            return lambda n: load.TritonGrpc(grpc_url, self.name, self.inputs, self.o.timeout_s, n)
         if protocol == "http":
-            return lambda: load.TritonHttp(http_url, self.name, self.inputs, self.o.timeout_s)
+            return lambda n: load.TritonHttp(http_url, self.name, self.inputs, self.o.timeout_s, n)
         from ..api.process import ApiProcess
         from ..runtime.process import free_ports
         from .infinity import ask
@@ -222,29 +246,37 @@ class Bench:
         (port,) = free_ports(1)
         work = Path(self.o.output) / ".run"
         work.mkdir(parents=True, exist_ok=True)
-        url = stack.enter_context(ApiProcess(self.o.repository, grpc_url, port=port, log_file=work / "api.log")) + "/v1"
+        api = ApiProcess(self.o.repository, grpc_url, port=port, log_file=work / "api.log")
+        url = stack.enter_context(api) + "/v1"
+        if meter and api.proc:
+            meter.watch(cpu.API, api.proc.pid)  # it leads its own process group
+            stack.callback(meter.unwatch, cpu.API)
         self._check(API_SYSTEM, TRITON_LABELS["api"], lambda row: ask(url, self.name, row, self.o.timeout_s), check.ATOL)
-        return lambda: load.OpenAIEmbeddings(url, self.name, self.o.timeout_s)
+        return lambda n: load.OpenAIEmbeddings(url, self.name, self.o.timeout_s, n)
 
     def measure_protocol(self, protocol: str, make, snaps, meter, served) -> None:
         label = TRITON_LABELS[protocol]
         for wname, w in self.workloads.items():
+            for n in self.o.texts_per_request:
+                requests = load.requests_of(w.rows, n)
                 for c in self.o.concurrency:
-                    pair = c == 1 and protocol == self.o.protocols[0] and FLOOR in self.o.baselines
+                    pair = c == 1 and n == 1 and protocol == self.o.protocols[0] and FLOOR in self.o.baselines
                     if pair:
                         self._floor_batch1(wname, w)
                     starts = [f for f in (snaps.start if snaps else None, meter.start if meter else None,
                                           served.start if served else None) if f]
-                    result = load.measure(make, w.rows, c, self.o.bound(c), lambda: [f() for f in starts])
+                    result = load.measure(lambda: make(n), requests, c, self.o.bound(c), lambda: [f() for f in starts])
+                    # The CPU first, as the load stops: reading the counters below costs the server some.
+                    used = meter.finish(result.completed, result.client_cpu_s, result.wall_s) if meter else None
                     if pair:
                         self._floor_batch1(wname, w)
                     counted = served.finish() if served else None
                     extra = self._triton_extra(snaps, result, w, (counted or {}).get(stats.GRAPH_BATCH)) if snaps else {}
-                    if meter:
-                        extra["cpu"] = meter.finish(result.completed, result.client_cpu_s, result.wall_s)
+                    if used:
+                        extra["cpu"] = used
                     if counted is not None:
                         extra["served"] = counted
-                    self._record(f"triton-{protocol}", label, wname, result, extra)
+                    self._record(f"triton-{protocol}", label, wname, result, extra, n)
 
     def _floor_answers(self, wname: str) -> list[dict]:
         """The floor's answers to a workload's first rows: computed once, compared with every system (the task's
@@ -447,7 +479,7 @@ class Bench:
         started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         if any(b != FLOOR for b in self.o.baselines):
             self.source_folder()  # before anything is timed
-        if "api" in self.o.protocols and self.task.name != infinity.TASK:
+        if "api" in self.o.protocols and not self.api_measured():
             raise TritonizeError(f"--protocols api measures /v1/embeddings; this repository's task is {self.task.name}",
                                  hint="use --protocols grpc,http")
         install = self.find_infinity()

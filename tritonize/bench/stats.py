@@ -34,6 +34,9 @@ class StepStats:
     queue_ms: float
     compute_ms: float  # input + infer + output
     infer_ms: float
+    # Total time the model's instances spent executing batches (input + infer + output of each execution, from
+    # Triton's batch statistics): the model step's own work, whatever the batch sizes.
+    busy_ms: float = 0.0
 
     @property
     def avg_batch(self) -> float:
@@ -58,6 +61,12 @@ def _get(stats: dict, phase: str) -> tuple[int, int]:
     return int(entry.get("count", 0)), int(entry.get("ns", 0))
 
 
+def busy_ns(stats: dict) -> int:
+    """Nanoseconds a model's instances spent executing, over every batch size."""
+    return sum(int(b.get(phase, {}).get("ns", 0)) for b in stats.get("batch_stats", [])
+               for phase in ("compute_input", "compute_infer", "compute_output"))
+
+
 def delta(before: dict, after: dict, name: str) -> StepStats:
     """What `name` did between two snapshots."""
     b, a = before.get(name, {}), after.get(name, {})
@@ -80,6 +89,7 @@ def delta(before: dict, after: dict, name: str) -> StepStats:
         queue_ms=avg_ms("queue"),
         compute_ms=avg_ms("compute_input") + avg_ms("compute_infer") + avg_ms("compute_output"),
         infer_ms=avg_ms("compute_infer"),
+        busy_ms=(busy_ns(a) - busy_ns(b)) / 1e6,
     )
 
 

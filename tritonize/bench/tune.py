@@ -25,8 +25,6 @@ import argparse
 import itertools
 import math
 import json
-import os
-import shutil
 import tempfile
 import threading
 from dataclasses import dataclass, field
@@ -40,10 +38,11 @@ from ..errors import TritonizeError
 from ..manifest import read_manifest
 from ..runtime.base import ServerOptions
 from ..runtime.process import free_ports
-from ..spec import MANIFEST_FILE, Overrides
+from ..spec import Overrides
 from . import corpus, load, stats
 from .cli import add_target_arguments, int_list
 from .runner import step_models
+from .shadow import shadow_repository
 
 # What reconfigure may change that moves speed (the text bounds decide answers, not speed).
 GRID_KEYS = ("max_batch_size", "max_queue_delay_us", "max_queue_size", "tokenizer_instances", "model_instances", "gather_us",
@@ -53,7 +52,6 @@ DEFAULT_CONCURRENCY = [1, 16]
 DEFAULT_WORKLOADS = ["mixed"]
 DEFAULT_DURATION_S = 5.0
 DEFAULT_BUDGET_SLACK = 1.25  # with no budget given: the starting p99, plus a quarter
-KEPT_FILES = (".pbtxt", MANIFEST_FILE)  # what reconfigure rewrites; everything else is linked
 
 
 @dataclass
@@ -111,29 +109,6 @@ def grid_points(grid: dict[str, list], current: dict) -> list[dict]:
         if changes != start:
             points.append(changes)
     return points
-
-
-def shadow_repository(repo: Path, target: Path, name: str | None = None) -> Path:
-    """A copy of `repo` whose configs are real files and everything else links back; with `name`, the index
-    files and that model's folders only."""
-    repo = Path(repo).resolve()
-    folders = set(step_models(repo, name).values()) if name else None
-    for path in repo.rglob("*"):
-        rel = path.relative_to(repo)
-        if any(part.startswith(".") or part == "__pycache__" for part in rel.parts):
-            continue
-        if folders is not None and rel.parts[0] not in folders and (repo / rel.parts[0]).is_dir():
-            continue
-        dest = target / rel
-        if path.is_dir():
-            dest.mkdir(parents=True, exist_ok=True)
-        elif path.name.endswith(KEPT_FILES):
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, dest)
-        else:
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            os.symlink(path, dest)
-    return target
 
 
 class Tuner:

@@ -72,7 +72,9 @@ def _centroid_similarity(arr: np.ndarray, context: Mapping) -> np.ndarray:
     vectors = np.asarray(arr, dtype=np.float64)
     centroid = np.asarray(context["centroid"], dtype=np.float64)
     norms = np.linalg.norm(vectors, axis=1)
-    return (vectors @ centroid) / np.where(norms > 0, norms, 1.0)
+    # einsum, not `vectors @ centroid`: a matrix product goes to OpenBLAS, whose threads (one per core) then spin in
+    # sched_yield after every call, three quarters of the step's CPU (docs/benchmark.md, the host CPU).
+    return np.einsum("ij,j->i", vectors, centroid) / np.where(norms > 0, norms, 1.0)
 
 
 def _active_terms(arr: np.ndarray, context: Mapping) -> np.ndarray:

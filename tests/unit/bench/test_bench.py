@@ -207,13 +207,14 @@ def test_scaling_ceiling_counts_rows_in_flight() -> None:
 
 
 def test_cpu_meter_charges_each_process_of_the_group(tmp_path) -> None:
-    """A busy leader and a busy child in one process group, read from /proc like a local server."""
+    """A busy leader and a busy child in one process group, read from /proc like a local server; and a process of
+    its own group watched beside it, like the HTTP API."""
     import os
     import signal
     import subprocess
     import sys
 
-    from tritonize.bench.cpu import SERVER, CpuMeter
+    from tritonize.bench.cpu import API, SERVER, CpuMeter
 
     busy = "import time\nend = time.time() + 3\nwhile time.time() < end: pass\n"
     child = tmp_path / "child.py"
@@ -222,21 +223,28 @@ def test_cpu_meter_charges_each_process_of_the_group(tmp_path) -> None:
         [sys.executable, "-c", f"import subprocess, sys; subprocess.Popen([sys.executable, {str(child)!r}]); {busy!r} and exec({busy!r})"],
         start_new_session=True,
     )
+    api = subprocess.Popen([sys.executable, str(child)], start_new_session=True)
     try:
         time.sleep(0.5)
         meter = CpuMeter(leader.pid, cores=2)
+        meter.watch(API, api.pid)
         meter.start()
         time.sleep(1.0)
         result = meter.finish(completed=100, client_cpu_s=0.05, wall_s=1.0)
     finally:
-        os.killpg(leader.pid, signal.SIGKILL)  # the child too
-        leader.wait()
+        for group in (leader, api):
+            os.killpg(group.pid, signal.SIGKILL)  # the child too
+            group.wait()
     per = result["ms_per_request"]
     python = Path(sys.executable).name
-    assert per[SERVER] > 3.0  # about 10 ms per request: one busy core over 100 requests
-    assert per[python] > 3.0  # the child, labelled by its executable
+    # Three busy processes on two cores: about 6.7 ms per request each over 100 requests.
+    assert per[SERVER] > 2.0
+    assert per[python] > 2.0  # the child, labelled by its executable
+    assert per[API] > 2.0  # outside the server's group, watched by its own
     assert per["client"] == 0.5
     assert result["total_ms_per_request"] == pytest.approx(sum(per.values()), abs=0.01)
+    assert result["completed"] == 100
+    assert 1e3 * sum(result["cpu_s"].values()) / 100 == pytest.approx(result["total_ms_per_request"], abs=0.01)
     assert 0 <= result["idle_pct"] < 50
 
 
