@@ -448,6 +448,24 @@ def test_overload_is_shed_at_once_and_never_wrong(minilm_repo, local_options, tm
 
 
 @pytest.mark.slow
+def test_a_closed_loop_of_128_clients_says_its_goodput_and_what_a_refusal_costs(minilm_repo, tmp_path) -> None:
+    """`tritonize stress --clients 128` on 128-token texts: more clients than the bound admits, each sending again
+    as soon as it is answered or refused; every answer right, and the CPU per refusal read from the server's
+    processes."""
+    from tritonize.cli import main
+
+    rc = main(["stress", "--repository", str(minilm_repo), "--start-local", "--workload", "long", "--clients", "128",
+               "--duration", "4", "--output", str(tmp_path)])
+    d = json.loads((tmp_path / "stress.json").read_text())
+    print(json.dumps({k: d[k] for k in ("capacity_rps", "answered_rps", "goodput", "rejected", "answered_ms", "cpu")}))
+    assert rc == 0 and d["wrong"] == 0 and d["failed"] == 0
+    assert d["answered"] > 0 and d["rejected"] > 0 and "tokens of work" in d["samples"]["rejected"]
+    assert d["goodput"] == pytest.approx(d["answered_rps"] / d["capacity_rps"], abs=0.01)
+    per = d["cpu"]["ms_per_refusal"]
+    assert per["server"] >= per["tritonserver"] >= 0 and d["cpu"]["at_capacity"]["ms_per_request"]["tritonserver"] > 0
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", list(VARIANT_CONFIGS))
 def test_a_burst_of_long_texts_fills_the_bound_sooner_than_short_ones(minilm_repo, local_options, tmp_path, request,
                                                                      variant: str, local_triton) -> None:

@@ -21,6 +21,16 @@ With --burst, it releases N single-row requests at the same instant instead
 bound of one batch turned most of a burst away.
 
     tritonize stress -r triton_repo --start-local --workload short --burst 128,256,512
+
+With --clients N, N clients run a closed loop instead (each sends its next
+request as soon as the last is answered or refused), as clients that retry
+at once do: it says what share of the capacity the server still answers
+(goodput), and, on a local server, what a refusal costs in CPU. The
+overload's CPU less what its answers cost at capacity (per answer, measured
+in the capacity run) is put down to the refusals; answers in bigger batches
+may cost a little less than at capacity, so the figure errs high.
+
+    tritonize stress -r triton_repo --start-local --workload long --clients 128 --duration 30
 """
 
 from __future__ import annotations
@@ -39,6 +49,7 @@ from ..console import err, out
 from ..errors import TritonizeError
 from ..spec import DEFAULT_VARIANT, VARIANT_CONFIGS
 from . import check, corpus, floor, load
+from .cpu import CpuMeter
 from .runner import measured_model
 from .cli import choice_list, int_list
 
@@ -102,6 +113,46 @@ class Outcome:
         }
 
 
+@dataclass
+class ClosedLoop:
+    """Every request of a closed loop of `clients`, by how it ended (latencies in ms)."""
+
+    clients: int
+    wall_s: float = 0.0
+    client_cpu_s: float = 0.0
+    answered: list[float] = field(default_factory=list)
+    rejected: list[float] = field(default_factory=list)
+    failed: list[float] = field(default_factory=list)
+    wrong: int = 0
+    samples: dict[str, str] = field(default_factory=dict)
+
+    def summary(self, capacity_rps: float) -> dict:
+        answered_rps = len(self.answered) / self.wall_s
+        return {
+            "clients": self.clients, "wall_s": round(self.wall_s, 2), "answered": len(self.answered),
+            "rejected": len(self.rejected), "failed": len(self.failed), "wrong": self.wrong,
+            "answered_rps": round(answered_rps, 1), "rejected_rps": round(len(self.rejected) / self.wall_s, 1),
+            # What share of its capacity the server still answers with `clients` in a closed loop.
+            "goodput": round(answered_rps / capacity_rps, 3),
+            "answered_ms": {"p50": _percentile(self.answered, 50), "p99": _percentile(self.answered, 99),
+                            "max": _percentile(self.answered, 100)},
+            "rejected_ms": {"p50": _percentile(self.rejected, 50), "p99": _percentile(self.rejected, 99)},
+            "samples": self.samples,
+        }
+
+
+def refusal_cpu(at_capacity: dict, overload: dict, answered: int, refused: int) -> dict:
+    """ms of CPU per refusal by process: the overload's CPU (`overload`, ms per answered request as
+    CpuMeter.finish gives it) less `answered` answers at the capacity run's cost per answer, over `refused`."""
+    per_answer = at_capacity["ms_per_request"]
+    used = {k: v * max(1, answered) for k, v in overload["ms_per_request"].items()}  # as finish divided
+    if not refused:
+        return {}
+    per = {k: round(max(0.0, v - answered * per_answer.get(k, 0.0)) / refused, 3) for k, v in used.items()}
+    per["server"] = round(sum(v for k, v in per.items() if k != "client"), 3)
+    return per
+
+
 class Stress:
     def __init__(self, repository: Path, http_url: str, grpc_url: str, model: str = "", workload: str = "mixed",
                  timeout_s: float = DEFAULT_TIMEOUT_S):
@@ -117,14 +168,59 @@ class Stress:
         self.expected = [check.one_row(f.one(row).outputs) for row in self.rows]
         self.workload = workload
 
-    def capacity(self) -> float:
-        """Answers per second of a closed loop at concurrency 16: the rate the factor multiplies."""
-        bound = load.Bound(duration_s=CAPACITY_S, warmup=2 * CAPACITY_CONCURRENCY)
+    def capacity(self, meter: CpuMeter | None = None, duration_s: float = CAPACITY_S) -> tuple[float, dict | None]:
+        """Answers per second of a closed loop at concurrency 16 (the rate the factor multiplies), and the CPU
+        per answer where a `meter` watches the server."""
+        bound = load.Bound(duration_s=duration_s, warmup=2 * CAPACITY_CONCURRENCY)
         result = load.measure(lambda: load.TritonGrpc(self.grpc_url, self.name, self.inputs, self.timeout_s),
-                              self.rows, CAPACITY_CONCURRENCY, bound)
+                              self.rows, CAPACITY_CONCURRENCY, bound, meter.start if meter else None)
         if result.errors:
             raise TritonizeError(f"the capacity run had {result.errors} errors: {result.error_samples[:1]}")
-        return result.completed / result.wall_s
+        cpu = meter.finish(result.completed, result.client_cpu_s, result.wall_s) if meter else None
+        return result.completed / result.wall_s, cpu
+
+    def closed_loop(self, clients: int, duration_s: float, meter: CpuMeter | None = None,
+                    channels: int = BURST_CHANNELS) -> tuple[ClosedLoop, dict | None]:
+        """`clients` that each send their next request as soon as the last is answered or refused, for
+        `duration_s` (no request starts after it); the CPU per answer where a `meter` watches the server."""
+        outcome = asyncio.run(self._closed_loop(clients, duration_s, channels, meter))
+        cpu = meter.finish(max(1, len(outcome.answered)), outcome.client_cpu_s, outcome.wall_s) if meter else None
+        return outcome, cpu
+
+    async def _closed_loop(self, clients: int, duration_s: float, channels: int, meter: CpuMeter | None) -> ClosedLoop:
+        from ..client import AsyncTextClient, ServerError, is_unavailable
+
+        outcome = ClosedLoop(clients)
+        grpc = [AsyncTextClient(self.grpc_url, self.name, timeout_s=self.timeout_s) for _ in range(channels)]
+        for client in grpc:
+            await client.is_ready()  # connected before the clock starts
+        next_row = [0]
+
+        async def one_client(c: int, deadline: float) -> None:
+            while time.perf_counter() < deadline:
+                k = next_row[0]
+                next_row[0] += 1
+                row = self.rows[k % len(self.rows)]
+                start = time.perf_counter()
+                try:
+                    got = await grpc[c % channels].infer({name: [text] for name, text in zip(self.inputs, row)})
+                except ServerError as exc:
+                    kind = "rejected" if is_unavailable(exc) else "failed"
+                    getattr(outcome, kind).append((time.perf_counter() - start) * 1e3)
+                    outcome.samples.setdefault(kind, f"{exc.status}: {exc.message[:200]}")
+                    continue
+                outcome.answered.append((time.perf_counter() - start) * 1e3)
+                if not check.compare([self.expected[k % len(self.rows)]], [check.one_row(got)]).passed:
+                    outcome.wrong += 1
+
+        if meter:
+            meter.start()
+        cpu0, start = time.process_time(), time.perf_counter()
+        await asyncio.gather(*(one_client(c, start + duration_s) for c in range(clients)))
+        outcome.wall_s, outcome.client_cpu_s = time.perf_counter() - start, time.process_time() - cpu0
+        for client in grpc:
+            await client.close()
+        return outcome
 
     def run(self, rate_rps: float, duration_s: float, seed: int = 0) -> Outcome:
         return asyncio.run(self._open_loop(rate_rps, duration_s, seed))
@@ -262,6 +358,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds before a request counts as hung")
     p.add_argument("--burst", type=int_list, default=None, metavar="N[,N...]",
                    help="instead of the open loop: N single-row requests released at the same instant, per N")
+    p.add_argument("--clients", type=int, default=None, metavar="N",
+                   help="instead of the open loop: N clients in a closed loop for --duration, each sending its next "
+                   "request as soon as the last is answered or refused; goodput against the capacity, and on a local "
+                   "server the CPU per refusal")
     p.add_argument("--output", "-o", type=Path, default=Path("bench_results"), help=f"folder for {JSON_NAME}")
     p.set_defaults(func=run)
 
@@ -271,16 +371,20 @@ def run(args: argparse.Namespace) -> int:
 
     if args.duration <= 0 or (args.rate is not None and args.rate <= 0) or args.factor <= 0:
         raise TritonizeError("--duration, --rate and --factor must be positive")
+    if args.clients is not None and (args.clients <= 0 or args.burst or args.rate is not None):
+        raise TritonizeError("--clients takes a positive count, and neither --burst nor --rate")
     options = BenchOptions(repository=args.repository, http_url=args.url, grpc_url=args.grpc_url,
                            start_local=args.start_local, output=args.output, variant=args.variant)
-    with triton_endpoints(options) as (http_url, grpc_url, _, _):
+    with triton_endpoints(options) as (http_url, grpc_url, _, server_pid):
         stress = Stress(args.repository, http_url, grpc_url, args.model, args.workload[0], args.timeout)
         if args.burst:
             return _bursts(stress, args)
+        if args.clients:
+            return _closed(stress, args, server_pid)
         capacity = None
         if args.rate is None:
             err.print(f"Measuring capacity ({CAPACITY_S:g} s closed loop, concurrency {CAPACITY_CONCURRENCY})...")
-            capacity = stress.capacity()
+            capacity, _ = stress.capacity()
             err.print(f"  capacity {capacity:.1f} req/s")
         rate = args.rate or args.factor * capacity
         err.print(f"Open loop at {rate:.1f} req/s for {args.duration:g} s ({stress.workload} rows)...")
@@ -315,6 +419,57 @@ def _bursts(stress: Stress, args: argparse.Namespace) -> int:
     document = {"model": stress.name, "task": stress.task.name, "workload": stress.workload, "bursts": bursts}
     err.print(f"[green]✓[/] wrote {_write(args.output, document)}")
     return 0 if all(b["wrong"] == 0 and b["failed"] == 0 for b in bursts) else 1
+
+
+def _closed(stress: Stress, args: argparse.Namespace, server_pid: int | None) -> int:
+    meter = CpuMeter(server_pid) if server_pid else None
+    seconds = min(args.duration, 2 * CAPACITY_S)  # long enough for a steady CPU figure per answer
+    err.print(f"Measuring capacity ({seconds:g} s closed loop, concurrency {CAPACITY_CONCURRENCY})...")
+    capacity, at_capacity = stress.capacity(meter, seconds)
+    err.print(f"  capacity {capacity:.1f} req/s")
+    err.print(f"Closed loop of {args.clients} clients for {args.duration:g} s ({stress.workload} rows)...")
+    outcome, overload = stress.closed_loop(args.clients, args.duration, meter)
+    document = {"model": stress.name, "task": stress.task.name, "workload": stress.workload,
+                "capacity_rps": round(capacity, 1), "timeout_s": args.timeout, **outcome.summary(capacity)}
+    if meter:
+        document["cpu"] = {"at_capacity": at_capacity, "overload": overload,
+                           "ms_per_refusal": refusal_cpu(at_capacity, overload, len(outcome.answered),
+                                                         len(outcome.rejected))}
+    print_closed(document)
+    err.print(f"[green]✓[/] wrote {_write(args.output, document)}")
+    return 0 if document["wrong"] == 0 else 1
+
+
+def print_closed(d: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = out if out.width >= TABLE_WIDTH else Console(file=out.file, width=TABLE_WIDTH, highlight=False)
+    table = Table(title=f"stress: {d['model']} ({d['task']}), {d['workload']} rows, closed loop of {d['clients']} "
+                  f"clients", title_justify="left")
+    for col in ("capacity req/s", "answered", "answered req/s", "goodput", "rejected", "rejected req/s", "failed",
+                "wrong", "answered p50/p99 ms", "rejected p50/p99 ms"):
+        table.add_column(col, justify="right")
+    a, r = d["answered_ms"], d["rejected_ms"]
+    table.add_row(f"{d['capacity_rps']:.1f}", str(d["answered"]), f"{d['answered_rps']:.1f}", f"{d['goodput']:.2f}",
+                  str(d["rejected"]), f"{d['rejected_rps']:.1f}", str(d["failed"]), str(d["wrong"]),
+                  f"{a['p50']}/{a['p99']}", f"{r['p50']}/{r['p99']}")
+    console.print(table)
+    if "cpu" in d:
+        c = d["cpu"]
+        labels = sorted(set(c["at_capacity"]["ms_per_request"]) | set(c["overload"]["ms_per_request"]),
+                        key=lambda k: (k == "client", k))
+        cpu = Table(title="CPU ms by process (per refusal: the overload's CPU less its answers at the capacity "
+                    "run's cost, over the refusals)", title_justify="left")
+        for col in ("process", "per answer at capacity", "per answer under overload", "per refusal"):
+            cpu.add_column(col, justify="right")
+        for k in labels:
+            cpu.add_row(k, *(str(c[part]["ms_per_request"].get(k, "-")) for part in ("at_capacity", "overload")),
+                        str(c["ms_per_refusal"].get(k, "-")))
+        cpu.add_row("server (all but client)", "", "", str(c["ms_per_refusal"].get("server", "-")))
+        console.print(cpu)
+    for kind, message in d["samples"].items():
+        out.print(f"  {kind}: {message}", markup=False)
 
 
 def print_summary(d: dict) -> None:

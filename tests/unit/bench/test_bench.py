@@ -252,3 +252,16 @@ def test_tune_grid_takes_the_local_gather_window() -> None:
     assert tune.parse_grid(["gather-us=0,4000", "model_instances=1"]) == {"gather_us": [0, 4000], "model_instances": [1]}
     with pytest.raises(TritonizeError, match="bad --grid item 'gather=1'"):
         tune.parse_grid(["gather=1"])
+
+
+def test_a_refusal_costs_the_overloads_cpu_beyond_its_answers_at_the_capacity_cost() -> None:
+    from tritonize.bench.stress import refusal_cpu
+
+    at_capacity = {"ms_per_request": {"tritonserver": 0.4, "minilm_model": 18.0, "client": 0.4}}
+    # 1,000 answers and 10,000 refusals: 20 s of the stub's CPU, 18 of them the answers' at capacity.
+    overload = {"ms_per_request": {"tritonserver": 0.6, "minilm_model": 20.0, "client": 0.9}}
+    per = refusal_cpu(at_capacity, overload, answered=1000, refused=10000)
+    assert per["minilm_model"] == pytest.approx(0.2) and per["tritonserver"] == pytest.approx(0.02)
+    assert per["client"] == pytest.approx(0.05)
+    assert per["server"] == pytest.approx(0.22)  # every process but the client
+    assert refusal_cpu(at_capacity, overload, answered=1000, refused=0) == {}
