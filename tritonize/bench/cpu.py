@@ -23,6 +23,9 @@ API = "tritonize api"  # the HTTP API's process group, where the load goes throu
 CLIENT = "client"  # the load generator (this process)
 # Of the server's CPU, the model step's where the native onnxruntime backend runs it in the server process.
 NATIVE_MODEL = "of it the model"
+# Of a process's CPU, its threads that run nicer than normal: the fused step's graph (serving/fused_step.py,
+# GRAPH_NICE). What a request costs before it is admitted or refused runs at normal priority.
+NICER = "of it nicer threads"
 
 
 def _label(pid: int, server_pid: int) -> str | None:
@@ -38,19 +41,27 @@ def _label(pid: int, server_pid: int) -> str | None:
     return Path(argv[0].decode(errors="replace")).name or None
 
 
-def _on_cpu_s(pid: int) -> float:
-    """Nanosecond-resolution time on a CPU of every live thread (clock ticks are too coarse for short runs)."""
-    return sum(thread_cpu_s(pid).values())
+def _nicer_cpu_s(pid: int) -> float:
+    """CPU seconds so far of the live threads of one process that run nicer than normal."""
+    total = 0.0
+    for tid, used in thread_cpu_s(pid).items():
+        try:
+            nice = int(Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+        except (OSError, ValueError, IndexError):
+            continue
+        total += used if nice > 0 else 0.0
+    return total
 
 
-def group_cpu_s(server_pid: int) -> dict[str, float]:
-    """CPU seconds so far of every process in the server's group (it leads its own), summed per label."""
+def group_cpu_s(server_pid: int, nicer: bool = False) -> dict[str, float]:
+    """CPU seconds so far of every process in the server's group (it leads its own), summed per label; with
+    `nicer`, only its threads that run nicer than normal."""
     totals: dict[str, float] = {}
     for pid in group_processes(server_pid):
         label = _label(pid, server_pid)
         if label:
             try:
-                totals[label] = totals.get(label, 0.0) + _on_cpu_s(pid)
+                totals[label] = totals.get(label, 0.0) + (_nicer_cpu_s(pid) if nicer else sum(thread_cpu_s(pid).values()))
             except OSError:  # exited meanwhile
                 continue
     return totals
@@ -93,6 +104,7 @@ class CpuMeter:
     # Other process groups that serve the measured requests, by label (the HTTP API: `watch(API, pid)`).
     watched: dict[str, int] = field(default_factory=dict)
     _start: dict[str, float] = field(default_factory=dict)
+    _start_nicer: dict[str, float] = field(default_factory=dict)
     _threads: dict[int, float] = field(default_factory=dict)
     _t0: float = 0.0
 
@@ -109,6 +121,7 @@ class CpuMeter:
         return totals
 
     def start(self) -> None:
+        self._start_nicer = group_cpu_s(self.server_pid, nicer=True)
         self._start, self._t0 = self._read(), time.perf_counter()
         self._threads = thread_cpu_s(self.server_pid) if self.model_threads else {}
 
@@ -116,6 +129,7 @@ class CpuMeter:
         """Call it as soon as the load stops: what the server does after (statistics, metrics) is not the requests'."""
         wall = wall_s or (time.perf_counter() - self._t0)
         end = self._read()
+        nicer = {k: v - self._start_nicer.get(k, 0.0) for k, v in group_cpu_s(self.server_pid, nicer=True).items()}
         used = {k: max(0.0, v - self._start.get(k, 0.0)) for k, v in end.items()}
         used[CLIENT] = client_cpu_s
         per_request = {k: round(1e3 * v / completed, 3) for k, v in used.items()} if completed else {}
@@ -129,6 +143,7 @@ class CpuMeter:
             # The same, unrounded: CPU seconds by process over the measured requests (NATIVE_MODEL is part of SERVER).
             "cpu_s": {k: round(v, 6) for k, v in used.items()},
             "completed": completed,
+            NICER: {k: round(1e3 * max(0.0, v) / completed, 3) for k, v in nicer.items() if v > 0} if completed else {},
             "total_ms_per_request": round(1e3 * busy / completed, 3) if completed else None,
             # Of all cores over the measurement: what no measured process used (other work, or waiting).
             "idle_pct": round(100.0 * max(0.0, 1.0 - busy / (wall * self.cores)), 1) if wall > 0 else None,

@@ -49,7 +49,7 @@ from ..console import err, out
 from ..errors import TritonizeError
 from ..spec import DEFAULT_VARIANT, VARIANT_CONFIGS
 from . import check, corpus, floor, load
-from .cpu import CpuMeter
+from .cpu import NICER, CpuMeter
 from .runner import measured_model
 from .cli import choice_list, int_list
 
@@ -143,14 +143,27 @@ class ClosedLoop:
 
 def refusal_cpu(at_capacity: dict, overload: dict, answered: int, refused: int) -> dict:
     """ms of CPU per refusal by process: the overload's CPU (`overload`, ms per answered request as
-    CpuMeter.finish gives it) less `answered` answers at the capacity run's cost per answer, over `refused`."""
-    per_answer = at_capacity["ms_per_request"]
-    used = {k: v * max(1, answered) for k, v in overload["ms_per_request"].items()}  # as finish divided
+    CpuMeter.finish gives it) less `answered` answers at the capacity run's cost per answer, over `refused`.
+
+    A refusal never reaches the graph, whose threads run nicer (cpu.NICER): `normal` counts only the threads
+    at normal priority, so that answers costing more or less in the overload's bigger batches do not show as
+    refusals' cost. `of_an_answer`: the server's `normal` over its whole CPU per answer at capacity."""
     if not refused:
         return {}
-    per = {k: round(max(0.0, v - answered * per_answer.get(k, 0.0)) / refused, 3) for k, v in used.items()}
+
+    def per_refusal(cap: dict, over: dict) -> dict:
+        return {k: round(max(0.0, v * max(1, answered) - answered * cap.get(k, 0.0)) / refused, 3)  # as finish divided
+                for k, v in over.items()}
+
+    def not_nicer(d: dict) -> dict:
+        return {k: v - d.get(NICER, {}).get(k, 0.0) for k, v in d["ms_per_request"].items()}
+
+    per = per_refusal(at_capacity["ms_per_request"], overload["ms_per_request"])
     per["server"] = round(sum(v for k, v in per.items() if k != "client"), 3)
-    return per
+    normal = per_refusal(not_nicer(at_capacity), not_nicer(overload))
+    normal["server"] = round(sum(v for k, v in normal.items() if k != "client"), 3)
+    served = sum(v for k, v in at_capacity["ms_per_request"].items() if k != "client")
+    return {**per, "normal": normal, "of_an_answer": round(normal["server"] / served, 4) if served else None}
 
 
 class Stress:
@@ -460,14 +473,21 @@ def print_closed(d: dict) -> None:
         labels = sorted(set(c["at_capacity"]["ms_per_request"]) | set(c["overload"]["ms_per_request"]),
                         key=lambda k: (k == "client", k))
         cpu = Table(title="CPU ms by process (per refusal: the overload's CPU less its answers at the capacity "
-                    "run's cost, over the refusals)", title_justify="left")
-        for col in ("process", "per answer at capacity", "per answer under overload", "per refusal"):
+                    "run's cost, over the refusals; normal priority: without the graph's nicer threads)",
+                    title_justify="left")
+        for col in ("process", "per answer at capacity", "per answer under overload", "per refusal",
+                    "per refusal, normal priority"):
             cpu.add_column(col, justify="right")
+        per = c["ms_per_refusal"]
         for k in labels:
             cpu.add_row(k, *(str(c[part]["ms_per_request"].get(k, "-")) for part in ("at_capacity", "overload")),
-                        str(c["ms_per_refusal"].get(k, "-")))
-        cpu.add_row("server (all but client)", "", "", str(c["ms_per_refusal"].get("server", "-")))
+                        str(per.get(k, "-")), str(per.get("normal", {}).get(k, "-")))
+        if per:
+            cpu.add_row("server (all but client)", "", "", str(per["server"]), str(per["normal"]["server"]))
         console.print(cpu)
+        if per.get("of_an_answer") is not None:
+            out.print(f"a refusal costs the server {per['normal']['server']} ms at normal priority: "
+                      f"{100 * per['of_an_answer']:.1f}% of an answer's CPU at capacity")
     for kind, message in d["samples"].items():
         out.print(f"  {kind}: {message}", markup=False)
 

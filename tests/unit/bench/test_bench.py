@@ -255,13 +255,48 @@ def test_tune_grid_takes_the_local_gather_window() -> None:
 
 
 def test_a_refusal_costs_the_overloads_cpu_beyond_its_answers_at_the_capacity_cost() -> None:
+    from tritonize.bench.cpu import NICER
     from tritonize.bench.stress import refusal_cpu
 
-    at_capacity = {"ms_per_request": {"tritonserver": 0.4, "minilm_model": 18.0, "client": 0.4}}
-    # 1,000 answers and 10,000 refusals: 20 s of the stub's CPU, 18 of them the answers' at capacity.
-    overload = {"ms_per_request": {"tritonserver": 0.6, "minilm_model": 20.0, "client": 0.9}}
+    at_capacity = {"ms_per_request": {"tritonserver": 0.4, "minilm_model": 18.0, "client": 0.4},
+                   NICER: {"minilm_model": 17.5}}
+    # 1,000 answers and 10,000 refusals: 20 s of the stub's CPU, 18 of them the answers' at capacity; of the 2 s
+    # more, 1.5 s on the graph's nicer threads (bigger batches), which no refusal reaches.
+    overload = {"ms_per_request": {"tritonserver": 0.6, "minilm_model": 20.0, "client": 0.9},
+                NICER: {"minilm_model": 19.0}}
     per = refusal_cpu(at_capacity, overload, answered=1000, refused=10000)
     assert per["minilm_model"] == pytest.approx(0.2) and per["tritonserver"] == pytest.approx(0.02)
     assert per["client"] == pytest.approx(0.05)
     assert per["server"] == pytest.approx(0.22)  # every process but the client
+    assert per["normal"]["minilm_model"] == pytest.approx(0.05) and per["normal"]["server"] == pytest.approx(0.07)
+    assert per["of_an_answer"] == pytest.approx(0.07 / 18.4, abs=1e-4)
     assert refusal_cpu(at_capacity, overload, answered=1000, refused=0) == {}
+
+
+def test_cpu_meter_tells_the_nicer_threads_apart(tmp_path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tritonize.bench.cpu import NICER, SERVER, CpuMeter
+
+    busy = "import time\nend = time.time() + 3\nwhile time.time() < end: pass\n"
+    child = tmp_path / "child.py"
+    child.write_text("import os\nos.nice(5)\n" + busy)
+    leader = subprocess.Popen(
+        [sys.executable, "-c", f"import subprocess, sys; subprocess.Popen([sys.executable, {str(child)!r}]); {busy!r} and exec({busy!r})"],
+        start_new_session=True,
+    )
+    try:
+        time.sleep(0.5)
+        meter = CpuMeter(leader.pid, cores=2)
+        meter.start()
+        time.sleep(1.0)
+        result = meter.finish(completed=100, client_cpu_s=0.05, wall_s=1.0)
+    finally:
+        os.killpg(leader.pid, signal.SIGKILL)  # the child too
+        leader.wait()
+    python = Path(sys.executable).name
+    assert result[NICER][python] == pytest.approx(result["ms_per_request"][python], rel=0.05)  # snapshots a moment apart
+    assert result[NICER][python] > 0.5 and SERVER not in result[NICER]  # the child ran, beside other work
