@@ -72,7 +72,7 @@ def process_group_cpu_s(pgid: int) -> float:
     total = 0.0
     for pid in group_processes(pgid):
         try:
-            total += _on_cpu_s(pid)
+            total += sum(thread_cpu_s(pid).values())
         except OSError:  # exited meanwhile
             continue
     return total
