@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -18,6 +17,7 @@ import pytest
 
 from support import REPO_ROOT, upstream
 from tritonize.runtime import native_backend
+from tritonize.runtime.process import free_ports
 
 PYPI = os.environ.get("TRITONIZE_PYPI", "https://pypi.org/simple")
 VENDORED = REPO_ROOT.parent / "shared" / "vendor" / f"triton-{native_backend.RELEASE}"
@@ -57,16 +57,6 @@ def ordinary_environment(**extra: str) -> dict[str, str]:
     env.update(PIP_CONFIG_FILE=os.devnull, PIP_INDEX_URL=PYPI, PIP_DISABLE_PIP_VERSION_CHECK="1", **extra)
     env.pop("VIRTUAL_ENV", None)
     return env
-
-
-def free_ports(n: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(n)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 def make(checkout: Path, env: dict, *args: str, timeout: float = 1500) -> str:

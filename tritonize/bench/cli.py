@@ -14,11 +14,9 @@ from ..console import err, out
 from ..errors import TritonizeError
 from ..spec import DEFAULT_VARIANT, PRODUCTION_VARIANT, VARIANT_CONFIGS
 from . import corpus, infinity, stand_in
-from .runner import ALL_BASELINES, Bench, BenchOptions, is_triton
+from .runner import ALL_BASELINES, DEFAULT_CONCURRENCY, DEFAULT_PROTOCOLS, Bench, BenchOptions, is_triton
 
 BASELINE_CHOICES = ALL_BASELINES
-DEFAULT_CONCURRENCY = [1, 4, 16]
-DEFAULT_PROTOCOLS = ["grpc", "http"]
 PROTOCOLS = ("grpc", "http", "api")  # api: `tritonize api`'s /v1/embeddings in front of the same server (embedders)
 JSON_NAME, CHART_NAME = "bench.json", "bench.png"
 
@@ -127,9 +125,9 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
         grpc_url=args.grpc_url,
         metrics_url=args.metrics_url,
         start_local=args.start_local or stand,
-        concurrency=args.concurrency or (stand_in.CONCURRENCY if stand else DEFAULT_CONCURRENCY),
+        concurrency=args.concurrency or list(stand_in.CONCURRENCY if stand else DEFAULT_CONCURRENCY),
         workloads=args.workloads,
-        protocols=args.protocols or (stand_in.PROTOCOLS if stand else DEFAULT_PROTOCOLS),
+        protocols=args.protocols or list(stand_in.PROTOCOLS if stand else DEFAULT_PROTOCOLS),
         protocols_asked=args.protocols is not None,
         baselines=([] if stand else list(BASELINE_CHOICES)) if args.baselines is None else args.baselines,
         baselines_asked=args.baselines is not None,

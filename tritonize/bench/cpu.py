@@ -41,6 +41,11 @@ def _label(pid: int, server_pid: int) -> str | None:
     return Path(argv[0].decode(errors="replace")).name or None
 
 
+def _on_cpu_s(pid: int) -> float:
+    """Nanosecond-resolution time on a CPU of every live thread (clock ticks are too coarse for short runs)."""
+    return sum(thread_cpu_s(pid).values())
+
+
 def _nicer_cpu_s(pid: int) -> float:
     """CPU seconds so far of the live threads of one process that run nicer than normal."""
     total = 0.0
@@ -61,7 +66,7 @@ def group_cpu_s(server_pid: int, nicer: bool = False) -> dict[str, float]:
         label = _label(pid, server_pid)
         if label:
             try:
-                totals[label] = totals.get(label, 0.0) + (_nicer_cpu_s(pid) if nicer else sum(thread_cpu_s(pid).values()))
+                totals[label] = totals.get(label, 0.0) + (_nicer_cpu_s(pid) if nicer else _on_cpu_s(pid))
             except OSError:  # exited meanwhile
                 continue
     return totals
@@ -72,7 +77,7 @@ def process_group_cpu_s(pgid: int) -> float:
     total = 0.0
     for pid in group_processes(pgid):
         try:
-            total += sum(thread_cpu_s(pid).values())
+            total += _on_cpu_s(pid)
         except OSError:  # exited meanwhile
             continue
     return total

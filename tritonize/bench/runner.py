@@ -35,6 +35,8 @@ TRITON_LABELS = {"grpc": "Triton gRPC", "http": "Triton HTTP", "api": "API /v1/e
 API_SYSTEM = "triton-api"  # `tritonize api` in front of the measured server, its answers checked on their own
 TRITON_SYSTEM = "triton"  # the checks: one for both protocols, the same server
 FLOOR = "floor"
+DEFAULT_CONCURRENCY = (1, 4, 16)
+DEFAULT_PROTOCOLS = ("grpc", "http")
 ALL_BASELINES = (*baselines.BASELINES, *infinity.ENGINES, FLOOR)
 SHARED_CPU_NOTE = (
     "The load generator runs on the same machine and shares its cores with the system under test; "
@@ -54,9 +56,9 @@ class BenchOptions:
     grpc_url: str = "127.0.0.1:8001"
     metrics_url: str = "127.0.0.1:8002"
     start_local: bool = False
-    concurrency: list[int] = field(default_factory=lambda: [1, 4, 16])
+    concurrency: list[int] = field(default_factory=lambda: list(DEFAULT_CONCURRENCY))
     workloads: list[str] = field(default_factory=lambda: list(corpus.WORKLOADS))
-    protocols: list[str] = field(default_factory=lambda: ["grpc", "http"])
+    protocols: list[str] = field(default_factory=lambda: list(DEFAULT_PROTOCOLS))
     protocols_asked: bool = False  # named by the user: a protocol this model cannot take is then an error
     baselines: list[str] = field(default_factory=lambda: list(ALL_BASELINES))
     # Named by the user: a baseline that is not installed is then an error, not a skip.
