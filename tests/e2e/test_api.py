@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import time
+from pathlib import Path
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -250,6 +251,43 @@ def test_beyond_the_in_flight_bound_is_429_with_retry_after(served) -> None:
         assert api.call("GET", "/health")[0] == 200
     finally:
         stop(api)
+
+
+def test_several_workers_answer_on_one_port_and_their_metrics_are_summed(served) -> None:
+    """`--workers 2`: two processes behind the one port (the key reaches both), every request answered as one
+    process answers it, and /metrics counts the requests of both."""
+    repo, endpoints, one = served
+    api = start_api(repo.repository, endpoints.grpc, "--workers", "2", key=KEY)
+    try:
+        assert len(_workers(api.process.pid)) == 2
+        body = {"model": repo.name, "input": ["Triton serves raw strings.", "x"]}
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(lambda _: api.call("POST", "/v1/embeddings", body), range(40)))
+        assert [a[0] for a in answers] == [200] * 40
+        want = one.call("POST", "/v1/embeddings", body)[2]
+        assert all(a[2]["data"] == want["data"] for a in answers)
+        assert api.call("POST", "/v1/embeddings", body, key=None)[0] == 401
+        req = urllib.request.Request(api.url + "/metrics", headers={"Authorization": f"Bearer {KEY}"})
+        text = urllib.request.urlopen(req, timeout=10).read().decode()
+        # Both workers' counts: one process alone would show only the requests it happened to accept.
+        assert (f'tritonize_api_requests_total{{model="{repo.name}",route="/v1/embeddings",status="200",version="1"}} '
+                f'40.0') in text
+    finally:
+        stop(api)
+
+
+def _workers(parent: int) -> list[int]:
+    """The processes uvicorn started for its workers (multiprocessing's spawn), children of `parent`."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            command = (stat.parent / "cmdline").read_bytes()
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == parent and b"spawn_main" in command:
+            found.append(int(stat.parent.name))
+    return found
 
 
 @pytest.mark.slow

@@ -89,7 +89,7 @@ class Rollouts:
         self._background: set[asyncio.Task] = set()
         self.percent = Gauge("tritonize_api_rollout_percent", "The percent of a model's requests routed (canary) or "
                              "mirrored (shadow) to its candidate version; 0 once rolled back",
-                             ("model", "version", "kind"), registry=registry)
+                             ("model", "version", "kind"), registry=registry, multiprocess_mode="mostrecent")
         self.rolled_back = Counter("tritonize_api_rollout_rolled_back", "Canaries this API stopped routing to, "
                                    "their error rate or p99 over the bounds", ("model", "version"), registry=registry)
         self.shadow_requests = Counter("tritonize_api_shadow_requests", "Requests mirrored to a shadow version, by "

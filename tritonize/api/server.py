@@ -7,8 +7,12 @@ render run it as a second container. Bound to loopback unless told otherwise, as
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
+import math
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 from ..errors import TritonizeError
@@ -18,6 +22,7 @@ from .state import (
     DEFAULT_MAX_CLIENT_BATCH,
     DEFAULT_MAX_CONCURRENT,
     DEFAULT_PORT,
+    MULTIPROCESS_ENV,
     ApiSettings,
 )
 
@@ -47,27 +52,61 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-client-batch-size", type=int, default=DEFAULT_MAX_CLIENT_BATCH,
                    help="texts per request; more get 413 (default: %(default)s)")
     p.add_argument("--max-concurrent-requests", type=int, default=DEFAULT_MAX_CONCURRENT,
-                   help="requests in flight before 429 (default: %(default)s)")
+                   help="requests in flight before 429, over all workers (default: %(default)s)")
+    p.add_argument("--workers", type=int, default=1,
+                   help="processes answering on the one port: one spends 0.6-0.7 ms of a core on a single-text "
+                        "request (docs/benchmark.md), so past about 1,500 requests/s it needs more; metrics are "
+                        "summed over them (default: %(default)s)")
 
 
 def settings_from(args: argparse.Namespace) -> ApiSettings:
-    for flag in ("max_body_bytes", "max_client_batch_size", "max_concurrent_requests", "port"):
+    for flag in ("max_body_bytes", "max_client_batch_size", "max_concurrent_requests", "port", "workers"):
         if getattr(args, flag) <= 0:
             raise TritonizeError(f"--{flag.replace('_', '-')} must be positive")
     return ApiSettings(repository=Path(args.repository), grpc_url=args.grpc_url, host=args.host, port=args.port,
                        api_key=api_key(args.api_key, args.api_key_file), max_body_bytes=args.max_body_bytes,
                        max_client_batch_size=args.max_client_batch_size,
-                       max_concurrent_requests=args.max_concurrent_requests)
+                       max_concurrent_requests=args.max_concurrent_requests, workers=args.workers)
 
 
 def serve(settings: ApiSettings) -> None:
+    """One process, or `workers` processes that uvicorn starts on one socket (and starts again if one dies)."""
     import uvicorn
 
     from .app import create_app
 
-    app = create_app(settings)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
-                timeout_graceful_shutdown=10)
+    run = {"host": settings.host, "port": settings.port, "log_level": "warning", "access_log": False,
+           "timeout_graceful_shutdown": 10}
+    if settings.workers == 1:
+        uvicorn.run(create_app(settings), **run)
+        return
+    with tempfile.TemporaryDirectory(prefix="tritonize-api-metrics-") as metrics:
+        os.environ[MULTIPROCESS_ENV] = metrics  # before any worker imports prometheus_client
+        os.environ[WORKER_SETTINGS_ENV] = json.dumps(worker_settings(settings))
+        if settings.api_key:
+            os.environ[API_KEY_ENV] = settings.api_key  # the key by the variable `tritonize api` reads, not in JSON
+        uvicorn.run(f"{__name__}:worker_app", factory=True, workers=settings.workers, **run)
+
+
+WORKER_SETTINGS_ENV = "TRITONIZE_API_WORKER_SETTINGS"
+
+
+def worker_settings(settings: ApiSettings) -> dict:
+    """What each worker runs with: the in-flight bound shared out among them, so that all of them together hold
+    no more than asked; the key left out (it travels in API_KEY_ENV)."""
+    each = dataclasses.replace(settings, max_concurrent_requests=math.ceil(settings.max_concurrent_requests
+                                                                         / settings.workers))
+    fields = {k: v for k, v in dataclasses.asdict(each).items() if k != "api_key"}
+    return {**fields, "repository": str(settings.repository)}
+
+
+def worker_app():
+    """A worker's app, from the settings `serve` left in its environment (uvicorn imports this by name)."""
+    from .app import create_app
+
+    fields = json.loads(os.environ[WORKER_SETTINGS_ENV])
+    return create_app(ApiSettings(**{**fields, "repository": Path(fields["repository"]),
+                                     "api_key": os.environ.get(API_KEY_ENV) or None}))
 
 
 def register(sub: argparse._SubParsersAction) -> None:

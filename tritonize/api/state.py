@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,8 @@ DEFAULT_MAX_BODY_BYTES = 2 * 1024 * 1024  # text-embeddings-inference's payload 
 DEFAULT_MAX_CLIENT_BATCH = 2048  # OpenAI's inputs per embeddings request; LangChain sends up to 1000
 DEFAULT_MAX_CONCURRENT = 512  # text-embeddings-inference's default before it answers 429
 API_KEY_ENV = "TRITONIZE_API_KEY"
+# prometheus_client's multiprocess mode: with several workers, each keeps its series in files there, summed when read
+MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,7 @@ class ApiSettings:
     max_client_batch_size: int = DEFAULT_MAX_CLIENT_BATCH
     max_concurrent_requests: int = DEFAULT_MAX_CONCURRENT
     timeout_s: float = DEFAULT_TIMEOUT_S
+    workers: int = 1  # processes answering on the port (api/server.py)
 
 
 def fields_of(value: Any) -> Any:
@@ -74,7 +78,19 @@ class ApiState:
                                  buckets=(0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
         self.rollouts = Rollouts(settings.repository, self.registry,
                                  lambda name: self.catalog.find_any(name).manifest.version)
-        self.in_flight_gauge = Gauge("tritonize_api_in_flight", "API requests being answered", registry=self.registry)
+        self.in_flight_gauge = Gauge("tritonize_api_in_flight", "API requests being answered", registry=self.registry,
+                                     multiprocess_mode="livesum")
+
+    def exposition(self) -> bytes:
+        """The metrics in Prometheus' text format: this process's, or, with several workers (prometheus_client's
+        multiprocess mode), every worker's summed."""
+        from prometheus_client import CollectorRegistry, generate_latest, multiprocess
+
+        if not os.environ.get(MULTIPROCESS_ENV):
+            return generate_latest(self.registry)
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return generate_latest(registry)
 
     async def open(self) -> None:
         await self.backend.open()

@@ -118,6 +118,26 @@ def stand_in_graph(real, sizes: Mapping[str, Sequence[int]] | None = None):
     return model
 
 
+def stand_in_after_tokenizer(composed, plain, sizes: Mapping[str, Sequence[int]] | None = None):
+    """The stand-in of a graph that tokenizes inside (graph_tokenizer.py): its tokenizer's nodes as served, then
+    a fill of the model's outputs, so the run still pays for tokenizing. `plain` is the model's graph the
+    tokenizer was put before (onnx.compose keeps its nodes last, in order); refused where they are not."""
+    from onnx import helper
+
+    tail = len(composed.graph.node) - len(plain.graph.node)
+    if tail <= 0 or [n.op_type for n in composed.graph.node[tail:]] != [n.op_type for n in plain.graph.node]:
+        raise TritonizeError("--stand-in cannot find the model's graph after the tokenizer's in the served graph")
+    weights = {w.name for w in plain.graph.initializer}
+    fill = stand_in_graph(plain, sizes)
+    graph = helper.make_graph(
+        list(composed.graph.node[:tail]) + list(fill.graph.node), "stand_in_after_tokenizer",
+        list(composed.graph.input), list(composed.graph.output),
+        [w for w in composed.graph.initializer if w.name not in weights])
+    model = helper.make_model(graph, opset_imports=list(composed.opset_import), producer_name="tritonize stand-in")
+    model.ir_version = composed.ir_version
+    return model
+
+
 def model_step_config(repo: Path, name: str):
     """The model step's production config; refused in one line where the native onnxruntime backend does not
     run a graph file there."""
@@ -134,6 +154,8 @@ def write_stand_in(repo: Path, target: Path, name: str) -> Path:
     model as it is: the API checks them all before it answers)."""
     import onnx
 
+    from ..graph_tokenizer import DOMAIN as TOKENIZER_DOMAIN  # the in-graph tokenizer's operators
+
     config = model_step_config(repo, name)
     shutil.rmtree(target, ignore_errors=True)
     shadow = shadow_repository(repo, target)
@@ -144,8 +166,15 @@ def write_stand_in(repo: Path, target: Path, name: str) -> Path:
         raise TritonizeError(f"no {graph_file} in a version folder of {config.name}")
     for version in folders:
         real = onnx.load(str(version / graph_file), load_external_data=False)
-        (version / graph_file).unlink()  # a link to the real graph: the real one stays as it is
-        onnx.save(stand_in_graph(real, sizes), str(version / graph_file))
+        stand_ins = {graph_file: stand_in_graph(real, sizes)}
+        if any(o.domain == TOKENIZER_DOMAIN for o in real.opset_import):
+            # The model's own graph beside it (the fused variant's, and the bench's floor's) is stood in too, so
+            # that every reader of the shadow copy answers the same fill.
+            plain = onnx.load(str(version / MODEL_FILE), load_external_data=False)
+            stand_ins = {graph_file: stand_in_after_tokenizer(real, plain, sizes), MODEL_FILE: stand_in_graph(plain, sizes)}
+        for file, graph in stand_ins.items():
+            (version / file).unlink()  # a link to the real graph: the real one stays as it is
+            onnx.save(graph, str(version / file))
     return shadow
 
 
@@ -168,6 +197,7 @@ def write_empty(repo: Path, target: Path, name: str) -> Path:
     step.CopyFrom(model)
     step.name, step.default_model_filename = EMPTY_STEP, MODEL_FILE
     del step.input[:], step.output[:], step.model_warmup[:]
+    step.ClearField("model_operations")  # a fill graph: no operator library (an in-graph tokenizer's)
     step.dynamic_batching.ClearField("default_queue_policy")  # no timeouts: Triton's stalls show as latency here
     step.input.extend(ensemble.input)
     step.output.add(name=EMPTY_OUTPUT, data_type=mc.TYPE_INT32, dims=[1])

@@ -6,7 +6,7 @@ import time
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from ...tasks.answers import SAMPLE_TEXT, Answers
 from .. import schemas as s
@@ -43,4 +43,4 @@ class MetricsResponse(Response):
           "content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}},
     **documented(s.TEIError, GUARDED)})
 async def metrics(request: Request) -> Response:
-    return MetricsResponse(generate_latest(state_of(request).registry))
+    return MetricsResponse(state_of(request).exposition())
