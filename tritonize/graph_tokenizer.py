@@ -1,8 +1,9 @@
 """The tokenizer inside the ONNX graph (`generate --tokenizer graph`): raw strings in, the model's answer out.
 
-onnxruntime-extensions' `BertTokenizer` operator tokenizes a WordPiece vocabulary; its kernel reads two strings
-as a text pair, so the graph tokenizes each row on its own (a Loop over the batch), cuts it at the max length as
-tokenizers does (the first max_length - 1 tokens, then [SEP]), pads it, and pads the batch to the bucket of its
+onnxruntime-extensions' string operators and `WordpieceTokenizer` tokenize the whole batch in one pass (no Loop:
+a per-row Loop cost ~400 µs of CPU a row), each row on its own (a batch never becomes a text pair, as the
+`BertTokenizer` operator would read two strings); ordinary ONNX operators then cut each row at the max length as
+tokenizers does (the first max_length - 1 tokens, then [SEP]), pad it, and pad the batch to the bucket of its
 longest row as the Python tokenizer step does. `onnx.compose` puts the model's graph after it, so Triton's native
 onnxruntime backend serves raw strings in one step.
 
@@ -15,6 +16,7 @@ in one line and the repository keeps the Python tokenizer step.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sysconfig
@@ -35,6 +37,8 @@ DOMAIN = "ai.onnx.contrib"  # onnxruntime-extensions' operators
 TOKEN_TYPE_IDS = "token_type_ids"
 TEXT = TEXT_INPUT
 CORPUS = DATA_DIR / "corpus_mixed.txt"
+MARK = "\x01"  # ends each piece in the batch's one string; a control character, so none is left of the text
+LONG_RANGE = 256  # dropped ranges this long go to one small regular expression, the rest to a map
 SUPPORTED = "BERT WordPiece tokenizers (BertNormalizer, BertPreTokenizer, WordPiece, [CLS] text [SEP])"
 
 # Texts where the operator and Hugging Face's tokenizer are known to part (onnxruntime-extensions issues 623,
@@ -72,7 +76,7 @@ class WordPiece:
     The operator's own normalizer parts from tokenizers' (it lowercases and strips accents in Latin letters only,
     and keeps format characters), so the graph normalizes each text first, character by character, with what
     tokenizers' BertNormalizer makes of each character (asked of the tokenizer itself): `removed`, the
-    characters it drops (controls, format and unassigned characters, combining marks); `mapped`, the characters
+    characters it drops (controls, format and private-use characters, combining marks); `mapped`, the characters
     it changes (lowercase, accents, whitespace; ideographs and punctuation it spaces).
     Special tokens written in a text are matched before, on the raw text, as tokenizers matches them.
     """
@@ -83,7 +87,7 @@ class WordPiece:
     unk_token: str
     max_chars_per_word: int  # a longer word is one [UNK]
     specials: tuple[tuple[str, int], ...]  # added tokens, matched in the raw text
-    removed: str  # an RE2 class of the characters the normalizer drops
+    removed: tuple[tuple[int, int], ...]  # the code points the normalizer drops, as (first, last) ranges
     mapped: str  # "char\tnormalized" lines, StringMapping's map
 
     @property
@@ -130,11 +134,11 @@ class WordPiece:
                    tuple((t["content"], t["id"]) for t in added), removed, mapped)
 
 
-def _normalization(normalizer, pre_tokenizer) -> tuple[str, str]:
-    """What the normalizer does to each character: an RE2 class of those it drops, and a map of those it changes
+def _normalization(normalizer, pre_tokenizer) -> tuple[tuple[tuple[int, int], ...], str]:
+    """What the normalizer does to each character: the ranges of those it drops, and a map of those it changes
     (lowercase, accents, whitespace; ideographs it spaces). Punctuation, which the pre-tokenizer splits off, is
     spaced too, so that every word stands between spaces: the operator knows fewer punctuation marks (U+FF01,
-    the fullwidth '!'), and the graph finds words by the gaps between tokens (`_piece_graph`)."""
+    the fullwidth '!'), and the graph finds words by the gaps between tokens (`_batch_tokens`)."""
     codes = [c for c in range(0x110000) if not 0xD800 <= c < 0xE000]
     punctuation = {chr(c) for c in codes if len(pre_tokenizer.pre_tokenize_str(f"a{chr(c)}a")) == 3}
     dropped: list[int] = []
@@ -151,9 +155,13 @@ def _normalization(normalizer, pre_tokenizer) -> tuple[str, str]:
     for k, code in enumerate(dropped):
         first = code if first is None else first
         if k + 1 == len(dropped) or dropped[k + 1] != code + 1:
-            ranges.append(f"\\x{{{first:x}}}" + (f"-\\x{{{code:x}}}" if code != first else ""))
+            ranges.append((first, code))
             first = None
-    return f"[{''.join(ranges)}]", "\n".join(lines)
+    return tuple(ranges), "\n".join(lines)
+
+
+def _re2_range(first: int, last: int | None = None) -> str:
+    return f"\\x{{{first:x}}}" + (f"-\\x{{{last:x}}}" if last is not None and last != first else "")
 
 
 def _const(name: str, values, dtype=np.int64) -> onnx.NodeProto:
@@ -165,45 +173,98 @@ def _text(name: str, value: str, shape: tuple[int, ...] = (1,)) -> onnx.NodeProt
                             value=helper.make_tensor(name, TensorProto.STRING, list(shape), [value.encode("utf-8")]))
 
 
-def _piece_graph(w: WordPiece) -> onnx.GraphProto:
-    """One piece of a text: a special token's id, or the piece normalized and tokenized without [CLS]/[SEP]."""
-    special = helper.make_graph([helper.make_node("Reshape", ["special_id", "flat"], ["special_ids"])], "special", [],
-                                [helper.make_tensor_value_info("special_ids", TensorProto.INT64, [None])])
-    words = helper.make_graph([
-        _text("removed", w.removed), _text("nothing", ""), _text("any_char", "(?s)(.)"), _text("joiner", "", ()),
-        _const("first", [1]), _const("before_last", [-1]), _const("flat1", [1]), _const("minus_one", [-1]),
-        _const("unk_id", w.unk_id), _text("spaces", "(\\s+)"), _const("no_rows", np.zeros(0, dtype=np.int64)),
-        helper.make_node("StringRegexReplace", ["piece", "removed", "nothing"], ["clean"], domain=DOMAIN),
-        helper.make_node("StringRegexSplitWithOffsets", ["clean", "any_char", "any_char"],
-                         ["chars", "char_starts", "char_ends", "char_counts"], domain=DOMAIN),
-        helper.make_node("StringMapping", ["chars"], ["normal"], domain=DOMAIN, map=w.mapped),
-        helper.make_node("StringJoin", ["normal", "joiner", "axis_s"], ["joined"], domain=DOMAIN),
-        helper.make_node("Reshape", ["joined", "flat1"], ["one_text"]),
-        # Every word now stands between whitespace (punctuation and ideographs spaced by the map).
-        helper.make_node("StringRegexSplitWithOffsets", ["one_text", "spaces", "nothing"],
-                         ["words", "word_starts", "word_ends", "word_counts"], domain=DOMAIN),
-        helper.make_node("WordpieceTokenizer", ["words", "no_rows"], ["tokens", "splits", "begins", "limits"],
+def _batch_tokens(w: WordPiece) -> list[onnx.NodeProto]:
+    """texts [N] -> unit_ids [U], unit_rows [U], unit_places [U] (its place among its row's tokens), row_units [N]:
+    the whole batch in one pass, each row on its own.
+
+    Special tokens are matched first on the raw text (`pieces`, each text's pieces between `piece_splits`); every
+    other piece is cleaned of the characters the normalizer drops, marked at its end with MARK, cut into runs
+    (one character that the map changes or drops, or a run of ASCII characters it keeps), mapped, joined into one
+    string for the whole batch, split into words at whitespace and at each MARK (which says whose piece a word
+    is), and word-pieced. The characters dropped come in two parts: the few long ranges (private use) by one
+    small regular expression, whose compile per call costs little, the rest by a map (parsed once).
+    """
+    long_ranges = [(a, b) for a, b in w.removed if b - a >= LONG_RANGE] + [(ord(MARK), ord(MARK))]
+    short_removed = "\n".join(f"{chr(c)}\t1" for a, b in w.removed if b - a < LONG_RANGE for c in range(a, b + 1)
+                              if chr(c) != MARK and not 0xD800 <= c < 0xE000)
+    changed = {line.split("\t", 1)[0] for line in w.mapped.split("\n") if line}
+    dropped = {chr(c) for a, b in w.removed for c in range(a, min(b, 0x7F) + 1)}
+    plain = "".join(_re2_range(c) for c in range(1, 0x80) if chr(c) not in changed and chr(c) not in dropped)
+    nodes: list[onnx.NodeProto] = [
+        _text("marker", MARK, ()), _text("nothing", ""), _text("joiner", "", ()), _const("ones_p", 1),
+        _text("long_removed", "[" + "".join(_re2_range(a, b) for a, b in long_ranges) + "]"),
+        _text("run", f"([^{plain}])"), _text("any_char", "(?s)."), _text("gap", f"(\\s+|{_re2_range(ord(MARK))})"),
+        _text("mark_only", _re2_range(ord(MARK))),
+    ]
+    if w.specials:
+        specials = "|".join(re.escape(t) for t, _ in sorted(w.specials, key=lambda s: -len(s[0])))
+        nodes += [
+            _text("specials", f"({specials})"),
+            helper.make_node("StringRegexSplitWithOffsets", ["texts", "specials", "specials"],
+                             ["pieces", "p_starts", "p_ends", "piece_splits"], domain=DOMAIN),
+            helper.make_node("StringToVector", ["pieces"], ["found"], domain=DOMAIN,
+                             map="\n".join(f"{t}\t{i}" for t, i in w.specials), unk="-1"),
+            helper.make_node("Reshape", ["found", "flat"], ["special_id"]),
+        ]
+    else:
+        nodes += [
+            helper.make_node("Identity", ["texts"], ["pieces"]),
+            helper.make_node("Shape", ["texts"], ["n_1"]),
+            helper.make_node("Add", ["n_1", "one"], ["n_plus_1"]),
+            helper.make_node("Squeeze", ["n_plus_1", "axis0"], ["n_plus_1_s"]),
+            helper.make_node("Range", ["zero_s", "n_plus_1_s", "one_s"], ["piece_splits"]),
+            helper.make_node("ConstantOfShape", ["n_1"], ["special_id"],
+                             value=helper.make_tensor("v", TensorProto.INT64, [1], [-1])),
+        ]
+    nodes += [
+        helper.make_node("Greater", ["special_id", "none"], ["is_special"]),
+        helper.make_node("Shape", ["pieces"], ["p_1"]),
+        helper.make_node("Expand", ["nothing", "p_1"], ["no_texts"]),
+        helper.make_node("Where", ["is_special", "no_texts", "pieces"], ["plain_pieces"]),
+        helper.make_node("StringRegexReplace", ["plain_pieces", "long_removed", "nothing"], ["cleaned"],
+                         domain=DOMAIN),
+        helper.make_node("Expand", ["marker", "p_1"], ["markers"]),
+        helper.make_node("StringConcat", ["cleaned", "markers"], ["marked"], domain=DOMAIN),
+        helper.make_node("StringRegexSplitWithOffsets", ["marked", "run", "any_char"],
+                         ["runs", "r_starts", "r_ends", "r_splits"], domain=DOMAIN),
+        helper.make_node("StringToVector", ["runs"], ["dropped_2d"], domain=DOMAIN, map=short_removed, unk="0"),
+        helper.make_node("Reshape", ["dropped_2d", "flat"], ["dropped_n"]),
+        helper.make_node("Equal", ["dropped_n", "zero_s"], ["stays"]),
+        helper.make_node("StringMapping", ["runs"], ["normal_runs"], domain=DOMAIN, map=w.mapped),
+        helper.make_node("Compress", ["normal_runs", "stays"], ["kept_runs"], axis=0),
+        helper.make_node("StringJoin", ["kept_runs", "joiner", "axis_s"], ["batch_text"], domain=DOMAIN),
+        # Words between whitespace (punctuation and ideographs are spaced by the map), and each piece's MARK.
+        helper.make_node("StringRegexSplitWithOffsets", ["batch_text", "gap", "mark_only"],
+                         ["words_marks", "w_starts", "w_ends", "w_splits"], domain=DOMAIN),
+        helper.make_node("StringToVector", ["words_marks"], ["is_mark_2d"], domain=DOMAIN, map=f"{MARK}\t1",
+                         unk="0"),
+        helper.make_node("Reshape", ["is_mark_2d", "flat"], ["is_mark_n"]),
+        helper.make_node("CumSum", ["is_mark_n", "zero_s"], ["piece_of_entry"], exclusive=1),
+        helper.make_node("Equal", ["is_mark_n", "zero_s"], ["is_word"]),
+        helper.make_node("Compress", ["words_marks", "is_word"], ["words"], axis=0),
+        helper.make_node("Compress", ["piece_of_entry", "is_word"], ["word_piece"], axis=0),
+        helper.make_node("WordpieceTokenizer", ["words", "no_rows"], ["word_pieces", "splits", "begins", "limits"],
                          domain=DOMAIN, vocab=json.dumps({t: i for i, t in enumerate(w.vocab)}, ensure_ascii=False),
                          suffix_indicator="##", unknown_token=w.unk_token,
                          max_input_chars_per_word=w.max_chars_per_word),
-        helper.make_node("StringToVector", ["tokens"], ["token_column"], domain=DOMAIN,
+        helper.make_node("StringToVector", ["word_pieces"], ["token_column"], domain=DOMAIN,
                          map="\n".join(f"{t}\t{i}" for i, t in enumerate(w.vocab)), unk=str(w.unk_id)),
         helper.make_node("Reshape", ["token_column", "flat"], ["pieces_ids"]),
         # A word the vocabulary cannot spell is one [UNK], as tokenizers' WordPiece has it; the operator keeps
         # the pieces it found before the failing one. `splits` holds where each word's tokens begin.
         helper.make_node("Shape", ["pieces_ids"], ["t"]),
         helper.make_node("Sub", ["pieces_ids", "pieces_ids"], ["no_tokens"]),
-        helper.make_node("Slice", ["splits", "first", "before_last"], ["inner_starts"]),
-        helper.make_node("Sub", ["inner_starts", "minus_one"], ["ones_per_start"]),
-        helper.make_node("Sub", ["ones_per_start", "inner_starts"], ["one_per_start"]),
+        helper.make_node("Slice", ["splits", "one", "minus_one"], ["inner_starts"]),
+        helper.make_node("Expand", ["ones_p", "inner_starts_shape"], ["one_per_start"]),
+        helper.make_node("Shape", ["inner_starts"], ["inner_starts_shape"]),
         helper.make_node("ScatterElements", ["no_tokens", "inner_starts", "one_per_start"], ["marks"],
                          reduction="add"),
         helper.make_node("CumSum", ["marks", "zero_s"], ["word"]),
         helper.make_node("Squeeze", ["t", "axis0"], ["t_s"]),
         helper.make_node("Range", ["zero_s", "t_s", "one_s"], ["position"]),
-        helper.make_node("Greater", ["marks", "zero"], ["marked"]),
+        helper.make_node("Greater", ["marks", "zero"], ["marked_start"]),
         helper.make_node("Equal", ["position", "zero_s"], ["at_first"]),
-        helper.make_node("Or", ["marked", "at_first"], ["opens"]),
+        helper.make_node("Or", ["marked_start", "at_first"], ["opens"]),
         helper.make_node("Equal", ["pieces_ids", "unk_id"], ["is_unk"]),
         helper.make_node("Cast", ["is_unk"], ["is_unk_n"], to=TensorProto.INT64),
         helper.make_node("ScatterElements", ["no_tokens", "word", "is_unk_n"], ["unk_per_word"], reduction="add"),
@@ -212,95 +273,116 @@ def _piece_graph(w: WordPiece) -> onnx.GraphProto:
         helper.make_node("Where", ["unk_in_word", "unk_id", "pieces_ids"], ["spelled"]),
         helper.make_node("Not", ["unk_in_word"], ["whole"]),
         helper.make_node("Or", ["whole", "opens"], ["keep"]),
-        helper.make_node("Compress", ["spelled", "keep"], ["word_ids"], axis=0),
-    ], "words", [], [helper.make_tensor_value_info("word_ids", TensorProto.INT64, [None])])
-    return helper.make_graph([
-        helper.make_node("Unsqueeze", ["j", "axis0"], ["j1"]),
-        helper.make_node("Gather", ["pieces", "j1"], ["piece"]),
-        helper.make_node("StringToVector", ["piece"], ["found"], domain=DOMAIN,
-                         map="\n".join(f"{t}\t{i}" for t, i in w.specials), unk="-1"),
-        helper.make_node("ReduceMax", ["found"], ["special_id"], keepdims=0),
-        helper.make_node("Greater", ["special_id", "none"], ["is_special"]),
-        helper.make_node("If", ["is_special"], ["piece_ids"], then_branch=special, else_branch=words),
-        helper.make_node("Concat", ["sofar", "piece_ids"], ["sofar_out"], axis=0),
-        helper.make_node("Identity", ["piece_cond"], ["piece_cond_out"]),
-    ], "piece",
-        [helper.make_tensor_value_info("j", TensorProto.INT64, []),
-         helper.make_tensor_value_info("piece_cond", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("sofar", TensorProto.INT64, [None])],
-        [helper.make_tensor_value_info("piece_cond_out", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("sofar_out", TensorProto.INT64, [None])])
+        helper.make_node("Compress", ["spelled", "keep"], ["token_ids"], axis=0),
+        helper.make_node("Compress", ["word", "keep"], ["token_word"], axis=0),
+        helper.make_node("Gather", ["word_piece", "token_word"], ["token_piece"]),
+        # Units: a special piece is one, any other piece its tokens; each unit's place in the batch, then its row.
+        helper.make_node("Sub", ["special_id", "special_id"], ["per_piece"]),
+        helper.make_node("Shape", ["token_piece"], ["k_1"]),
+        helper.make_node("Expand", ["ones_p", "k_1"], ["token_ones"]),
+        helper.make_node("ScatterElements", ["per_piece", "token_piece", "token_ones"], ["piece_tokens"],
+                         reduction="add"),
+        helper.make_node("Where", ["is_special", "ones_p", "piece_tokens"], ["piece_units"]),
+        helper.make_node("CumSum", ["piece_units", "zero_s"], ["units_through"]),
+        helper.make_node("Sub", ["units_through", "piece_units"], ["units_before"]),
+        helper.make_node("CumSum", ["piece_tokens", "zero_s"], ["tokens_through"]),
+        helper.make_node("Sub", ["tokens_through", "piece_tokens"], ["tokens_before"]),
+        helper.make_node("Sub", ["units_before", "tokens_before"], ["shift"]),
+        helper.make_node("Squeeze", ["k_1", "axis0"], ["k_s"]),
+        helper.make_node("Range", ["zero_s", "k_s", "one_s"], ["token_index"]),
+        helper.make_node("Gather", ["shift", "token_piece"], ["token_shift"]),
+        helper.make_node("Add", ["token_index", "token_shift"], ["token_unit"]),
+        helper.make_node("Compress", ["units_before", "is_special"], ["special_unit"], axis=0),
+        helper.make_node("Compress", ["special_id", "is_special"], ["special_ids"], axis=0),
+        helper.make_node("Shape", ["special_id"], ["p_n"]),
+        helper.make_node("Squeeze", ["p_n", "axis0"], ["p_s"]),
+        helper.make_node("Range", ["zero_s", "p_s", "one_s"], ["piece_index"]),
+        helper.make_node("Compress", ["piece_index", "is_special"], ["special_piece"], axis=0),
+        helper.make_node("Concat", ["token_unit", "special_unit"], ["unit_index"], axis=0),
+        helper.make_node("Concat", ["token_piece", "special_piece"], ["unit_piece"], axis=0),
+        helper.make_node("Concat", ["token_ids", "special_ids"], ["unit_ids"], axis=0),
+        # Each piece's row: piece_splits holds where each row's pieces begin.
+        helper.make_node("Add", ["p_n", "one"], ["p_plus_1"]),
+        helper.make_node("Expand", ["zero", "p_plus_1"], ["row_marks_0"]),
+        helper.make_node("Slice", ["piece_splits", "one", "minus_one"], ["inner_rows"]),
+        helper.make_node("Shape", ["inner_rows"], ["inner_rows_shape"]),
+        helper.make_node("Expand", ["ones_p", "inner_rows_shape"], ["one_per_row"]),
+        helper.make_node("ScatterElements", ["row_marks_0", "inner_rows", "one_per_row"], ["row_marks"],
+                         reduction="add"),
+        helper.make_node("CumSum", ["row_marks", "zero_s"], ["piece_row_1"]),
+        helper.make_node("Slice", ["piece_row_1", "zero", "p_n"], ["piece_row"]),
+        helper.make_node("Concat", ["zero", "units_through"], ["units_at"], axis=0),
+        helper.make_node("Gather", ["units_at", "piece_splits"], ["row_bounds"]),
+        helper.make_node("Slice", ["row_bounds", "one", "big"], ["row_ends"]),
+        helper.make_node("Slice", ["row_bounds", "zero", "minus_one"], ["row_starts"]),
+        helper.make_node("Sub", ["row_ends", "row_starts"], ["row_units"]),
+        helper.make_node("Gather", ["piece_row", "unit_piece"], ["unit_rows"]),
+        helper.make_node("Gather", ["row_starts", "unit_rows"], ["unit_row_start"]),
+        helper.make_node("Sub", ["unit_index", "unit_row_start"], ["unit_places"]),
+    ]
+    return nodes
 
 
 def tokenizer_graph(wordpiece: WordPiece, max_length: int, buckets: tuple[int, ...], pad_id: int,
                     with_token_types: bool) -> onnx.ModelProto:
-    """TEXT [N, 1] -> input_ids, attention_mask (token_type_ids), tokens [N, 1] INT32, truncated [N, 1] BOOL."""
-    import re
+    """TEXT [N, 1] -> input_ids, attention_mask (token_type_ids), tokens [N, 1] INT32, truncated [N, 1] BOOL.
 
-    specials = "|".join(re.escape(t) for t, _ in sorted(wordpiece.specials, key=lambda s: -len(s[0])))
-    row_nodes = [
-        helper.make_node("Unsqueeze", ["i", "axis0"], ["i1"]),
-        helper.make_node("Gather", ["texts", "i1"], ["text"]),  # one string: never read as a pair
-        helper.make_node("StringRegexSplitWithOffsets", ["text", "specials", "specials"],
-                         ["pieces", "p_starts", "p_ends", "p_counts"], domain=DOMAIN),
-        helper.make_node("Shape", ["pieces"], ["p1"]),
-        helper.make_node("Squeeze", ["p1", "axis0"], ["p"]),
-        helper.make_node("Loop", ["p", "go", "no_ids"], ["body_ids"], body=_piece_graph(wordpiece)),
-        helper.make_node("Concat", ["cls", "body_ids", "sep1"], ["ids"], axis=0),
-        helper.make_node("Shape", ["ids"], ["length"]),
-        helper.make_node("Greater", ["length", "max_len"], ["over"]),
-        helper.make_node("Slice", ["ids", "zero", "max_len"], ["kept"]),
-        helper.make_node("Shape", ["kept"], ["count"]),
-        helper.make_node("Sub", ["count", "one"], ["last"]),
-        helper.make_node("Squeeze", ["count", "axis0"], ["count_s"]),
-        helper.make_node("Range", ["zero_s", "count_s", "one_s"], ["positions"]),
-        helper.make_node("Equal", ["positions", "last"], ["at_last"]),
-        helper.make_node("And", ["at_last", "over"], ["closes"]),
-        helper.make_node("Where", ["closes", "sep", "kept"], ["cut"]),  # a cut row ends in [SEP], as tokenizers cuts
-        helper.make_node("Sub", ["max_len", "count"], ["room"]),
-        helper.make_node("Concat", ["zero", "room"], ["pads"], axis=0),
-        helper.make_node("Pad", ["cut", "pads", "pad_id"], ["row_ids"], mode="constant"),
-        helper.make_node("Identity", ["cond_in"], ["cond_out"]),
-    ]
-    body = helper.make_graph(
-        [_const("one", [1]), _const("max_len", [max_length]), _const("sep", wordpiece.sep_id),
-         _const("sep1", [wordpiece.sep_id]), _const("cls", [wordpiece.cls_id]), _const("pad_id", pad_id),
-         _const("no_ids", np.zeros(0, dtype=np.int64)), _text("specials", f"({specials})"), *row_nodes],
-        "row",
-        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
-         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, [])],
-        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("row_ids", TensorProto.INT64, [max_length]),
-         helper.make_tensor_value_info("count", TensorProto.INT64, [1]),
-         helper.make_tensor_value_info("over", TensorProto.BOOL, [1])],
-    )
+    Each row is [CLS] its units [SEP], cut at the max length as tokenizers cuts (the first max_length - 2 units,
+    then [SEP]), padded to the bucket of the batch's longest row as the Python tokenizer step pads.
+    """
     outputs = [INPUT_IDS, ATTENTION_MASK] + ([TOKEN_TYPE_IDS] if with_token_types else [])
-    # The row and piece graphs read the outer scope's constants too.
     nodes = [
-        _const("flat", [-1]), _const("zero", [0]), _const("zero_s", 0), _const("one_s", 1), _const("axis1", [1]),
-        _const("axis0", [0]), _const("axis_s", 0), _const("none", -1),
-        _const("buckets", list(buckets)), _const("beyond", max_length + 1),
-        helper.make_node("Constant", [], ["go"], value=helper.make_tensor("go", TensorProto.BOOL, [], [True])),
+        _const("flat", [-1]), _const("zero", [0]), _const("zero_s", 0), _const("one_s", 1), _const("one", [1]),
+        _const("minus_one", [-1]), _const("big", [np.iinfo(np.int64).max]), _const("axis0", [0]),
+        _const("axis_s", 0), _const("none", -1), _const("unk_id", wordpiece.unk_id),
+        _const("no_rows", np.zeros(0, dtype=np.int64)), _const("buckets", list(buckets)),
+        _const("max_len", max_length), _const("max_len_1", [max_length]), _const("room", max_length - 2),
+        _const("cls", wordpiece.cls_id), _const("sep", wordpiece.sep_id), _const("two", 2),
         helper.make_node("Reshape", [TEXT, "flat"], ["texts"]),
-        helper.make_node("Shape", ["texts"], ["n1"]),
-        helper.make_node("Squeeze", ["n1"], ["n"]),
-        helper.make_node("Loop", ["n", "go"], ["all_ids", "counts", "overs"], body=body),
-        helper.make_node("ReduceMax", ["counts"], ["longest"], keepdims=0),
+        *_batch_tokens(wordpiece),
+        helper.make_node("Add", ["row_units", "two"], ["length"]),
+        helper.make_node("Min", ["length", "max_len"], ["count"]),
+        helper.make_node("Greater", ["length", "max_len"], ["over"]),
+        helper.make_node("ReduceMax", ["count"], ["longest"], keepdims=1),
         helper.make_node("GreaterOrEqual", ["buckets", "longest"], ["fits"]),
-        helper.make_node("Where", ["fits", "buckets", "beyond"], ["candidates"]),
-        helper.make_node("ReduceMin", ["candidates"], ["width"], keepdims=1),
-        helper.make_node("Slice", ["all_ids", "zero", "width", "axis1"], [INPUT_IDS]),
-        helper.make_node("Squeeze", ["width"], ["width_s"]),
+        helper.make_node("Where", ["fits", "buckets", "max_len"], ["candidates"]),
+        helper.make_node("ReduceMin", ["candidates"], ["bucket"], keepdims=1),
+        helper.make_node("Min", ["bucket", "max_len_1"], ["width"]),
+        helper.make_node("Shape", ["texts"], ["n_rows"]),
+        helper.make_node("Concat", ["n_rows", "width"], ["dense_shape"], axis=0),
+        helper.make_node("ConstantOfShape", ["dense_shape"], ["pads"],
+                         value=helper.make_tensor("pad", TensorProto.INT64, [1], [pad_id])),
+        # Units past the room are cut; [CLS] opens each row, [SEP] closes it at its count.
+        helper.make_node("Less", ["unit_places", "room"], ["fits_row"]),
+        helper.make_node("Compress", ["unit_rows", "fits_row"], ["kept_rows"], axis=0),
+        helper.make_node("Compress", ["unit_places", "fits_row"], ["kept_places"], axis=0),
+        helper.make_node("Compress", ["unit_ids", "fits_row"], ["kept_ids"], axis=0),
+        helper.make_node("Add", ["kept_places", "one_s"], ["kept_columns"]),
+        helper.make_node("Squeeze", ["n_rows", "axis0"], ["n_s"]),
+        helper.make_node("Range", ["zero_s", "n_s", "one_s"], ["rows"]),
+        helper.make_node("Sub", ["rows", "rows"], ["first_columns"]),
+        helper.make_node("Sub", ["count", "one_s"], ["last_columns"]),
+        helper.make_node("Expand", ["cls", "n_rows"], ["cls_ids"]),
+        helper.make_node("Expand", ["sep", "n_rows"], ["sep_ids"]),
+        helper.make_node("Concat", ["kept_rows", "rows", "rows"], ["at_rows"], axis=0),
+        helper.make_node("Concat", ["kept_columns", "first_columns", "last_columns"], ["at_columns"], axis=0),
+        helper.make_node("Concat", ["kept_ids", "cls_ids", "sep_ids"], ["at_ids"], axis=0),
+        helper.make_node("Unsqueeze", ["at_rows", "minus_one"], ["at_rows_1"]),
+        helper.make_node("Unsqueeze", ["at_columns", "minus_one"], ["at_columns_1"]),
+        helper.make_node("Concat", ["at_rows_1", "at_columns_1"], ["at"], axis=1),
+        helper.make_node("ScatterND", ["pads", "at", "at_ids"], [INPUT_IDS]),
         helper.make_node("Range", ["zero_s", "width_s", "one_s"], ["columns"]),
+        helper.make_node("Squeeze", ["width", "axis0"], ["width_s"]),
+        helper.make_node("Unsqueeze", ["count", "minus_one"], ["counts"]),
         helper.make_node("Less", ["columns", "counts"], ["inside"]),  # [width] < [N, 1]
         helper.make_node("Cast", ["inside"], [ATTENTION_MASK], to=TensorProto.INT64),
         helper.make_node("Cast", ["counts"], [TOKEN_COUNT], to=TensorProto.INT32),
-        helper.make_node("Identity", ["overs"], [TRUNCATED]),
+        helper.make_node("Unsqueeze", ["over", "minus_one"], [TRUNCATED]),
     ]
     if with_token_types:  # single texts: every token is of the first segment
         nodes.append(helper.make_node("Sub", [ATTENTION_MASK, ATTENTION_MASK], [TOKEN_TYPE_IDS]))
     graph = helper.make_graph(
-        nodes, "tokenizer",
+        _sorted(nodes), "tokenizer",
         [helper.make_tensor_value_info(TEXT, TensorProto.STRING, ["batch", 1])],
         [*(helper.make_tensor_value_info(o, TensorProto.INT64, ["batch", "sequence"]) for o in outputs),
          helper.make_tensor_value_info(TOKEN_COUNT, TensorProto.INT32, ["batch", 1]),
@@ -308,6 +390,21 @@ def tokenizer_graph(wordpiece: WordPiece, max_length: int, buckets: tuple[int, .
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(DOMAIN, 1)],
                              ir_version=8)
+
+
+def _sorted(nodes: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
+    """The nodes in an order where each reads only what earlier ones wrote (ONNX asks it of a graph)."""
+    written = {TEXT}
+    done, left = [], list(nodes)
+    while left:
+        ready = [n for n in left if all(i in written for i in n.input if i)]
+        if not ready:
+            raise ValueError(f"the tokenizer graph reads what no node writes: {left[0].input}")
+        done += ready
+        written.update(o for n in ready for o in n.output)
+        taken = {id(n) for n in ready}
+        left = [n for n in left if id(n) not in taken]
+    return done
 
 
 def session(model: onnx.ModelProto):
