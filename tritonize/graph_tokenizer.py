@@ -37,7 +37,8 @@ DOMAIN = "ai.onnx.contrib"  # onnxruntime-extensions' operators
 TOKEN_TYPE_IDS = "token_type_ids"
 TEXT = TEXT_INPUT
 CORPUS = DATA_DIR / "corpus_mixed.txt"
-MARK = "\x01"  # ends each piece in the batch's one string; a control character, so none is left of the text
+MARK, SPECIAL, DROP = "\x01", "\x02", "\x03"  # the graph's own: row ends, special tokens' placeholders, dropped
+OURS = MARK + SPECIAL  # control characters, so the normalizer drops them: none of the text's may stay
 LONG_RANGE = 256  # dropped ranges this long go to one small regular expression, the rest to a map
 SUPPORTED = "BERT WordPiece tokenizers (BertNormalizer, BertPreTokenizer, WordPiece, [CLS] text [SEP])"
 
@@ -129,6 +130,10 @@ class WordPiece:
                           "normalized, stripped or as a single word")
         served = Tokenizer.from_file(str(tokenizer_file))
         removed, mapped = _normalization(served.normalizer, served.pre_tokenizer)
+        odd = [t["content"] for t in added if any(a <= ord(c) <= b for c in t["content"] for a, b in removed)]
+        if odd:  # the graph turns such characters into its own before matching added tokens
+            raise Refused(f"the graph tokenizer matches added tokens without characters the normalizer drops; "
+                          f"{odd[0]!r} has one")
         return cls(tuple(t for t, _ in by_id), vocab[cls_token], vocab[sep_token], model.get("unk_token", "[UNK]"),
                    int(model.get("max_input_chars_per_word", 100)),
                    tuple((t["content"], t["id"]) for t in added), removed, mapped)
@@ -173,98 +178,100 @@ def _text(name: str, value: str, shape: tuple[int, ...] = (1,)) -> onnx.NodeProt
                             value=helper.make_tensor(name, TensorProto.STRING, list(shape), [value.encode("utf-8")]))
 
 
-def _batch_tokens(w: WordPiece) -> list[onnx.NodeProto]:
-    """texts [N] -> unit_ids [U], unit_rows [U], unit_places [U] (its place among its row's tokens), row_units [N]:
-    the whole batch in one pass, each row on its own.
+def _vocab(w: WordPiece) -> dict[str, int]:
+    """The vocabulary the operators read: the model's, and each special token's placeholder word."""
+    return {**{t: i for i, t in enumerate(w.vocab)}, **{_placeholder(k): i for k, (_, i) in enumerate(w.specials)}}
 
-    Special tokens are matched first on the raw text (`pieces`, each text's pieces between `piece_splits`); every
-    other piece is cleaned of the characters the normalizer drops, marked at its end with MARK, cut into runs
-    (one character that the map changes or drops, or a run of ASCII characters it keeps), mapped, joined into one
-    string for the whole batch, split into words at whitespace and at each MARK (which says whose piece a word
-    is), and word-pieced. The characters dropped come in two parts: the few long ranges (private use) by one
-    small regular expression, whose compile per call costs little, the rest by a map (parsed once).
+
+def _placeholder(k: int) -> str:
+    return f"{SPECIAL}{k}"
+
+
+def tokenizer_graph(wordpiece: WordPiece, max_length: int, buckets: tuple[int, ...], pad_id: int,
+                    with_token_types: bool) -> onnx.ModelProto:
+    """TEXT [N, 1] -> input_ids, attention_mask (token_type_ids), tokens [N, 1] INT32, truncated [N, 1] BOOL.
+
+    The whole batch in one pass, each row on its own, without a Loop and with no large regular expression (the
+    extensions compile a pattern on every call: the class of all dropped characters cost ~200 µs a call). Each
+    text, ended by MARK, is cut into runs: a special token (matched in the raw text, as tokenizers matches it),
+    one character that is not plain ASCII, or a run of plain ASCII between them. One map (parsed once) makes a
+    special token a placeholder word (SPECIAL and its number, in the operators' vocabulary), a character the
+    normalizer changes what it becomes, one it drops DROP. The batch is joined into one string, DROP removed,
+    cut apart at MARK into rows again, each row split into words at blanks and word-pieced. Each row is then
+    [CLS] its tokens [SEP], cut at the max length as tokenizers cuts (the first max_length - 2 tokens, then
+    [SEP]), padded to the bucket of the batch's longest row as the Python tokenizer step pads.
     """
-    long_ranges = [(a, b) for a, b in w.removed if b - a >= LONG_RANGE] + [(ord(MARK), ord(MARK))]
-    short_removed = "\n".join(f"{chr(c)}\t1" for a, b in w.removed if b - a < LONG_RANGE for c in range(a, b + 1)
-                              if chr(c) != MARK and not 0xD800 <= c < 0xE000)
+    w = wordpiece
+    long_ranges = [(a, b) for a, b in w.removed if b - a >= LONG_RANGE]
     changed = {line.split("\t", 1)[0] for line in w.mapped.split("\n") if line}
-    dropped = {chr(c) for a, b in w.removed for c in range(a, min(b, 0x7F) + 1)}
-    plain = "".join(_re2_range(c) for c in range(1, 0x80) if chr(c) not in changed and chr(c) not in dropped)
-    nodes: list[onnx.NodeProto] = [
-        _text("marker", MARK, ()), _text("nothing", ""), _text("joiner", "", ()), _const("ones_p", 1),
-        _text("long_removed", "[" + "".join(_re2_range(a, b) for a, b in long_ranges) + "]"),
-        _text("run", f"([^{plain}])"), _text("any_char", "(?s)."), _text("gap", f"(\\s+|{_re2_range(ord(MARK))})"),
-        _text("mark_only", _re2_range(ord(MARK))),
-    ]
-    if w.specials:
-        specials = "|".join(re.escape(t) for t, _ in sorted(w.specials, key=lambda s: -len(s[0])))
-        nodes += [
-            _text("specials", f"({specials})"),
-            helper.make_node("StringRegexSplitWithOffsets", ["texts", "specials", "specials"],
-                             ["pieces", "p_starts", "p_ends", "piece_splits"], domain=DOMAIN),
-            helper.make_node("StringToVector", ["pieces"], ["found"], domain=DOMAIN,
-                             map="\n".join(f"{t}\t{i}" for t, i in w.specials), unk="-1"),
-            helper.make_node("Reshape", ["found", "flat"], ["special_id"]),
-        ]
-    else:
-        nodes += [
-            helper.make_node("Identity", ["texts"], ["pieces"]),
-            helper.make_node("Shape", ["texts"], ["n_1"]),
-            helper.make_node("Add", ["n_1", "one"], ["n_plus_1"]),
-            helper.make_node("Squeeze", ["n_plus_1", "axis0"], ["n_plus_1_s"]),
-            helper.make_node("Range", ["zero_s", "n_plus_1_s", "one_s"], ["piece_splits"]),
-            helper.make_node("ConstantOfShape", ["n_1"], ["special_id"],
-                             value=helper.make_tensor("v", TensorProto.INT64, [1], [-1])),
-        ]
-    nodes += [
-        helper.make_node("Greater", ["special_id", "none"], ["is_special"]),
-        helper.make_node("Shape", ["pieces"], ["p_1"]),
-        helper.make_node("Expand", ["nothing", "p_1"], ["no_texts"]),
-        helper.make_node("Where", ["is_special", "no_texts", "pieces"], ["plain_pieces"]),
-        helper.make_node("StringRegexReplace", ["plain_pieces", "long_removed", "nothing"], ["cleaned"],
-                         domain=DOMAIN),
-        helper.make_node("Expand", ["marker", "p_1"], ["markers"]),
-        helper.make_node("StringConcat", ["cleaned", "markers"], ["marked"], domain=DOMAIN),
-        helper.make_node("StringRegexSplitWithOffsets", ["marked", "run", "any_char"],
+    dropped = {chr(c) for a, b in w.removed for c in range(a, b + 1)
+               if b - a < LONG_RANGE and chr(c) not in OURS and not 0xD800 <= c < 0xE000}
+    plain = "".join(_re2_range(c) for c in range(1, 0x80) if chr(c) not in changed and chr(c) not in dropped
+                    and chr(c) not in OURS)
+    specials = "".join(f"{re.escape(t)}|" for t, _ in sorted(w.specials, key=lambda s: -len(s[0])))
+    # Last, so that a special token written as one character the normalizer changes is the special token.
+    normal_map = "\n".join([w.mapped, *(f"{c}\t{DROP}" for c in sorted(dropped) if c != DROP),
+                            *(f"{t}\t {_placeholder(k)} " for k, (t, _) in enumerate(w.specials))])
+    vocab = _vocab(w)
+    outputs = [INPUT_IDS, ATTENTION_MASK] + ([TOKEN_TYPE_IDS] if with_token_types else [])
+    nodes = [
+        _const("flat", [-1]), _const("zero", [0]), _const("zero_s", 0), _const("one_s", 1), _const("one", [1]),
+        _const("minus_one", [-1]), _const("axis0", [0]), _const("axis_s", 0), _const("unk_id", w.unk_id),
+        _const("no_rows", np.zeros(0, dtype=np.int64)), _const("buckets", list(buckets)),
+        _const("max_len", max_length), _const("max_len_1", [max_length]), _const("two", 2),
+        _const("cls", w.cls_id), _const("sep", w.sep_id), _const("pad", [pad_id]),
+        _text("nothing", ""), _text("joiner", "", ()), _text("mark", MARK, ()), _text("drop", DROP, ()),
+        _text("blanks", " \t\n", ()),
+        _text("ours", "[" + "".join(_re2_range(a, b) for a, b in [*((ord(c), ord(c)) for c in OURS), *long_ranges])
+              + "]"),
+        _text("drop_pattern", _re2_range(ord(DROP))),
+        _text("runs_pattern", f"({specials}[^{plain}])"), _text("any_bytes", "\\C*"),
+        helper.make_node("Constant", [], ["keep_empty"], value=helper.make_tensor("k", TensorProto.BOOL, [], [False])),
+        helper.make_node("Constant", [], ["skip_empty"], value=helper.make_tensor("s", TensorProto.BOOL, [], [True])),
+        helper.make_node("Reshape", [TEXT, "flat"], ["texts"]),
+        # The text's own MARK and SPECIAL characters, and the long dropped ranges, become DROP (all dropped by the
+        # normalizer, and in no special token: `WordPiece.read`), so MARK and SPECIAL are only the graph's own.
+        helper.make_node("StringRegexReplace", ["texts", "ours", "drop"], ["texts_clean"], domain=DOMAIN),
+        helper.make_node("Shape", ["texts"], ["n_rows"]),
+        helper.make_node("Expand", ["mark", "n_rows"], ["marks"]),
+        helper.make_node("StringConcat", ["texts_clean", "marks"], ["texts_marked"], domain=DOMAIN),
+        # Runs: a special token (leftmost first, longest first, as tokenizers matches them in the raw text), or
+        # one character that is not plain ASCII, or (between those) a run of plain ASCII, which no map changes.
+        helper.make_node("StringRegexSplitWithOffsets", ["texts_marked", "runs_pattern", "any_bytes"],
                          ["runs", "r_starts", "r_ends", "r_splits"], domain=DOMAIN),
-        helper.make_node("StringToVector", ["runs"], ["dropped_2d"], domain=DOMAIN, map=short_removed, unk="0"),
-        helper.make_node("Reshape", ["dropped_2d", "flat"], ["dropped_n"]),
-        helper.make_node("Equal", ["dropped_n", "zero_s"], ["stays"]),
-        helper.make_node("StringMapping", ["runs"], ["normal_runs"], domain=DOMAIN, map=w.mapped),
-        helper.make_node("Compress", ["normal_runs", "stays"], ["kept_runs"], axis=0),
-        helper.make_node("StringJoin", ["kept_runs", "joiner", "axis_s"], ["batch_text"], domain=DOMAIN),
-        # Words between whitespace (punctuation and ideographs are spaced by the map), and each piece's MARK.
-        helper.make_node("StringRegexSplitWithOffsets", ["batch_text", "gap", "mark_only"],
-                         ["words_marks", "w_starts", "w_ends", "w_splits"], domain=DOMAIN),
-        helper.make_node("StringToVector", ["words_marks"], ["is_mark_2d"], domain=DOMAIN, map=f"{MARK}\t1",
-                         unk="0"),
-        helper.make_node("Reshape", ["is_mark_2d", "flat"], ["is_mark_n"]),
-        helper.make_node("CumSum", ["is_mark_n", "zero_s"], ["piece_of_entry"], exclusive=1),
-        helper.make_node("Equal", ["is_mark_n", "zero_s"], ["is_word"]),
-        helper.make_node("Compress", ["words_marks", "is_word"], ["words"], axis=0),
-        helper.make_node("Compress", ["piece_of_entry", "is_word"], ["word_piece"], axis=0),
+        helper.make_node("StringMapping", ["runs"], ["normal_runs"], domain=DOMAIN, map=normal_map),
+        helper.make_node("StringJoin", ["normal_runs", "joiner", "axis_s"], ["batch_text"], domain=DOMAIN),
+        helper.make_node("StringRegexReplace", ["batch_text", "drop_pattern", "nothing"], ["batch_clean"],
+                         domain=DOMAIN),
+        helper.make_node("StringSplit", ["batch_clean", "mark", "keep_empty"], ["row_at", "rows_and_after", "r_shape"],
+                         domain=DOMAIN),
+        helper.make_node("Slice", ["rows_and_after", "zero", "n_rows"], ["rows_text"]),
+        # Every word now stands between blanks (punctuation and ideographs spaced, other whitespace made a space
+        # by the map; the normalizer drops the other controls).
+        helper.make_node("StringSplit", ["rows_text", "blanks", "skip_empty"], ["word_at", "words", "w_shape"],
+                         domain=DOMAIN),
+        helper.make_node("Gather", ["word_at", "zero_s"], ["word_row"], axis=1),
         helper.make_node("WordpieceTokenizer", ["words", "no_rows"], ["word_pieces", "splits", "begins", "limits"],
-                         domain=DOMAIN, vocab=json.dumps({t: i for i, t in enumerate(w.vocab)}, ensure_ascii=False),
-                         suffix_indicator="##", unknown_token=w.unk_token,
-                         max_input_chars_per_word=w.max_chars_per_word),
+                         domain=DOMAIN, vocab=json.dumps(vocab, ensure_ascii=False), suffix_indicator="##",
+                         unknown_token=w.unk_token, max_input_chars_per_word=w.max_chars_per_word),
         helper.make_node("StringToVector", ["word_pieces"], ["token_column"], domain=DOMAIN,
-                         map="\n".join(f"{t}\t{i}" for i, t in enumerate(w.vocab)), unk=str(w.unk_id)),
+                         map="\n".join(f"{t}\t{i}" for t, i in vocab.items()), unk=str(w.unk_id)),
         helper.make_node("Reshape", ["token_column", "flat"], ["pieces_ids"]),
         # A word the vocabulary cannot spell is one [UNK], as tokenizers' WordPiece has it; the operator keeps
         # the pieces it found before the failing one. `splits` holds where each word's tokens begin.
         helper.make_node("Shape", ["pieces_ids"], ["t"]),
         helper.make_node("Sub", ["pieces_ids", "pieces_ids"], ["no_tokens"]),
         helper.make_node("Slice", ["splits", "one", "minus_one"], ["inner_starts"]),
-        helper.make_node("Expand", ["ones_p", "inner_starts_shape"], ["one_per_start"]),
-        helper.make_node("Shape", ["inner_starts"], ["inner_starts_shape"]),
-        helper.make_node("ScatterElements", ["no_tokens", "inner_starts", "one_per_start"], ["marks"],
+        helper.make_node("Sub", ["inner_starts", "minus_one"], ["ones_per_start"]),
+        helper.make_node("Sub", ["ones_per_start", "inner_starts"], ["one_per_start"]),
+        helper.make_node("ScatterElements", ["no_tokens", "inner_starts", "one_per_start"], ["word_marks"],
                          reduction="add"),
-        helper.make_node("CumSum", ["marks", "zero_s"], ["word"]),
+        helper.make_node("CumSum", ["word_marks", "zero_s"], ["word"]),
         helper.make_node("Squeeze", ["t", "axis0"], ["t_s"]),
         helper.make_node("Range", ["zero_s", "t_s", "one_s"], ["position"]),
-        helper.make_node("Greater", ["marks", "zero"], ["marked_start"]),
+        helper.make_node("Greater", ["word_marks", "zero"], ["starts_word"]),
         helper.make_node("Equal", ["position", "zero_s"], ["at_first"]),
-        helper.make_node("Or", ["marked_start", "at_first"], ["opens"]),
+        helper.make_node("Or", ["starts_word", "at_first"], ["opens"]),
         helper.make_node("Equal", ["pieces_ids", "unk_id"], ["is_unk"]),
         helper.make_node("Cast", ["is_unk"], ["is_unk_n"], to=TensorProto.INT64),
         helper.make_node("ScatterElements", ["no_tokens", "word", "is_unk_n"], ["unk_per_word"], reduction="add"),
@@ -273,74 +280,20 @@ def _batch_tokens(w: WordPiece) -> list[onnx.NodeProto]:
         helper.make_node("Where", ["unk_in_word", "unk_id", "pieces_ids"], ["spelled"]),
         helper.make_node("Not", ["unk_in_word"], ["whole"]),
         helper.make_node("Or", ["whole", "opens"], ["keep"]),
-        helper.make_node("Compress", ["spelled", "keep"], ["token_ids"], axis=0),
-        helper.make_node("Compress", ["word", "keep"], ["token_word"], axis=0),
-        helper.make_node("Gather", ["word_piece", "token_word"], ["token_piece"]),
-        # Units: a special piece is one, any other piece its tokens; each unit's place in the batch, then its row.
-        helper.make_node("Sub", ["special_id", "special_id"], ["per_piece"]),
-        helper.make_node("Shape", ["token_piece"], ["k_1"]),
-        helper.make_node("Expand", ["ones_p", "k_1"], ["token_ones"]),
-        helper.make_node("ScatterElements", ["per_piece", "token_piece", "token_ones"], ["piece_tokens"],
+        helper.make_node("Compress", ["spelled", "keep"], ["kept_ids"], axis=0),
+        helper.make_node("Concat", ["kept_ids", "pad"], ["ids_or_pad"], axis=0),  # index k' is the pad
+        # Each row's kept tokens: how many, and where they begin.
+        helper.make_node("Compress", ["word", "keep"], ["kept_word"], axis=0),
+        helper.make_node("Gather", ["word_row", "kept_word"], ["kept_row"]),
+        helper.make_node("ConstantOfShape", ["n_rows"], ["no_rows_tokens"],
+                         value=helper.make_tensor("z", TensorProto.INT64, [1], [0])),
+        helper.make_node("Shape", ["kept_row"], ["k_kept"]),
+        helper.make_node("Expand", ["one_s", "k_kept"], ["kept_ones"]),
+        helper.make_node("ScatterElements", ["no_rows_tokens", "kept_row", "kept_ones"], ["row_tokens"],
                          reduction="add"),
-        helper.make_node("Where", ["is_special", "ones_p", "piece_tokens"], ["piece_units"]),
-        helper.make_node("CumSum", ["piece_units", "zero_s"], ["units_through"]),
-        helper.make_node("Sub", ["units_through", "piece_units"], ["units_before"]),
-        helper.make_node("CumSum", ["piece_tokens", "zero_s"], ["tokens_through"]),
-        helper.make_node("Sub", ["tokens_through", "piece_tokens"], ["tokens_before"]),
-        helper.make_node("Sub", ["units_before", "tokens_before"], ["shift"]),
-        helper.make_node("Squeeze", ["k_1", "axis0"], ["k_s"]),
-        helper.make_node("Range", ["zero_s", "k_s", "one_s"], ["token_index"]),
-        helper.make_node("Gather", ["shift", "token_piece"], ["token_shift"]),
-        helper.make_node("Add", ["token_index", "token_shift"], ["token_unit"]),
-        helper.make_node("Compress", ["units_before", "is_special"], ["special_unit"], axis=0),
-        helper.make_node("Compress", ["special_id", "is_special"], ["special_ids"], axis=0),
-        helper.make_node("Shape", ["special_id"], ["p_n"]),
-        helper.make_node("Squeeze", ["p_n", "axis0"], ["p_s"]),
-        helper.make_node("Range", ["zero_s", "p_s", "one_s"], ["piece_index"]),
-        helper.make_node("Compress", ["piece_index", "is_special"], ["special_piece"], axis=0),
-        helper.make_node("Concat", ["token_unit", "special_unit"], ["unit_index"], axis=0),
-        helper.make_node("Concat", ["token_piece", "special_piece"], ["unit_piece"], axis=0),
-        helper.make_node("Concat", ["token_ids", "special_ids"], ["unit_ids"], axis=0),
-        # Each piece's row: piece_splits holds where each row's pieces begin.
-        helper.make_node("Add", ["p_n", "one"], ["p_plus_1"]),
-        helper.make_node("Expand", ["zero", "p_plus_1"], ["row_marks_0"]),
-        helper.make_node("Slice", ["piece_splits", "one", "minus_one"], ["inner_rows"]),
-        helper.make_node("Shape", ["inner_rows"], ["inner_rows_shape"]),
-        helper.make_node("Expand", ["ones_p", "inner_rows_shape"], ["one_per_row"]),
-        helper.make_node("ScatterElements", ["row_marks_0", "inner_rows", "one_per_row"], ["row_marks"],
-                         reduction="add"),
-        helper.make_node("CumSum", ["row_marks", "zero_s"], ["piece_row_1"]),
-        helper.make_node("Slice", ["piece_row_1", "zero", "p_n"], ["piece_row"]),
-        helper.make_node("Concat", ["zero", "units_through"], ["units_at"], axis=0),
-        helper.make_node("Gather", ["units_at", "piece_splits"], ["row_bounds"]),
-        helper.make_node("Slice", ["row_bounds", "one", "big"], ["row_ends"]),
-        helper.make_node("Slice", ["row_bounds", "zero", "minus_one"], ["row_starts"]),
-        helper.make_node("Sub", ["row_ends", "row_starts"], ["row_units"]),
-        helper.make_node("Gather", ["piece_row", "unit_piece"], ["unit_rows"]),
-        helper.make_node("Gather", ["row_starts", "unit_rows"], ["unit_row_start"]),
-        helper.make_node("Sub", ["unit_index", "unit_row_start"], ["unit_places"]),
-    ]
-    return nodes
-
-
-def tokenizer_graph(wordpiece: WordPiece, max_length: int, buckets: tuple[int, ...], pad_id: int,
-                    with_token_types: bool) -> onnx.ModelProto:
-    """TEXT [N, 1] -> input_ids, attention_mask (token_type_ids), tokens [N, 1] INT32, truncated [N, 1] BOOL.
-
-    Each row is [CLS] its units [SEP], cut at the max length as tokenizers cuts (the first max_length - 2 units,
-    then [SEP]), padded to the bucket of the batch's longest row as the Python tokenizer step pads.
-    """
-    outputs = [INPUT_IDS, ATTENTION_MASK] + ([TOKEN_TYPE_IDS] if with_token_types else [])
-    nodes = [
-        _const("flat", [-1]), _const("zero", [0]), _const("zero_s", 0), _const("one_s", 1), _const("one", [1]),
-        _const("minus_one", [-1]), _const("big", [np.iinfo(np.int64).max]), _const("axis0", [0]),
-        _const("axis_s", 0), _const("none", -1), _const("unk_id", wordpiece.unk_id),
-        _const("no_rows", np.zeros(0, dtype=np.int64)), _const("buckets", list(buckets)),
-        _const("max_len", max_length), _const("max_len_1", [max_length]), _const("room", max_length - 2),
-        _const("cls", wordpiece.cls_id), _const("sep", wordpiece.sep_id), _const("two", 2),
-        helper.make_node("Reshape", [TEXT, "flat"], ["texts"]),
-        *_batch_tokens(wordpiece),
-        helper.make_node("Add", ["row_units", "two"], ["length"]),
+        helper.make_node("CumSum", ["row_tokens", "zero_s"], ["row_ends"]),
+        helper.make_node("Sub", ["row_ends", "row_tokens"], ["row_starts"]),
+        helper.make_node("Add", ["row_tokens", "two"], ["length"]),
         helper.make_node("Min", ["length", "max_len"], ["count"]),
         helper.make_node("Greater", ["length", "max_len"], ["over"]),
         helper.make_node("ReduceMax", ["count"], ["longest"], keepdims=1),
@@ -348,32 +301,24 @@ def tokenizer_graph(wordpiece: WordPiece, max_length: int, buckets: tuple[int, .
         helper.make_node("Where", ["fits", "buckets", "max_len"], ["candidates"]),
         helper.make_node("ReduceMin", ["candidates"], ["bucket"], keepdims=1),
         helper.make_node("Min", ["bucket", "max_len_1"], ["width"]),
-        helper.make_node("Shape", ["texts"], ["n_rows"]),
-        helper.make_node("Concat", ["n_rows", "width"], ["dense_shape"], axis=0),
-        helper.make_node("ConstantOfShape", ["dense_shape"], ["pads"],
-                         value=helper.make_tensor("pad", TensorProto.INT64, [1], [pad_id])),
-        # Units past the room are cut; [CLS] opens each row, [SEP] closes it at its count.
-        helper.make_node("Less", ["unit_places", "room"], ["fits_row"]),
-        helper.make_node("Compress", ["unit_rows", "fits_row"], ["kept_rows"], axis=0),
-        helper.make_node("Compress", ["unit_places", "fits_row"], ["kept_places"], axis=0),
-        helper.make_node("Compress", ["unit_ids", "fits_row"], ["kept_ids"], axis=0),
-        helper.make_node("Add", ["kept_places", "one_s"], ["kept_columns"]),
-        helper.make_node("Squeeze", ["n_rows", "axis0"], ["n_s"]),
-        helper.make_node("Range", ["zero_s", "n_s", "one_s"], ["rows"]),
-        helper.make_node("Sub", ["rows", "rows"], ["first_columns"]),
-        helper.make_node("Sub", ["count", "one_s"], ["last_columns"]),
-        helper.make_node("Expand", ["cls", "n_rows"], ["cls_ids"]),
-        helper.make_node("Expand", ["sep", "n_rows"], ["sep_ids"]),
-        helper.make_node("Concat", ["kept_rows", "rows", "rows"], ["at_rows"], axis=0),
-        helper.make_node("Concat", ["kept_columns", "first_columns", "last_columns"], ["at_columns"], axis=0),
-        helper.make_node("Concat", ["kept_ids", "cls_ids", "sep_ids"], ["at_ids"], axis=0),
-        helper.make_node("Unsqueeze", ["at_rows", "minus_one"], ["at_rows_1"]),
-        helper.make_node("Unsqueeze", ["at_columns", "minus_one"], ["at_columns_1"]),
-        helper.make_node("Concat", ["at_rows_1", "at_columns_1"], ["at"], axis=1),
-        helper.make_node("ScatterND", ["pads", "at", "at_ids"], [INPUT_IDS]),
-        helper.make_node("Range", ["zero_s", "width_s", "one_s"], ["columns"]),
         helper.make_node("Squeeze", ["width", "axis0"], ["width_s"]),
+        helper.make_node("Range", ["zero_s", "width_s", "one_s"], ["columns"]),
+        # Column c of row r: [CLS] at 0, token row_start + c - 1 up to count - 2, [SEP] at count - 1, then pads.
         helper.make_node("Unsqueeze", ["count", "minus_one"], ["counts"]),
+        helper.make_node("Unsqueeze", ["row_starts", "minus_one"], ["row_starts_1"]),
+        helper.make_node("Sub", ["row_starts_1", "one_s"], ["before_row"]),
+        helper.make_node("Add", ["before_row", "columns"], ["source"]),  # [N, 1] + [width]
+        helper.make_node("Sub", ["counts", "one_s"], ["last"]),
+        helper.make_node("Less", ["columns", "last"], ["before_last"]),
+        helper.make_node("Greater", ["columns", "zero_s"], ["after_first"]),
+        helper.make_node("And", ["before_last", "after_first"], ["body"]),
+        helper.make_node("Squeeze", ["k_kept", "axis0"], ["pad_at"]),
+        helper.make_node("Where", ["body", "source", "pad_at"], ["taken"]),
+        helper.make_node("Gather", ["ids_or_pad", "taken"], ["body_ids"]),
+        helper.make_node("Equal", ["columns", "last"], ["at_last"]),
+        helper.make_node("Where", ["at_last", "sep", "body_ids"], ["closed"]),
+        helper.make_node("Equal", ["columns", "zero_s"], ["at_start"]),
+        helper.make_node("Where", ["at_start", "cls", "closed"], [INPUT_IDS]),
         helper.make_node("Less", ["columns", "counts"], ["inside"]),  # [width] < [N, 1]
         helper.make_node("Cast", ["inside"], [ATTENTION_MASK], to=TensorProto.INT64),
         helper.make_node("Cast", ["counts"], [TOKEN_COUNT], to=TensorProto.INT32),
