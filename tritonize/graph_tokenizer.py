@@ -59,6 +59,8 @@ ADVERSARIAL_TEXTS: tuple[str, ...] = (
     "",
     "[CLS] written [SEP] in the [MASK] text [PAD] [UNK]",
     "[cls] lower [sep] and [Mask]",
+    "glued[CLS]special[SEP]tokens[SEP]",
+    "the graph's own marks \x01 \x02 0 \x03, wo\x02rds and \x020 private\ue000use\U000f0000 here\x01",
     "punctuation!!! ...?? (brackets) {braces} <tags> \"quotes\" 'apostrophes' — dashes – ‐",
     "numbers 3.14159 1,000,000 2024-01-01 +44(0)20 7946 0958",
     "url https://example.com/a?b=c&d=e#f and mail someone@example.org",
