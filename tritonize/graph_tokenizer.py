@@ -38,7 +38,7 @@ TOKEN_TYPE_IDS = "token_type_ids"
 TEXT = TEXT_INPUT
 CORPUS = DATA_DIR / "corpus_mixed.txt"
 MARK, SPECIAL, DROP = "\x01", "\x02", "\x03"  # the graph's own: row ends, special tokens' placeholders, dropped
-OURS = MARK + SPECIAL  # control characters, so the normalizer drops them: none of the text's may stay
+ROW_END = MARK * 2  # a run of its own at a text's end, so the map (which drops a MARK the text wrote) keeps it
 LONG_RANGE = 256  # dropped ranges this long go to one small regular expression, the rest to a map
 SUPPORTED = "BERT WordPiece tokenizers (BertNormalizer, BertPreTokenizer, WordPiece, [CLS] text [SEP])"
 
@@ -133,7 +133,7 @@ class WordPiece:
         served = Tokenizer.from_file(str(tokenizer_file))
         removed, mapped = _normalization(served.normalizer, served.pre_tokenizer)
         odd = [t["content"] for t in added if any(a <= ord(c) <= b for c in t["content"] for a, b in removed)]
-        if odd:  # the graph turns such characters into its own before matching added tokens
+        if odd:  # the graph marks row ends and special tokens with such characters (MARK, SPECIAL)
             raise Refused(f"the graph tokenizer matches added tokens without characters the normalizer drops; "
                           f"{odd[0]!r} has one")
         return cls(tuple(t for t, _ in by_id), vocab[cls_token], vocab[sep_token], model.get("unk_token", "[UNK]"),
@@ -207,9 +207,8 @@ def tokenizer_graph(wordpiece: WordPiece, max_length: int, buckets: tuple[int, .
     long_ranges = [(a, b) for a, b in w.removed if b - a >= LONG_RANGE]
     changed = {line.split("\t", 1)[0] for line in w.mapped.split("\n") if line}
     dropped = {chr(c) for a, b in w.removed for c in range(a, b + 1)
-               if b - a < LONG_RANGE and chr(c) not in OURS and not 0xD800 <= c < 0xE000}
-    plain = "".join(_re2_range(c) for c in range(1, 0x80) if chr(c) not in changed and chr(c) not in dropped
-                    and chr(c) not in OURS)
+               if b - a < LONG_RANGE and not 0xD800 <= c < 0xE000}
+    plain = "".join(_re2_range(c) for c in range(1, 0x80) if chr(c) not in changed and chr(c) not in dropped)
     specials = "".join(f"{re.escape(t)}|" for t, _ in sorted(w.specials, key=lambda s: -len(s[0])))
     # Last, so that a special token written as one character the normalizer changes is the special token.
     normal_map = "\n".join([w.mapped, *(f"{c}\t{DROP}" for c in sorted(dropped) if c != DROP),
@@ -221,33 +220,33 @@ def tokenizer_graph(wordpiece: WordPiece, max_length: int, buckets: tuple[int, .
         _const("minus_one", [-1]), _const("axis0", [0]), _const("axis_s", 0), _const("unk_id", w.unk_id),
         _const("no_rows", np.zeros(0, dtype=np.int64)), _const("buckets", list(buckets)),
         _const("max_len", max_length), _const("max_len_1", [max_length]), _const("two", 2),
-        _const("cls", w.cls_id), _const("sep", w.sep_id), _const("pad", [pad_id]),
-        _text("nothing", ""), _text("joiner", "", ()), _text("mark", MARK, ()), _text("drop", DROP, ()),
+        _const("cls", w.cls_id), _const("sep", w.sep_id), _const("pad", [pad_id]), _const("two_1", [2]),
+        _text("nothing", ""), _text("joiner", "", ()), _text("mark", MARK, ()),
         _text("blanks", " \t\n", ()),
-        _text("ours", "[" + "".join(_re2_range(a, b) for a, b in [*((ord(c), ord(c)) for c in OURS), *long_ranges])
+        _text("dropped_here", "[" + "".join(_re2_range(a, b) for a, b in [(ord(DROP), ord(DROP)), *long_ranges])
               + "]"),
-        _text("drop_pattern", _re2_range(ord(DROP))),
-        _text("runs_pattern", f"({specials}[^{plain}])"), _text("any_bytes", "\\C*"),
+        _text("row_end", ROW_END, ()), _text("any_bytes", "\\C*"),
+        _text("runs_pattern", f"({_re2_range(ord(MARK)) * 2}\\z|{specials}[^{plain}])"),
         helper.make_node("Constant", [], ["keep_empty"], value=helper.make_tensor("k", TensorProto.BOOL, [], [False])),
         helper.make_node("Constant", [], ["skip_empty"], value=helper.make_tensor("s", TensorProto.BOOL, [], [True])),
         helper.make_node("Reshape", [TEXT, "flat"], ["texts"]),
-        # The text's own MARK and SPECIAL characters, and the long dropped ranges, become DROP (all dropped by the
-        # normalizer, and in no special token: `WordPiece.read`), so MARK and SPECIAL are only the graph's own.
-        helper.make_node("StringRegexReplace", ["texts", "ours", "drop"], ["texts_clean"], domain=DOMAIN),
         helper.make_node("Shape", ["texts"], ["n_rows"]),
-        helper.make_node("Expand", ["mark", "n_rows"], ["marks"]),
-        helper.make_node("StringConcat", ["texts_clean", "marks"], ["texts_marked"], domain=DOMAIN),
-        # Runs: a special token (leftmost first, longest first, as tokenizers matches them in the raw text), or
-        # one character that is not plain ASCII, or (between those) a run of plain ASCII, which no map changes.
+        helper.make_node("Expand", ["row_end", "n_rows"], ["row_ends_text"]),
+        helper.make_node("StringConcat", ["texts", "row_ends_text"], ["texts_marked"], domain=DOMAIN),
+        # Runs: the ROW_END the graph wrote (at the very end: a MARK the text wrote is a character the map drops),
+        # a special token (leftmost first, longest first, as tokenizers matches them in the raw text), one
+        # character that is not plain ASCII, or (between those) a run of plain ASCII, which no map changes.
         helper.make_node("StringRegexSplitWithOffsets", ["texts_marked", "runs_pattern", "any_bytes"],
                          ["runs", "r_starts", "r_ends", "r_splits"], domain=DOMAIN),
         helper.make_node("StringMapping", ["runs"], ["normal_runs"], domain=DOMAIN, map=normal_map),
         helper.make_node("StringJoin", ["normal_runs", "joiner", "axis_s"], ["batch_text"], domain=DOMAIN),
-        helper.make_node("StringRegexReplace", ["batch_text", "drop_pattern", "nothing"], ["batch_clean"],
+        helper.make_node("StringRegexReplace", ["batch_text", "dropped_here", "nothing"], ["batch_clean"],
                          domain=DOMAIN),
+        # ROW_END is two MARKs: each row, then an empty string, then the next row.
         helper.make_node("StringSplit", ["batch_clean", "mark", "keep_empty"], ["row_at", "rows_and_after", "r_shape"],
                          domain=DOMAIN),
-        helper.make_node("Slice", ["rows_and_after", "zero", "n_rows"], ["rows_text"]),
+        helper.make_node("Mul", ["n_rows", "two"], ["n_rows_2"]),
+        helper.make_node("Slice", ["rows_and_after", "zero", "n_rows_2", "zero", "two_1"], ["rows_text"]),
         # Every word now stands between blanks (punctuation and ideographs spaced, other whitespace made a space
         # by the map; the normalizer drops the other controls).
         helper.make_node("StringSplit", ["rows_text", "blanks", "skip_empty"], ["word_at", "words", "w_shape"],
