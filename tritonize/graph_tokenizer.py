@@ -77,8 +77,8 @@ class WordPiece:
     """What the graph needs of a BERT WordPiece tokenizer.json, the normalizer included.
 
     The operator's own normalizer parts from tokenizers' (it lowercases and strips accents in Latin letters only,
-    and keeps format characters), so the graph normalizes each text first, character by character, with what
-    tokenizers' BertNormalizer makes of each character (asked of the tokenizer itself): `removed`, the
+    and keeps format characters), so the graph normalizes each text first with what tokenizers' BertNormalizer
+    makes of each character (asked of the tokenizer itself): `removed`, the
     characters it drops (controls, format and private-use characters, combining marks); `mapped`, the characters
     it changes (lowercase, accents, whitespace; ideographs and punctuation it spaces).
     Special tokens written in a text are matched before, on the raw text, as tokenizers matches them.
