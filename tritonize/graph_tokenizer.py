@@ -1,8 +1,9 @@
 """The tokenizer inside the ONNX graph (`generate --tokenizer graph`): raw strings in, the model's answer out.
 
-onnxruntime-extensions' `BertTokenizer` operator tokenizes a WordPiece vocabulary; its kernel reads two strings
-as a text pair, so the graph tokenizes each row on its own (a Loop over the batch), cuts it at the max length as
-tokenizers does (the first max_length - 1 tokens, then [SEP]), pads it, and pads the batch to the bucket of its
+onnxruntime-extensions' string operators and `WordpieceTokenizer` tokenize the whole batch in one pass (no Loop:
+a per-row Loop cost ~400 µs of CPU a row), each row on its own (a batch never becomes a text pair, as the
+`BertTokenizer` operator would read two strings); ordinary ONNX operators then cut each row at the max length as
+tokenizers does (the first max_length - 1 tokens, then [SEP]), pad it, and pad the batch to the bucket of its
 longest row as the Python tokenizer step does. `onnx.compose` puts the model's graph after it, so Triton's native
 onnxruntime backend serves raw strings in one step.
 
@@ -15,6 +16,7 @@ in one line and the repository keeps the Python tokenizer step.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sysconfig
@@ -35,6 +37,9 @@ DOMAIN = "ai.onnx.contrib"  # onnxruntime-extensions' operators
 TOKEN_TYPE_IDS = "token_type_ids"
 TEXT = TEXT_INPUT
 CORPUS = DATA_DIR / "corpus_mixed.txt"
+MARK, SPECIAL, DROP = "\x01", "\x02", "\x03"  # the graph's own: row ends, special tokens' placeholders, dropped
+ROW_END = MARK * 2  # a run of its own at a text's end, so the map (which drops a MARK the text wrote) keeps it
+LONG_RANGE = 256  # dropped ranges this long go to one small regular expression, the rest to a map
 SUPPORTED = "BERT WordPiece tokenizers (BertNormalizer, BertPreTokenizer, WordPiece, [CLS] text [SEP])"
 
 # Texts where the operator and Hugging Face's tokenizer are known to part (onnxruntime-extensions issues 623,
@@ -54,6 +59,8 @@ ADVERSARIAL_TEXTS: tuple[str, ...] = (
     "",
     "[CLS] written [SEP] in the [MASK] text [PAD] [UNK]",
     "[cls] lower [sep] and [Mask]",
+    "glued[CLS]special[SEP]tokens[SEP]",
+    "the graph's own marks \x01 \x02 0 \x03, wo\x02rds and \x020 private\ue000use\U000f0000 here\x01",
     "punctuation!!! ...?? (brackets) {braces} <tags> \"quotes\" 'apostrophes' — dashes – ‐",
     "numbers 3.14159 1,000,000 2024-01-01 +44(0)20 7946 0958",
     "url https://example.com/a?b=c&d=e#f and mail someone@example.org",
@@ -70,9 +77,9 @@ class WordPiece:
     """What the graph needs of a BERT WordPiece tokenizer.json, the normalizer included.
 
     The operator's own normalizer parts from tokenizers' (it lowercases and strips accents in Latin letters only,
-    and keeps format characters), so the graph normalizes each text first, character by character, with what
-    tokenizers' BertNormalizer makes of each character (asked of the tokenizer itself): `removed`, the
-    characters it drops (controls, format and unassigned characters, combining marks); `mapped`, the characters
+    and keeps format characters), so the graph normalizes each text first with what tokenizers' BertNormalizer
+    makes of each character (asked of the tokenizer itself): `removed`, the
+    characters it drops (controls, format and private-use characters, combining marks); `mapped`, the characters
     it changes (lowercase, accents, whitespace; ideographs and punctuation it spaces).
     Special tokens written in a text are matched before, on the raw text, as tokenizers matches them.
     """
@@ -83,7 +90,7 @@ class WordPiece:
     unk_token: str
     max_chars_per_word: int  # a longer word is one [UNK]
     specials: tuple[tuple[str, int], ...]  # added tokens, matched in the raw text
-    removed: str  # an RE2 class of the characters the normalizer drops
+    removed: tuple[tuple[int, int], ...]  # the code points the normalizer drops, as (first, last) ranges
     mapped: str  # "char\tnormalized" lines, StringMapping's map
 
     @property
@@ -125,16 +132,20 @@ class WordPiece:
                           "normalized, stripped or as a single word")
         served = Tokenizer.from_file(str(tokenizer_file))
         removed, mapped = _normalization(served.normalizer, served.pre_tokenizer)
+        odd = [t["content"] for t in added if any(a <= ord(c) <= b for c in t["content"] for a, b in removed)]
+        if odd:  # the graph marks row ends and special tokens with such characters (MARK, SPECIAL)
+            raise Refused(f"the graph tokenizer matches added tokens without characters the normalizer drops; "
+                          f"{odd[0]!r} has one")
         return cls(tuple(t for t, _ in by_id), vocab[cls_token], vocab[sep_token], model.get("unk_token", "[UNK]"),
                    int(model.get("max_input_chars_per_word", 100)),
                    tuple((t["content"], t["id"]) for t in added), removed, mapped)
 
 
-def _normalization(normalizer, pre_tokenizer) -> tuple[str, str]:
-    """What the normalizer does to each character: an RE2 class of those it drops, and a map of those it changes
+def _normalization(normalizer, pre_tokenizer) -> tuple[tuple[tuple[int, int], ...], str]:
+    """What the normalizer does to each character: the ranges of those it drops, and a map of those it changes
     (lowercase, accents, whitespace; ideographs it spaces). Punctuation, which the pre-tokenizer splits off, is
     spaced too, so that every word stands between spaces: the operator knows fewer punctuation marks (U+FF01,
-    the fullwidth '!'), and the graph finds words by the gaps between tokens (`_piece_graph`)."""
+    the fullwidth '!'), and the graph finds words by the gaps between tokens (`_batch_tokens`)."""
     codes = [c for c in range(0x110000) if not 0xD800 <= c < 0xE000]
     punctuation = {chr(c) for c in codes if len(pre_tokenizer.pre_tokenize_str(f"a{chr(c)}a")) == 3}
     dropped: list[int] = []
@@ -151,9 +162,13 @@ def _normalization(normalizer, pre_tokenizer) -> tuple[str, str]:
     for k, code in enumerate(dropped):
         first = code if first is None else first
         if k + 1 == len(dropped) or dropped[k + 1] != code + 1:
-            ranges.append(f"\\x{{{first:x}}}" + (f"-\\x{{{code:x}}}" if code != first else ""))
+            ranges.append((first, code))
             first = None
-    return f"[{''.join(ranges)}]", "\n".join(lines)
+    return tuple(ranges), "\n".join(lines)
+
+
+def _re2_range(first: int, last: int | None = None) -> str:
+    return f"\\x{{{first:x}}}" + (f"-\\x{{{last:x}}}" if last is not None and last != first else "")
 
 
 def _const(name: str, values, dtype=np.int64) -> onnx.NodeProto:
@@ -165,45 +180,107 @@ def _text(name: str, value: str, shape: tuple[int, ...] = (1,)) -> onnx.NodeProt
                             value=helper.make_tensor(name, TensorProto.STRING, list(shape), [value.encode("utf-8")]))
 
 
-def _piece_graph(w: WordPiece) -> onnx.GraphProto:
-    """One piece of a text: a special token's id, or the piece normalized and tokenized without [CLS]/[SEP]."""
-    special = helper.make_graph([helper.make_node("Reshape", ["special_id", "flat"], ["special_ids"])], "special", [],
-                                [helper.make_tensor_value_info("special_ids", TensorProto.INT64, [None])])
-    words = helper.make_graph([
-        _text("removed", w.removed), _text("nothing", ""), _text("any_char", "(?s)(.)"), _text("joiner", "", ()),
-        _const("first", [1]), _const("before_last", [-1]), _const("flat1", [1]), _const("minus_one", [-1]),
-        _const("unk_id", w.unk_id), _text("spaces", "(\\s+)"), _const("no_rows", np.zeros(0, dtype=np.int64)),
-        helper.make_node("StringRegexReplace", ["piece", "removed", "nothing"], ["clean"], domain=DOMAIN),
-        helper.make_node("StringRegexSplitWithOffsets", ["clean", "any_char", "any_char"],
-                         ["chars", "char_starts", "char_ends", "char_counts"], domain=DOMAIN),
-        helper.make_node("StringMapping", ["chars"], ["normal"], domain=DOMAIN, map=w.mapped),
-        helper.make_node("StringJoin", ["normal", "joiner", "axis_s"], ["joined"], domain=DOMAIN),
-        helper.make_node("Reshape", ["joined", "flat1"], ["one_text"]),
-        # Every word now stands between whitespace (punctuation and ideographs spaced by the map).
-        helper.make_node("StringRegexSplitWithOffsets", ["one_text", "spaces", "nothing"],
-                         ["words", "word_starts", "word_ends", "word_counts"], domain=DOMAIN),
-        helper.make_node("WordpieceTokenizer", ["words", "no_rows"], ["tokens", "splits", "begins", "limits"],
-                         domain=DOMAIN, vocab=json.dumps({t: i for i, t in enumerate(w.vocab)}, ensure_ascii=False),
-                         suffix_indicator="##", unknown_token=w.unk_token,
-                         max_input_chars_per_word=w.max_chars_per_word),
-        helper.make_node("StringToVector", ["tokens"], ["token_column"], domain=DOMAIN,
-                         map="\n".join(f"{t}\t{i}" for i, t in enumerate(w.vocab)), unk=str(w.unk_id)),
+def _vocab(w: WordPiece) -> dict[str, int]:
+    """The vocabulary the operators read: the model's, and each special token's placeholder word."""
+    return {**{t: i for i, t in enumerate(w.vocab)}, **{_placeholder(k): i for k, (_, i) in enumerate(w.specials)}}
+
+
+def _placeholder(k: int) -> str:
+    return f"{SPECIAL}{k}"
+
+
+def tokenizer_graph(wordpiece: WordPiece, max_length: int, buckets: tuple[int, ...], pad_id: int,
+                    with_token_types: bool) -> onnx.ModelProto:
+    """TEXT [N, 1] -> input_ids, attention_mask (token_type_ids), tokens [N, 1] INT32, truncated [N, 1] BOOL.
+
+    The whole batch in one pass, each row on its own, without a Loop and with no large regular expression (the
+    extensions compile a pattern on every call: the class of all dropped characters cost ~200 µs a call). Each
+    text, ended by MARK, is cut into runs: a special token (matched in the raw text, as tokenizers matches it),
+    one character that is not plain ASCII, or a run of plain ASCII between them. One map (parsed once) makes a
+    special token a placeholder word (SPECIAL and its number, in the operators' vocabulary), a character the
+    normalizer changes what it becomes, one it drops DROP. The batch is joined into one string, DROP removed,
+    cut apart at MARK into rows again, each row split into words at blanks and word-pieced. Each row is then
+    [CLS] its tokens [SEP], cut at the max length as tokenizers cuts (the first max_length - 2 tokens, then
+    [SEP]), padded to the bucket of the batch's longest row as the Python tokenizer step pads.
+    """
+    w = wordpiece
+    long_ranges = [(a, b) for a, b in w.removed if b - a >= LONG_RANGE]
+    changed = {line.split("\t", 1)[0] for line in w.mapped.split("\n") if line}
+    dropped = {chr(c) for a, b in w.removed for c in range(a, b + 1)
+               if b - a < LONG_RANGE and not 0xD800 <= c < 0xE000}
+    plain = "".join(_re2_range(c) for c in range(1, 0x80) if chr(c) not in changed and chr(c) not in dropped)
+    specials = "".join(f"{re.escape(t)}|" for t, _ in sorted(w.specials, key=lambda s: -len(s[0])))
+    # Last, so that a special token written as one character the normalizer changes is the special token.
+    normal_map = "\n".join([w.mapped, *(f"{c}\t{DROP}" for c in sorted(dropped) if c != DROP),
+                            *(f"{t}\t {_placeholder(k)} " for k, (t, _) in enumerate(w.specials))])
+    vocab = _vocab(w)
+    outputs = [INPUT_IDS, ATTENTION_MASK] + ([TOKEN_TYPE_IDS] if with_token_types else [])
+    nodes = [
+        _const("flat", [-1]), _const("zero", [0]), _const("zero_s", 0), _const("one_s", 1), _const("one", [1]),
+        _const("minus_one", [-1]), _const("axis0", [0]), _const("axis_s", 0), _const("unk_id", w.unk_id),
+        _const("no_rows", np.zeros(0, dtype=np.int64)), _const("buckets", list(buckets)),
+        _const("max_len", max_length), _const("max_len_1", [max_length]), _const("two", 2),
+        _const("cls", w.cls_id), _const("sep", w.sep_id), _const("pad", [pad_id]), _const("two_1", [2]),
+        _text("nothing", ""), _text("joiner", "", ()), _text("mark", MARK, ()),
+        _text("blanks", " \t\n", ()),
+        _text("dropped_here", "[" + "".join(_re2_range(a, b) for a, b in [(ord(DROP), ord(DROP)), *long_ranges])
+              + "]"),
+        _text("row_end", ROW_END, ()), _text("any_bytes", "\\C*"),
+        _text("runs_pattern", f"({_re2_range(ord(MARK)) * 2}\\z|{specials}[^{plain}])"),
+        helper.make_node("Constant", [], ["keep_empty"], value=helper.make_tensor("k", TensorProto.BOOL, [], [False])),
+        helper.make_node("Constant", [], ["skip_empty"], value=helper.make_tensor("s", TensorProto.BOOL, [], [True])),
+        helper.make_node("Reshape", [TEXT, "flat"], ["texts"]),
+        helper.make_node("Shape", ["texts"], ["n_rows"]),
+        helper.make_node("Expand", ["row_end", "n_rows"], ["row_ends_text"]),
+        helper.make_node("StringConcat", ["texts", "row_ends_text"], ["texts_marked"], domain=DOMAIN),
+        # Runs: the ROW_END the graph wrote (at the very end: a MARK the text wrote is a character the map drops),
+        # a special token (leftmost first, longest first, as tokenizers matches them in the raw text), one
+        # character that is not plain ASCII, or (between those) a run of plain ASCII, which no map changes.
+        helper.make_node("StringRegexSplitWithOffsets", ["texts_marked", "runs_pattern", "any_bytes"],
+                         ["runs", "r_starts", "r_ends", "r_splits"], domain=DOMAIN),
+        helper.make_node("StringMapping", ["runs"], ["normal_runs"], domain=DOMAIN, map=normal_map),
+        helper.make_node("StringJoin", ["normal_runs", "joiner", "axis_s"], ["batch_text"], domain=DOMAIN),
+        helper.make_node("StringRegexReplace", ["batch_text", "dropped_here", "nothing"], ["batch_clean"],
+                         domain=DOMAIN),
+        # ROW_END is two MARKs: each row, then an empty string, then the next row.
+        helper.make_node("StringSplit", ["batch_clean", "mark", "keep_empty"], ["row_at", "rows_and_after", "r_shape"],
+                         domain=DOMAIN),
+        helper.make_node("Mul", ["n_rows", "two"], ["n_rows_2"]),
+        helper.make_node("Slice", ["rows_and_after", "zero", "n_rows_2", "zero", "two_1"], ["rows_text"]),
+        # Every word now stands between blanks (punctuation and ideographs spaced, other whitespace made a space
+        # by the map; the normalizer drops the other controls).
+        helper.make_node("StringSplit", ["rows_text", "blanks", "skip_empty"], ["word_at", "words", "w_shape"],
+                         domain=DOMAIN),
+        helper.make_node("Gather", ["word_at", "zero_s"], ["word_row"], axis=1),
+        # A word the vocabulary holds whole is its own token (WordPiece tries the whole word first): one map
+        # lookup, so only the other words go to the operator, which costs several times more a word.
+        helper.make_node("StringToVector", ["words"], ["whole_column"], domain=DOMAIN,
+                         map="\n".join(f"{t}\t{i}" for t, i in vocab.items() if len(t) <= w.max_chars_per_word),
+                         unk="-1"),
+        helper.make_node("Reshape", ["whole_column", "flat"], ["whole_id"]),
+        helper.make_node("Less", ["whole_id", "zero_s"], ["pieced"]),
+        helper.make_node("Compress", ["words", "pieced"], ["pieced_words"], axis=0),
+        helper.make_node("WordpieceTokenizer", ["pieced_words", "no_rows"], ["word_pieces", "splits", "begins", "limits"],
+                         domain=DOMAIN, vocab=json.dumps(vocab, ensure_ascii=False), suffix_indicator="##",
+                         unknown_token=w.unk_token, max_input_chars_per_word=w.max_chars_per_word),
+        helper.make_node("StringToVector", ["word_pieces"], ["token_column"], domain=DOMAIN,
+                         map="\n".join(f"{t}\t{i}" for t, i in vocab.items()), unk=str(w.unk_id)),
         helper.make_node("Reshape", ["token_column", "flat"], ["pieces_ids"]),
         # A word the vocabulary cannot spell is one [UNK], as tokenizers' WordPiece has it; the operator keeps
         # the pieces it found before the failing one. `splits` holds where each word's tokens begin.
         helper.make_node("Shape", ["pieces_ids"], ["t"]),
         helper.make_node("Sub", ["pieces_ids", "pieces_ids"], ["no_tokens"]),
-        helper.make_node("Slice", ["splits", "first", "before_last"], ["inner_starts"]),
-        helper.make_node("Sub", ["inner_starts", "minus_one"], ["ones_per_start"]),
-        helper.make_node("Sub", ["ones_per_start", "inner_starts"], ["one_per_start"]),
-        helper.make_node("ScatterElements", ["no_tokens", "inner_starts", "one_per_start"], ["marks"],
+        helper.make_node("Slice", ["splits", "one", "minus_one"], ["inner_starts"]),
+        helper.make_node("Shape", ["inner_starts"], ["n_inner"]),
+        helper.make_node("Expand", ["one_s", "n_inner"], ["one_per_start"]),
+        helper.make_node("ScatterElements", ["no_tokens", "inner_starts", "one_per_start"], ["word_marks"],
                          reduction="add"),
-        helper.make_node("CumSum", ["marks", "zero_s"], ["word"]),
+        helper.make_node("CumSum", ["word_marks", "zero_s"], ["word"]),
         helper.make_node("Squeeze", ["t", "axis0"], ["t_s"]),
         helper.make_node("Range", ["zero_s", "t_s", "one_s"], ["position"]),
-        helper.make_node("Greater", ["marks", "zero"], ["marked"]),
+        helper.make_node("Greater", ["word_marks", "zero"], ["starts_word"]),
         helper.make_node("Equal", ["position", "zero_s"], ["at_first"]),
-        helper.make_node("Or", ["marked", "at_first"], ["opens"]),
+        helper.make_node("Or", ["starts_word", "at_first"], ["opens"]),
         helper.make_node("Equal", ["pieces_ids", "unk_id"], ["is_unk"]),
         helper.make_node("Cast", ["is_unk"], ["is_unk_n"], to=TensorProto.INT64),
         helper.make_node("ScatterElements", ["no_tokens", "word", "is_unk_n"], ["unk_per_word"], reduction="add"),
@@ -212,95 +289,78 @@ def _piece_graph(w: WordPiece) -> onnx.GraphProto:
         helper.make_node("Where", ["unk_in_word", "unk_id", "pieces_ids"], ["spelled"]),
         helper.make_node("Not", ["unk_in_word"], ["whole"]),
         helper.make_node("Or", ["whole", "opens"], ["keep"]),
-        helper.make_node("Compress", ["spelled", "keep"], ["word_ids"], axis=0),
-    ], "words", [], [helper.make_tensor_value_info("word_ids", TensorProto.INT64, [None])])
-    return helper.make_graph([
-        helper.make_node("Unsqueeze", ["j", "axis0"], ["j1"]),
-        helper.make_node("Gather", ["pieces", "j1"], ["piece"]),
-        helper.make_node("StringToVector", ["piece"], ["found"], domain=DOMAIN,
-                         map="\n".join(f"{t}\t{i}" for t, i in w.specials), unk="-1"),
-        helper.make_node("ReduceMax", ["found"], ["special_id"], keepdims=0),
-        helper.make_node("Greater", ["special_id", "none"], ["is_special"]),
-        helper.make_node("If", ["is_special"], ["piece_ids"], then_branch=special, else_branch=words),
-        helper.make_node("Concat", ["sofar", "piece_ids"], ["sofar_out"], axis=0),
-        helper.make_node("Identity", ["piece_cond"], ["piece_cond_out"]),
-    ], "piece",
-        [helper.make_tensor_value_info("j", TensorProto.INT64, []),
-         helper.make_tensor_value_info("piece_cond", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("sofar", TensorProto.INT64, [None])],
-        [helper.make_tensor_value_info("piece_cond_out", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("sofar_out", TensorProto.INT64, [None])])
-
-
-def tokenizer_graph(wordpiece: WordPiece, max_length: int, buckets: tuple[int, ...], pad_id: int,
-                    with_token_types: bool) -> onnx.ModelProto:
-    """TEXT [N, 1] -> input_ids, attention_mask (token_type_ids), tokens [N, 1] INT32, truncated [N, 1] BOOL."""
-    import re
-
-    specials = "|".join(re.escape(t) for t, _ in sorted(wordpiece.specials, key=lambda s: -len(s[0])))
-    row_nodes = [
-        helper.make_node("Unsqueeze", ["i", "axis0"], ["i1"]),
-        helper.make_node("Gather", ["texts", "i1"], ["text"]),  # one string: never read as a pair
-        helper.make_node("StringRegexSplitWithOffsets", ["text", "specials", "specials"],
-                         ["pieces", "p_starts", "p_ends", "p_counts"], domain=DOMAIN),
-        helper.make_node("Shape", ["pieces"], ["p1"]),
-        helper.make_node("Squeeze", ["p1", "axis0"], ["p"]),
-        helper.make_node("Loop", ["p", "go", "no_ids"], ["body_ids"], body=_piece_graph(wordpiece)),
-        helper.make_node("Concat", ["cls", "body_ids", "sep1"], ["ids"], axis=0),
-        helper.make_node("Shape", ["ids"], ["length"]),
+        helper.make_node("Compress", ["spelled", "keep"], ["kept_ids"], axis=0),
+        helper.make_node("Compress", ["word", "keep"], ["kept_word"], axis=0),
+        # Back in the order of all words: a word held whole is one token, any other its kept pieces.
+        helper.make_node("Shape", ["whole_id"], ["n_words"]),
+        helper.make_node("Squeeze", ["n_words", "axis0"], ["n_words_s"]),
+        helper.make_node("Range", ["zero_s", "n_words_s", "one_s"], ["word_index"]),
+        helper.make_node("Compress", ["word_index", "pieced"], ["pieced_index"], axis=0),
+        helper.make_node("Gather", ["pieced_index", "kept_word"], ["piece_word"]),
+        helper.make_node("Not", ["pieced"], ["held"]),
+        helper.make_node("Cast", ["held"], ["held_n"], to=TensorProto.INT64),
+        helper.make_node("Shape", ["piece_word"], ["k_pieces"]),
+        helper.make_node("Expand", ["one_s", "k_pieces"], ["piece_ones"]),
+        helper.make_node("ScatterElements", ["held_n", "piece_word", "piece_ones"], ["word_tokens"],
+                         reduction="add"),
+        helper.make_node("CumSum", ["word_tokens", "zero_s"], ["tokens_through"]),
+        helper.make_node("Sub", ["tokens_through", "word_tokens"], ["tokens_before"]),
+        helper.make_node("CumSum", ["held_n", "zero_s"], ["held_through"]),
+        helper.make_node("Sub", ["held_through", "held_n"], ["held_before"]),
+        helper.make_node("Compress", ["tokens_before", "held"], ["held_at"], axis=0),
+        helper.make_node("Compress", ["whole_id", "held"], ["held_ids"], axis=0),
+        helper.make_node("Squeeze", ["k_pieces", "axis0"], ["k_pieces_s"]),
+        helper.make_node("Range", ["zero_s", "k_pieces_s", "one_s"], ["piece_index"]),
+        helper.make_node("Gather", ["held_before", "piece_word"], ["held_before_piece"]),
+        helper.make_node("Add", ["piece_index", "held_before_piece"], ["piece_at"]),
+        helper.make_node("Concat", ["held_at", "piece_at"], ["token_at"], axis=0),
+        helper.make_node("Concat", ["held_ids", "kept_ids"], ["token_ids_unordered"], axis=0),
+        helper.make_node("ScatterElements", ["token_ids_unordered", "token_at", "token_ids_unordered"],
+                         ["token_ids"]),
+        helper.make_node("Concat", ["token_ids", "pad"], ["ids_or_pad"], axis=0),  # index k is the pad
+        # Each row's tokens: how many, and where they begin.
+        helper.make_node("ConstantOfShape", ["n_rows"], ["no_rows_tokens"],
+                         value=helper.make_tensor("z", TensorProto.INT64, [1], [0])),
+        helper.make_node("ScatterElements", ["no_rows_tokens", "word_row", "word_tokens"], ["row_tokens"],
+                         reduction="add"),
+        helper.make_node("CumSum", ["row_tokens", "zero_s"], ["row_ends"]),
+        helper.make_node("Sub", ["row_ends", "row_tokens"], ["row_starts"]),
+        helper.make_node("Shape", ["token_ids"], ["k_kept"]),
+        helper.make_node("Add", ["row_tokens", "two"], ["length"]),
+        helper.make_node("Min", ["length", "max_len"], ["count"]),
         helper.make_node("Greater", ["length", "max_len"], ["over"]),
-        helper.make_node("Slice", ["ids", "zero", "max_len"], ["kept"]),
-        helper.make_node("Shape", ["kept"], ["count"]),
-        helper.make_node("Sub", ["count", "one"], ["last"]),
-        helper.make_node("Squeeze", ["count", "axis0"], ["count_s"]),
-        helper.make_node("Range", ["zero_s", "count_s", "one_s"], ["positions"]),
-        helper.make_node("Equal", ["positions", "last"], ["at_last"]),
-        helper.make_node("And", ["at_last", "over"], ["closes"]),
-        helper.make_node("Where", ["closes", "sep", "kept"], ["cut"]),  # a cut row ends in [SEP], as tokenizers cuts
-        helper.make_node("Sub", ["max_len", "count"], ["room"]),
-        helper.make_node("Concat", ["zero", "room"], ["pads"], axis=0),
-        helper.make_node("Pad", ["cut", "pads", "pad_id"], ["row_ids"], mode="constant"),
-        helper.make_node("Identity", ["cond_in"], ["cond_out"]),
-    ]
-    body = helper.make_graph(
-        [_const("one", [1]), _const("max_len", [max_length]), _const("sep", wordpiece.sep_id),
-         _const("sep1", [wordpiece.sep_id]), _const("cls", [wordpiece.cls_id]), _const("pad_id", pad_id),
-         _const("no_ids", np.zeros(0, dtype=np.int64)), _text("specials", f"({specials})"), *row_nodes],
-        "row",
-        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
-         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, [])],
-        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("row_ids", TensorProto.INT64, [max_length]),
-         helper.make_tensor_value_info("count", TensorProto.INT64, [1]),
-         helper.make_tensor_value_info("over", TensorProto.BOOL, [1])],
-    )
-    outputs = [INPUT_IDS, ATTENTION_MASK] + ([TOKEN_TYPE_IDS] if with_token_types else [])
-    # The row and piece graphs read the outer scope's constants too.
-    nodes = [
-        _const("flat", [-1]), _const("zero", [0]), _const("zero_s", 0), _const("one_s", 1), _const("axis1", [1]),
-        _const("axis0", [0]), _const("axis_s", 0), _const("none", -1),
-        _const("buckets", list(buckets)), _const("beyond", max_length + 1),
-        helper.make_node("Constant", [], ["go"], value=helper.make_tensor("go", TensorProto.BOOL, [], [True])),
-        helper.make_node("Reshape", [TEXT, "flat"], ["texts"]),
-        helper.make_node("Shape", ["texts"], ["n1"]),
-        helper.make_node("Squeeze", ["n1"], ["n"]),
-        helper.make_node("Loop", ["n", "go"], ["all_ids", "counts", "overs"], body=body),
-        helper.make_node("ReduceMax", ["counts"], ["longest"], keepdims=0),
+        helper.make_node("ReduceMax", ["count"], ["longest"], keepdims=1),
         helper.make_node("GreaterOrEqual", ["buckets", "longest"], ["fits"]),
-        helper.make_node("Where", ["fits", "buckets", "beyond"], ["candidates"]),
-        helper.make_node("ReduceMin", ["candidates"], ["width"], keepdims=1),
-        helper.make_node("Slice", ["all_ids", "zero", "width", "axis1"], [INPUT_IDS]),
-        helper.make_node("Squeeze", ["width"], ["width_s"]),
+        helper.make_node("Where", ["fits", "buckets", "max_len"], ["candidates"]),
+        helper.make_node("ReduceMin", ["candidates"], ["bucket"], keepdims=1),
+        helper.make_node("Min", ["bucket", "max_len_1"], ["width"]),
+        helper.make_node("Squeeze", ["width", "axis0"], ["width_s"]),
         helper.make_node("Range", ["zero_s", "width_s", "one_s"], ["columns"]),
+        # Column c of row r: [CLS] at 0, token row_start + c - 1 up to count - 2, [SEP] at count - 1, then pads.
+        helper.make_node("Unsqueeze", ["count", "minus_one"], ["counts"]),
+        helper.make_node("Unsqueeze", ["row_starts", "minus_one"], ["row_starts_1"]),
+        helper.make_node("Sub", ["row_starts_1", "one_s"], ["before_row"]),
+        helper.make_node("Add", ["before_row", "columns"], ["source"]),  # [N, 1] + [width]
+        helper.make_node("Sub", ["counts", "one_s"], ["last"]),
+        helper.make_node("Less", ["columns", "last"], ["before_last"]),
+        helper.make_node("Greater", ["columns", "zero_s"], ["after_first"]),
+        helper.make_node("And", ["before_last", "after_first"], ["body"]),
+        helper.make_node("Squeeze", ["k_kept", "axis0"], ["pad_at"]),
+        helper.make_node("Where", ["body", "source", "pad_at"], ["taken"]),
+        helper.make_node("Gather", ["ids_or_pad", "taken"], ["body_ids"]),
+        helper.make_node("Equal", ["columns", "last"], ["at_last"]),
+        helper.make_node("Where", ["at_last", "sep", "body_ids"], ["closed"]),
+        helper.make_node("Equal", ["columns", "zero_s"], ["at_start"]),
+        helper.make_node("Where", ["at_start", "cls", "closed"], [INPUT_IDS]),
         helper.make_node("Less", ["columns", "counts"], ["inside"]),  # [width] < [N, 1]
         helper.make_node("Cast", ["inside"], [ATTENTION_MASK], to=TensorProto.INT64),
         helper.make_node("Cast", ["counts"], [TOKEN_COUNT], to=TensorProto.INT32),
-        helper.make_node("Identity", ["overs"], [TRUNCATED]),
+        helper.make_node("Unsqueeze", ["over", "minus_one"], [TRUNCATED]),
     ]
     if with_token_types:  # single texts: every token is of the first segment
         nodes.append(helper.make_node("Sub", [ATTENTION_MASK, ATTENTION_MASK], [TOKEN_TYPE_IDS]))
     graph = helper.make_graph(
-        nodes, "tokenizer",
+        _sorted(nodes), "tokenizer",
         [helper.make_tensor_value_info(TEXT, TensorProto.STRING, ["batch", 1])],
         [*(helper.make_tensor_value_info(o, TensorProto.INT64, ["batch", "sequence"]) for o in outputs),
          helper.make_tensor_value_info(TOKEN_COUNT, TensorProto.INT32, ["batch", 1]),
@@ -308,6 +368,21 @@ def tokenizer_graph(wordpiece: WordPiece, max_length: int, buckets: tuple[int, .
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(DOMAIN, 1)],
                              ir_version=8)
+
+
+def _sorted(nodes: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
+    """The nodes in an order where each reads only what earlier ones wrote (ONNX asks it of a graph)."""
+    written = {TEXT}
+    done, left = [], list(nodes)
+    while left:
+        ready = [n for n in left if all(i in written for i in n.input if i)]
+        if not ready:
+            raise ValueError(f"the tokenizer graph reads what no node writes: {left[0].input}")
+        done += ready
+        written.update(o for n in ready for o in n.output)
+        taken = {id(n) for n in ready}
+        left = [n for n in left if id(n) not in taken]
+    return done
 
 
 def session(model: onnx.ModelProto):

@@ -131,3 +131,37 @@ def test_a_task_with_a_post_step_is_refused_for_the_graph_layout(tmp_path: Path,
                                          tokenizer="graph", skip_verify=True)))
     assert "TokenizeModelPost" in capsys.readouterr().err
     assert not (repo / "zoo_model" / GRAPH_LIBRARY_FILE).exists()
+
+
+def test_the_whole_batch_goes_in_one_pass_without_a_loop_or_a_large_pattern(minilm) -> None:
+    """What keeps the in-graph tokenizer cheap a row: no Loop over texts or pieces, and no pattern the extensions
+    would compile large on every call (the class of all dropped characters cost ~200 µs a call)."""
+    graph, _ = minilm
+    ops = {n.op_type for n in graph.graph.node}
+    assert "Loop" not in ops and "If" not in ops and "WordpieceTokenizer" in ops
+    constants = {n.output[0]: n.attribute[0].t for n in graph.graph.node if n.op_type == "Constant"}
+    patterns = [constants[i].string_data[0] for n in graph.graph.node if n.op_type.startswith("StringRegex")
+                for i in n.input[1:] if i in constants]
+    assert patterns and max(len(p) for p in patterns) < 1000
+
+
+def test_the_texts_own_marks_stay_in_their_row(minilm) -> None:
+    """The graph ends each row with a control character and writes special tokens as control-character words;
+    the same characters written in a text are dropped as the normalizer drops them, and shift no other row."""
+    graph, encoder = minilm
+    texts = ["a\x01b", "\x020 \x02100 [CLS]", "", "c\x03d \ue000e"]
+    assert gt.first_difference(graph, encoder, texts, TOKENS + ROW_FIELDS) is None
+    out = dict(zip([o.name for o in graph.graph.output],
+                   gt.session(graph).run(None, {gt.TEXT: np.array(texts, dtype=object).reshape(-1, 1)})))
+    body = out["input_ids"][1][1:int(out["tokens"][1, 0]) - 1]
+    assert len(body) == 3 and 0 not in body  # "0", "100", [CLS]: no [PAD] (id 0) forged from "\x020"
+
+
+def test_an_added_token_holding_a_dropped_character_is_refused(minilm_folder: Path, tmp_path: Path) -> None:
+    spec = json.loads((minilm_folder / "tokenizer.json").read_text(encoding="utf-8"))
+    spec["added_tokens"].append({**spec["added_tokens"][0], "id": len(spec["model"]["vocab"]), "content": "[A\x01B]"})
+    odd = tmp_path / "tokenizer.json"
+    odd.write_text(json.dumps(spec), encoding="utf-8")
+    with pytest.raises(TokenizerRefused) as refused:
+        gt.WordPiece.read(odd)
+    assert "\n" not in str(refused.value) and "drops" in str(refused.value)
