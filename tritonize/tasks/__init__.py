@@ -22,10 +22,12 @@ if TYPE_CHECKING:
     from ..folder import ModelFolder
     from .task import Task
 
-# The registry: every task's package, in the order of listings (each folder is claimed by at most one task's
-# detect(), so the order decides nothing else). `register` adds one at run time (a package outside tritonize).
+# The registry: every task's package, in the one order tasks are listed in (`--task`, hints, the API's route
+# table; where two tasks serve one route, as a reranker and a late-interaction model the ranking routes, the first
+# is named first). Each folder is claimed by at most one task's detect(), so the order decides nothing else.
+# `register` adds one at run time (a package outside tritonize).
 PACKAGES: list[str] = [f"{__name__}.{package}" for package in (
-    "embedding", "sparse_embedding", "multi_vector", "classification", "rerank", "token_classification",
+    "embedding", "rerank", "multi_vector", "classification", "sparse_embedding", "token_classification",
     "question_answering",
 )]
 
