@@ -1,15 +1,11 @@
 """A small client for a tritonize repository: raw strings in, task outputs out.
 
-The served ensemble takes BYTES inputs shaped [N, 1] (`TEXT`) and returns
-what its task declares (`embedding`; `logits` + `probabilities`; `indices` +
-`values`). The task-shaped calls (`embed`, `sparse`, `classify`, ...) are the
-tasks' own (each task's calls.py, written once for both clients: see
-tritonize/tasks/calls.py); they become methods of `TextClient` and
-`AsyncTextClient` here. `task()` asks the server's metadata which task a model
-serves. Texts may be
-`str` (sent as UTF-8) or `bytes` (sent untouched, so invalid UTF-8 reaches
-the server and its error can be checked). Server-side failures raise
-`ServerError`, which keeps Triton's own message.
+The served ensemble takes BYTES inputs shaped [N, 1] (`TEXT`) and returns what its task declares (`embedding`;
+`logits` + `probabilities`; `indices` + `values`). The task-shaped calls (`embed`, `sparse`, `classify`, ...) are
+the tasks' own, each written once for both clients in its task's calls.py (tritonize/tasks/calls.py says how);
+they become methods of `TextClient` and `AsyncTextClient` here. `task()` asks the server's metadata which task a
+model serves. Texts may be `str` (sent as UTF-8) or `bytes` (sent untouched, so invalid UTF-8 reaches the server
+and its error can be checked). Server-side failures raise `ServerError`, which keeps Triton's own message.
 """
 
 from __future__ import annotations
