@@ -20,6 +20,7 @@ from .answers import Answers
 
 if TYPE_CHECKING:
     from ..folder import ModelFolder
+    from .calls import Call
     from .task import Task
 
 # The registry: every task's package, in the one order tasks are listed in (`--task`, hints, the API's route
@@ -163,21 +164,6 @@ def for_outputs(names: list[str] | tuple[str, ...]) -> Answers:
     raise TritonizeError(f"no task returns the outputs {sorted(names)}", hint="is this a tritonize repository?")
 
 
-def __getattr__(name: str):
-    """TASKS (every task's build side), NAMES and SUPPORTED, read from the registry when asked."""
-    if name == "TASKS":
-        return tasks()
-    if name == "NAMES":
-        return tuple(protocols())
-    if name == "SUPPORTED":
-        return supported()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-__all__ = ["Answers", "TASKS", "NAMES", "PACKAGES", "register", "protocols", "answers_of", "get", "of",
-           "detect", "choose", "for_outputs"]
-
-
 def build_side(package: str, names: tuple[str, ...]):
     """A task package's module __getattr__: task.py's names, imported only when asked, so that importing the
     package (or its answers) never loads what builds."""
@@ -190,13 +176,29 @@ def build_side(package: str, names: tuple[str, ...]):
     return __getattr__
 
 
-def client_calls() -> dict:
+def client_calls() -> dict[str, Call]:
     """Every task's client calls by name (tritonize/tasks/calls.py), in registry order; a name declared by two
     tasks is refused, never one of them silently chosen."""
-    found: dict = {}
+    found: dict[str, Call] = {}
     for side in sides("calls"):
         for call in side.CALLS:
             if call.__name__ in found:
                 raise TritonizeError(f"two tasks declare the client call {call.__name__!r} ({side.__name__})")
             found[call.__name__] = call
     return found
+
+
+def __getattr__(name: str):
+    """TASKS (every task's build side), NAMES and SUPPORTED, read from the registry when asked."""
+    if name == "TASKS":
+        return tasks()
+    if name == "NAMES":
+        return tuple(protocols())
+    if name == "SUPPORTED":
+        return supported()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["Answers", "TASKS", "NAMES", "PACKAGES", "register", "protocols", "answers_of", "get", "of",
+           "detect", "choose", "for_outputs", "client_calls", "build_side"]
+
