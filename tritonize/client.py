@@ -1,13 +1,11 @@
 """A small client for a tritonize repository: raw strings in, task outputs out.
 
-The served ensemble takes BYTES inputs shaped [N, 1] (`TEXT`) and returns
-what its task declares (`embedding`; `logits` + `probabilities`; `indices` +
-`values`); task-shaped calls (`embed`, `sparse`, `classify`, ...) take their
-names from the task modules, and
-`task()` asks the server's metadata which task a model serves. Texts may be
-`str` (sent as UTF-8) or `bytes` (sent untouched, so invalid UTF-8 reaches
-the server and its error can be checked). Server-side failures raise
-`ServerError`, which keeps Triton's own message.
+The served ensemble takes BYTES inputs shaped [N, 1] (`TEXT`) and returns what its task declares (`embedding`;
+`logits` + `probabilities`; `indices` + `values`). The task-shaped calls (`embed`, `sparse`, `classify`, ...) are
+the tasks' own, each written once for both clients in its task's calls.py (tritonize/tasks/calls.py says how);
+they become methods of `TextClient` and `AsyncTextClient` here. `task()` asks the server's metadata which task a
+model serves. Texts may be `str` (sent as UTF-8) or `bytes` (sent untouched, so invalid UTF-8 reaches the server
+and its error can be checked). Server-side failures raise `ServerError`, which keeps Triton's own message.
 """
 
 from __future__ import annotations
@@ -16,36 +14,29 @@ import asyncio
 import random
 import threading
 import time
-from collections.abc import Iterator
-from collections.abc import Iterable, Mapping, Sequence
+import types
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Literal, Union
+from typing import Any, Literal
 
 import numpy as np
 
 from . import tasks
 from .errors import TritonizeError
-from .serving.multi_vector import FORM_INPUT
 from .spec import TEXT_INPUT
 from .tasks.answers import Answers
+from .tasks.calls import Infer, Parameter, Text, Texts, declared, method, with_prompt
 from .tasks.classification.answers import PROBABILITIES, Label, parse_classes
 from .tasks.embedding.answers import OUTPUT as EMBEDDING
-from .tasks.multi_vector.answers import COUNTS, DOCUMENT, SIMILARITY_PARAMETER, VECTORS, maxsim
-from .tasks.multi_vector.answers import vectors as token_vectors
-from .tasks.question_answering.answers import ANSWERS as QUESTION_ANSWERING
-from .tasks.question_answering.answers import CONTEXT_INPUT, QUESTION_INPUT
+from .tasks.multi_vector.calls import multi_vector_inputs
 from .tasks.question_answering.answers import OUTPUT as ANSWER
 from .tasks.rerank.answers import OUTPUT as SCORE
-from .tasks.rerank.answers import QUERY_INPUT
-from .tasks.sparse_embedding.answers import INDICES, VALUES, SparseVector
-from .tasks.sparse_embedding.answers import vectors as sparse_vectors
-from .tasks.token_classification.answers import ANSWERS as TOKEN_CLASSIFICATION
+from .tasks.rerank.calls import rerank_inputs
+from .tasks.sparse_embedding.answers import SparseVector
 from .tasks.token_classification.answers import OUTPUT as ENTITIES
 
 Protocol = Literal["grpc", "http"]
-Text = Union[str, bytes]
-Texts = Union[Iterable[Text], Mapping[str, Iterable[Text]]]
 
 INPUT_NAME = TEXT_INPUT
 DEFAULT_URLS = {"grpc": "127.0.0.1:8001", "http": "127.0.0.1:8000"}
@@ -133,33 +124,13 @@ def build_request(module, inputs: Mapping[str, Iterable[Text]], outputs: Sequenc
     return tensors, requested
 
 
-def with_prompt(texts: Iterable[Text], prompt: str) -> list[Text]:
-    """Each text behind the prompt (a query or passage instruction), as sentence-transformers prepends it."""
-    if not prompt:
-        return list(texts)
-    return [prompt.encode("utf-8") + t if isinstance(t, bytes) else prompt + t for t in texts]
 
-
-def rerank_inputs(query: Text, documents: Sequence[Text]) -> dict[str, list[Text]]:
-    """One (query, document) pair per row, as a reranker takes them."""
-    return {QUERY_INPUT: [query] * len(documents), TEXT_INPUT: list(documents)}
-
-
-def multi_vector_inputs(texts: Sequence[Text], form: str) -> dict[str, list[Text]]:
-    """Each text with its form (query or document), as a late-interaction model takes them."""
-    return {TEXT_INPUT: list(texts), FORM_INPUT: [form] * len(texts)}
 
 
 def named(texts: Texts, default: str) -> Mapping[str, Iterable[Text]]:
     """Texts for the model's one text input, or a mapping of input name -> texts (pairs: QUERY and TEXT)."""
     return texts if isinstance(texts, Mapping) else {default: texts}
 
-
-def declared_similarity(model: str, value: str | None) -> str:
-    """The similarity a late-interaction ensemble's configuration declares; any other model declares none."""
-    if not value:
-        raise TritonizeError(f"{model} declares no similarity: it is not a late-interaction model")
-    return value
 
 
 class TextClient:
@@ -288,61 +259,26 @@ class TextClient:
             raise
         return {name: result.as_numpy(name) for name in names}
 
-    def embed(self, texts: Iterable[Text], prompt: str = "") -> np.ndarray:
-        """Sentence embeddings, [N, dim] float32. `prompt` is prepended to each text, as sentence-transformers'
-        encode(prompt=...) does (a folder's declared prompts are listed in its repository's tritonize.yaml)."""
-        return self.infer(with_prompt(texts, prompt), outputs=[EMBEDDING])[EMBEDDING]
+    def _answer(self, asked: Infer | Parameter) -> Any:
+        """What a task's call asks (tasks/calls.py), sent."""
+        if isinstance(asked, Parameter):
+            return self._parameter(asked)
+        return self.infer(asked.texts, outputs=asked.outputs, top_k=asked.top_k)
 
-    def sparse(self, texts: Iterable[Text], prompt: str = "") -> list[SparseVector]:
-        """Sparse (SPLADE) embeddings: per text, its non-zero vocabulary ids (ascending) and their weights, as
-        SparseEncoder.encode returns them (`.dense(vocab)` for the full vector, `.pairs()` for the
-        text-embeddings-inference form). `prompt` is prepended to each text, as encode(prompt=...) does."""
-        return sparse_vectors(self.infer(with_prompt(texts, prompt), outputs=[INDICES, VALUES]))
-
-    def classify(self, texts: Iterable[Text], top_k: int = 1) -> list[list[Label]]:
-        """The top_k labels per text, best first, computed by Triton."""
-        return parse_classes(self.infer(texts, outputs=[PROBABILITIES], top_k=max(1, top_k))[PROBABILITIES])
-
-    def entities(self, texts: Iterable[Text]) -> list[list[dict]]:
-        """Per text, the entities the token classifier found: entity_group (or entity), score, word, start, end."""
-        return [row[ENTITIES] for row in TOKEN_CLASSIFICATION.rows(self.infer(texts, outputs=[ENTITIES]))]
-
-    def answer(self, question: Text, context: Text) -> dict | None:
-        """The span of `context` that answers `question`: {"answer", "score", "start", "end"} (None: no span)."""
-        return self.answers([question], [context])[0]
-
-    def answers(self, questions: Sequence[Text], contexts: Sequence[Text]) -> list[dict | None]:
-        """One answer per (question, context) pair, in one request."""
-        inputs = {QUESTION_INPUT: list(questions), CONTEXT_INPUT: list(contexts)}
-        return [row[ANSWER] for row in QUESTION_ANSWERING.rows(self.infer(inputs, outputs=[ANSWER]))]
-
-    def rerank(self, query: Text, documents: Sequence[Text]) -> np.ndarray:
-        """One relevance score per document for `query`, [len(documents)] float32 (higher is more relevant)."""
-        return self.infer(rerank_inputs(query, documents), outputs=[SCORE])[SCORE].reshape(-1)
-
-    def multi_vector(self, texts: Sequence[Text], form: str = DOCUMENT) -> list[np.ndarray]:
-        """A late-interaction model's vectors: per text, one [n, dim] float32 row per scored token, as
-        MultiVectorEncoder.encode_query (form "query") or encode_document (form "document") returns them."""
-        return token_vectors(self.infer(multi_vector_inputs(texts, form), outputs=[VECTORS, COUNTS]))
-
-    def score(self, query: Text, documents: Sequence[Text]) -> np.ndarray:
-        """One late-interaction score per document for `query`, [len(documents)] float32: MaxSim (or MeanMaxSim,
-        as the model declares) over the served vectors, as MultiVectorEncoder.similarity scores them."""
-        query_vectors = self.multi_vector([query], "query")[0]
-        return maxsim(query_vectors, self.multi_vector(documents), self.similarity())
-
-    def similarity(self) -> str:
-        """The similarity a late-interaction model scores with, from its ensemble's configuration."""
+    def _parameter(self, asked: Parameter) -> str:
         try:
             config = self._client().get_model_config(self.model)
         except self._module.InferenceServerException as exc:
             raise ServerError.wrap(exc) from None
         if self.protocol == "grpc":
-            found = config.config.parameters.get(SIMILARITY_PARAMETER)
+            found = config.config.parameters.get(asked.name)
             value = found.string_value if found is not None else None
         else:
-            value = (config.get("parameters", {}).get(SIMILARITY_PARAMETER) or {}).get("string_value")
-        return declared_similarity(self.model, value)
+            value = (config.get("parameters", {}).get(asked.name) or {}).get("string_value")
+        return declared(asked, self.model, value)
+
+    def __getattr__(self, name: str) -> Any:
+        return task_call(self, name, asynchronous=False)
 
     def infer_many(
         self,
@@ -452,49 +388,24 @@ class AsyncTextClient:
             raise ServerError.wrap(exc) from None
         return {o.name: result.as_numpy(o.name) for o in result.get_response().outputs}
 
-    async def embed(self, texts: Iterable[Text], prompt: str = "") -> np.ndarray:
-        return (await self.infer(with_prompt(texts, prompt), outputs=[EMBEDDING]))[EMBEDDING]
+    async def _answer(self, asked: Infer | Parameter) -> Any:
+        """What a task's call asks (tasks/calls.py), sent."""
+        if isinstance(asked, Parameter):
+            return await self._parameter(asked)
+        return await self.infer(asked.texts, outputs=asked.outputs, top_k=asked.top_k)
 
-    async def sparse(self, texts: Iterable[Text], prompt: str = "") -> list[SparseVector]:
-        return sparse_vectors(await self.infer(with_prompt(texts, prompt), outputs=[INDICES, VALUES]))
-
-    async def classify(self, texts: Iterable[Text], top_k: int = 1) -> list[list[Label]]:
-        return parse_classes((await self.infer(texts, outputs=[PROBABILITIES], top_k=max(1, top_k)))[PROBABILITIES])
-
-    async def entities(self, texts: Iterable[Text]) -> list[list[dict]]:
-        return [row[ENTITIES] for row in TOKEN_CLASSIFICATION.rows(await self.infer(texts, outputs=[ENTITIES]))]
-
-    async def answer(self, question: Text, context: Text) -> dict | None:
-        return (await self.answers([question], [context]))[0]
-
-    async def answers(self, questions: Sequence[Text], contexts: Sequence[Text]) -> list[dict | None]:
-        inputs = {QUESTION_INPUT: list(questions), CONTEXT_INPUT: list(contexts)}
-        return [row[ANSWER] for row in QUESTION_ANSWERING.rows(await self.infer(inputs, outputs=[ANSWER]))]
-
-    async def rerank(self, query: Text, documents: Sequence[Text]) -> np.ndarray:
-        return (await self.infer(rerank_inputs(query, documents), outputs=[SCORE]))[SCORE].reshape(-1)
-
-    async def multi_vector(self, texts: Sequence[Text], form: str = DOCUMENT) -> list[np.ndarray]:
-        """As TextClient.multi_vector: per text, its scored vectors [n, dim] in the form asked."""
-        return token_vectors(await self.infer(multi_vector_inputs(texts, form), outputs=[VECTORS, COUNTS]))
-
-    async def score(self, query: Text, documents: Sequence[Text]) -> np.ndarray:
-        """As TextClient.score: MaxSim (or MeanMaxSim) of the query against each document, the two requests in
-        flight together."""
-        query_vectors, document_vectors, similarity = await asyncio.gather(
-            self.multi_vector([query], "query"), self.multi_vector(documents), self.similarity())
-        return maxsim(query_vectors[0], document_vectors, similarity)
-
-    async def similarity(self) -> str:
-        """The similarity a late-interaction model scores with, from its ensemble's configuration."""
+    async def _parameter(self, asked: Parameter) -> str:
         from tritonclient.utils import InferenceServerException
 
         try:
             config = await self._get().get_model_config(self.model)
         except InferenceServerException as exc:
             raise ServerError.wrap(exc) from None
-        found = config.config.parameters.get(SIMILARITY_PARAMETER)
-        return declared_similarity(self.model, found.string_value if found is not None else None)
+        found = config.config.parameters.get(asked.name)
+        return declared(asked, self.model, found.string_value if found is not None else None)
+
+    def __getattr__(self, name: str) -> Any:
+        return task_call(self, name, asynchronous=True)
 
     async def infer_many(
         self,
@@ -516,6 +427,27 @@ class AsyncTextClient:
                     return RequestResult(texts, None, exc, time.perf_counter() - start)
 
         return list(await asyncio.gather(*(one(r if isinstance(r, Mapping) else list(r)) for r in requests)))
+
+
+def task_call(client: Any, name: str, asynchronous: bool) -> Any:
+    """A call of a task registered after this module was imported (tasks.register), bound to the client."""
+    call = None if name.startswith("_") else tasks.client_calls().get(name)
+    if call is None:
+        raise AttributeError(f"{type(client).__name__!r} object has no attribute {name!r}")
+    return types.MethodType(method(call, type(client).__name__, asynchronous), client)
+
+
+def attach_calls() -> None:
+    """Every registered task's calls as methods of both clients; a call named like a client's own method is
+    refused (it would be shadowed)."""
+    for name, call in tasks.client_calls().items():
+        for owner, asynchronous in ((TextClient, False), (AsyncTextClient, True)):
+            if name in vars(owner) and not hasattr(vars(owner)[name], "task_call"):
+                raise TritonizeError(f"the task call {name!r} is named like a {owner.__name__} method")
+            setattr(owner, name, method(call, owner.__name__, asynchronous))
+
+
+attach_calls()
 
 
 def run_concurrent(
@@ -549,7 +481,10 @@ __all__ = [
     "ServerError",
     "TextClient",
     "chunks",
+    "multi_vector_inputs",
     "parse_classes",
+    "rerank_inputs",
     "run_concurrent",
     "text_array",
+    "with_prompt",
 ]

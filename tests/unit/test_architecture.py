@@ -2,7 +2,8 @@
 circle anywhere, a task's answers never import what builds its repository, a client loads no model library, and
 nothing outside the tasks branches on a task's name.
 
-Every import counts, those inside functions too: a deferred import still ties two modules together.
+Every import counts, those inside functions too: a deferred import still ties two modules together. Only what
+`if TYPE_CHECKING:` guards is left out: it never runs.
 """
 
 from __future__ import annotations
@@ -23,13 +24,26 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def executed(tree: ast.AST) -> list[ast.AST]:
+    """Every node of the tree but those under `if TYPE_CHECKING:` (annotations only: never imported)."""
+    found, todo = [], [tree]
+    while todo:
+        node = todo.pop()
+        found.append(node)
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            todo.extend(node.orelse)
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+    return found
+
+
 def imports() -> dict[str, set[str]]:
     """module -> the package's modules it imports (a `from . import x` names the submodule x where there is one)."""
     modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in executed(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):
@@ -101,13 +115,50 @@ def test_the_checker_sees_a_circle() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+def readers() -> list[str]:
+    """What reads answers, one module per task and side (answers.py, calls.py; api.py where the API serves the
+    task), and the protocol they share: everything clients, the API and the bench's readers import."""
+    sides = [m.__name__ for side in ("answers", "calls", "api") for m in tasks.sides(side)]
+    return ["tritonize.tasks.answers", *sides]
+
+
 def test_reading_a_tasks_answers_never_imports_what_builds_its_repository() -> None:
     """answers.py (what clients, the API and the bench's readers use) stands beneath task.py, never on it."""
     graph = imports()
-    readers = [m for m in graph if m == "tritonize.tasks.answers" or (m.startswith("tritonize.tasks.") and m.endswith(".answers"))]
-    assert len(readers) == 8
-    for reader in readers:
+    found = [m for m in readers() if m in graph]
+    assert len(found) == 1 + len(tasks.PACKAGES) + len(tasks.sides("calls")) + len(tasks.sides("api"))
+    for reader in found:
         assert {m for m in reaches(graph, reader) if m.endswith(".task")} == set(), reader
+
+
+# What builds a repository: no reader may load it, in any interpreter. spec.py is not among them: it declares the
+# heads and names the answers read (standard library and tritonize.serving only).
+BUILDS = ("tritonize.source", "tritonize.export", "tritonize.verify", "tritonize.generate", "tritonize.repository",
+          "tritonize.graph_tokenizer", "tritonize.chain", "torch", "transformers", "onnx", "sentence_transformers")
+
+
+@pytest.mark.parametrize("reader", readers())
+def test_importing_a_reader_loads_nothing_that_builds(reader: str) -> None:
+    """The real import graph, package __init__s included: a fresh interpreter imports the reader, and nothing that
+    builds (a task.py, a stage, torch, transformers, onnx) is in sys.modules afterwards."""
+    import subprocess
+    import sys
+
+    probe = (f"import sys, {reader}; builds = {BUILDS!r}; print(sorted(m for m in sys.modules if m.endswith('.task') "
+             "or any(m == b or m.startswith(b + '.') for b in builds)))")
+    result = subprocess.run([sys.executable, "-c", probe], cwd=PACKAGE.parent, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "[]", reader
+
+
+def test_the_probe_sees_a_build_module() -> None:
+    """The same probe on a task.py finds it: an empty list above is an answer, not a blind spot."""
+    import subprocess
+    import sys
+
+    probe = "import sys, tritonize.tasks.embedding.task; print('tritonize.tasks.embedding.task' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", probe], cwd=PACKAGE.parent, capture_output=True, text=True)
+    assert result.stdout.strip() == "True"
 
 
 def test_a_client_loads_no_model_library() -> None:

@@ -46,7 +46,7 @@ def test_wheel_carries_templates_corpus_and_served_modules(wheel: Path) -> None:
     assert templates and {f"tritonize/{t}" for t in templates} <= names
     assert {"tritonize/data/corpus_mixed.txt", "tritonize/data/serving-image.lock"} <= names
     assert {"tritonize/serving/tokenizer.py", "tritonize/serving/onnx_model.py", "tritonize/serving/batching.py"} <= names
-    # Every module of the package: a package folder missing from pyproject.toml's list would not be installed.
+    # Every module of the package: a package folder setup.py's find missed would not be installed.
     modules = {str(p.relative_to(ROOT)) for p in (ROOT / "tritonize").rglob("*.py") if "__pycache__" not in p.parts}
     assert modules - names == set()
 

@@ -17,9 +17,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import __version__
+from .catalog import Catalog
 from .errors import ApiError
 from .openapi import served_document
-from .routes import COHERE_PATHS, NIM_PATHS, ROUTERS, TEI_PATHS
+from .routes import envelopes, routers
+from .routes.families import Envelope
 from .state import ApiSettings, ApiState, json_response
 
 OPEN_PATHS = frozenset({"/health"})  # answered without a key: probes send none
@@ -27,16 +29,14 @@ VERSION_HEADER = b"x-model-version"  # the version of the model that answered
 DRAIN_CAP = 64 * 1024 * 1024  # a refused body up to this size is read to its end before the 413
 
 
-def envelope(path: str, error: ApiError) -> dict:
-    if path in TEI_PATHS:
-        return error.tei()
-    if path in NIM_PATHS:
-        return error.nim()
-    return error.cohere() if path in COHERE_PATHS else error.openai()
+def envelope(path: str, error: ApiError, by_path: dict[str, Envelope] | None = None) -> dict:
+    """The error as the route's family writes it (routes.envelopes; an unknown route: OpenAI's)."""
+    kind = (envelopes() if by_path is None else by_path).get(path, "openai")
+    return getattr(error, kind)()
 
 
-def error_response(path: str, error: ApiError):
-    return json_response(envelope(path, error), error.status, error.headers)
+def error_response(path: str, error: ApiError, by_path: dict[str, Envelope]):
+    return json_response(envelope(path, error, by_path), error.status, error.headers)
 
 
 class Guard:
@@ -68,12 +68,12 @@ class Guard:
             if refusal:
                 if refusal.status == 413:
                     await drain(receive, DRAIN_CAP)
-                await error_response(path, refusal)(scope, receive, sending)
+                await error_response(path, refusal, state.envelopes)(scope, receive, sending)
                 return
             if b"content-length" not in dict(scope["headers"]) and scope["method"] in ("POST", "PUT", "PATCH"):
                 body = await self.read_bounded(receive)
                 if isinstance(body, ApiError):
-                    await error_response(path, body)(scope, receive, sending)
+                    await error_response(path, body, state.envelopes)(scope, receive, sending)
                     return
                 receive = replay(body)
             state.in_flight += 1
@@ -153,8 +153,9 @@ def replay(body: bytes) -> Receive:
     return receive
 
 
-def create_app(settings: ApiSettings) -> FastAPI:
-    state = ApiState(settings)
+def create_app(settings: ApiSettings, catalog: Catalog | None = None) -> FastAPI:
+    """The app over the repository's models (or over `catalog`, where the caller read them already)."""
+    state = ApiState(settings, catalog)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -172,14 +173,16 @@ def create_app(settings: ApiSettings) -> FastAPI:
                                      "Inference Server (gRPC). Served models: "
                                      + ", ".join(f"{m.name} ({m.answers.name})" for m in state.catalog.models))
     app.state.api = state
-    for router in ROUTERS:
+    served = routers()
+    for router in served:
         app.include_router(router)
     app.openapi = served_document(app, state.catalog, settings.max_client_batch_size)  # type: ignore[method-assign]
-    state.route_paths = frozenset(route.path for router in ROUTERS for route in router.routes)
+    state.route_paths = frozenset(route.path for router in served for route in router.routes)
+    state.envelopes = envelopes()
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError):
-        return error_response(request.url.path, exc)
+        return error_response(request.url.path, exc, state.envelopes)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_body(request: Request, exc: RequestValidationError):
@@ -190,7 +193,8 @@ def create_app(settings: ApiSettings) -> FastAPI:
             message = "the body is not valid JSON"
         elif first.get("type") in ("model_attributes_type", "dict_type") and not where:
             message = "the body must be a JSON object (Content-Type: application/json)"
-        return error_response(request.url.path, ApiError(422, message, where or None, "invalid_request"))
+        refusal = ApiError(422, message, where or None, "invalid_request")
+        return error_response(request.url.path, refusal, state.envelopes)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
@@ -199,10 +203,10 @@ def create_app(settings: ApiSettings) -> FastAPI:
             detail = f"no route {request.method} {request.url.path}"
         # The router's own headers are kept: a 405 carries `Allow` (RFC 9110), on every route.
         refusal = ApiError(exc.status_code, detail, extra_headers=dict(exc.headers or {}))
-        return error_response(request.url.path, refusal)
+        return error_response(request.url.path, refusal, state.envelopes)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception):
-        return error_response(request.url.path, ApiError(500, f"{type(exc).__name__}: {exc}"))
+        return error_response(request.url.path, ApiError(500, f"{type(exc).__name__}: {exc}"), state.envelopes)
 
     return Guard(app, state)  # type: ignore[return-value]

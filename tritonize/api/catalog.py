@@ -12,8 +12,7 @@ from pathlib import Path
 
 from ..manifest import Manifest, read_manifests
 from ..spec import QUANTIZATION_FILE, TOKENIZER_FILE, repo_paths
-from ..tasks import Answers
-from ..tasks import of as task_of
+from ..tasks import Answers, answers_of
 from ..tasks.embedding.quantization import Calibration
 from .errors import ApiError
 
@@ -32,7 +31,7 @@ class ServedModel:
     @property
     def answers(self) -> Answers:
         """How its task's answers read (the API never builds or verifies a repository)."""
-        return task_of(self.manifest.model.head).answers
+        return answers_of(self.manifest.model.head)
 
     @property
     def head(self):

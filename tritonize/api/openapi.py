@@ -20,8 +20,8 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
 from .catalog import Catalog, ServedModel
-from .routes import ROUTERS
-from .task_routes import TASK_ROUTES
+from .routes import routers
+from .task_routes import task_routes
 
 ANY_MODEL_PATHS = ("/tokenize", "/decode", "/info")  # routes of no one task: they read any model
 
@@ -42,7 +42,7 @@ def batch_bound(node: Any, limit: int) -> None:
 def request_components(paths: tuple[str, ...]) -> set[str]:
     """The component names of the request bodies these routes read, and of the objects they hold (a field such
     as `prompt_name` may sit one level down, in text-embeddings-inference's similarity `parameters`)."""
-    bodies = [route.body_field.field_info.annotation for router in ROUTERS for route in router.routes
+    bodies = [route.body_field.field_info.annotation for router in routers() for route in router.routes
               if isinstance(route, APIRoute) and route.path in paths and route.body_field is not None]
     held = [kind for body in bodies for field in body.model_fields.values()
             for kind in (field.annotation, *typing.get_args(field.annotation))
@@ -104,7 +104,7 @@ def served_document(app: FastAPI, catalog: Catalog, max_client_batch_size: int) 
         components = schema.get("components", {}).get("schemas", {})
         batch_bound(components, max_client_batch_size)
         by_component: dict[str, list[tuple[dict, tuple[ServedModel, ...]]]] = {}
-        for routes in TASK_ROUTES:
+        for routes in task_routes():
             served = catalog.of_task(routes.answers)
             if not served:
                 continue  # the route answers 424, as documented

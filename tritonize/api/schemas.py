@@ -1,9 +1,8 @@
-"""Request and response bodies, in the shapes their clients already send and parse.
-
-OpenAI's embeddings API; Cohere's embed (v2) and Cohere's and Jina's rerank; text-embeddings-inference's /embed,
-/rerank, /predict, /similarity, /embed_all, /tokenize, /decode and /info; NVIDIA NIM's /v1/ranking; vLLM's /score
-and /classify; and tritonize's own routes where no standard exists (entities, answers). The requests
-validate what comes in; the handlers return the responses, so /openapi.json is what they answer. A response
+"""Request and response bodies, in the shapes their clients already send and parse: what every route shares (the
+error envelopes, texts, usage) and the bodies of the routes several tasks serve (OpenAI's model list, Cohere's and
+Jina's rerank, text-embeddings-inference's /rerank, /tokenize, /decode and /info, NVIDIA NIM's /v1/ranking, vLLM's
+/score). A task's own routes declare their bodies in the task's package (tritonize/tasks/<task>/api.py). The
+requests validate what comes in; the handlers return the responses, so /openapi.json is what they answer. A response
 is built without validation (`model_construct`, numpy rows kept as they are) and written by orjson
 (state.json_response): the hot routes pay for neither a second validation nor float64 digits.
 
@@ -67,23 +66,6 @@ class TEIError(Body):
     error_type: Literal["Validation", "NotFound", "Unauthorized", "Overloaded", "Backend", "Unhealthy"]
 
 
-# -- quantized and typed embeddings: Cohere's /v2/embed, and the types /v1/embeddings adds ------------------------
-Quantized = Literal["int8", "uint8", "binary", "ubinary"]  # tasks/embedding/quantization.py's PRECISIONS
-EncodingFormat = Annotated[Literal["float", "base64", "int8", "uint8", "binary", "ubinary"], Field(
-    description="float: float32 values; base64: their little-endian bytes; int8, uint8, binary, ubinary: that "
-                "embedding's bytes in base64 (sentence-transformers' quantize_embeddings, one byte per value, or "
-                "8 values per byte for the binary ones)")]
-NimInputType = Annotated[Literal["query", "passage"], Field(
-    description="NVIDIA NIM's input type: the prompt the model declares for it; without prompts, the text as it is")]
-CohereInputType = Annotated[Literal["search_query", "search_document", "classification", "clustering"], Field(
-    description="the prompt the model declares for it; without prompts, the text as it is")]
-CohereEmbeddingType = Literal["float", "int8", "uint8", "binary", "ubinary", "base64"]
-CohereTruncate = Annotated[Literal["NONE", "START", "END"], WithJsonSchema(
-    {"type": "string", "enum": ["NONE", "END"],
-     "description": "END: a long text's first tokens; NONE: a long text is refused; START is refused (the "
-                    "tokenizer cuts on the right)"})]
-
-
 class CohereError(Body):
     """Cohere's error envelope (its /v2/embed)."""
 
@@ -91,78 +73,10 @@ class CohereError(Body):
     message: str
 
 
-class CohereEmbedRequest(Body):
-    model: str | None = None
-    texts: TextList
-    input_type: CohereInputType | None = None
-    embedding_types: Annotated[list[CohereEmbeddingType], refused_beyond(minItems=1, maxItems=6, uniqueItems=True)] = [
-        "float"]
-    output_dimension: Dimensions = None
-    truncate: CohereTruncate = "END"
-    # Accepted by the types only to reach the route's own message.
-    max_tokens: SkipJsonSchema[int | None] = None
-    images: SkipJsonSchema[list | None] = None
-    inputs: SkipJsonSchema[list | None] = None
-
-
-# One array per embedding type asked for: `float` is a keyword, so the typed dict's functional form.
-CohereEmbeddingsByType = TypedDict("CohereEmbeddingsByType", {
-    "float": list[list[float]], "int8": list[list[int]], "uint8": list[list[int]], "binary": list[list[int]],
-    "ubinary": list[list[int]], "base64": list[str]}, total=False)
-
-
-class CohereApiVersion(Body):
-    version: str
-
-
-class CohereBilledUnits(Body):
-    input_tokens: int
-
-
-class CohereMeta(Body):
-    api_version: CohereApiVersion
-    billed_units: CohereBilledUnits
-
-
-class CohereEmbedResponse(Body):
-    id: str
-    embeddings: CohereEmbeddingsByType
-    texts: list[str]
-    meta: CohereMeta
-    response_type: Literal["embeddings_by_type"] = "embeddings_by_type"
-
-
 # -- OpenAI ------------------------------------------------------------------------------------------------------
-class EmbeddingRequest(Body):
-    input: Texts
-    model: str | None = None
-    encoding_format: EncodingFormat = "float"
-    dimensions: Dimensions = None
-    input_type: NimInputType | None = None
-    user: str | None = None
-
-
-# A row of the hot route is a typed dict: built as cheaply as the dict it is (a model per row cost ~4 µs).
-class Embedding(TypedDict):
-    """One input's vector."""
-
-    object: Literal["embedding"]
-    index: int
-    embedding: Annotated[list[float] | str, Field(description="float32 values; or, in base64, the float32 values' "
-                                                              "little-endian bytes, or the int8, uint8, binary or "
-                                                              "ubinary embedding's bytes")]
-
-
 class Usage(Body):
     prompt_tokens: int
     total_tokens: int
-
-
-class EmbeddingResponse(Body):
-    object: Literal["list"] = "list"
-    data: list[Embedding]
-    model: str
-    usage: Usage
 
 
 class ModelCard(Body):
@@ -223,37 +137,6 @@ class RerankResponse(Body):
 
 
 # -- text-embeddings-inference ------------------------------------------------------------------------------------
-class TEIEmbedRequest(Body):
-    inputs: Texts
-    normalize: bool = True
-    truncate: bool | None = None
-    truncation_direction: Direction = "right"
-    prompt_name: str | None = None
-    dimensions: Dimensions = None
-    model: str | None = None
-
-
-class TEIEmbeddings(RootModel[list[list[float]]]):
-    """One vector per input, in order."""
-
-
-class TEISparseRequest(Body):
-    inputs: Texts
-    truncate: bool | None = None
-    truncation_direction: Direction = "right"
-    prompt_name: str | None = None
-    model: str | None = None
-
-
-class TEISparseValue(Body):
-    index: int
-    value: float
-
-
-class TEISparseEmbeddings(RootModel[list[list[TEISparseValue]]]):
-    """Per input, its terms: vocabulary ids ascending."""
-
-
 class TEIRerankRequest(Body):
     query: Text
     texts: TextList
@@ -272,24 +155,6 @@ class TEIRank(Body):
 
 class TEIRanks(RootModel[list[TEIRank]]):
     """Every text, best first."""
-
-
-class TEIPredictRequest(Body):
-    inputs: Union[Text, TextList, Annotated[list[Annotated[list[Text], refused_beyond(minItems=1, maxItems=1)]],
-                                            refused_beyond(minItems=1)]]
-    raw_scores: bool = False
-    truncate: bool | None = None
-    truncation_direction: Direction = "right"
-    model: str | None = None
-
-
-class TEIPrediction(Body):
-    score: float
-    label: str
-
-
-class TEIPredictions(RootModel[Union[list[TEIPrediction], list[list[TEIPrediction]]]]):
-    """Every label, best first: one list for one text, a list per text for a list."""
 
 
 class TEITokenizeRequest(Body):
@@ -331,7 +196,7 @@ class TEIInfo(Body):
     source: str | None
 
 
-# -- NVIDIA NIM ranking; vLLM's score and classify; text-embeddings-inference's similarity, embed_all, decode -----
+# -- NVIDIA NIM ranking; vLLM's score; text-embeddings-inference's decode --------------------------------------
 class NIMError(Body):
     """NVIDIA NIM's error envelope (/v1/ranking)."""
 
@@ -397,65 +262,6 @@ class ScoreResponse(Body):
     usage: Usage
 
 
-class ClassifyRequest(Body):
-    """vLLM's /classify."""
-
-    input: Texts
-    model: str | None = None
-    truncate_prompt_tokens: Optional[Literal[-1]] = Field(None, description="-1 or none: long texts are cut at "
-                                                                            "the model's max length")
-    use_activation: bool | None = Field(None, description="false: logits instead of the head's probabilities")
-
-
-class ClassificationData(Body):
-    index: int
-    label: str | None = Field(description="the label of the highest score")
-    probs: list[float] = Field(description="a score per label, in the model's label order")
-    num_classes: int
-
-
-class ClassifyResponse(Body):
-    id: str
-    object: Literal["list"] = "list"
-    created: int
-    model: str
-    data: list[ClassificationData]
-    usage: Usage
-
-
-class TEISimilarityInput(Body):
-    source_sentence: Text
-    sentences: TextList
-
-
-class TEISimilarityParameters(Body):
-    truncate: bool | None = None
-    truncation_direction: Direction = "right"
-    prompt_name: str | None = None
-
-
-class TEISimilarityRequest(Body):
-    inputs: TEISimilarityInput
-    parameters: TEISimilarityParameters | None = None
-    model: str | None = None
-
-
-class TEISimilarities(RootModel[list[float]]):
-    """The cosine similarity of each sentence's embedding with the source sentence's, in order."""
-
-
-class TEIEmbedAllRequest(Body):
-    inputs: Texts
-    truncate: bool | None = None
-    truncation_direction: Direction = "right"
-    prompt_name: str | None = None
-    model: str | None = None
-
-
-class TEITokenStates(RootModel[list[list[list[float]]]]):
-    """Per input, a vector per token."""
-
-
 TokenId = Annotated[int, Field(ge=0)]
 
 
@@ -467,64 +273,6 @@ class TEIDecodeRequest(Body):
 
 class TEIDecoded(RootModel[list[str]]):
     """One text per list of ids."""
-
-
-# -- tritonize's own ----------------------------------------------------------------------------------------------
-class EntitiesRequest(Body):
-    inputs: Union[Text, TextList]
-    model: str | None = None
-
-
-class Entity(Body):
-    """A span as transformers' token-classification pipeline reports it: `entity_group` where the model
-    aggregates, `entity` and `index` per token where it does not (--aggregation none)."""
-
-    entity_group: str | None = None
-    entity: str | None = None
-    index: int | None = None
-    score: float
-    word: str
-    start: int | None
-    end: int | None
-
-
-class EntitiesResult(Body):
-    index: int
-    entities: list[Entity]
-
-
-class EntitiesResponse(Body):
-    model: str
-    data: list[EntitiesResult]
-
-
-class QAPair(Body):
-    question: Text
-    context: Text
-
-
-class AnswersRequest(Body):
-    inputs: Union[QAPair, Annotated[list[QAPair], refused_beyond(minItems=1)]]
-    model: str | None = None
-
-
-class Answer(Body):
-    """The question-answering pipeline's answer: the span and its score."""
-
-    answer: str
-    score: float
-    start: int
-    end: int
-
-
-class AnswerResult(Body):
-    index: int
-    answer: Answer | None = Field(description="null where the context holds no answer")
-
-
-class AnswersResponse(Body):
-    model: str
-    data: list[AnswerResult]
 
 
 # -- operations ---------------------------------------------------------------------------------------------------

@@ -60,16 +60,17 @@ def json_response(content: Any, status: int = 200, headers: dict[str, str] | Non
 
 
 class ApiState:
-    def __init__(self, settings: ApiSettings):
+    def __init__(self, settings: ApiSettings, catalog: Catalog | None = None):
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.settings = settings
-        self.catalog = Catalog.read(settings.repository)
+        self.catalog = Catalog.read(settings.repository) if catalog is None else catalog
         self.backend = TritonBackend(settings.grpc_url, settings.timeout_s)
         self.outputs: dict[str, tuple[str, ...]] = {}  # what each ensemble returns, asked of Triton at start
         self._tokenizers: dict[str, Any] = {}
         self.in_flight = 0
         self.route_paths: frozenset[str] = frozenset()  # the app's own routes: the metrics' route label
+        self.envelopes: dict[str, str] = {}  # each route's error envelope (routes.envelopes), set with the routes
         self.registry = CollectorRegistry()
         self.requests = Counter("tritonize_api_requests", "API requests by route, model, the model's version that "
                                 "answered and status", ("route", "model", "version", "status"), registry=self.registry)

@@ -1,50 +1,115 @@
-"""The tasks tritonize serves, one package each. A new task is a new package listed here.
+"""The tasks tritonize serves, one package each: a new task is a package and one line of PACKAGES.
 
-Everything else asks a task object (`get`, `detect`, `of`), or a task's answers (`for_outputs`); nothing
-outside this package branches on a task's name.
+A task package holds both sides of the task, loaded apart: `answers.py` (how its answers read), `calls.py` (the
+client's calls) and `api.py` (its HTTP routes, handlers and bodies) never load what builds; `task.py` (the `Task`:
+detection, export, verification) is imported only when a build asks for it (`get`, `of`, `detect`, `choose`).
+Nothing outside this package branches on a task's name.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 from ..errors import TritonizeError
 from ..serving.batching import ROW_FIELDS
 from ..spec import Head
-from . import (
-    classification,
-    embedding,
-    multi_vector,
-    question_answering,
-    rerank,
-    sparse_embedding,
-    token_classification,
-)
 from .answers import Answers
-from .task import Task
 
 if TYPE_CHECKING:
     from ..folder import ModelFolder
+    from .calls import Call
+    from .task import Task
 
-# Each folder is claimed by at most one task's detect(); the order is only the order of listings.
-TASKS: dict[str, Task] = {
-    t.name: t
-    for t in (embedding.TASK, sparse_embedding.TASK, multi_vector.TASK, classification.TASK, rerank.TASK,
-              token_classification.TASK, question_answering.TASK)
-}
-NAMES: tuple[str, ...] = tuple(TASKS)
+# The registry: every task's package, in the one order tasks are listed in (`--task`, hints, the API's route
+# table; where two tasks serve one route, as a reranker and a late-interaction model the ranking routes, the first
+# is named first). Each folder is claimed by at most one task's detect(), so the order decides nothing else.
+# `register` adds one at run time (a package outside tritonize).
+PACKAGES: list[str] = [f"{__name__}.{package}" for package in (
+    "embedding", "rerank", "multi_vector", "classification", "sparse_embedding", "token_classification",
+    "question_answering",
+)]
+
+
+def register(package: str) -> None:
+    """Serve the task of an importable package (its answers.py, task.py and, where it has them, calls.py and
+    api.py), after those already listed."""
+    if package not in PACKAGES:
+        PACKAGES.append(package)
+
+
+def module(package: str, side: str) -> ModuleType | None:
+    """One side of a task's package (answers, task, calls, api); None where the package has no such module."""
+    name = f"{package}.{side}"
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name != name:  # the module exists and an import inside it failed: that is a bug, not an absence
+            raise
+        return None
+
+
+def sides(side: str) -> tuple[ModuleType, ...]:
+    """That side of every task that has one, in registry order."""
+    return _sides(side, tuple(PACKAGES))
+
+
+@functools.lru_cache(maxsize=None)
+def _sides(side: str, packages: tuple[str, ...]) -> tuple[ModuleType, ...]:
+    """Read once per registry (the API asks on every request)."""
+    return tuple(m for m in (module(p, side) for p in packages) if m is not None)
+
+
+def protocols() -> dict[str, Answers]:
+    """Every task's answers by task name: what clients, the API and the benchmark's readers use."""
+    return dict(_protocols(tuple(PACKAGES)))
+
+
+@functools.lru_cache(maxsize=None)
+def _protocols(packages: tuple[str, ...]) -> dict[str, Answers]:
+    return {m.ANSWERS.name: m.ANSWERS for m in _sides("answers", packages)}
+
+
+def unknown(name: str) -> TritonizeError:
+    return TritonizeError(f"unknown task {name!r}", hint=f"use one of: {', '.join(protocols())}")
+
+
+def package_of(name: str) -> str:
+    """The package of the task of that name."""
+    try:
+        return _packages(tuple(PACKAGES))[name]
+    except KeyError:
+        raise unknown(name) from None
+
+
+@functools.lru_cache(maxsize=None)
+def _packages(packages: tuple[str, ...]) -> dict[str, str]:
+    return {module(p, "answers").ANSWERS.name: p for p in packages}  # type: ignore[union-attr]
+
+
+def answers_of(head: Head) -> Answers:
+    """The answers of the task a head belongs to, without loading what builds it."""
+    try:
+        return _protocols(tuple(PACKAGES))[head.task]
+    except KeyError:
+        raise unknown(head.task) from None
 
 
 def get(name: str) -> Task:
-    try:
-        return TASKS[name]
-    except KeyError:
-        raise TritonizeError(f"unknown task {name!r}", hint=f"use one of: {', '.join(NAMES)}") from None
+    """The task (its build side: task.py, imported here)."""
+    return module(package_of(name), "task").TASK  # type: ignore[union-attr]
 
 
 def of(head: Head) -> Task:
     """The task a head belongs to."""
     return get(head.task)
+
+
+def tasks() -> dict[str, Task]:
+    """Every task's build side, by name (imports every task.py)."""
+    return {name: get(name) for name in protocols()}
 
 
 def _what(folder: ModelFolder) -> str:
@@ -59,17 +124,18 @@ def _what(folder: ModelFolder) -> str:
     return folder.architecture or f"{folder.model_type} model without architectures"
 
 
-SUPPORTED = "; ".join(f"{t.name}: {t.serves}" for t in TASKS.values())
+def supported() -> str:
+    return "; ".join(f"{t.name}: {t.serves}" for t in tasks().values())
 
 
 def detect(folder: ModelFolder) -> Task:
     """The task of a folder's own head, or one line that says what was found and what is supported."""
-    claimed = [t for t in TASKS.values() if t.detect(folder)]
+    claimed = [t for t in tasks().values() if t.detect(folder)]
     if len(claimed) == 1:
         return claimed[0]
     if claimed:  # two tasks claiming one folder is a bug in their detect(), never a guess
         raise TritonizeError(f"{_what(folder)} is claimed by {', '.join(t.name for t in claimed)}")
-    raise TritonizeError(f"tritonize cannot serve a {_what(folder)} exactly", hint=f"it serves {SUPPORTED}")
+    raise TritonizeError(f"tritonize cannot serve a {_what(folder)} exactly", hint=f"it serves {supported()}")
 
 
 def choose(folder: ModelFolder, requested: str | None) -> Task:
@@ -92,10 +158,47 @@ def choose(folder: ModelFolder, requested: str | None) -> Task:
 def for_outputs(names: list[str] | tuple[str, ...]) -> Answers:
     """The answers of the task whose ensemble returns these outputs (clients read them from the server's metadata)."""
     answers = set(names) - set(ROW_FIELDS)  # every tokenizing ensemble also reports its rows' tokens
-    for task in TASKS.values():
-        if set(task.answers.output_names) == answers:
-            return task.answers
+    for protocol in protocols().values():
+        if set(protocol.output_names) == answers:
+            return protocol
     raise TritonizeError(f"no task returns the outputs {sorted(names)}", hint="is this a tritonize repository?")
 
 
-__all__ = ["Answers", "Task", "TASKS", "NAMES", "get", "of", "detect", "choose", "for_outputs"]
+def build_side(package: str, names: tuple[str, ...]):
+    """A task package's module __getattr__: task.py's names, imported only when asked, so that importing the
+    package (or its answers) never loads what builds."""
+
+    def __getattr__(name: str):
+        if name in names:
+            return getattr(importlib.import_module(f"{package}.task"), name)
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    return __getattr__
+
+
+def client_calls() -> dict[str, Call]:
+    """Every task's client calls by name (tritonize/tasks/calls.py), in registry order; a name declared by two
+    tasks is refused, never one of them silently chosen."""
+    found: dict[str, Call] = {}
+    for side in sides("calls"):
+        for call in side.CALLS:
+            if call.__name__ in found:
+                raise TritonizeError(f"two tasks declare the client call {call.__name__!r} ({side.__name__})")
+            found[call.__name__] = call
+    return found
+
+
+def __getattr__(name: str):
+    """TASKS (every task's build side), NAMES and SUPPORTED, read from the registry when asked."""
+    if name == "TASKS":
+        return tasks()
+    if name == "NAMES":
+        return tuple(protocols())
+    if name == "SUPPORTED":
+        return supported()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["Answers", "TASKS", "NAMES", "PACKAGES", "register", "protocols", "answers_of", "get", "of",
+           "detect", "choose", "for_outputs", "client_calls", "build_side"]
+

@@ -11,10 +11,11 @@ from tritonize.api import schemas as s
 from tritonize.api.app import envelope
 from tritonize.api.errors import ApiError, invalid
 from tritonize.api.openapi import request_components
-from tritonize.api.routes import NIM_PATHS, ROUTERS, TEI_PATHS
+from tritonize.api.routes import paths, routers
 from tritonize.api.routes.score import score_pairs
-from tritonize.api.routes.tei import cosines
-from tritonize.api.task_routes import TASK_ROUTES
+from tritonize.api.task_routes import task_routes
+from tritonize.tasks.embedding import bodies as embedding_bodies
+from tritonize.tasks.embedding.api import cosines
 
 
 @pytest.mark.parametrize("text_1,text_2,pairs", [
@@ -79,7 +80,8 @@ def test_request_bodies_parse_as_their_clients_send_them() -> None:
     assert s.ScoreRequest.model_validate({"text_1": "q", "text_2": ["a"], "truncate_prompt_tokens": -1})
     with pytest.raises(ValidationError):  # a cut shorter than the model's max length is not what the step does
         s.ScoreRequest.model_validate({"text_1": "q", "text_2": "a", "truncate_prompt_tokens": 8})
-    similarity = s.TEISimilarityRequest.model_validate({"inputs": {"source_sentence": "a", "sentences": ["b"]}})
+    similarity = embedding_bodies.TEISimilarityRequest.model_validate(
+        {"inputs": {"source_sentence": "a", "sentences": ["b"]}})
     assert similarity.parameters is None
 
 
@@ -90,13 +92,14 @@ def test_each_family_answers_in_its_envelope() -> None:
     assert envelope("/similarity", error) == {"error": "passages must not be empty", "error_type": "Validation"}
     assert envelope("/score", error)["error"]["param"] == "passages"
     assert envelope("/classify", ApiError(503, "down"))["error"]["type"] == "server_error"
-    assert NIM_PATHS == {"/v1/ranking"} and {"/similarity", "/embed_all", "/decode"} <= TEI_PATHS
+    assert paths("nim") == {"/v1/ranking"} and {"/similarity", "/embed_all", "/decode"} <= paths("tei")
+    assert paths("cohere") == {"/v2/embed"} and {"/v1/rerank", "/v1/entities", "/classify"} <= paths("openai")
 
 
 def test_the_route_table_names_only_routes_the_app_serves() -> None:
-    served = {route.path for router in ROUTERS for route in router.routes}
-    assert {p for r in TASK_ROUTES for p in r.paths} <= served
-    by_task = {r.answers.name: r.paths for r in TASK_ROUTES}
+    served = {route.path for router in routers() for route in router.routes}
+    assert {p for r in task_routes() for p in r.paths} <= served
+    by_task = {r.answers.name: r.paths for r in task_routes()}
     assert {"/v1/ranking", "/score", "/v1/score"} <= set(by_task["rerank"])
     assert "/classify" in by_task["classification"] and "/similarity" in by_task["embedding"]
 

@@ -2,24 +2,16 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 
 from .. import schemas as s
 from ..state import state_of
-from .common import (
-    INFERS,
-    RANKING,
-    answered,
-    documented,
-    logits_only,
-    ranked,
-    refuse_truncated,
-    scores,
-    texts_of,
-    tokens,
-)
+from .families import NIM, Router
+from .inference import ranked, ranking, refuse_truncated, scores, tokens
+from .parameters import logits_only, texts_of
+from .responses import INFERS, answered, documented
 
-router = APIRouter(tags=["NVIDIA NIM"])
+router = Router(NIM)
 
 
 @router.post("/v1/ranking", responses=documented(s.NIMError, INFERS))
@@ -28,7 +20,7 @@ async def nim_ranking(body: s.NIMRankingRequest, request: Request) -> s.NIMRanki
     """Every passage by the model's logit, best first. NIM's `logit` is the raw score, so a reranker whose graph
     applies a sigmoid is refused rather than answered with probabilities under that name."""
     state = state_of(request)
-    model = state.catalog.find(RANKING, body.model)
+    model = state.catalog.find(ranking(), body.model)
     query = texts_of(body.query.text, "query.text", 1)[0]
     passages = texts_of([p.text for p in body.passages], "passages", state.settings.max_client_batch_size)
     logits_only(model, "logit")

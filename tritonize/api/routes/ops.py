@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
@@ -12,9 +12,10 @@ from ...tasks.answers import SAMPLE_TEXT, Answers
 from .. import schemas as s
 from ..errors import ApiError
 from ..state import state_of
-from .common import GUARDED, answered, documented
+from .families import OPERATIONS, Router
+from .responses import GUARDED, answered, documented
 
-router = APIRouter(tags=["operations"])
+router = Router(OPERATIONS)
 
 
 @router.get("/health", responses=documented(s.TEIError, (405, 413, 429, 503)))

@@ -1,10 +1,10 @@
 """vLLM's score API (/score, /v1/score): a score for each pair of texts.
 
 The pairs are vLLM's: `text_1` one text against each of `text_2`, or two lists of equal length paired in
-order. How a pair list is scored is one function per kind of model (common.SCORERS): a cross-encoder or an LLM
-reranker scores each pair in one pass through its ensemble (the rerank task), the score `CrossEncoder.predict`
-returns; a late-interaction model encodes each text once and scores the pairs by MaxSim, the score its
-`similarity` returns.
+order. How a pair list is scored is one function per kind of model (each task's api.py SCORER): a
+cross-encoder or an LLM reranker scores each pair in one pass through its ensemble (the rerank task), the
+score `CrossEncoder.predict` returns; a late-interaction model encodes each text once and scores the pairs by
+MaxSim, the score its `similarity` returns.
 """
 
 from __future__ import annotations
@@ -12,14 +12,17 @@ from __future__ import annotations
 import time
 import uuid
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 
 from .. import schemas as s
 from ..errors import invalid
 from ..state import state_of
-from .common import INFERS, RANKING, SCORERS, answered, documented, logits_only, texts_of, tokens
+from .families import VLLM, Router
+from .inference import ranking, scorers, tokens
+from .parameters import logits_only, texts_of
+from .responses import INFERS, answered, documented
 
-router = APIRouter(tags=["vLLM"])
+router = Router(VLLM)
 
 Pairs = list[tuple[str, str]]
 
@@ -55,11 +58,11 @@ def score_pairs(body: s.ScoreRequest, limit: int) -> Pairs:
 @answered
 async def score(body: s.ScoreRequest, request: Request) -> s.ScoreResponse:
     state = state_of(request)
-    model = state.catalog.find(RANKING, body.model)
+    model = state.catalog.find(ranking(), body.model)
     if body.use_activation is False:
         logits_only(model, "use_activation")
     pairs = score_pairs(body, state.settings.max_client_batch_size)
-    values, answer = await SCORERS[model.answers](state, request, model, pairs)
+    values, answer = await scorers()[model.answers](state, request, model, pairs)
     used = tokens(answer)
     return s.ScoreResponse.model_construct(
         id=f"score-{uuid.uuid4().hex}", created=int(time.time()), model=model.name,

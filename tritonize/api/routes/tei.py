@@ -1,77 +1,27 @@
-"""text-embeddings-inference's routes, in its shapes and error envelope."""
+"""text-embeddings-inference's routes that several tasks share (/rerank) or that read any model (/tokenize, /decode,
+/info), in its shapes and error envelope; its task routes (/embed, /similarity, /embed_sparse, /predict, /embed_all)
+are the tasks' own (tasks/<task>/api.py)."""
 
 from __future__ import annotations
 
-import numpy as np
-from fastapi import APIRouter, Query, Request
+from fastapi import Query, Request
 
 from .. import schemas as s
 from ..errors import invalid
 from ..state import state_of
-from .common import (
-    CLASSIFICATION,
-    EMBEDDING,
-    GUARDED,
-    INFERS,
-    MULTI_VECTOR,
-    RANKING,
-    SPARSE,
-    answered,
-    documented,
-    embed,
-    logits_only,
-    matryoshka,
-    multi_vector,
-    multi_vectors,
-    prompt_of,
-    ranked,
-    refuse_truncated,
-    right_only,
-    run,
-    scores,
-    texts_of,
-)
+from .families import TEI, Router
+from .inference import ranked, ranking, refuse_truncated, scores
+from .parameters import logits_only, prompt_of, right_only, texts_of
+from .responses import GUARDED, INFERS, answered, documented
 
-router = APIRouter(tags=["text-embeddings-inference"])
-
-
-@router.post("/embed", responses=documented(s.TEIError, INFERS))
-@answered
-async def tei_embed(body: s.TEIEmbedRequest, request: Request) -> s.TEIEmbeddings:
-    state = state_of(request)
-    model = state.catalog.find(EMBEDDING, body.model)
-    right_only(body.truncation_direction)
-    texts = texts_of(body.inputs, "inputs", state.settings.max_client_batch_size)
-    if not body.normalize and model.head.normalize:
-        raise invalid(f"normalize false is not served: {model.name} normalises inside its graph (its Normalize "
-                      "module), so only unit vectors exist to return", "normalize")
-    vectors, answer = await embed(state, request, model, texts, prompt_of(model, body.prompt_name))
-    refuse_truncated(answer, body.truncate, model)
-    vectors = matryoshka(vectors, model, body.dimensions)
-    if body.normalize and not model.head.normalize:
-        vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-    return s.TEIEmbeddings.model_construct(vectors)
-
-
-@router.post("/embed_sparse", responses=documented(s.TEIError, INFERS))
-@answered
-async def tei_embed_sparse(body: s.TEISparseRequest, request: Request) -> s.TEISparseEmbeddings:
-    """SPLADE terms as text-embeddings-inference returns them: per text, `[{"index", "value"}]`, ascending ids."""
-    state = state_of(request)
-    model = state.catalog.find(SPARSE, body.model)
-    right_only(body.truncation_direction)
-    texts = texts_of(body.inputs, "inputs", state.settings.max_client_batch_size)
-    prompt = prompt_of(model, body.prompt_name)
-    answer = await run(state, request, model, [(prompt + t,) for t in texts])
-    refuse_truncated(answer, body.truncate, model)
-    return s.TEISparseEmbeddings.model_construct(SPARSE.terms(answer))
+router = Router(TEI)
 
 
 @router.post("/rerank", responses=documented(s.TEIError, INFERS))
 @answered
 async def tei_rerank(body: s.TEIRerankRequest, request: Request) -> s.TEIRanks:
     state = state_of(request)
-    model = state.catalog.find(RANKING, body.model)
+    model = state.catalog.find(ranking(), body.model)
     right_only(body.truncation_direction)
     if body.raw_scores:
         logits_only(model, "raw_scores")
@@ -81,26 +31,6 @@ async def tei_rerank(body: s.TEIRerankRequest, request: Request) -> s.TEIRanks:
     return s.TEIRanks.model_construct([
         s.TEIRank.model_construct(index=i, score=float(values[i]), **({"text": docs[i]} if body.return_text else {}))
         for i in ranked(values, None)])
-
-
-@router.post("/predict", responses=documented(s.TEIError, INFERS))
-@answered
-async def tei_predict(body: s.TEIPredictRequest, request: Request) -> s.TEIPredictions:
-    state = state_of(request)
-    model = state.catalog.find(CLASSIFICATION, body.model)
-    right_only(body.truncation_direction)
-    single = isinstance(body.inputs, str)
-    raw: list = [body.inputs] if single else list(body.inputs)
-    if any(isinstance(x, list) and len(x) != 1 for x in raw):
-        raise invalid(f"{model.name} classifies one text per input; pairs are not served", "inputs")
-    texts = texts_of([x[0] if isinstance(x, list) else x for x in raw], "inputs", state.settings.max_client_batch_size)
-    answer = await run(state, request, model, [(t,) for t in texts])
-    refuse_truncated(answer, body.truncate, model)
-    labels = model.head.labels
-    rows = [[s.TEIPrediction.model_construct(score=float(row[j]), label=labels[j])
-             for j in np.argsort(-row, kind="stable")]
-            for row in CLASSIFICATION.scores(answer, raw=body.raw_scores)]
-    return s.TEIPredictions.model_construct(rows[0] if single else rows)
 
 
 @router.post("/tokenize", responses=documented(s.TEIError, (*GUARDED, 400, 404, 422)))
@@ -121,53 +51,6 @@ async def tei_tokenize(body: s.TEITokenizeRequest, request: Request) -> s.TEITok
             s.TEIToken.model_construct(id=i, text=text[a:b], special=False, start=a, stop=b)
             for i, tok, special, (a, b) in zip(enc.ids, enc.tokens, enc.special_tokens_mask, enc.offsets)])
     return s.TEITokens.model_construct(out)
-
-
-@router.post("/similarity", responses=documented(s.TEIError, INFERS))
-@answered
-async def tei_similarity(body: s.TEISimilarityRequest, request: Request) -> s.TEISimilarities:
-    """As text-embeddings-inference computes it: the source sentence and the sentences embedded together, then
-    the cosine of each sentence's vector with the source's (a cosine, so the graph's normalisation changes
-    nothing)."""
-    state = state_of(request)
-    model = state.catalog.find(EMBEDDING, body.model)
-    parameters = body.parameters or s.TEISimilarityParameters()
-    right_only(parameters.truncation_direction)
-    sentences = texts_of(body.inputs.sentences, "inputs.sentences", state.settings.max_client_batch_size)
-    source = texts_of(body.inputs.source_sentence, "inputs.source_sentence", 1)
-    vectors, answer = await embed(state, request, model, source + sentences, prompt_of(model, parameters.prompt_name))
-    refuse_truncated(answer, parameters.truncate, model)
-    return s.TEISimilarities.model_construct(cosines(vectors[0], vectors[1:]).tolist())
-
-
-def cosines(source: np.ndarray, others: np.ndarray) -> np.ndarray:
-    """The cosine of each row of `others` with `source`, in float64 (0 for a zero vector)."""
-    source, others = source.astype(np.float64), others.astype(np.float64)
-    norms = np.linalg.norm(others, axis=1) * np.linalg.norm(source)
-    return np.divide(others @ source, norms, out=np.zeros(len(others)), where=norms > 0)
-
-
-@router.post("/embed_all", responses=documented(s.TEIError, INFERS))
-@answered
-async def tei_embed_all(body: s.TEIEmbedAllRequest, request: Request) -> s.TEITokenStates:
-    """A vector per token, where the served answer carries them: a late-interaction model's scored vectors, each
-    text as a document unless `prompt_name` names the query form. An embedder pools inside its graph, so its
-    per-token states never leave it: refused."""
-    state = state_of(request)
-    model = state.catalog.find((EMBEDDING, MULTI_VECTOR), body.model)
-    right_only(body.truncation_direction)
-    texts = texts_of(body.inputs, "inputs", state.settings.max_client_batch_size)
-    if model.answers is not MULTI_VECTOR:
-        prompt_of(model, body.prompt_name)
-        raise invalid(f"embed_all is not served for {model.name}: its graph pools the token states inside "
-                      f"({model.head.pooling} pooling) and returns one vector per text; /embed returns those")
-    forms = multi_vector.FORMS
-    if body.prompt_name not in (None, *forms):
-        raise invalid(f"prompt_name {body.prompt_name!r} is not a form of {model.name}: {' or '.join(forms)}",
-                      "prompt_name")
-    vectors, answer = await multi_vectors(state, request, model, texts, body.prompt_name or multi_vector.DOCUMENT)
-    refuse_truncated(answer, body.truncate, model)
-    return s.TEITokenStates.model_construct(vectors)
 
 
 @router.post("/decode", responses=documented(s.TEIError, (*GUARDED, 400, 404, 422)))

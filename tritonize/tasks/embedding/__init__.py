@@ -1,6 +1,9 @@
-"""Sentence embeddings: task.py builds and verifies its repository, answers.py reads its answers."""
+"""Sentence embeddings: task.py builds and verifies its repository; answers.py reads its answers, calls.py and api.py
+are its client calls and HTTP routes. task.py is imported only when a build asks for it."""
 
+from .. import build_side
 from .answers import ANSWERS, OUTPUT, Head, truncate_embeddings
-from .task import POOLINGS, TASK
 
 __all__ = ["ANSWERS", "OUTPUT", "Head", "truncate_embeddings", "POOLINGS", "TASK"]
+
+__getattr__ = build_side(__name__, ("POOLINGS", "TASK"))

@@ -1,6 +1,9 @@
-"""Late-interaction (ColBERT) embeddings: task.py builds and verifies its repository, answers.py reads its answers."""
+"""Late-interaction (ColBERT) embeddings: task.py builds and verifies its repository; answers.py reads its answers,
+calls.py and api.py are its client calls and HTTP routes. task.py is imported only when a build asks for it."""
 
+from .. import build_side
 from .answers import ANSWERS, COUNTS, SIMILARITY_PARAMETER, VECTORS, Head, maxsim, vectors
-from .task import TASK
 
 __all__ = ["ANSWERS", "COUNTS", "SIMILARITY_PARAMETER", "VECTORS", "Head", "maxsim", "vectors", "TASK"]
+
+__getattr__ = build_side(__name__, ("TASK",))

@@ -1,0 +1,169 @@
+"""What adding a task takes: a package and one registry line. A throwaway task, written here into a temporary
+folder (an embedding's shape under a new name, with a route and a client call of its own), is registered and then
+served by the API (its route answers, the OpenAPI document lists it and its body), read by the registry, and
+called by both clients, with nothing else edited.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tritonize import tasks
+
+PACKAGE = "throwaway_shout"
+FILES = {
+    "__init__.py": '"""A throwaway task: an embedding served under another name."""\n',
+    "answers.py": '''
+        from dataclasses import dataclass
+        from typing import ClassVar
+
+        from tritonize.tasks.embedding.answers import EmbeddingAnswers, Head as EmbeddingHead
+
+        OUTPUT = "shout"
+
+
+        @dataclass(frozen=True)
+        class Head(EmbeddingHead):
+            task: ClassVar[str] = "shout"
+
+
+        class ShoutAnswers(EmbeddingAnswers):
+            head_type = Head
+            output_names = (OUTPUT,)
+
+            def vectors(self, outputs):
+                return outputs[OUTPUT]
+
+
+        ANSWERS = ShoutAnswers()
+    ''',
+    "task.py": '''
+        from tritonize.tasks.embedding.task import Embedding
+
+        from .answers import ANSWERS
+
+
+        class Shout(Embedding):
+            answers = ANSWERS
+
+            def detect(self, folder):
+                return False
+
+
+        TASK = Shout()
+    ''',
+    "calls.py": '''
+        from tritonize.tasks.calls import Infer
+
+        from .answers import OUTPUT
+
+
+        def shout(texts, loud: bool = True):
+            """Each text's vector, doubled where loud."""
+            vectors = (yield Infer([t.upper() if loud else t for t in texts], [OUTPUT]))[OUTPUT]
+            return vectors * (2 if loud else 1)
+
+
+        CALLS = (shout,)
+    ''',
+    "api.py": '''
+        from fastapi import Request
+
+        from tritonize.api import schemas as s
+        from tritonize.api.routes.families import TRITONIZE, Router
+        from tritonize.api.routes.inference import run
+        from tritonize.api.routes.parameters import texts_of
+        from tritonize.api.routes.responses import INFERS, answered, documented
+        from tritonize.api.state import state_of
+        from tritonize.api.task_routes import TaskRoutes
+
+        from .answers import ANSWERS
+
+        router = Router(TRITONIZE)
+        ROUTERS = (router,)
+        ROUTES = TaskRoutes(ANSWERS, ("/v1/shout",), lambda a, name, text: {"model": name, "inputs": [text]})
+
+
+        class ShoutRequest(s.Body):
+            inputs: s.TextList
+            model: str | None = None
+
+
+        class ShoutResponse(s.Body):
+            data: list[list[float]]
+
+
+        @router.post("/v1/shout", responses=documented(s.OpenAIError, INFERS))
+        @answered
+        async def shout(body: ShoutRequest, request: Request) -> ShoutResponse:
+            state = state_of(request)
+            model = state.catalog.find(ANSWERS, body.model)
+            texts = texts_of(body.inputs, "inputs", state.settings.max_client_batch_size)
+            answer = await run(state, request, model, [(t,) for t in texts])
+            return ShoutResponse.model_construct(data=ANSWERS.vectors(answer))
+    ''',
+}
+
+
+@pytest.fixture
+def shout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The throwaway package on sys.path, and its one registry line; both undone afterwards."""
+    folder = tmp_path / PACKAGE
+    folder.mkdir()
+    for name, text in FILES.items():
+        (folder / name).write_text(textwrap.dedent(text).lstrip())
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(tasks, "PACKAGES", list(tasks.PACKAGES))
+    before = len(tasks.NAMES)
+    tasks.register(PACKAGE)  # the one line a new task adds to the registry
+    yield before
+    for name in [m for m in sys.modules if m == PACKAGE or m.startswith(PACKAGE + ".")]:
+        monkeypatch.delitem(sys.modules, name)
+
+
+def test_the_registry_reads_both_sides_of_a_new_task(shout) -> None:
+    assert tasks.NAMES[-1] == "shout" and len(tasks.NAMES) == shout + 1
+    assert tasks.protocols()["shout"].output_names == ("shout",)
+    assert tasks.get("shout").name == "shout" and type(tasks.get("shout")).__name__ == "Shout"
+    assert tasks.for_outputs(["shout"]).name == "shout"
+
+
+def test_the_api_serves_a_new_task(shout, tmp_path: Path) -> None:
+    from starlette.testclient import TestClient
+
+    from tritonize.api.app import create_app
+    from tritonize.api.catalog import Catalog
+    from tritonize.api.state import ApiSettings
+
+    app = create_app(ApiSettings(repository=tmp_path), Catalog(()))
+    document = app.app.openapi()  # the guard wraps the FastAPI app
+    assert "/v1/shout" in document["paths"] and "ShoutRequest" in document["components"]["schemas"]
+    assert document["paths"]["/v1/shout"]["post"]["tags"] == ["tritonize"]
+    with TestClient(app) as client:  # no shout model is served here: the route answers, in OpenAI's envelope
+        answer = client.post("/v1/shout", json={"inputs": ["hi"]})
+    assert answer.status_code == 424 and "no shout model is served here" in answer.json()["error"]["message"]
+
+
+def test_both_clients_call_a_new_task(shout) -> None:
+    from tritonize.client import AsyncTextClient, TextClient
+    from tritonize.tasks.calls import run
+
+    blocking, asynchronous = TextClient(model="m"), AsyncTextClient(model="m")
+    for client in (blocking, asynchronous):
+        assert list(inspect.signature(client.shout).parameters) == ["texts", "loud"]
+        assert client.shout.__doc__ == "Each text's vector, doubled where loud."
+    assert inspect.iscoroutinefunction(asynchronous.shout) and not inspect.iscoroutinefunction(blocking.shout)
+    asked = []
+
+    def answer(infer):
+        asked.append(infer)
+        return {"shout": np.ones((len(infer.texts), 2), np.float32)}
+
+    vectors = run(sys.modules[f"{PACKAGE}.calls"].shout(["a", "b"]), answer)
+    assert asked[0].texts == ["A", "B"] and asked[0].outputs == ["shout"] and vectors.tolist() == [[2, 2], [2, 2]]

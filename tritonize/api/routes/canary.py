@@ -1,0 +1,40 @@
+"""Which version of a model answers a request during a rollout (api/rollouts.py), and what a canary's failure
+falls back to."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from fastapi import Request
+
+from ..catalog import ServedModel
+from ..errors import ApiError
+from ..rollouts import CALLER_FAULTS, CALLER_HEADER
+from ..state import ApiState
+
+
+async def infer(state: ApiState, request: Request, model: ServedModel, inputs: Mapping[str, list[str]],
+                outputs: Sequence[str]) -> dict[str, np.ndarray]:
+    """One inference through the version the rollout routes this caller to: a canary's failure that is not the
+    request's own is answered by the served version; the version that answered is the request's."""
+    target = state.rollouts.target(model.name, request.headers.get(CALLER_HEADER))
+    if target.candidate:
+        start = time.perf_counter()
+        try:
+            answer = await state.backend.infer(model, inputs, outputs, target.name)
+        except ApiError as exc:
+            if exc.status in CALLER_FAULTS:
+                raise
+            state.rollouts.record(model.name, target, False, time.perf_counter() - start)
+            target = state.rollouts.served_target(model.name)
+        else:
+            state.rollouts.record(model.name, target, True, time.perf_counter() - start)
+            request.state.version = str(target.version)
+            return answer
+    request.state.version = str(target.version)
+    start = time.perf_counter()
+    answer = await state.backend.infer(model, inputs, outputs)
+    state.rollouts.record(model.name, target, True, time.perf_counter() - start)
+    return answer

@@ -1,0 +1,77 @@
+"""One inference through a model's ensemble, and what the routes read of every answer: tokens, truncation, and
+the ranking of scored texts (by whichever task scores them: each task's api.py SCORER)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable, Sequence
+from types import ModuleType
+
+import numpy as np
+from fastapi import Request
+
+from ... import tasks
+from ...spec import TOKEN_COUNT_OUTPUT, TRUNCATED_OUTPUT
+from ...tasks.answers import Answers
+from ..catalog import ServedModel
+from ..errors import invalid
+from ..state import ApiState
+from . import canary
+
+
+async def run(state: ApiState, request: Request, model: ServedModel,
+              rows: Sequence[tuple[str, ...]]) -> dict[str, np.ndarray]:
+    """One inference of these rows through the model's ensemble (the version its rollout routes to): its answers'
+    outputs, with its token counts where the ensemble reports them."""
+    request.state.model = model.name
+    answers: Answers = model.answers
+    extra = [o for o in (TOKEN_COUNT_OUTPUT, TRUNCATED_OUTPUT) if o in state.outputs.get(model.name, ())]
+    return await canary.infer(state, request, model, answers.request(rows), [*answers.output_names, *extra])
+
+
+def tokens(answer: dict[str, np.ndarray]) -> int:
+    counts = answer.get(TOKEN_COUNT_OUTPUT)
+    return int(counts.sum()) if counts is not None else 0
+
+
+def refuse_truncated(answer: dict[str, np.ndarray], truncate: bool | None, model: ServedModel,
+                     status: int = 413, asked: str = "false") -> None:
+    """`truncate: false` (text-embeddings-inference's strict mode; NIM's NONE, `asked`): a text the model could
+    not read whole is refused."""
+    cut = answer.get(TRUNCATED_OUTPUT)
+    if truncate is False and cut is not None and cut.any():
+        rows = np.flatnonzero(cut.reshape(-1)).tolist()
+        raise invalid(f"inputs {rows[:5]} are longer than {model.name} reads ({model.max_length} tokens) and "
+                      f"truncate is {asked}", "truncate", status)
+
+
+# How a kind of model that ranks texts for a query scores a list of (query, text) pairs: its task's api.py
+# SCORER (a reranker reads each pair in one pass; a late-interaction model scores two texts' vectors by MaxSim).
+PairScorer = Callable[[ApiState, Request, ServedModel, list[tuple[str, str]]],
+                      Awaitable[tuple[np.ndarray, dict[str, np.ndarray]]]]
+
+
+def scorers() -> dict[Answers, PairScorer]:
+    """Every task that scores pairs, by its answers: what the rerank, ranking and score routes serve."""
+    return _scorers(tasks.sides("api"))
+
+
+@functools.lru_cache(maxsize=None)
+def _scorers(apis: tuple[ModuleType, ...]) -> dict[Answers, PairScorer]:
+    return {m.ROUTES.answers: m.SCORER for m in apis if getattr(m, "SCORER", None)}
+
+
+def ranking() -> tuple[Answers, ...]:
+    return tuple(scorers())
+
+
+async def scores(state: ApiState, request: Request, model: ServedModel, query: str,
+                 documents: list[str]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The model's score of each document for the query, in the documents' order."""
+    return await scorers()[model.answers](state, request, model, [(query, d) for d in documents])
+
+
+def ranked(values: np.ndarray, top_n: int | None) -> list[int]:
+    """Indices by score, best first (ties keep the documents' order), at most top_n."""
+    order = np.argsort(-values, kind="stable").tolist()
+    return order[:top_n] if top_n else order

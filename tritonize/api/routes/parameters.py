@@ -1,0 +1,62 @@
+"""Reading a request's parameters the way every family does: texts, prompts, truncation, raw scores."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...errors import TritonizeError
+from ..catalog import ServedModel
+from ..errors import invalid
+
+
+def texts_of(value: Any, param: str, limit: int) -> list[str]:
+    """A string or a list of strings; token ids, empty strings and lists over the bound are refused."""
+    items = [value] if isinstance(value, str) else list(value)
+    if not items:
+        raise invalid(f"`{param}` must not be empty", param, 422)
+    if any(not isinstance(x, str) for x in items):
+        raise invalid(f"`{param}` holds token ids: send text, the server tokenizes it with the model's own "
+                      "tokenizer", param, 422)
+    if any(not x for x in items):
+        raise invalid(f"`{param}` holds an empty string", param, 422)
+    if len(items) > limit:
+        raise invalid(f"`{param}` holds {len(items)} texts, over this server's limit of {limit} per request "
+                      "(--max-client-batch-size)", param, 413)
+    return items
+
+
+def prompt_of(model: ServedModel, name: str | None) -> str:
+    """The text a folder declares for a prompt name (sentence-transformers' `prompts`)."""
+    if not name:
+        return ""
+    prompts = model.prompts
+    if name not in prompts:
+        known = ", ".join(prompts) or "none"
+        raise invalid(f"prompt_name {name!r} is not declared by {model.name} (declared: {known})", "prompt_name")
+    return prompts[name]
+
+
+def input_prompt(model: ServedModel, input_type: str | None) -> str:
+    """The prompt an `input_type` selects (embedding.INPUT_TYPE_PROMPTS); none asked: the text as it is."""
+    if input_type is None:
+        return ""
+    try:
+        return model.head.prompt_for(input_type)
+    except TritonizeError as exc:
+        raise invalid(f"{model.name}: {exc}", "input_type", 400) from None
+
+
+def right_only(direction: str) -> None:
+    if direction.lower() != "right":
+        raise invalid("truncation_direction left is not served: the model's tokenizer cuts long texts on the right",
+                      "truncation_direction")
+
+
+def logits_only(model: ServedModel, param: str) -> None:
+    """A reranker's raw scores exist only where its graph applies no activation: a sigmoid inverted in float32
+    is not the model's logit (it saturates to 1 well before the logit is large). A head without an activation
+    (MaxSim) scores raw."""
+    activation = getattr(model.head, "activation", "identity")
+    if activation != "identity":
+        raise invalid(f"{param} is not served for {model.name}: its graph applies the CrossEncoder's "
+                      f"{activation}, and inverting it would not give the model's logits exactly", param)

@@ -1,0 +1,112 @@
+"""The classification task's routes: text-embeddings-inference's /predict and vLLM's /classify, their bodies,
+and its row of the route table (tritonize/api/task_routes.py)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Annotated, Literal, Optional, Union
+
+import numpy as np
+from fastapi import Request
+from pydantic import Field, RootModel
+
+from ...api import schemas as s
+from ...api.errors import invalid
+from ...api.routes.families import TEI, VLLM, Router
+from ...api.routes.inference import refuse_truncated, run, tokens
+from ...api.routes.parameters import right_only, texts_of
+from ...api.routes.responses import INFERS, answered, documented
+from ...api.schemas import Body, Direction, Text, TextList, Texts, Usage, refused_beyond
+from ...api.state import state_of
+from ...api.task_routes import TaskRoutes, labelled
+from .answers import ANSWERS
+
+tei, vllm = Router(TEI), Router(VLLM)
+ROUTERS = (tei, vllm)
+ROUTES = TaskRoutes(ANSWERS, ("/predict", "/classify"), lambda a, name, text: {"model": name, "inputs": text},
+                    lambda head: labelled("classifier", head.labels))
+
+
+class TEIPredictRequest(Body):
+    inputs: Union[Text, TextList, Annotated[list[Annotated[list[Text], refused_beyond(minItems=1, maxItems=1)]],
+                                            refused_beyond(minItems=1)]]
+    raw_scores: bool = False
+    truncate: bool | None = None
+    truncation_direction: Direction = "right"
+    model: str | None = None
+
+
+class TEIPrediction(Body):
+    score: float
+    label: str
+
+
+class TEIPredictions(RootModel[Union[list[TEIPrediction], list[list[TEIPrediction]]]]):
+    """Every label, best first: one list for one text, a list per text for a list."""
+
+
+class ClassifyRequest(Body):
+    """vLLM's /classify."""
+
+    input: Texts
+    model: str | None = None
+    truncate_prompt_tokens: Optional[Literal[-1]] = Field(None, description="-1 or none: long texts are cut at "
+                                                                            "the model's max length")
+    use_activation: bool | None = Field(None, description="false: logits instead of the head's probabilities")
+
+
+class ClassificationData(Body):
+    index: int
+    label: str | None = Field(description="the label of the highest score")
+    probs: list[float] = Field(description="a score per label, in the model's label order")
+    num_classes: int
+
+
+class ClassifyResponse(Body):
+    id: str
+    object: Literal["list"] = "list"
+    created: int
+    model: str
+    data: list[ClassificationData]
+    usage: Usage
+
+
+@tei.post("/predict", responses=documented(s.TEIError, INFERS))
+@answered
+async def tei_predict(body: TEIPredictRequest, request: Request) -> TEIPredictions:
+    state = state_of(request)
+    model = state.catalog.find(ANSWERS, body.model)
+    right_only(body.truncation_direction)
+    single = isinstance(body.inputs, str)
+    raw: list = [body.inputs] if single else list(body.inputs)
+    if any(isinstance(x, list) and len(x) != 1 for x in raw):
+        raise invalid(f"{model.name} classifies one text per input; pairs are not served", "inputs")
+    texts = texts_of([x[0] if isinstance(x, list) else x for x in raw], "inputs", state.settings.max_client_batch_size)
+    answer = await run(state, request, model, [(t,) for t in texts])
+    refuse_truncated(answer, body.truncate, model)
+    labels = model.head.labels
+    rows = [[TEIPrediction.model_construct(score=float(row[j]), label=labels[j])
+             for j in np.argsort(-row, kind="stable")]
+            for row in ANSWERS.scores(answer, raw=body.raw_scores)]
+    return TEIPredictions.model_construct(rows[0] if single else rows)
+
+
+@vllm.post("/classify", responses=documented(s.OpenAIError, INFERS))
+@answered
+async def classify(body: ClassifyRequest, request: Request) -> ClassifyResponse:
+    """`probs` are the head's probabilities (its softmax, or a sigmoid per label for a multi-label head), or with
+    `use_activation: false` its logits, both as the graph returns them."""
+    state = state_of(request)
+    model = state.catalog.find(ANSWERS, body.model)
+    texts = texts_of(body.input, "input", state.settings.max_client_batch_size)
+    answer = await run(state, request, model, [(t,) for t in texts])
+    labels = model.head.labels
+    rows = ANSWERS.scores(answer, raw=body.use_activation is False)
+    used = tokens(answer)
+    return ClassifyResponse.model_construct(
+        id=f"classify-{uuid.uuid4().hex}", created=int(time.time()), model=model.name,
+        data=[ClassificationData.model_construct(index=i, label=labels[int(np.argmax(row))], probs=row,
+                                                 num_classes=len(labels))
+              for i, row in enumerate(rows)],
+        usage=Usage.model_construct(prompt_tokens=used, total_tokens=used))

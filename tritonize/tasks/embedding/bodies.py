@@ -1,0 +1,141 @@
+"""The embedding task's request and response bodies: OpenAI's embeddings, Cohere's embed (v2), and
+text-embeddings-inference's /embed and /similarity (tritonize/api/schemas.py says how bodies are written)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, RootModel
+from pydantic.json_schema import SkipJsonSchema, WithJsonSchema
+from typing_extensions import TypedDict
+
+from ...api.schemas import Body, Dimensions, Direction, Text, TextList, Texts, Usage, refused_beyond
+
+
+Quantized = Literal["int8", "uint8", "binary", "ubinary"]  # tasks/embedding/quantization.py's PRECISIONS
+
+
+EncodingFormat = Annotated[Literal["float", "base64", "int8", "uint8", "binary", "ubinary"], Field(
+    description="float: float32 values; base64: their little-endian bytes; int8, uint8, binary, ubinary: that "
+                "embedding's bytes in base64 (sentence-transformers' quantize_embeddings, one byte per value, or "
+                "8 values per byte for the binary ones)")]
+
+
+NimInputType = Annotated[Literal["query", "passage"], Field(
+    description="NVIDIA NIM's input type: the prompt the model declares for it; without prompts, the text as it is")]
+
+
+CohereInputType = Annotated[Literal["search_query", "search_document", "classification", "clustering"], Field(
+    description="the prompt the model declares for it; without prompts, the text as it is")]
+
+
+CohereEmbeddingType = Literal["float", "int8", "uint8", "binary", "ubinary", "base64"]
+
+
+CohereTruncate = Annotated[Literal["NONE", "START", "END"], WithJsonSchema(
+    {"type": "string", "enum": ["NONE", "END"],
+     "description": "END: a long text's first tokens; NONE: a long text is refused; START is refused (the "
+                    "tokenizer cuts on the right)"})]
+
+
+class CohereEmbedRequest(Body):
+    model: str | None = None
+    texts: TextList
+    input_type: CohereInputType | None = None
+    embedding_types: Annotated[list[CohereEmbeddingType], refused_beyond(minItems=1, maxItems=6, uniqueItems=True)] = [
+        "float"]
+    output_dimension: Dimensions = None
+    truncate: CohereTruncate = "END"
+    # Accepted by the types only to reach the route's own message.
+    max_tokens: SkipJsonSchema[int | None] = None
+    images: SkipJsonSchema[list | None] = None
+    inputs: SkipJsonSchema[list | None] = None
+
+
+# One array per embedding type asked for: `float` is a keyword, so the typed dict's functional form.
+CohereEmbeddingsByType = TypedDict("CohereEmbeddingsByType", {
+    "float": list[list[float]], "int8": list[list[int]], "uint8": list[list[int]], "binary": list[list[int]],
+    "ubinary": list[list[int]], "base64": list[str]}, total=False)
+
+
+class CohereApiVersion(Body):
+    version: str
+
+
+class CohereBilledUnits(Body):
+    input_tokens: int
+
+
+class CohereMeta(Body):
+    api_version: CohereApiVersion
+    billed_units: CohereBilledUnits
+
+
+class CohereEmbedResponse(Body):
+    id: str
+    embeddings: CohereEmbeddingsByType
+    texts: list[str]
+    meta: CohereMeta
+    response_type: Literal["embeddings_by_type"] = "embeddings_by_type"
+
+
+class EmbeddingRequest(Body):
+    input: Texts
+    model: str | None = None
+    encoding_format: EncodingFormat = "float"
+    dimensions: Dimensions = None
+    input_type: NimInputType | None = None
+    user: str | None = None
+
+
+# A row of the hot route is a typed dict: built as cheaply as the dict it is (a model per row cost ~4 µs).
+class Embedding(TypedDict):
+    """One input's vector."""
+
+    object: Literal["embedding"]
+    index: int
+    embedding: Annotated[list[float] | str, Field(description="float32 values; or, in base64, the float32 values' "
+                                                              "little-endian bytes, or the int8, uint8, binary or "
+                                                              "ubinary embedding's bytes")]
+
+
+class EmbeddingResponse(Body):
+    object: Literal["list"] = "list"
+    data: list[Embedding]
+    model: str
+    usage: Usage
+
+
+class TEIEmbedRequest(Body):
+    inputs: Texts
+    normalize: bool = True
+    truncate: bool | None = None
+    truncation_direction: Direction = "right"
+    prompt_name: str | None = None
+    dimensions: Dimensions = None
+    model: str | None = None
+
+
+class TEIEmbeddings(RootModel[list[list[float]]]):
+    """One vector per input, in order."""
+
+
+class TEISimilarityInput(Body):
+    source_sentence: Text
+    sentences: TextList
+
+
+class TEISimilarityParameters(Body):
+    truncate: bool | None = None
+    truncation_direction: Direction = "right"
+    prompt_name: str | None = None
+
+
+class TEISimilarityRequest(Body):
+    inputs: TEISimilarityInput
+    parameters: TEISimilarityParameters | None = None
+    model: str | None = None
+
+
+class TEISimilarities(RootModel[list[float]]):
+    """The cosine similarity of each sentence's embedding with the source sentence's, in order."""

@@ -1,0 +1,66 @@
+"""The question-answering task's route: tritonize's own /v1/answers (no standard exists), its bodies, and its row
+of the route table (tritonize/api/task_routes.py)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Union
+
+from fastapi import Request
+from pydantic import Field
+
+from ...api import schemas as s
+from ...api.routes.families import TRITONIZE, Router
+from ...api.routes.inference import run
+from ...api.routes.parameters import texts_of
+from ...api.routes.responses import INFERS, answered, documented
+from ...api.schemas import Body, Text, refused_beyond
+from ...api.state import state_of
+from ...api.task_routes import TaskRoutes
+from .answers import ANSWERS
+
+router = Router(TRITONIZE)
+ROUTERS = (router,)
+ROUTES = TaskRoutes(ANSWERS, ("/v1/answers",),
+                    lambda a, name, text: {"model": name, "inputs": {"question": a.sample_first, "context": text}})
+
+
+class QAPair(Body):
+    question: Text
+    context: Text
+
+
+class AnswersRequest(Body):
+    inputs: Union[QAPair, Annotated[list[QAPair], refused_beyond(minItems=1)]]
+    model: str | None = None
+
+
+class Answer(Body):
+    """The question-answering pipeline's answer: the span and its score."""
+
+    answer: str
+    score: float
+    start: int
+    end: int
+
+
+class AnswerResult(Body):
+    index: int
+    answer: Answer | None = Field(description="null where the context holds no answer")
+
+
+class AnswersResponse(Body):
+    model: str
+    data: list[AnswerResult]
+
+
+@router.post("/v1/answers", responses=documented(s.OpenAIError, INFERS))
+@answered
+async def answers(body: AnswersRequest, request: Request) -> AnswersResponse:
+    state = state_of(request)
+    model = state.catalog.find(ANSWERS, body.model)
+    pairs = [body.inputs] if isinstance(body.inputs, QAPair) else list(body.inputs)
+    questions = texts_of([p.question for p in pairs], "question", state.settings.max_client_batch_size)
+    contexts = texts_of([p.context for p in pairs], "context", state.settings.max_client_batch_size)
+    found = ANSWERS.spans(await run(state, request, model, list(zip(questions, contexts))))
+    return AnswersResponse.model_construct(model=model.name, data=[
+        AnswerResult.model_construct(index=i, answer=a) for i, a in enumerate(found)])

@@ -1,0 +1,22 @@
+"""The client's question-answering calls (tritonize/tasks/calls.py says how calls run)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..calls import Infer, Text
+from .answers import ANSWERS, CONTEXT_INPUT, OUTPUT, QUESTION_INPUT
+
+
+def answers(questions: Sequence[Text], contexts: Sequence[Text]):
+    """One answer per (question, context) pair, in one request."""
+    inputs = {QUESTION_INPUT: list(questions), CONTEXT_INPUT: list(contexts)}
+    return [row[OUTPUT] for row in ANSWERS.rows((yield Infer(inputs, [OUTPUT])))]
+
+
+def answer(question: Text, context: Text):
+    """The span of `context` that answers `question`: {"answer", "score", "start", "end"} (None: no span)."""
+    return (yield from answers([question], [context]))[0]
+
+
+CALLS = (answer, answers)

@@ -1,0 +1,41 @@
+"""The rerank task's part in the API: how a reranker scores pairs for the ranking routes (Cohere's and Jina's
+rerank, text-embeddings-inference's /rerank, NVIDIA NIM's /v1/ranking, vLLM's /score, which several tasks serve:
+api/routes/), and its row of the route table (tritonize/api/task_routes.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+from fastapi import Request
+
+from ...api.catalog import ServedModel
+from ...api.routes.inference import run
+from ...api.state import ApiState
+from ...api.task_routes import TaskRoutes, labelled
+from .answers import ANSWERS, Head
+
+ROUTERS = ()  # its routes are the ranking routes, shared with the late-interaction task
+
+
+def accepts(heads: tuple[Head, ...]) -> dict[str, dict]:
+    """`raw_scores` (and vLLM's `use_activation: false`) only where no served graph applies an activation it
+    cannot undo exactly."""
+    raw = all(h.activation == "identity" for h in heads)
+    logits = "logits, for a model whose graph applies no activation"
+    return {"raw_scores": {"type": "boolean", **({} if raw else {"enum": [False]}), "description": logits},
+            "use_activation": {"anyOf": [{"type": "boolean", **({} if raw else {"enum": [True]})}, {"type": "null"}],
+                               "description": f"false: {logits}"}}
+
+
+ROUTES = TaskRoutes(ANSWERS, ("/v1/rerank", "/v2/rerank", "/rerank", "/v1/ranking", "/score", "/v1/score"),
+                    lambda a, name, text: {"model": name, "query": a.sample_first, "documents": [text, "A fox."]},
+                    lambda head: labelled("reranker", ("LABEL_0",)), accepts)
+
+
+async def pair_scores(state: ApiState, request: Request, model: ServedModel,
+                      pairs: list[tuple[str, str]]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """A reranker's score of each (query, text) pair, in order (each pair in one pass), and the answer it came in."""
+    answer = await run(state, request, model, pairs)
+    return ANSWERS.scores(answer), answer
+
+
+SCORER = pair_scores

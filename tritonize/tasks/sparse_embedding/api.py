@@ -1,0 +1,53 @@
+"""The sparse-embedding task's route: text-embeddings-inference's /embed_sparse, its body, and its row of the
+route table (tritonize/api/task_routes.py)."""
+
+from __future__ import annotations
+
+from fastapi import Request
+from pydantic import RootModel
+
+from ...api import schemas as s
+from ...api.routes.families import TEI, Router
+from ...api.routes.inference import refuse_truncated, run
+from ...api.routes.parameters import prompt_of, right_only, texts_of
+from ...api.routes.responses import INFERS, answered, documented
+from ...api.schemas import Body, Direction, Texts
+from ...api.state import state_of
+from ...api.task_routes import TaskRoutes, prompt_names
+from .answers import ANSWERS
+
+tei = Router(TEI)
+ROUTERS = (tei,)
+ROUTES = TaskRoutes(ANSWERS, ("/embed_sparse",), lambda a, name, text: {"model": name, "inputs": [text]},
+                    accepts=prompt_names)
+
+
+class TEISparseRequest(Body):
+    inputs: Texts
+    truncate: bool | None = None
+    truncation_direction: Direction = "right"
+    prompt_name: str | None = None
+    model: str | None = None
+
+
+class TEISparseValue(Body):
+    index: int
+    value: float
+
+
+class TEISparseEmbeddings(RootModel[list[list[TEISparseValue]]]):
+    """Per input, its terms: vocabulary ids ascending."""
+
+
+@tei.post("/embed_sparse", responses=documented(s.TEIError, INFERS))
+@answered
+async def tei_embed_sparse(body: TEISparseRequest, request: Request) -> TEISparseEmbeddings:
+    """SPLADE terms as text-embeddings-inference returns them: per text, `[{"index", "value"}]`, ascending ids."""
+    state = state_of(request)
+    model = state.catalog.find(ANSWERS, body.model)
+    right_only(body.truncation_direction)
+    texts = texts_of(body.inputs, "inputs", state.settings.max_client_batch_size)
+    prompt = prompt_of(model, body.prompt_name)
+    answer = await run(state, request, model, [(prompt + t,) for t in texts])
+    refuse_truncated(answer, body.truncate, model)
+    return TEISparseEmbeddings.model_construct(ANSWERS.terms(answer))

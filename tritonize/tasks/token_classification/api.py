@@ -1,0 +1,61 @@
+"""The token-classification task's route: tritonize's own /v1/entities (no standard exists), its bodies, and its
+row of the route table (tritonize/api/task_routes.py)."""
+
+from __future__ import annotations
+
+from typing import Union
+
+from fastapi import Request
+
+from ...api import schemas as s
+from ...api.routes.families import TRITONIZE, Router
+from ...api.routes.inference import run
+from ...api.routes.parameters import texts_of
+from ...api.routes.responses import INFERS, answered, documented
+from ...api.schemas import Body, Text, TextList
+from ...api.state import state_of
+from ...api.task_routes import TaskRoutes
+from .answers import ANSWERS
+
+router = Router(TRITONIZE)
+ROUTERS = (router,)
+ROUTES = TaskRoutes(ANSWERS, ("/v1/entities",), lambda a, name, text: {"model": name, "inputs": [text]})
+
+
+class EntitiesRequest(Body):
+    inputs: Union[Text, TextList]
+    model: str | None = None
+
+
+class Entity(Body):
+    """A span as transformers' token-classification pipeline reports it: `entity_group` where the model
+    aggregates, `entity` and `index` per token where it does not (--aggregation none)."""
+
+    entity_group: str | None = None
+    entity: str | None = None
+    index: int | None = None
+    score: float
+    word: str
+    start: int | None
+    end: int | None
+
+
+class EntitiesResult(Body):
+    index: int
+    entities: list[Entity]
+
+
+class EntitiesResponse(Body):
+    model: str
+    data: list[EntitiesResult]
+
+
+@router.post("/v1/entities", responses=documented(s.OpenAIError, INFERS))
+@answered
+async def entities(body: EntitiesRequest, request: Request) -> EntitiesResponse:
+    state = state_of(request)
+    model = state.catalog.find(ANSWERS, body.model)
+    texts = texts_of(body.inputs, "inputs", state.settings.max_client_batch_size)
+    found = ANSWERS.entities(await run(state, request, model, [(t,) for t in texts]))
+    return EntitiesResponse.model_construct(model=model.name, data=[
+        EntitiesResult.model_construct(index=i, entities=e) for i, e in enumerate(found)])
