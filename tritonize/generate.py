@@ -20,18 +20,15 @@ from .errors import TokenizerRefused, TritonizeError
 from .manifest import BASELINE_KEY, RESOLVED_KEY, choose, entries, find_manifests
 from .spec import (
     CONTAINER_MODEL_INSTANCES,
-    DEVICES,
     FUSED_CONFIG_NAME,
     FUSED_STEP_INSTANCES,
     MANIFEST_FILE,
     MIN_QUEUE_SIZE,
     MODELS_KEY,
-    PRECISIONS,
     TOKENIZER_FILE,
     TOKENIZER_LAYOUTS,
-    GenerateOptions,
-    device_defaults,
 )
+from .spec.options import DEVICES, PRECISIONS, GenerateOptions, device_defaults
 from .tasks.embedding import POOLINGS
 from .tasks.task import calibration_texts
 from .tasks.token_classification import AGGREGATIONS

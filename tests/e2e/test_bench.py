@@ -14,7 +14,7 @@ import pytest
 from tritonize.cli import main
 from tritonize.manifest import read_manifest
 from tritonize.repository import parse_config, reconfigure
-from tritonize.spec import Overrides
+from tritonize.spec.options import Overrides
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -122,7 +122,7 @@ def test_bench_rerank_measures_each_ranker_and_what_late_interaction_is_made_of(
     model's documents' encoding alone, and its MaxSim alone, with exact request counts."""
     from support import model_zoo
     from tritonize.generate import generate
-    from tritonize.spec import GenerateOptions
+    from tritonize.spec.options import GenerateOptions
 
     repo = tmp_path / "repo"
     ranker = model_zoo.build("bert-cross-encoder", tmp_path / "zoo")

@@ -26,7 +26,8 @@ from ..manifest import Manifest, choose, read_manifests
 from ..runtime.base import Endpoints, ServerOptions
 from ..runtime.process import free_ports
 from ..repository import parse_config
-from ..spec import CONFIG_FILE, DEFAULT_VARIANT, PRODUCTION_VARIANT, Overrides, repo_paths
+from ..spec import CONFIG_FILE, DEFAULT_VARIANT, PRODUCTION_VARIANT, repo_paths
+from ..spec.options import Overrides
 from . import baselines, check, corpus, cpu, floor, infinity, load, stats
 from .report import client_inclusive_floor, compared_system, label_of, split_system
 from .targets import SCALING, evaluate

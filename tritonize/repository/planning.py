@@ -20,7 +20,6 @@ from ..spec import (
     STATISTICS_MODULE,
     VARIANT_CONFIGS,
     FusedRuntimeSpec,
-    GenerateOptions,
     ModelSpec,
     RepoSpec,
     StepSpec,
@@ -29,6 +28,7 @@ from ..spec import (
     normalise_buckets,
     step_names,
 )
+from ..spec.options import GenerateOptions
 
 
 def plan(options: GenerateOptions, model: ModelSpec, name: str, fused_config: str = FUSED_CONFIG_NAME) -> RepoSpec:

@@ -21,7 +21,8 @@ from tritonclient.grpc import model_config_pb2
 
 from ..errors import TritonizeError
 from ..manifest import load_entries, read_manifest
-from ..spec import CONFIG_FILE, FIRST_VERSION, LABELS_FILE, MANIFEST_FILE, Overrides, RepoSpec
+from ..spec import CONFIG_FILE, FIRST_VERSION, LABELS_FILE, MANIFEST_FILE, RepoSpec
+from ..spec.options import Overrides
 from ..verify import VerificationReport
 from .index import INDEX_FILES, IndexEntry, manifest, read_index, render
 from .planning import fused_config_name, plan

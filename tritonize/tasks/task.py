@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from ..spec import TOKEN_INPUTS, GenerateOptions, Head, ModelSpec, Pipeline, TensorSpec, TokenizeModel
+from ..spec import TOKEN_INPUTS, Head, ModelSpec, Pipeline, TensorSpec, TokenizeModel
+from ..spec.options import GenerateOptions
 from .answers import Answers
 
 if TYPE_CHECKING:

@@ -18,11 +18,11 @@ from tritonize.spec import (
     MANIFEST_FILE,
     MODEL_FILE,
     EnsembleStep,
-    GenerateOptions,
     Orchestrated,
     RepoSpec,
     TokenizeModelPost,
 )
+from tritonize.spec.options import GenerateOptions
 
 FOLDER_OF_TASK = {"embedding": "bert-st-mean", "sparse-embedding": "bert-splade", "classification": "bert-seq-cls",
                   "rerank": "bert-cross-encoder", "token-classification": "bert-token-cls",

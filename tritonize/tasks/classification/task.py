@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...errors import TritonizeError
-from ...spec import LABELS_FILE, GenerateOptions, ModelSpec, TensorSpec
+from ...spec import LABELS_FILE, ModelSpec, TensorSpec
+from ...spec.options import GenerateOptions
 from ..task import FLOAT, Task, load_pretrained, refuse_foreign_flags
 from .answers import ANSWERS, LOGITS, PROBABILITIES, Activation, Head
 

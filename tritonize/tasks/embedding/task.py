@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...errors import TritonizeError
-from ...spec import GenerateOptions, ModelSpec, TensorSpec
+from ...spec import ModelSpec, TensorSpec
+from ...spec.options import GenerateOptions
 from ..task import FLOAT, Task, Variant, library_model, load_pretrained, refuse_foreign_flags
 from .answers import ANSWERS, OUTPUT, Head
 from .quantization import Calibration, ranges_of

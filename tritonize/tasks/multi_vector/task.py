@@ -23,7 +23,8 @@ from ...errors import TritonizeError
 from ...folder import MULTI_VECTOR_MODEL_TYPES
 from ...serving.batching import SCORE_MASK, real_lengths
 from ...serving.multi_vector import EXPANSIONS, PARAMETER, Form, forms_to_json
-from ...spec import TOKEN_INPUTS, GenerateOptions, ModelSpec, TensorSpec
+from ...spec import TOKEN_INPUTS, ModelSpec, TensorSpec
+from ...spec.options import GenerateOptions
 from ..task import FLOAT, SENTENCES, Task, library_model, refuse_foreign_flags
 from .answers import ANSWERS, COUNTS, DOCUMENT, QUERY, SIMILARITY_PARAMETER, VECTORS, Head
 

@@ -17,7 +17,8 @@ import numpy as np
 
 from ...errors import TritonizeError
 from ...serving.batching import ATTENTION_MASK
-from ...spec import GenerateOptions, ModelSpec, Orchestrated, TensorSpec
+from ...spec import ModelSpec, Orchestrated, TensorSpec
+from ...spec.options import GenerateOptions
 from ..task import FLOAT, Task, load_pretrained, pair_token_inputs, refuse_foreign_flags
 from .answers import ANSWERS, CONTEXT_INPUT, OUTPUT, QUESTION_INPUT, Head
 

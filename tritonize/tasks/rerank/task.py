@@ -27,7 +27,8 @@ import numpy as np
 from ...errors import TritonizeError
 from ...serving.chat import PARAMETER as PAIR_TEMPLATE
 from ...serving.chat import PairTemplate
-from ...spec import GenerateOptions, ModelSpec, TensorSpec
+from ...spec import ModelSpec, TensorSpec
+from ...spec.options import GenerateOptions
 from ..task import FLOAT, Task, library_model, load_pretrained, pair_token_inputs, refuse_foreign_flags
 from .answers import ANSWERS, CAUSAL, OUTPUT, Activation, Head
 

@@ -20,7 +20,8 @@ import numpy as np
 from ...errors import TritonizeError
 from ...serving.sparse_embedding import INDICES, VALUES, active, compact
 from ...serving.sparse_embedding import rows as served_rows
-from ...spec import GenerateOptions, ModelSpec, TensorSpec, TokenizeModelPost
+from ...spec import ModelSpec, TensorSpec, TokenizeModelPost
+from ...spec.options import GenerateOptions
 from ..task import FLOAT, Task, library_model, refuse_foreign_flags
 from .answers import ANSWERS, Head
 

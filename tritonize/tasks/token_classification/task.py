@@ -17,7 +17,8 @@ import numpy as np
 
 from ...errors import TritonizeError
 from ...serving.batching import ATTENTION_MASK, OFFSETS, SPECIAL_TOKENS_MASK
-from ...spec import TEXT_INPUT, GenerateOptions, ModelSpec, TensorSpec, TokenizeModelPost
+from ...spec import TEXT_INPUT, ModelSpec, TensorSpec, TokenizeModelPost
+from ...spec.options import GenerateOptions
 from ..task import FLOAT, Task, load_pretrained, refuse_foreign_flags
 from .answers import ANSWERS, OUTPUT, Head
 
