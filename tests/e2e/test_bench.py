@@ -53,7 +53,7 @@ def test_bench_runs_every_system_with_exact_counts(tiny_embedding_repo, tmp_path
             assert r["padding_waste"]["waste"] >= 0
             # CPU per request, by process: the server and one stub per step, named by model.
             per = r["cpu"]["ms_per_request"]
-            assert {"tritonserver", "client", r["steps"]["tokenizer"]["name"], r["steps"]["model"]["name"]} <= set(per)
+            assert {"tritonserver", "client", r["steps"]["first"]["name"], r["steps"]["model"]["name"]} <= set(per)
             assert per[r["steps"]["model"]["name"]] > 0 and 0 <= r["cpu"]["idle_pct"] <= 100
             # The served steps' own counters saw exactly the measured texts and their tokens.
             served = r["served"]

@@ -6,6 +6,7 @@ there, so a name is written once.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..serving.batching import (
@@ -68,10 +69,6 @@ ROLLOUT_FILE = "rollout.json"
 CANDIDATE_SUFFIX = "_candidate"  # the ensemble pinned to a rollout's candidate version, beside the model's own
 README_FILE = "README.md"
 SERVED_ENTRY = "model.py"  # what the Python backend imports in a step's version folder
-TOKENIZER_SUFFIX = "_tokenizer"
-MODEL_SUFFIX = "_model"
-POST_SUFFIX = "_post"
-STATISTICS_SUFFIX = "_statistics"
 STATISTICS_MODULE = "statistics_step"  # the production ensemble's step after a graph no Python follows
 # One instance: its queue has no bound, so one instance does not stall (docs/benchmark.md), and it counts in
 # microseconds.
@@ -80,10 +77,30 @@ STATISTICS_INSTANCES = 1
 TENSORRT_CACHE = "/tmp/tritonize_trt_cache"
 
 
+@dataclass(frozen=True)
+class StepRole:
+    """A kind of step an ensemble may have (`Pipeline.roles` says which a shape has): its key in code, in
+    `step_names` and in the bench's documents, and the suffix of its Triton model's name."""
+
+    key: str
+    suffix: str
+
+
+# The step that reads the request's texts: it tokenizes them, or calls the model step itself (an orchestrating
+# first step, question answering). Its folder keeps the suffix every repository was written with.
+FIRST = StepRole("first", "_tokenizer")
+MODEL = StepRole("model", "_model")  # the graph
+POST = StepRole("post", "_post")  # after the graph: turns its outputs into the answer
+STATISTICS = StepRole("statistics", "_statistics")  # after a graph no Python follows, only to count its answers
+ENSEMBLE = "ensemble"  # the model users call, named as the model itself
+# Every role a step may have, in the ensemble's order.
+ROLES: tuple[StepRole, ...] = (FIRST, MODEL, POST, STATISTICS)
+
+
 def step_names(name: str) -> dict[str, str]:
-    """The Triton models of a repository named `name` (the post and statistics steps only where it has them)."""
-    return {"ensemble": name, "tokenizer": f"{name}{TOKENIZER_SUFFIX}", "model": f"{name}{MODEL_SUFFIX}",
-            "post": f"{name}{POST_SUFFIX}", "statistics": f"{name}{STATISTICS_SUFFIX}"}
+    """The Triton models of a repository named `name`, by role key: the ensemble first, then every role's step,
+    whether or not the model has it."""
+    return {ENSEMBLE: name, **{role.key: f"{name}{role.suffix}" for role in ROLES}}
 
 
 def graph_tensor(name: str) -> str:

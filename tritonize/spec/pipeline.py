@@ -9,15 +9,29 @@ from typing import ClassVar, Literal, Protocol
 
 from ..errors import TokenizerRefused
 from .model import ROW_OUTPUTS, TensorSpec
-from .names import GRAPH_LIBRARY_FILE, GRAPH_MODEL_FILE, MODEL_FILE, TOKEN_EXTRAS, TOKEN_INPUTS, graph_tensor
+from .names import (
+    FIRST,
+    GRAPH_LIBRARY_FILE,
+    GRAPH_MODEL_FILE,
+    MODEL,
+    MODEL_FILE,
+    POST,
+    STATISTICS,
+    STATISTICS_MODULE,
+    TOKEN_EXTRAS,
+    TOKEN_INPUTS,
+    StepRole,
+    graph_tensor,
+)
 
 InstanceKind = Literal["KIND_CPU", "KIND_GPU"]
 
 
 @dataclass(frozen=True)
 class StepSpec:
-    """One Triton model of the repository: batching and placement."""
+    """One Triton model of the repository: its role in the ensemble, batching and placement."""
 
+    role: StepRole
     name: str
     module: str  # the served module (tritonize/serving/<module>.py) its Python runtime runs as model.py
     max_batch_size: int
@@ -32,7 +46,6 @@ class StepSpec:
     max_queue_wait_us: int = 0
 
 
-
 class Planned(Protocol):
     """What a pipeline reads of the repository it shapes (`RepoSpec`, which holds the pipeline)."""
 
@@ -40,10 +53,17 @@ class Planned(Protocol):
     outputs: tuple[TensorSpec, ...]
     graph_outputs: tuple[TensorSpec, ...]
     statistics: tuple[tuple[str, str], ...]
-    first_step: StepSpec
-    model_step: StepSpec
-    post_step: StepSpec | None
-    statistics_step: StepSpec | None
+    @property
+    def first_step(self) -> StepSpec: ...
+
+    @property
+    def model_step(self) -> StepSpec: ...
+
+    @property
+    def post_step(self) -> StepSpec | None: ...
+
+    @property
+    def statistics_step(self) -> StepSpec | None: ...
 
     @property
     def model_name(self) -> str: ...
@@ -73,17 +93,41 @@ class Pipeline(abc.ABC):
     """The shape of a task's ensemble, which the task declares as a value (`Task.pipeline`): which served module
     each step runs, what each step takes and returns, the ensemble's steps, and the fused variant's.
 
-    `RepoSpec` holds it and asks it; templates lay out what it answers. A new shape is a new subclass here, and
-    nothing else branches on which shape a task has.
+    `RepoSpec` holds it and asks it; planning makes a step of each role it declares, rendering and the version
+    switch walk those steps, the bench and `chain` ask it for each role's served module and class; templates lay
+    out what it answers. A new shape is a new subclass here, and nothing else branches on which shape a task has.
     """
 
+    # The steps it may have, in the ensemble's order (a statistics step only where the task's statistics read
+    # the graph's outputs: RepoSpec then holds one).
+    roles: ClassVar[tuple[StepRole, ...]] = (FIRST, MODEL)
     first_module: ClassVar[str] = "tokenizer"  # the first step's served module (tritonize/serving/<name>.py)
     post_module: ClassVar[str | None] = None  # the post step's, where one follows the model step
+    # The class of each Python step's served module that holds its logic (TritonPythonModel only adapts it), by
+    # role key: what `chain.in_process` builds from the step's config.
+    served_classes: ClassVar[dict[str, str]] = {FIRST.key: "TextEncoder", MODEL.key: "OnnxRunner"}
     # Whether the first step calls the model step itself and answers (business logic scripting).
     orchestrates: ClassVar[bool] = False
-    # Whether no served step follows the graph in the production ensemble, so that a statistics step must
-    # count what it answers.
-    counts_after_graph: ClassVar[bool] = False
+
+    @property
+    def counts_after_graph(self) -> bool:
+        """Whether no served step follows the graph in the production ensemble, so that a statistics step must
+        count what it answers."""
+        return STATISTICS in self.roles
+
+    def served_module(self, role: StepRole) -> str:
+        """The served module a step of `role` runs as model.py (tritonize/serving/<module>.py)."""
+        modules = {FIRST: self.first_module, MODEL: self.model_module, POST: self.post_module,
+                   STATISTICS: STATISTICS_MODULE}
+        module = modules.get(role)
+        if module is None or role not in self.roles:
+            raise ValueError(f"{type(self).__name__} has no {role.key} step")
+        return module
+
+    def idles_in_fused(self, role: StepRole) -> bool:
+        """Whether a step of `role` idles in the fused variant, where another step does its work: the first step
+        where the fused step tokenizes, and the statistics step, whose counting the fused step does."""
+        return role is STATISTICS or (role is FIRST and self.fuses)
 
     @property
     def fuses(self) -> bool:
@@ -156,7 +200,7 @@ class TokenizeModel(Pipeline):
     """tokenize -> model: the first step tokenizes, and the graph's outputs are the answer. The fused variant runs
     the two as one step, raw strings in."""
 
-    counts_after_graph: ClassVar[bool] = True
+    roles: ClassVar[tuple[StepRole, ...]] = (FIRST, MODEL, STATISTICS)
 
     @property
     def row_outputs(self) -> tuple[TensorSpec, ...]:
@@ -220,7 +264,7 @@ class TokenizeInGraph(TokenizeModel):
     model_file: ClassVar[str] = GRAPH_MODEL_FILE
     model_libraries: ClassVar[tuple[str, ...]] = (GRAPH_LIBRARY_FILE,)
     # No Python on its production path, so no step counts the output statistics there (the fused variant does).
-    counts_after_graph: ClassVar[bool] = False
+    roles: ClassVar[tuple[StepRole, ...]] = (FIRST, MODEL)
 
     def ensemble_steps(self, repo: Planned) -> tuple[EnsembleStep, ...]:
         return (EnsembleStep(repo.model_name, _same(repo.text_inputs), _same(self.model_outputs(repo))),)
@@ -247,7 +291,8 @@ class TokenizeModelPost(TokenizeModel):
     token_extras: tuple[str, ...] = ()  # tokenizer outputs only the post step reads (TOKEN_EXTRAS)
     reads_text: bool = True  # the post step takes the texts and their encoding besides the graph's outputs
 
-    counts_after_graph: ClassVar[bool] = False  # the post step counts what it answers
+    roles: ClassVar[tuple[StepRole, ...]] = (FIRST, MODEL, POST)  # the post step counts what it answers
+    served_classes: ClassVar[dict[str, str]] = {**TokenizeModel.served_classes, POST.key: "PostStep"}
 
     @property
     def post_module(self) -> str:  # type: ignore[override]
@@ -279,6 +324,7 @@ class Orchestrated(Pipeline):
     module: str  # the first step's served module
 
     orchestrates = True
+    served_classes: ClassVar[dict[str, str]] = {FIRST.key: "Reader", MODEL.key: "OnnxRunner"}
 
     @property
     def first_module(self) -> str:  # type: ignore[override]

@@ -10,7 +10,19 @@ from typing import Literal
 from ..serving.batching import GATHER, QUEUE_BOUND
 from ..serving.metrics import METRICS_MODEL
 from .model import ModelSpec, TensorSpec
-from .names import FIRST_VERSION, FUSED_CONFIG_NAME, GRAPH_LIBRARY_ROOT, MODEL_FILE, TENSORRT_CACHE, TOKENIZER_FILE
+from .names import (
+    FIRST,
+    FIRST_VERSION,
+    FUSED_CONFIG_NAME,
+    GRAPH_LIBRARY_ROOT,
+    MODEL,
+    MODEL_FILE,
+    POST,
+    STATISTICS,
+    TENSORRT_CACHE,
+    TOKENIZER_FILE,
+    StepRole,
+)
 from .pipeline import EnsembleStep, InstanceKind, Pipeline, StepSpec
 
 
@@ -139,20 +151,18 @@ class RepoSpec:
     labels: tuple[str, ...]  # written to LABELS_FILE when any output names it
     truncation: str | None  # the tokenizer's strategy (pairs: "only_second"); None: the tokenizer's default
     pipeline: Pipeline  # the ensemble's shape, as the task declares it
-    first_step: StepSpec  # the tokenizer step, or the step that orchestrates the model step
-    model_step: StepSpec
+    # One step of each role the pipeline declares and the model has, in the ensemble's order (`step(role)`).
+    steps: tuple[StepSpec, ...]
     buckets: tuple[int, ...]
     device: Device = "cpu"
     precision: Precision = "fp32"
     tensorrt: TensorRTSpec | None = None
     fused_runtime: FusedRuntimeSpec = field(default_factory=FusedRuntimeSpec)
     max_batch_size: int = 64
-    post_step: StepSpec | None = None  # served post-processing after the model (token classification)
     post_parameters: dict[str, str] = field(default_factory=dict)
     # What the served steps count of the answers: (statistic, the tensor it reads), as the task declares them
     # (serving/statistics.py); the statistics step counts the graph's where no served step follows it.
     statistics: tuple[tuple[str, str], ...] = ()
-    statistics_step: StepSpec | None = None
     first_parameters: dict[str, str] = field(default_factory=dict)  # the task's, for the first step (whom to call)
     ensemble_parameters: dict[str, str] = field(default_factory=dict)  # the task's, for clients (a similarity)
     max_request_bytes: int = 0  # text bytes per request, checked by the first step before it decodes; 0: no bound
@@ -188,9 +198,31 @@ class RepoSpec:
     def post_inputs(self) -> tuple[TensorSpec, ...]:
         return self.pipeline.post_inputs(self)
 
+    def step(self, role: StepRole) -> StepSpec | None:
+        """The model's step of `role`, where it has one."""
+        return next((s for s in self.steps if s.role == role), None)
+
+    def without(self, role: StepRole) -> RepoSpec:
+        """The same repository without its step of `role` (one written before it had such a step)."""
+        return dataclasses.replace(self, steps=tuple(s for s in self.steps if s.role != role))
+
     @property
-    def steps(self) -> tuple[StepSpec, ...]:
-        return (self.first_step, self.model_step) + tuple(s for s in (self.post_step, self.statistics_step) if s)
+    def first_step(self) -> StepSpec:
+        """The step that reads the texts: the tokenizer step, or the step that orchestrates the model step."""
+        return self.step(FIRST)  # type: ignore[return-value]
+
+    @property
+    def model_step(self) -> StepSpec:
+        return self.step(MODEL)  # type: ignore[return-value]
+
+    @property
+    def post_step(self) -> StepSpec | None:
+        """Served post-processing after the model (token classification, sparse embedding)."""
+        return self.step(POST)
+
+    @property
+    def statistics_step(self) -> StepSpec | None:
+        return self.step(STATISTICS)
 
     @property
     def watched_outputs(self) -> tuple[TensorSpec, ...]:
@@ -254,6 +286,12 @@ class RepoSpec:
         if not self.pipeline.fuses:
             return self.model_step
         return dataclasses.replace(self.model_step, instance_count=self.fused_model_instances, max_queue_size=0)
+
+    @property
+    def fused_model_ragged(self) -> bool:
+        """Whether the fused variant's model step takes ragged batches: a graph step that regroups rows by length
+        itself does; the fused step takes texts."""
+        return not self.pipeline.fuses and self.fused_runtime.ragged
 
     @property
     def fused_model_inputs(self) -> tuple[TensorSpec, ...]:

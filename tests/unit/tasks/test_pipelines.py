@@ -94,7 +94,7 @@ def test_the_rendered_ensembles_steps_are_the_pipelines(specs, task: str) -> Non
     for variant, steps in (("production", spec.pipeline.ensemble_steps(spec)),
                            ("fused", spec.pipeline.fused_ensemble_steps(spec))):
         [ensemble] = rendering.render_layout(
-            [(CONFIG_FILE, "ensemble/config.pbtxt.j2", {"steps": steps, "fused": variant == "fused"})], common)
+            [(CONFIG_FILE, "ensemble/config.pbtxt.j2", {"steps": steps, "fused_note": variant == "fused"})], common)
         config = rendering.parse_config(ensemble.text)
         assert [(s.model_name, dict(s.input_map), dict(s.output_map)) for s in config.ensemble_scheduling.step] == [
             (s.model_name, s.input_map, s.output_map) for s in steps], variant
