@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar, Protocol
 
 from .names import TOKEN_COUNT_OUTPUT, TOKEN_INPUTS, TRUNCATED_OUTPUT
 
@@ -57,3 +59,42 @@ class ModelSpec:
 
 
 # The model step's instances where --model-instances is not given: two in the production configs (see
+
+
+def int_list(text: str) -> list[int]:
+    """A flag's comma-separated integers (--buckets, --matryoshka-dims)."""
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+@dataclass(frozen=True)
+class TaskOption:
+    """An option of `tritonize generate` that only one task reads, declared by that task (`Task.own_options`):
+    a field of GenerateOptions, None unless given, and its flag. Any other task refuses it when given."""
+
+    field: str
+    annotation: str  # the field's type, as GenerateOptions declares it
+    help: str
+    choices: tuple[str, ...] | None = None
+    parse: Callable[[str], Any] | None = None  # how the flag's text becomes the value
+    switch: bool = False  # --flag / --no-flag
+    # The common field it follows in GenerateOptions, so in tritonize.yaml and --help (repositories written
+    # before keep their keys' order).
+    after: str = "max_length"
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.field.replace("_", "-")
+
+
+class Options(Protocol):
+    """What a task reads of generate's options (GenerateOptions, which stands above the tasks because it gathers
+    their own options): the common fields it names, and its own options by field name."""
+
+    max_length: int | None
+    trust_remote_code: bool
+    task_options: ClassVar[tuple[TaskOption, ...]]
+
+    def __getattr__(self, name: str) -> Any: ...

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from .. import tasks
 from ..errors import TritonizeError
 from .buckets import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_QUEUE_BUDGET_MS
 from .names import TOKENIZER_LAYOUTS
@@ -50,9 +51,30 @@ def device_defaults(device: str, tensorrt: bool = False) -> DeviceDefaults:
     return dataclasses.replace(GPU_DEFAULTS, optimize=False) if tensorrt else GPU_DEFAULTS
 
 
-@dataclass
+def _with_task_options(cls: type) -> type:
+    """The dataclass of the common fields with every task's own options (`tasks.OPTIONS`, None unless given)
+    among them, each after the field it names; `task_options` lists them."""
+    fields: dict[str, str] = {}
+    placed = set()
+    for name, annotation in cls.__annotations__.items():
+        fields[name] = annotation
+        for option in tasks.OPTIONS:
+            if option.after == name:
+                fields[option.field] = option.annotation
+                setattr(cls, option.field, None)
+                placed.add(option)
+    missing = [o.field for o in tasks.OPTIONS if o not in placed]
+    if missing:
+        raise TypeError(f"task option(s) {', '.join(missing)} follow no field of {cls.__name__}")
+    cls.__annotations__ = fields
+    cls.task_options = tasks.OPTIONS  # type: ignore[attr-defined]
+    return dataclass(cls)
+
+
+@_with_task_options
 class GenerateOptions:
-    """Every user-facing option of `tritonize generate` (CLI flags and YAML keys).
+    """Every user-facing option of `tritonize generate` (CLI flags and YAML keys): the common fields here, and
+    each task's own (`Task.own_options`), gathered from the task registry.
 
     Written back into the repository as `tritonize.yaml`, so a repository can
     be regenerated and diffed.
@@ -62,17 +84,10 @@ class GenerateOptions:
     task: str | None = None
     name: str | None = None
     max_length: int | None = None
-    pooling: str | None = None  # embedding: override the declared pooling (mean|cls)
-    normalize: bool | None = None  # embedding: override the declared L2 normalisation
-    # embedding: the Matryoshka sizes a request may cut vectors to (None: what the model card declares, if any)
-    matryoshka_dims: list[int] | None = None
-    # embedding: a file of texts, one per line, whose embeddings' per-dimension ranges int8/uint8 quantize with
-    # (None: the verification corpus's)
-    calibration: str | None = None
+    # (each task's own options follow the field they name: `_with_task_options`)
     # a file of texts (pairs: the two texts of a line split by a tab) whose answers are the output statistics'
     # baseline: their bounds and the shares drift compares with (None: the verification texts and the corpus)
     baseline: str | None = None
-    aggregation: str | None = None  # token classification: none|simple|first|average|max (default simple)
     # Where the production configs tokenize: "python", a Python step before the model step; "graph", inside the
     # model step's ONNX graph (onnxruntime-extensions), where that is exact (graph_tokenizer.py), else "python".
     tokenizer: str = "python"

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import TritonizeError
 from ..serving.batching import ROW_FIELDS
-from ..spec import Head
+from ..spec import Head, TaskOption
 from . import (
     classification,
     embedding,
@@ -33,6 +33,8 @@ TASKS: dict[str, Task] = {
               token_classification.TASK, question_answering.TASK)
 }
 NAMES: tuple[str, ...] = tuple(TASKS)
+# Every task's own options of `tritonize generate`, in the tasks' order: GenerateOptions and its flags gather them.
+OPTIONS: tuple[TaskOption, ...] = tuple(o for t in TASKS.values() for o in t.own_options)
 
 
 def get(name: str) -> Task:
@@ -98,4 +100,4 @@ def for_outputs(names: list[str] | tuple[str, ...]) -> Answers:
     raise TritonizeError(f"no task returns the outputs {sorted(names)}", hint="is this a tritonize repository?")
 
 
-__all__ = ["Answers", "Task", "TASKS", "NAMES", "get", "of", "detect", "choose", "for_outputs"]
+__all__ = ["Answers", "Task", "TASKS", "NAMES", "OPTIONS", "get", "of", "detect", "choose", "for_outputs"]
