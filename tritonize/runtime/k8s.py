@@ -284,7 +284,7 @@ def queue_rule() -> dict[str, Any]:
 
     Triton counts queue time per model (`nv_inference_queue_duration_us`, a counter in µs); the ensemble
     itself is left out so nothing counts twice, and the first step's successes count the requests (an
-    ensemble request enters it once). The step suffixes are the repository layout's (spec.py).
+    ensemble request enters it once). The step suffixes are the step roles' (spec/names.py).
     """
     steps = f'model=~".+({FIRST.suffix}|{MODEL.suffix}|{POST.suffix})"'
     first = f'model=~".+{FIRST.suffix}"'

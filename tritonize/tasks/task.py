@@ -100,7 +100,7 @@ class Task(abc.ABC):
     truncation: ClassVar[str | None] = None
     # Whether a text past the max length loses its end (so --no-truncate can refuse it instead).
     truncates: ClassVar[bool] = True
-    # The steps its ensemble runs and how their tensors connect (spec.py's shapes).
+    # The steps its ensemble runs and how their tensors connect (spec/pipeline.py's shapes).
     pipeline: ClassVar[Pipeline] = TokenizeModel()
     # What int8 must keep of the fp32 graph on the shipped corpus, in words; None: int8 is not offered,
     # because nothing here measures what this task's answers lose to it.
