@@ -99,7 +99,7 @@ def minilm_folder() -> Path:
 def minilm_repo(minilm_folder, tmp_path_factory) -> Path:
     """The MiniLM repository, generated once for every test that serves or inspects it."""
     from tritonize.generate import generate
-    from tritonize.spec import GenerateOptions
+    from tritonize.spec.options import GenerateOptions
 
     out = tmp_path_factory.mktemp("minilm") / "repo"
     return Path(generate(GenerateOptions(model=str(minilm_folder), name="minilm", output=str(out))))

@@ -22,31 +22,34 @@ from .repository import config_as_triton_passes_it, fused_config_name
 from .serving.batching import ATTENTION_MASK, ROW_FIELDS
 from .serving.onnx_model import OnnxRunner
 from .serving.tokenizer import TextEncoder
-from .spec import CONFIG_FILE, CONFIGS_DIR, repo_paths
+from .spec import CONFIG_FILE, CONFIGS_DIR, FIRST, MODEL, POST, Pipeline, StepRole, repo_paths
 
 Row = tuple[str, ...]  # one request row: a text, or a pair (query and document, question and context)
 
 
-def _step(repo_dir: Path, role: str, config: str, name: str | None = None) -> tuple[dict, str]:
+def _step(repo_dir: Path, role: StepRole, config: str, name: str | None = None) -> tuple[dict, str]:
     manifest = read_manifest(repo_dir, name)
-    folder = repo_paths(repo_dir, manifest.name)[role]
+    folder = repo_paths(repo_dir, manifest.name)[role.key]
     return config_as_triton_passes_it(folder / config), str(folder / str(manifest.version))
 
 
 def text_encoder(repo_dir: Path, name: str | None = None) -> TextEncoder:
     """The served tokenizer of a repository's model."""
-    return TextEncoder.from_config(*_step(repo_dir, "tokenizer", CONFIG_FILE, name))
+    return TextEncoder.from_config(*_step(repo_dir, FIRST, CONFIG_FILE, name))
 
 
 def onnx_runner(repo_dir: Path, intra_op_threads: int | None = None, shards: int | None = None,
                 name: str | None = None) -> OnnxRunner:
     """The fused variant's model step; `intra_op_threads` and `shards` override its configuration (the floor's layouts)."""
-    config, version_dir = _step(repo_dir, "model", f"{CONFIGS_DIR}/{fused_config_name(repo_dir)}.pbtxt", name)
+    config, version_dir = _step(repo_dir, MODEL, f"{CONFIGS_DIR}/{fused_config_name(repo_dir)}.pbtxt", name)
     return OnnxRunner.from_config(config, version_dir, threads=intra_op_threads, shards=shards)
 
 
-def _served_module(name: str):
-    return importlib.import_module(f"{__package__}.serving.{name}")
+def served_step(repo_dir: Path, pipeline: Pipeline, role: StepRole, name: str | None = None):
+    """The logic of a model's Python step of `role`: the class its pipeline names (`Pipeline.served_classes`) in
+    the step's served module, built from the step's config.pbtxt."""
+    module = importlib.import_module(f"{__package__}.serving.{pipeline.served_module(role)}")
+    return getattr(module, pipeline.served_classes[role.key]).from_config(*_step(repo_dir, role, CONFIG_FILE, name))
 
 
 @dataclass
@@ -65,11 +68,10 @@ class TokenChain:
                  name: str | None = None):
         task = tasks.of(read_manifest(repo_dir, name).model.head)
         self.text_inputs = [t.name for t in task.answers.text_inputs]
-        self.encoder = text_encoder(repo_dir, name)
+        self.encoder = served_step(repo_dir, task.pipeline, FIRST, name)
         self.runner = onnx_runner(repo_dir, intra_op_threads, shards, name)
         self.max_length = self.encoder.max_length
-        post = task.pipeline.post_module
-        self.post = _served_module(post).PostStep.from_config(*_step(repo_dir, "post", CONFIG_FILE, name)) if post else None
+        self.post = served_step(repo_dir, task.pipeline, POST, name) if POST in task.pipeline.roles else None
 
     def lengths(self, row: Row) -> list[int]:
         """Tokens of each model row the request row becomes: one, special tokens included, after truncation."""
@@ -101,9 +103,8 @@ class ReaderChain:
     def __init__(self, repo_dir: Path, intra_op_threads: int | None = None, shards: int | None = None,
                  name: str | None = None):
         task = tasks.of(read_manifest(repo_dir, name).model.head)
-        config, version_dir = _step(repo_dir, "tokenizer", CONFIG_FILE, name)
-        self.reader = _served_module(task.pipeline.first_module).Reader.from_config(config, version_dir)
-        self.output_name = config["output"][0]["name"]
+        self.reader = served_step(repo_dir, task.pipeline, FIRST, name)
+        self.output_name = _step(repo_dir, FIRST, CONFIG_FILE, name)[0]["output"][0]["name"]
         self.runner = onnx_runner(repo_dir, intra_op_threads, shards, name)
         self.max_length = self.reader.max_seq_len
 

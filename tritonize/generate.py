@@ -20,21 +20,17 @@ from .errors import TokenizerRefused, TritonizeError
 from .manifest import BASELINE_KEY, RESOLVED_KEY, choose, entries, find_manifests
 from .spec import (
     CONTAINER_MODEL_INSTANCES,
-    DEVICES,
     FUSED_CONFIG_NAME,
     FUSED_STEP_INSTANCES,
     MANIFEST_FILE,
     MIN_QUEUE_SIZE,
     MODELS_KEY,
-    PRECISIONS,
     TOKENIZER_FILE,
     TOKENIZER_LAYOUTS,
-    GenerateOptions,
-    device_defaults,
+    int_list,
 )
-from .tasks.embedding import POOLINGS
+from .spec.options import DEVICES, PRECISIONS, GenerateOptions, device_defaults
 from .tasks.task import calibration_texts
-from .tasks.token_classification import AGGREGATIONS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -47,17 +43,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--name", help="ensemble name (default: the folder name); with --add, the model's name in the "
                    "repository; with --version or a --config of several models, which model")
     p.add_argument("--max-length", type=int, help="tokens per text (default: what the model declares)")
-    p.add_argument("--pooling", choices=POOLINGS, help="embedding pooling (default: what the folder declares, else mean)")
-    p.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None, help="L2-normalise embeddings")
-    p.add_argument("--matryoshka-dims", type=_int_list, help="embedding: sizes a request may cut vectors to, e.g. "
-                   "768,512,256,128, each verified against sentence-transformers' encode(truncate_dim=...) "
-                   "(default: what the model card declares, else none)")
-    p.add_argument("--calibration", help="embedding: a text file, one text per line, whose embeddings' per-dimension "
-                   "ranges the API quantizes int8/uint8 embeddings with (default: the verification corpus)")
+    _task_flags(p, "max_length")
     p.add_argument("--baseline", help="a text file, one text per line (pairs: the two texts split by a tab), whose "
                    "answers are the output statistics' baseline: the histograms' bounds and the shares drift is measured "
                    "against (default: the verification texts and 200 texts of the shipped corpus)")
-    p.add_argument("--aggregation", choices=AGGREGATIONS, help="token classification: how tokens group into entities (default: simple)")
+    _task_flags(p, "baseline")
     p.add_argument("--tokenizer", choices=TOKENIZER_LAYOUTS, help="where the production configs tokenize: a Python "
                    "step, or inside the model step's ONNX graph where that is exact (BERT WordPiece; else the Python "
                    f"step, saying why) (default: {d.tokenizer})")
@@ -89,7 +79,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gather-us", type=int, help="the fused step: how long a run may wait for the clients "
                    f"the previous run answered, so a few clients share one run; a lone client never waits (default: "
                    f"{d.gather_us}; 0: run what waits at once)")
-    p.add_argument("--buckets", type=_int_list, help="padding lengths, e.g. 16,32,64,128 (default: powers of two up to the max length)")
+    p.add_argument("--buckets", type=int_list, help="padding lengths, e.g. 16,32,64,128 (default: powers of two up to the max length)")
     p.add_argument("--opset", type=int, help=f"ONNX opset, 17 or later (default: {d.opset})")
     p.add_argument("--trust-remote-code", action="store_true", default=None, help="allow code shipped in the model folder to run")
     p.add_argument("--version", type=int, help="version folder to write; into an existing repository, a version above "
@@ -106,15 +96,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _task_flags(p: argparse.ArgumentParser, after: str) -> None:
+    """The flags of the tasks' own options (`GenerateOptions.task_options`) that follow the field `after`."""
+    for option in GenerateOptions.task_options:
+        if option.after != after:
+            continue
+        if option.switch:
+            p.add_argument(option.flag, action=argparse.BooleanOptionalAction, default=None, help=option.help)
+        else:
+            p.add_argument(option.flag, choices=option.choices, type=option.parse, help=option.help)
+
+
 def _on(value: bool | None) -> str:
     return "on" if value else "off"
-
-
-def _int_list(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
 def resolve_options(args: argparse.Namespace) -> GenerateOptions:

@@ -16,7 +16,8 @@ import yaml
 
 from . import tasks
 from .errors import TritonizeError
-from .spec import FIRST_VERSION, MANIFEST_FILE, MODELS_KEY, GenerateOptions, ModelSpec
+from .spec import FIRST_VERSION, MANIFEST_FILE, MODELS_KEY, ModelSpec
+from .spec.options import GenerateOptions
 
 # Key that records what was read from the model folder (informational for --config, which ignores it).
 RESOLVED_KEY = "resolved_model"

@@ -16,7 +16,8 @@ from typing import Any
 from . import tasks
 from .errors import TritonizeError
 from .folder import ModelFolder, pad_token_id, read_json
-from .spec import TOKENIZER_FILE, GenerateOptions, ModelSpec
+from .spec import TOKENIZER_FILE, ModelSpec
+from .spec.options import GenerateOptions
 
 # Families whose PyTorch graphs export to ONNX with (input_ids, attention_mask[, token_type_ids]).
 # Qwen2/Qwen3, Mistral, Llama and Gemma 2 are decoders, served as embedders (last-token pooling) and scorers;

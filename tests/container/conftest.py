@@ -69,7 +69,7 @@ def served_repo(minilm_repo) -> Path:
     budget is DRAIN_BUDGET_MS: the drain tests send some 2 s of work at once, and with the default budget (a second)
     the production queues refuse what waited longer, which is the budget working, not a drain failing."""
     from tritonize.repository import reconfigure
-    from tritonize.spec import Overrides
+    from tritonize.spec.options import Overrides
 
     directory = Path(tempfile.mkdtemp(prefix="tritonize-container-"))
     directory.chmod(0o755)

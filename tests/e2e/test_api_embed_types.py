@@ -32,7 +32,7 @@ CALIBRATION = [f"calibration text {i}: the server batches requests of the same l
 def stack(local_triton, local_options, tmp_path_factory):
     from support.tiny_models import build_embedding_model
     from tritonize.generate import generate
-    from tritonize.spec import GenerateOptions
+    from tritonize.spec.options import GenerateOptions
 
     base = tmp_path_factory.mktemp("embed-types")
     plain = build_embedding_model(base / "plain")

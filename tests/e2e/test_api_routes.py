@@ -113,7 +113,7 @@ def test_ranking_refusals_are_nim_envelopes(task_stack, body, status, words) -> 
 @pytest.fixture(scope="module")
 def logit_reranker(local_options, tmp_path_factory):
     from tritonize.generate import generate
-    from tritonize.spec import GenerateOptions
+    from tritonize.spec.options import GenerateOptions
 
     base = tmp_path_factory.mktemp("api-logits")
     folder = model_zoo.build("qwen3-llm-reranker-prompt", base / "zoo")

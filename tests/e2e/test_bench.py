@@ -14,7 +14,7 @@ import pytest
 from tritonize.cli import main
 from tritonize.manifest import read_manifest
 from tritonize.repository import parse_config, reconfigure
-from tritonize.spec import Overrides
+from tritonize.spec.options import Overrides
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -53,7 +53,7 @@ def test_bench_runs_every_system_with_exact_counts(tiny_embedding_repo, tmp_path
             assert r["padding_waste"]["waste"] >= 0
             # CPU per request, by process: the server and one stub per step, named by model.
             per = r["cpu"]["ms_per_request"]
-            assert {"tritonserver", "client", r["steps"]["tokenizer"]["name"], r["steps"]["model"]["name"]} <= set(per)
+            assert {"tritonserver", "client", r["steps"]["first"]["name"], r["steps"]["model"]["name"]} <= set(per)
             assert per[r["steps"]["model"]["name"]] > 0 and 0 <= r["cpu"]["idle_pct"] <= 100
             # The served steps' own counters saw exactly the measured texts and their tokens.
             served = r["served"]
@@ -122,7 +122,7 @@ def test_bench_rerank_measures_each_ranker_and_what_late_interaction_is_made_of(
     model's documents' encoding alone, and its MaxSim alone, with exact request counts."""
     from support import model_zoo
     from tritonize.generate import generate
-    from tritonize.spec import GenerateOptions
+    from tritonize.spec.options import GenerateOptions
 
     repo = tmp_path / "repo"
     ranker = model_zoo.build("bert-cross-encoder", tmp_path / "zoo")

@@ -14,7 +14,8 @@ from tritonize import graph_tokenizer
 from tritonize.generate import generate
 from tritonize.repository import parse_config
 from tritonize.runtime.local import LocalRuntime
-from tritonize.spec import GRAPH_MODEL_FILE, PRODUCTION_VARIANT, GenerateOptions
+from tritonize.spec import GRAPH_MODEL_FILE, PRODUCTION_VARIANT
+from tritonize.spec.options import GenerateOptions
 
 GRAPH, STEPS = "minilm_graph", "minilm"
 TEXTS = ["A man is eating food.", "Café déjà vu: naïve résumé.", "東京は日本の首都です。",

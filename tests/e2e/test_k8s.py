@@ -35,10 +35,10 @@ def test_adapter_rule_finds_its_series_on_a_live_server(tiny_embedding_repo, loc
     queued = {m: v for m, v in found[series_name].items() if re.fullmatch(steps_re, m)}
     served = {m: v for m, v in found["nv_inference_request_success"].items() if re.fullmatch(first_re, m)}
     names = step_names(name)
-    assert set(queued) == {names["tokenizer"], names["model"]}  # the tiny embedder has no post step
+    assert set(queued) == {names["first"], names["model"]}  # the tiny embedder has no post step
     assert names["ensemble"] in found[series_name]  # there, and left out
     # In the pod the tokenizer step is the first and counts every request; the local server's model step tokenizes
     # itself, so there the tokenizer step idles (its series still there, at 0) and the model step counts them.
-    assert served == {names["tokenizer"]: 0.0}
+    assert served == {names["first"]: 0.0}
     assert found["nv_inference_request_success"][names["model"]] == 5.0
     assert all(v >= 0 for v in queued.values())

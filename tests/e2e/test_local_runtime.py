@@ -191,7 +191,8 @@ def test_a_repository_with_the_earlier_fused_config_name_is_still_served_and_rea
 
     from tritonize import chain, repository
     from tritonize.client import TextClient
-    from tritonize.spec import CONFIGS_DIR, EARLIER_FUSED_CONFIG_NAME, FUSED_CONFIG_NAME, FUSED_VARIANT, Overrides
+    from tritonize.spec import CONFIGS_DIR, EARLIER_FUSED_CONFIG_NAME, FUSED_CONFIG_NAME, FUSED_VARIANT
+    from tritonize.spec.options import Overrides
 
     repo = tmp_path / "earlier"
     shutil.copytree(tiny_embedding_repo.repository, repo)

@@ -25,7 +25,8 @@ from tritonize.runtime.base import Endpoints
 from tritonize.runtime.local import LocalRuntime
 from tritonize.runtime.supervisor import CHECK_S, FAILURES
 from tritonize.serving import health
-from tritonize.spec import MANIFEST_FILE, GenerateOptions
+from tritonize.spec import MANIFEST_FILE
+from tritonize.spec.options import GenerateOptions
 
 ATOL = 1e-4
 DOCUMENTS = ["Triton serves raw strings with dynamic batching.", "The quick brown fox jumps over the lazy dog.",

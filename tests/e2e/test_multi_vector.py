@@ -21,7 +21,8 @@ from tritonize.client import ServerError, TextClient, multi_vector_inputs
 from tritonize.generate import generate
 from tritonize.runtime.local import LocalRuntime
 from tritonize.serving.multi_vector import FORM_INPUT
-from tritonize.spec import FUSED_VARIANT, PRODUCTION_VARIANT, TEXT_INPUT, GenerateOptions
+from tritonize.spec import FUSED_VARIANT, PRODUCTION_VARIANT, TEXT_INPUT
+from tritonize.spec.options import GenerateOptions
 from tritonize.tasks.multi_vector import COUNTS, VECTORS
 
 MODELS = ("pylate", "min-attend", "skip-both-meanmaxsim")

@@ -61,7 +61,8 @@ from tritonize.manifest import read_manifest, read_manifests
 from tritonize.runtime import instance
 from tritonize.runtime.base import Endpoints, http_get
 from tritonize.runtime.local import LocalRuntime
-from tritonize.spec import FUSED_VARIANT, MODELS_KEY, PRODUCTION_VARIANT, VERIFICATION_FILE, GenerateOptions
+from tritonize.spec import FUSED_VARIANT, MODELS_KEY, PRODUCTION_VARIANT, VERIFICATION_FILE
+from tritonize.spec.options import GenerateOptions
 
 ATOL = 1e-4
 pytestmark = pytest.mark.usefixtures("native_backend")

@@ -44,8 +44,8 @@ from tritonize.runtime.local import LocalRuntime
 from tritonize.runtime.process import group_processes
 from tritonize.serving.batching import ATTENTION_MASK, QUEUE_BOUND, bound_work, queue_work
 from tritonize.serving.tokenizer import parameters
-from tritonize.spec import (CONFIGS_DIR, FUSED_VARIANT, MIN_QUEUE_SIZE, PRODUCTION_VARIANT, VARIANT_CONFIGS, Overrides,
-                            repo_paths)
+from tritonize.spec import CONFIGS_DIR, FUSED_VARIANT, MIN_QUEUE_SIZE, PRODUCTION_VARIANT, VARIANT_CONFIGS, repo_paths
+from tritonize.spec.options import Overrides
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from support.stopping import stop_later
 from support.tasks import QUERY, Served
 from tritonize.generate import generate
 from tritonize.runtime.local import LocalRuntime
-from tritonize.spec import GenerateOptions
+from tritonize.spec.options import GenerateOptions
 
 SPLADE, LLM_RERANKER = "bert-splade", "qwen3-llm-reranker"
 DOCUMENTS = [

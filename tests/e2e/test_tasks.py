@@ -37,7 +37,7 @@ from tritonize.client import ServerError
 from tritonize.generate import generate
 from tritonize.runtime.base import http_get
 from tritonize.runtime.local import LocalRuntime
-from tritonize.spec import GenerateOptions
+from tritonize.spec.options import GenerateOptions
 
 # zoo id -> generate options: a BERT CrossEncoder (token_type_ids), a Qwen3 last-token embedder, an embedder
 # that declares prompts, token classifiers with WordPiece and byte-level BPE offsets, EmbeddingGemma with

@@ -93,7 +93,7 @@ def matryoshka_repo(tmp_path_factory):
     """A tiny sentence-transformers embedder declared Matryoshka-capable at 32 (served), 16 and 8 values."""
     from support.tiny_models import TinyRepo, build_embedding_model
     from tritonize.generate import generate
-    from tritonize.spec import GenerateOptions
+    from tritonize.spec.options import GenerateOptions
 
     base = tmp_path_factory.mktemp("api-emb")
     source = build_embedding_model(base / "src")

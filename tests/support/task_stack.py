@@ -24,7 +24,7 @@ LATE_INTERACTION = "colbert"
 def task_stack(local_triton, local_options, tmp_path_factory):
     from support.tiny_models import build_embedding_model
     from tritonize.generate import generate
-    from tritonize.spec import GenerateOptions
+    from tritonize.spec.options import GenerateOptions
 
     base = tmp_path_factory.mktemp("api-tasks")
     repo = base / "repo"

@@ -148,7 +148,7 @@ class TinyRepo:
 def generate_tiny(base: Path, kind: str) -> TinyRepo:
     """A tiny embedder ("emb") or classifier ("cls") and the repository generated from it."""
     from tritonize.generate import generate
-    from tritonize.spec import GenerateOptions
+    from tritonize.spec.options import GenerateOptions
 
     name = f"tiny{kind}"
     build = build_embedding_model if kind == "emb" else build_classifier

@@ -13,7 +13,7 @@ from support.tiny_models import build_classifier, build_embedding_model
 from tritonize import export, verify
 from tritonize.errors import TritonizeError
 from tritonize.source import read_model
-from tritonize.spec import GenerateOptions
+from tritonize.spec.options import GenerateOptions
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,8 @@ from tritonize.generate import generate
 from tritonize.repository import parse_config
 from tritonize.serving.batching import ROW_FIELDS
 from tritonize.serving.tokenizer import TextEncoder
-from tritonize.spec import GRAPH_LIBRARY_FILE, GRAPH_MODEL_FILE, GenerateOptions, default_buckets
+from tritonize.spec import GRAPH_LIBRARY_FILE, GRAPH_MODEL_FILE, default_buckets
+from tritonize.spec.options import GenerateOptions
 
 MAX_LENGTH = 256
 TOKENS = ("input_ids", "attention_mask", "token_type_ids")

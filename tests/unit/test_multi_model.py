@@ -20,7 +20,8 @@ from tritonize.generate import generate
 from tritonize.manifest import entries, read_manifest, read_manifests
 from tritonize.repository import INDEX_FILES, writing
 from tritonize.serving import health
-from tritonize.spec import MANIFEST_FILE, MODELS_KEY, VERIFICATION_FILE, GenerateOptions, Overrides
+from tritonize.spec import MANIFEST_FILE, MODELS_KEY, VERIFICATION_FILE
+from tritonize.spec.options import GenerateOptions, Overrides
 
 # --------------------------------------------------------------------------- the repository
 

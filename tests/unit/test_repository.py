@@ -21,7 +21,8 @@ from tritonize.errors import TritonizeError
 from tritonize.manifest import RESOLVED_KEY, Manifest
 from tritonize.repository import rendering
 from tritonize.serving import batching
-from tritonize.spec import GenerateOptions, ModelSpec, Overrides
+from tritonize.spec import ModelSpec
+from tritonize.spec.options import GenerateOptions, Overrides
 from tritonize.tasks import classification, embedding, question_answering
 from tritonize.verify import VerificationReport
 

@@ -11,7 +11,7 @@ from support.tiny_models import build_classifier, build_embedding_model
 from tritonize import tasks
 from tritonize.errors import TritonizeError
 from tritonize.source import default_name, read_model
-from tritonize.spec import GenerateOptions
+from tritonize.spec.options import GenerateOptions
 from tritonize.tasks import classification, embedding
 
 

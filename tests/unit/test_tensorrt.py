@@ -15,7 +15,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from support.specs import EMBEDDING, PASSED
 from tritonize import repository
-from tritonize.spec import TENSORRT_CACHE, GenerateOptions, ModelSpec
+from tritonize.spec import TENSORRT_CACHE, ModelSpec
+from tritonize.spec.options import GenerateOptions
 
 BERT = dataclasses.replace(EMBEDDING, input_names=("input_ids", "attention_mask", "token_type_ids"))
 MINILM_LIKE = dataclasses.replace(BERT, input_names=("input_ids", "attention_mask"))  # as the MiniLM export takes

@@ -18,7 +18,7 @@ from support import model_zoo
 from tritonize.errors import TritonizeError
 from tritonize.generate import generate
 from tritonize.repository import parse_config
-from tritonize.spec import GenerateOptions
+from tritonize.spec.options import GenerateOptions
 
 # The zoo's task names -> what tritonize serves them as.
 SERVED_AS = {"embedding": "embedding", "sparse-embedding": "sparse-embedding", "classification": "classification",

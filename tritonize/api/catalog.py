@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..manifest import Manifest, read_manifests
-from ..spec import QUANTIZATION_FILE, TOKENIZER_FILE, repo_paths
+from ..spec import FIRST, QUANTIZATION_FILE, TOKENIZER_FILE, repo_paths
 from ..tasks import Answers, answers_of
 from ..tasks.embedding.quantization import Calibration
 from .errors import ApiError
@@ -55,7 +55,7 @@ class ServedModel:
     @property
     def tokenizer_file(self) -> Path:
         """The tokenizer the served step runs (for /tokenize; inference never tokenizes here)."""
-        return repo_paths(self.repository, self.name)["tokenizer"] / str(self.manifest.version) / TOKENIZER_FILE
+        return repo_paths(self.repository, self.name)[FIRST.key] / str(self.manifest.version) / TOKENIZER_FILE
 
     @functools.cached_property
     def calibration(self) -> Calibration | None:

@@ -29,7 +29,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from ..spec import CPU_DEFAULTS
+from ..spec.options import CPU_DEFAULTS
 
 BATCH_WAIT_S = 0.001  # the doc's 1 ms
 MAX_BATCH = CPU_DEFAULTS.max_batch_size  # a CPU repository's default max_batch_size; the doc sets no limit
@@ -72,7 +72,7 @@ class Pipeline:
 
         from .. import tasks
         from ..source import read_model
-        from ..spec import GenerateOptions
+        from ..spec.options import GenerateOptions
 
         if threads:
             torch.set_num_threads(threads)

@@ -26,7 +26,8 @@ from ..manifest import Manifest, choose, read_manifests
 from ..runtime.base import Endpoints, ServerOptions
 from ..runtime.process import free_ports
 from ..repository import parse_config
-from ..spec import CONFIG_FILE, DEFAULT_VARIANT, PRODUCTION_VARIANT, Overrides, repo_paths
+from ..spec import CONFIG_FILE, DEFAULT_VARIANT, ENSEMBLE, MODEL, PRODUCTION_VARIANT, repo_paths, step_names
+from ..spec.options import Overrides
 from . import baselines, check, corpus, cpu, floor, infinity, load, stats
 from .report import client_inclusive_floor, compared_system, label_of, split_system
 from .targets import SCALING, evaluate
@@ -129,12 +130,12 @@ def measured_model(repository: Path, model: str = "") -> Manifest:
 def step_models(repository: Path, name: str) -> dict[str, str]:
     """The Triton models a request passes through, by role: the ensemble first, then each step present."""
     paths = repo_paths(repository, name)
-    return {role: path.name for role, path in paths.items() if role != "root" and path.is_dir()}
+    return {role: path.name for role, path in paths.items() if role in step_names(name) and path.is_dir()}
 
 
 def ensemble_roles(steps: dict, task) -> list[str]:
     """The steps the ensemble calls itself: a step that calls the model step (orchestrates) already times it."""
-    return [role for role in steps if role != "ensemble" and not (task.pipeline.orchestrates and role == "model")]
+    return [role for role in steps if role != ENSEMBLE and not (task.pipeline.orchestrates and role == MODEL.key)]
 
 
 @contextlib.contextmanager
@@ -176,7 +177,7 @@ class Bench:
             self.floor.chain, self.task, options.workloads, options.corpus_file, options.short_tokens, options.long_tokens
         )
         self.steps = step_models(repo, manifest.name)
-        self.steps["ensemble"] = self.name
+        self.steps[ENSEMBLE] = self.name
         self.runs: list[dict] = []
         self.checks: dict[str, dict] = {}  # per system and workload: its answers against the floor's
         self.skipped: dict[str, str] = {}  # per baseline asked for but not measured: why, in one line
@@ -208,7 +209,7 @@ class Bench:
         if not self.o.start_local or self.o.variant != PRODUCTION_VARIANT or self.o.stand_in:
             # A stand-in's threads are not the server's busiest (gRPC's are): its share is Triton's execution time.
             return 0
-        path = repo_paths(self.o.repository, self.manifest.name)["model"] / CONFIG_FILE
+        path = repo_paths(self.o.repository, self.manifest.name)[MODEL.key] / CONFIG_FILE
         config = parse_config(path.read_text(), str(path))
         return sum(g.count for g in config.instance_group) if config.platform == "onnxruntime_onnx" else 0
 
@@ -336,9 +337,9 @@ class Bench:
         called = [by_role[r] for r in ensemble_roles(by_role, self.task)]
         return {
             "steps": {role: d.to_dict() for role, d in by_role.items()},
-            "breakdown": stats.overhead_breakdown(client_mean, by_role["ensemble"], called),
+            "breakdown": stats.overhead_breakdown(client_mean, by_role[ENSEMBLE], called),
             # Estimated: the workload's rows, in order, batched as the graph ran them on average.
-            "padding_waste": stats.padding_waste(w.model_rows, graph_batch or by_role["model"].avg_batch or 1.0,
+            "padding_waste": stats.padding_waste(w.model_rows, graph_batch or by_role[MODEL.key].avg_batch or 1.0,
                                                  self.floor.runner),
         }
 

@@ -28,7 +28,7 @@ from ..runtime.base import ServerOptions
 from ..runtime.process import free_ports
 from ..serving.batching import bucket_for, parse_buckets
 from ..serving.tokenizer import parameters
-from ..spec import CONFIG_FILE, MODEL_FILE, PRODUCTION_VARIANT, repo_paths
+from ..spec import CONFIG_FILE, FIRST, MODEL_FILE, PRODUCTION_VARIANT, repo_paths
 from . import cpu, load, stats
 from .runner import Bench, BenchOptions, measured_model, record, say_run
 from .shadow import shadow_repository
@@ -258,7 +258,7 @@ def workload_rows_per_s(row_lengths: Sequence[Sequence[int]], texts: int, bucket
 
 def buckets_of(repo: Path, name: str) -> list[int]:
     """The buckets the first step pads rows to (none where it pads each request to its longest row)."""
-    config = config_as_triton_passes_it(repo_paths(repo, name)["tokenizer"] / CONFIG_FILE)
+    config = config_as_triton_passes_it(repo_paths(repo, name)[FIRST.key] / CONFIG_FILE)
     given = parameters(config).get("buckets")
     return parse_buckets(given) if given else []
 

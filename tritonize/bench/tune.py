@@ -38,7 +38,7 @@ from ..errors import TritonizeError
 from ..manifest import read_manifest
 from ..runtime.base import ServerOptions
 from ..runtime.process import free_ports
-from ..spec import Overrides
+from ..spec.options import Overrides
 from . import corpus, load, stats
 from .cli import add_target_arguments, int_list
 from .runner import step_models

@@ -24,10 +24,10 @@ from ..spec import (
     README_FILE,
     VERIFICATION_FILE,
     VERSION_MANIFEST_FILE,
-    GenerateOptions,
     RepoSpec,
     repo_paths,
 )
+from ..spec.options import GenerateOptions
 from ..verify import VerificationReport
 from .planning import fused_config_name, plan
 from .rendering import RenderedFile, model_files, render_layout

@@ -3,7 +3,6 @@ what an existing repository decides for a model that joins it (its versions, its
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 from .. import tasks
@@ -11,24 +10,28 @@ from ..errors import TritonizeError
 from ..manifest import Manifest, choose, find_manifests
 from ..spec import (
     CONFIGS_DIR,
+    FIRST,
     CONTAINER_MODEL_INSTANCES,
     EARLIER_FUSED_CONFIG_NAME,
     FIRST_VERSION,
     FUSED_CONFIG_NAME,
     FUSED_STEP_INSTANCES,
+    MODEL,
+    POST,
+    STATISTICS,
     STATISTICS_INSTANCES,
-    STATISTICS_MODULE,
     VARIANT_CONFIGS,
     FusedRuntimeSpec,
-    GenerateOptions,
     ModelSpec,
     RepoSpec,
+    StepRole,
     StepSpec,
     TensorRTSpec,
     default_queue_size,
     normalise_buckets,
     step_names,
 )
+from ..spec.options import GenerateOptions
 
 
 def plan(options: GenerateOptions, model: ModelSpec, name: str, fused_config: str = FUSED_CONFIG_NAME) -> RepoSpec:
@@ -52,19 +55,31 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str, fused_config: st
     statistics = tuple(task.answers.statistics.items())
     graph_outputs = task.graph_outputs(model.head)
     # A step after the graph in the production ensemble, only to count: where the task's statistics read the
-    # graph's outputs and no served step follows it (the pipeline says which it counts).
-    counts_graph = pipeline.counts_after_graph and any(t.name in dict(statistics).values() for t in graph_outputs)
+    # graph's outputs and no served step follows it (the pipeline declares a statistics step then).
+    counts_graph = any(t.name in dict(statistics).values() for t in graph_outputs)
+    # Each role's instances and kind: the model step where --device puts it, every Python step on the CPU.
+    placement = {
+        FIRST: (options.tokenizer_instances, "KIND_CPU"),
+        MODEL: (options.model_instances or CONTAINER_MODEL_INSTANCES, "KIND_GPU" if options.device == "gpu" else "KIND_CPU"),
+        POST: (1, "KIND_CPU"),
+        STATISTICS: (STATISTICS_INSTANCES, "KIND_CPU"),
+    }
+    # No queue bound of its own for a statistics step: what reaches it was admitted, and its graph has run.
+    unbounded = {STATISTICS}
 
-    def step(role: str, module: str, instances: int, kind: str) -> StepSpec:
+    def step(role: StepRole) -> StepSpec:
+        instances, kind = placement[role]
+        bound = 0 if role in unbounded else queue_size
         return StepSpec(
-            name=names[role],
-            module=module,
+            role=role,
+            name=names[role.key],
+            module=pipeline.served_module(role),
             max_batch_size=options.max_batch_size,
             max_queue_delay_us=options.max_queue_delay_us,
             instance_count=instances,
             kind=kind,  # type: ignore[arg-type]
-            max_queue_size=queue_size,
-            max_queue_wait_us=1000 * options.queue_budget_ms if queue_size else 0,
+            max_queue_size=bound,
+            max_queue_wait_us=1000 * options.queue_budget_ms if bound else 0,
         )
 
     return RepoSpec(
@@ -77,9 +92,7 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str, fused_config: st
         graph_outputs=graph_outputs,
         truncation=task.truncation_for(model.head),
         pipeline=pipeline,
-        first_step=step("tokenizer", pipeline.first_module, options.tokenizer_instances, "KIND_CPU"),
-        model_step=step("model", pipeline.model_module, options.model_instances or CONTAINER_MODEL_INSTANCES,
-                        "KIND_GPU" if options.device == "gpu" else "KIND_CPU"),
+        steps=tuple(step(role) for role in pipeline.roles if role != STATISTICS or counts_graph),
         fused_model_instances=options.model_instances or FUSED_STEP_INSTANCES,
         fused_runtime=FusedRuntimeSpec(gather_us=options.gather_us),
         buckets=buckets,
@@ -88,13 +101,9 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str, fused_config: st
         tensorrt=(TensorRTSpec.of(options.precision, model.input_names, buckets, options.max_batch_size)
                   if options.tensorrt else None),
         max_batch_size=options.max_batch_size,
-        post_step=step("post", pipeline.post_module, 1, "KIND_CPU") if pipeline.post_module else None,
         post_parameters=task.post_parameters(model),
         statistics=statistics,
-        # No queue bound of its own: what reaches it was admitted, and its graph has run.
-        statistics_step=dataclasses.replace(step("statistics", STATISTICS_MODULE, STATISTICS_INSTANCES, "KIND_CPU"),
-                                            max_queue_size=0, max_queue_wait_us=0) if counts_graph else None,
-        first_parameters=task.first_parameters(model, names["model"], options.max_batch_size),
+        first_parameters=task.first_parameters(model, names[MODEL.key], options.max_batch_size),
         ensemble_parameters=task.ensemble_parameters(model.head),
         max_request_bytes=options.max_request_bytes,
         truncate=options.truncate,

@@ -23,13 +23,17 @@ from ..serving.statistics_step import IDLE
 from ..spec import (
     CONFIG_FILE,
     CONFIGS_DIR,
+    FIRST,
     LABELS_FILE,
+    MODEL,
     MANIFEST_FILE,
     MODEL_FILE,
+    POST,
     QUANTIZATION_FILE,
     SERVED_ENTRY,
     VERIFICATION_FILE,
     RepoSpec,
+    StepSpec,
 )
 from ..verify import VerificationReport
 
@@ -66,34 +70,22 @@ def render_layout(layout: list[tuple[str, str, dict]], common: dict) -> list[Ren
 def model_files(repo: RepoSpec, report: VerificationReport, calibration: dict | None = None,
                 statistics: dict | None = None) -> list[RenderedFile]:
     """The configs, labels, version report, (where the task calibrates) version ranges and the baseline of the
-    output statistics of one model's folders."""
+    output statistics of one model's folders: the ensemble's, then each step's as its role lays it out."""
     fused = f"{CONFIGS_DIR}/{repo.fused_config_name}.pbtxt"
     common = {"repo": repo, "fused_config_name": repo.fused_config_name, "model_file": MODEL_FILE,
-              "manifest_file": MANIFEST_FILE}
-    t, m, e = repo.first_step.name, repo.model_name, repo.name
+              "manifest_file": MANIFEST_FILE, "statistics_file": STATISTICS_FILE}
+    m, e = repo.model_name, repo.name
     layout = [
-        (f"{e}/{CONFIG_FILE}", "ensemble/config.pbtxt.j2", {"steps": repo.ensemble_steps, "fused": False}),
-        (f"{e}/{fused}", "ensemble/config.pbtxt.j2", {"steps": repo.fused_ensemble_steps, "fused": True}),
-        (f"{t}/{CONFIG_FILE}", "tokenizer/config.pbtxt.j2", {"step": repo.first_step, "idle": False}),
-        *([(f"{t}/{fused}", "tokenizer/config.pbtxt.j2",
-            {"step": dataclasses.replace(repo.first_step, instance_count=1), "idle": True})] if repo.pipeline.fuses else []),
-        (f"{m}/{CONFIG_FILE}", "model/onnxruntime.pbtxt.j2", {"step": repo.model_step, "ragged": False}),
-        (f"{m}/{fused}", "model/python.pbtxt.j2", {"step": repo.fused_model_step}),
-        # Each version keeps the report of its own graph; the one in the index is the served version's.
-        (f"{m}/{repo.version}/{VERIFICATION_FILE}", "repository/verification.json.j2", {"report": report.to_dict()}),
+        (f"{e}/{CONFIG_FILE}", "ensemble/config.pbtxt.j2", {"steps": repo.ensemble_steps, "fused_note": False}),
+        (f"{e}/{fused}", "ensemble/config.pbtxt.j2", {"steps": repo.fused_ensemble_steps, "fused_note": repo.pipeline.fuses}),
     ]
+    for step in repo.steps:
+        layout += _step_layout(repo, step, fused)
+    # Each version keeps the report of its own graph; the one in the index is the served version's.
+    layout.append((f"{m}/{repo.version}/{VERIFICATION_FILE}", "repository/verification.json.j2", {"report": report.to_dict()}))
     if calibration is not None:  # the ranges of this version's graph, beside its report
         layout.append((f"{m}/{repo.version}/{QUANTIZATION_FILE}", "repository/quantization.json.j2",
                        {"calibration": calibration}))
-    if repo.post_step:
-        layout.append((f"{repo.post_step.name}/{CONFIG_FILE}", "post/config.pbtxt.j2", {"step": repo.post_step}))
-    if repo.statistics_step:
-        s = repo.statistics_step.name
-        layout += [(f"{s}/{CONFIG_FILE}", "statistics/config.pbtxt.j2",
-                    {"step": repo.statistics_step, "statistics_file": STATISTICS_FILE, "idle": False, "parameters": {}}),
-                   (f"{s}/{fused}", "statistics/config.pbtxt.j2",
-                    {"step": dataclasses.replace(repo.statistics_step, instance_count=1),
-                     "statistics_file": STATISTICS_FILE, "idle": True, "parameters": {IDLE: "1"}})]
     if statistics is not None:  # the baseline of this version's answers, beside each step that counts them
         layout += [(f"{step.name}/{repo.version}/{STATISTICS_FILE}", "repository/statistics.json.j2",
                     {"statistics": statistics}) for step in repo.steps]
@@ -101,6 +93,29 @@ def model_files(repo: RepoSpec, report: VerificationReport, calibration: dict | 
         # Triton's classification extension reads labels next to the config that names them.
         layout += [(f"{d}/{LABELS_FILE}", "repository/labels.txt.j2", {}) for d in (m, e)]
     return render_layout(layout, common)
+
+
+def _step_layout(repo: RepoSpec, step: StepSpec, fused: str) -> list[tuple[str, str, dict]]:
+    """One step's configs: the model step's production and fused configs; any other step's config from
+    templates/<role>/, and where it idles in the fused variant (`Pipeline.idles_in_fused`), a copy in one instance."""
+    if step.role == MODEL:
+        return [(f"{step.name}/{CONFIG_FILE}", "model/onnxruntime.pbtxt.j2", {"step": step, "ragged": False}),
+                (f"{step.name}/{fused}", "model/python.pbtxt.j2", {"step": repo.fused_model_step})]
+    template = f"{step.role.key}/config.pbtxt.j2"
+    layout = [(f"{step.name}/{CONFIG_FILE}", template, {"step": step, "idle": False, "parameters": _parameters(repo, step, False)})]
+    if repo.pipeline.idles_in_fused(step.role):
+        layout.append((f"{step.name}/{fused}", template, {"step": dataclasses.replace(step, instance_count=1), "idle": True,
+                                                          "parameters": _parameters(repo, step, True)}))
+    return layout
+
+
+def _parameters(repo: RepoSpec, step: StepSpec, idle: bool) -> dict[str, str]:
+    """What a Python step reads from its config's parameters; an idle statistics step is told so (IDLE)."""
+    if step.role == FIRST:
+        return repo.first_step_parameters
+    if step.role == POST:
+        return repo.post_parameters
+    return {IDLE: "1"} if idle else {}
 
 
 def served_files(repo: RepoSpec) -> dict[str, Path]:

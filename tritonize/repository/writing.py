@@ -21,7 +21,8 @@ from tritonclient.grpc import model_config_pb2
 
 from ..errors import TritonizeError
 from ..manifest import load_entries, read_manifest
-from ..spec import CONFIG_FILE, FIRST_VERSION, LABELS_FILE, MANIFEST_FILE, Overrides, RepoSpec
+from ..spec import CONFIG_FILE, FIRST_VERSION, LABELS_FILE, MANIFEST_FILE, STATISTICS, RepoSpec
+from ..spec.options import Overrides
 from ..verify import VerificationReport
 from .index import INDEX_FILES, IndexEntry, manifest, read_index, render
 from .planning import fused_config_name, plan
@@ -288,7 +289,7 @@ def reconfigure(repo_dir: Path, overrides: Overrides, name: str | None = None) -
     options = overrides.apply(current.options)
     repo = plan(options, current.model, current.name, fused_config_name(repo_dir))
     if repo.statistics_step and not (repo_dir / repo.statistics_step.name).is_dir():  # written before it had one
-        repo = dataclasses.replace(repo, statistics_step=None)
+        repo = repo.without(STATISTICS)
     # Only the configs and the manifest are written: the report and the baseline stay as generation wrote them.
     kept = dataclasses.replace(manifest(options, repo), baseline=current.baseline)
     files = [f for f in render(repo, kept, VerificationReport.skipped_report(), index)

@@ -33,7 +33,7 @@ from ..errors import TritonizeError
 from ..manifest import read_manifests
 from ..paths import TEMPLATES_DIR
 from ..serving.health import HEALTH_FILE
-from ..spec import MODEL_SUFFIX, POST_SUFFIX, TENSORRT_CACHE, TOKENIZER_SUFFIX
+from ..spec import FIRST, MODEL, POST, TENSORRT_CACHE
 from . import container
 from .base import ServerOptions, require_repository
 
@@ -284,10 +284,10 @@ def queue_rule() -> dict[str, Any]:
 
     Triton counts queue time per model (`nv_inference_queue_duration_us`, a counter in µs); the ensemble
     itself is left out so nothing counts twice, and the first step's successes count the requests (an
-    ensemble request enters it once). The step suffixes are the repository layout's (spec.py).
+    ensemble request enters it once). The step suffixes are the step roles' (spec/names.py).
     """
-    steps = f'model=~".+({TOKENIZER_SUFFIX}|{MODEL_SUFFIX}|{POST_SUFFIX})"'
-    first = f'model=~".+{TOKENIZER_SUFFIX}"'
+    steps = f'model=~".+({FIRST.suffix}|{MODEL.suffix}|{POST.suffix})"'
+    first = f'model=~".+{FIRST.suffix}"'
     queued = f"sum(rate(nv_inference_queue_duration_us{{<<.LabelMatchers>>,{steps}}}[{RATE_WINDOW}])) by (<<.GroupBy>>)"
     requests = f"sum(rate(nv_inference_request_success{{<<.LabelMatchers>>,{first}}}[{RATE_WINDOW}])) by (<<.GroupBy>>)"
     return {

@@ -36,7 +36,8 @@ from ..rollout import (
     read_rollouts,
     version_manifest,
 )
-from ..spec import CONFIG_FILE, CONFIGS_DIR, LABELS_FILE, VERIFICATION_FILE, GenerateOptions, repo_paths
+from ..spec import CONFIG_FILE, CONFIGS_DIR, LABELS_FILE, VERIFICATION_FILE, repo_paths
+from ..spec.options import GenerateOptions
 from ..tasks import of as task_of
 from . import versions
 from .versions import READY, replace_text, step_folders, with_versions

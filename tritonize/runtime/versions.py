@@ -31,7 +31,7 @@ from pathlib import Path
 from ..errors import TritonizeError
 from ..manifest import read_manifest
 from ..repository import parse_config, replace_file
-from ..spec import CONFIG_FILE, CONFIGS_DIR, repo_paths
+from ..spec import CONFIG_FILE, CONFIGS_DIR, ENSEMBLE, ROLES, repo_paths
 
 READY = "READY"
 STILL_SERVING = (READY, "UNLOADING")
@@ -49,13 +49,10 @@ class Switch:
     changed: bool
 
 
-# Every step a model may have, in the order a switch loads them: the ensemble names each.
-STEP_ROLES = ("model", "post", "statistics", "tokenizer")
-
-
 def step_folders(paths: dict[str, Path]) -> list[Path]:
-    """The folders of a model's steps (repo_paths), those it has."""
-    return [paths[role] for role in STEP_ROLES if paths[role].is_dir()]
+    """The folders of a model's steps (repo_paths), those it has, in the order a switch loads them: the steps after
+    the first, then the first step, whatever roles the model's pipeline declares (the ensemble names each)."""
+    return [paths[role.key] for role in (*ROLES[1:], ROLES[0]) if paths[role.key].is_dir()]
 
 
 def config_file(folder: Path, config_name: str | None) -> Path:
@@ -103,8 +100,8 @@ def switch(
     target = manifest.version
     paths = repo_paths(repository, manifest.name)
     steps = step_folders(paths)
-    if not (paths["ensemble"] / str(target)).is_dir():
-        raise TritonizeError(f"{repository} names version {target}, but {paths['ensemble'].name}/{target}/ is missing")
+    if not (paths[ENSEMBLE] / str(target)).is_dir():
+        raise TritonizeError(f"{repository} names version {target}, but {paths[ENSEMBLE].name}/{target}/ is missing")
     client = httpclient.InferenceServerClient(http_url.removeprefix("http://"), network_timeout=600.0)
 
     def load(name: str) -> None:

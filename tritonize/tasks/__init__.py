@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import TritonizeError
 from ..serving.batching import ROW_FIELDS
-from ..spec import Head
+from ..spec import Head, TaskOption
 from .answers import Answers
 
 if TYPE_CHECKING:
@@ -176,6 +176,11 @@ def build_side(package: str, names: tuple[str, ...]):
     return __getattr__
 
 
+def options() -> tuple[TaskOption, ...]:
+    """Every task's own options of `tritonize generate` (GenerateOptions and its flags gather them)."""
+    return tuple(o for t in tasks().values() for o in t.own_options)
+
+
 def client_calls() -> dict[str, Call]:
     """Every task's client calls by name (tritonize/tasks/calls.py), in registry order; a name declared by two
     tasks is refused, never one of them silently chosen."""
@@ -189,16 +194,18 @@ def client_calls() -> dict[str, Call]:
 
 
 def __getattr__(name: str):
-    """TASKS (every task's build side), NAMES and SUPPORTED, read from the registry when asked."""
+    """TASKS (every task's build side), NAMES, SUPPORTED and OPTIONS, read from the registry when asked."""
     if name == "TASKS":
         return tasks()
     if name == "NAMES":
         return tuple(protocols())
     if name == "SUPPORTED":
         return supported()
+    if name == "OPTIONS":  # every task's own options of `tritonize generate`, in registry order
+        return options()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["Answers", "TASKS", "NAMES", "PACKAGES", "register", "protocols", "answers_of", "get", "of",
+__all__ = ["Answers", "TASKS", "NAMES", "OPTIONS", "PACKAGES", "register", "protocols", "answers_of", "get", "of",
            "detect", "choose", "for_outputs", "client_calls", "build_side"]
 

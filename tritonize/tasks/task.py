@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from ..spec import TOKEN_INPUTS, GenerateOptions, Head, ModelSpec, Pipeline, TensorSpec, TokenizeModel
+from ..spec import TOKEN_INPUTS, Head, ModelSpec, Options, Pipeline, TaskOption, TensorSpec, TokenizeModel
 from .answers import Answers
 
 if TYPE_CHECKING:
@@ -100,13 +100,15 @@ class Task(abc.ABC):
     truncation: ClassVar[str | None] = None
     # Whether a text past the max length loses its end (so --no-truncate can refuse it instead).
     truncates: ClassVar[bool] = True
-    # The steps its ensemble runs and how their tensors connect (spec.py's shapes).
+    # The steps its ensemble runs and how their tensors connect (spec/pipeline.py's shapes).
     pipeline: ClassVar[Pipeline] = TokenizeModel()
     # What int8 must keep of the fp32 graph on the shipped corpus, in words; None: int8 is not offered,
     # because nothing here measures what this task's answers lose to it.
     int8_figure: ClassVar[str | None] = None
     # Whether generation records something of the served graph's answers on calibration texts (`calibration`).
     calibrates: ClassVar[bool] = False
+    # The options of `tritonize generate` only this task reads (fields of GenerateOptions, and their flags).
+    own_options: ClassVar[tuple[TaskOption, ...]] = ()
 
     @property
     def name(self) -> str:
@@ -139,12 +141,12 @@ class Task(abc.ABC):
         """The token tensors the graph takes; one text per row needs no token_type_ids (all zeros)."""
         return TOKEN_INPUTS
 
-    def declared_max_length(self, folder: ModelFolder, options: GenerateOptions) -> int | None:
+    def declared_max_length(self, folder: ModelFolder, options: Options) -> int | None:
         """The longest row the model's library makes, where the task reads it better than the folder's configs
         do (a late-interaction model's longer form); None: the folder's declared max length."""
         return None
 
-    def served_tokenizer(self, folder: ModelFolder, options: GenerateOptions) -> Any:
+    def served_tokenizer(self, folder: ModelFolder, options: Options) -> Any:
         """The transformers tokenizer the served steps tokenize with, where the model's library changes the
         folder's (special tokens it registers); None: the folder's own, as AutoTokenizer loads it."""
         return None
@@ -158,7 +160,7 @@ class Task(abc.ABC):
         return [(s,) for s in SENTENCES]
 
     @abc.abstractmethod
-    def read_head(self, folder: ModelFolder, options: GenerateOptions) -> Head:
+    def read_head(self, folder: ModelFolder, options: Options) -> Head:
         """The head as the folder declares it, with the user's overrides; refuse what cannot be served."""
 
     def head_from_dict(self, data: dict) -> Head:
@@ -288,13 +290,9 @@ class Task(abc.ABC):
         return [dict(zip(names, r)) for r in zip(*columns)], int(mask.sum()), int(mask.numel())
 
 
-# Generation flags that only some tasks read; any other task refuses them rather than ignore them.
-TASK_FLAGS = {"--pooling": "pooling", "--normalize": "normalize", "--matryoshka-dims": "matryoshka_dims",
-              "--calibration": "calibration", "--aggregation": "aggregation"}
-
-
-def refuse_foreign_flags(options: GenerateOptions, allowed: tuple[str, ...], what: str) -> None:
-    given = [flag for flag, field in TASK_FLAGS.items() if flag not in allowed and getattr(options, field) is not None]
+def refuse_foreign_flags(options: Options, allowed: tuple[TaskOption, ...], what: str) -> None:
+    """Refuse another task's options (every task's are `options.task_options`) rather than ignore them."""
+    given = [o.flag for o in options.task_options if o not in allowed and getattr(options, o.field) is not None]
     if given:
         from ..errors import TritonizeError
 

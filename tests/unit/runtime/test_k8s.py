@@ -301,8 +301,8 @@ def test_hpa_asks_for_the_metric_the_adapter_rule_serves(cpu_repo) -> None:
     # never the ensemble (its figures would count the steps' twice).
     steps_re, first_re = re.findall(r'model=~"([^"]+)"', query)
     names = step_names("tinyemb")
-    assert re.fullmatch(first_re, names["tokenizer"]) and not re.fullmatch(first_re, names["model"])
-    for step in ("tokenizer", "model", "post"):
+    assert re.fullmatch(first_re, names["first"]) and not re.fullmatch(first_re, names["model"])
+    for step in ("first", "model", "post"):
         assert re.fullmatch(steps_re, names[step])
     assert not re.fullmatch(steps_re, names["ensemble"]) and not re.fullmatch(first_re, names["ensemble"])
     # The HPA owns the count; the PDB and the Service select the pods the Deployment makes.

@@ -22,7 +22,8 @@ from tritonize.runtime import instance
 from tritonize.runtime.process import group_zombies
 from tritonize.serving import health, texts
 from tritonize.serving.batching import QUEUE_BOUND
-from tritonize.spec import DEFAULT_MAX_REQUEST_BYTES, MIN_QUEUE_SIZE, Overrides, default_queue_size
+from tritonize.spec import DEFAULT_MAX_REQUEST_BYTES, MIN_QUEUE_SIZE, default_queue_size
+from tritonize.spec.options import Overrides
 
 # -- without a server ----------------------------------------------------------------
 

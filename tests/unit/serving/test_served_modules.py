@@ -25,7 +25,7 @@ from tritonize.serving.fused_step import tokenizer_outputs
 from tritonize.serving.onnx_model import PARALLEL_MIN_TOKENS, OnnxRunner
 from tritonize.serving.tokenizer import InvalidText, TextEncoder
 from tritonize.source import read_model
-from tritonize.spec import GenerateOptions
+from tritonize.spec.options import GenerateOptions
 
 IDS, MASK = batching.INPUT_IDS, batching.ATTENTION_MASK
 

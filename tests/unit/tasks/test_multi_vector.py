@@ -30,7 +30,8 @@ from tritonize.serving.multi_vector import FORM_INPUT, forms_from_json, forms_to
 from tritonize.serving.onnx_model import OnnxRunner
 from tritonize.serving.texts import InvalidText
 from tritonize.serving.tokenizer import TextEncoder
-from tritonize.spec import MODEL_FILE, TEXT_INPUT, GenerateOptions
+from tritonize.spec import MODEL_FILE, TEXT_INPUT
+from tritonize.spec.options import GenerateOptions
 from tritonize.tasks.multi_vector import ANSWERS, COUNTS, VECTORS, vectors
 
 MARKED = ("pylate-markers", "stanford-markers")  # the layouts with [unused0]/[unused1] in the vocabulary

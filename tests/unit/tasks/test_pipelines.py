@@ -7,6 +7,8 @@ but for a late-interaction folder, whose head its library reads.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from support import model_zoo
@@ -17,12 +19,13 @@ from tritonize.spec import (
     CONFIG_FILE,
     MANIFEST_FILE,
     MODEL_FILE,
+    ROLES,
     EnsembleStep,
-    GenerateOptions,
     Orchestrated,
     RepoSpec,
     TokenizeModelPost,
 )
+from tritonize.spec.options import GenerateOptions
 
 FOLDER_OF_TASK = {"embedding": "bert-st-mean", "sparse-embedding": "bert-splade", "classification": "bert-seq-cls",
                   "rerank": "bert-cross-encoder", "token-classification": "bert-token-cls",
@@ -94,7 +97,51 @@ def test_the_rendered_ensembles_steps_are_the_pipelines(specs, task: str) -> Non
     for variant, steps in (("production", spec.pipeline.ensemble_steps(spec)),
                            ("fused", spec.pipeline.fused_ensemble_steps(spec))):
         [ensemble] = rendering.render_layout(
-            [(CONFIG_FILE, "ensemble/config.pbtxt.j2", {"steps": steps, "fused": variant == "fused"})], common)
+            [(CONFIG_FILE, "ensemble/config.pbtxt.j2", {"steps": steps, "fused_note": variant == "fused"})], common)
         config = rendering.parse_config(ensemble.text)
         assert [(s.model_name, dict(s.input_map), dict(s.output_map)) for s in config.ensemble_scheduling.step] == [
             (s.model_name, s.input_map, s.output_map) for s in steps], variant
+
+
+@pytest.mark.parametrize("task", sorted(FOLDER_OF_TASK))
+def test_the_planned_steps_are_the_roles_the_pipeline_declares(specs, task: str) -> None:
+    """Planning makes one step per role the pipeline declares (a statistics step only where it counts), each
+    running the module the pipeline names for that role, and chain finds each Python step's class there."""
+    import importlib
+
+    spec, pipeline = specs[task], specs[task].pipeline
+    roles = [s.role for s in spec.steps]
+    assert roles == [r for r in pipeline.roles if r in roles] and roles[:2] == list(pipeline.roles[:2])
+    for step in spec.steps:
+        assert step.module == pipeline.served_module(step.role)
+        assert spec.step(step.role) is step
+        if step.role.key in pipeline.served_classes:
+            module = importlib.import_module(f"tritonize.serving.{step.module}")
+            assert hasattr(module, pipeline.served_classes[step.role.key]), (step.module, step.role.key)
+    with pytest.raises(ValueError, match="has no"):
+        pipeline.served_module(next(r for r in ROLES if r not in pipeline.roles))
+
+
+def test_each_tasks_own_options_are_generate_options_and_refused_by_the_others(specs) -> None:
+    """A task's own options are fields of GenerateOptions (None unless given) whose flag only that task accepts."""
+    import dataclasses
+
+    from tritonize.errors import TritonizeError
+    from tritonize.folder import ModelFolder
+
+    fields = {f.name for f in dataclasses.fields(GenerateOptions)}
+    assert GenerateOptions.task_options == tasks.OPTIONS and tasks.OPTIONS
+    for option in tasks.OPTIONS:
+        assert option.field in fields and getattr(GenerateOptions(), option.field) is None
+        owner = next(t for t in tasks.TASKS.values() if option in t.own_options)
+        other = next(t for t in tasks.TASKS.values() if t is not owner and t.name in FOLDER_OF_TASK)
+        spec = specs[other.name]
+        given = GenerateOptions(model=spec.model.source, **{option.field: _a_value(option)})
+        with pytest.raises(TritonizeError, match=f"^{option.flag} does not apply to "):
+            other.read_head(ModelFolder.read(Path(spec.model.source)), given)
+
+
+def _a_value(option):
+    if option.choices:
+        return option.choices[0]
+    return True if option.switch else ([8] if option.parse else "texts.txt")

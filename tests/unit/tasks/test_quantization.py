@@ -18,7 +18,8 @@ from support import REPO_ROOT
 from support.tiny_models import build_classifier, build_embedding_model
 from tritonize.generate import generate
 from tritonize.manifest import read_manifest
-from tritonize.spec import QUANTIZATION_FILE, GenerateOptions, repo_paths
+from tritonize.spec import QUANTIZATION_FILE, repo_paths
+from tritonize.spec.options import GenerateOptions
 from tritonize.tasks.embedding import truncate_embeddings
 from tritonize.tasks.embedding.quantization import PRECISIONS, RANGED, Calibration, quantize, ranges_of
 from tritonize.tasks.task import SENTENCES

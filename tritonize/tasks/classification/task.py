@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...errors import TritonizeError
-from ...spec import LABELS_FILE, GenerateOptions, ModelSpec, TensorSpec
+from ...spec import LABELS_FILE, ModelSpec, Options, TensorSpec
 from ..task import FLOAT, Task, load_pretrained, refuse_foreign_flags
 from .answers import ANSWERS, LOGITS, PROBABILITIES, Activation, Head
 
@@ -60,7 +60,7 @@ class Classification(Task):
     def detect(self, folder: ModelFolder) -> bool:
         return folder.head_class == "ForSequenceClassification" and folder.num_labels >= 2 and not folder.is_cross_encoder
 
-    def read_head(self, folder: ModelFolder, options: GenerateOptions) -> Head:
+    def read_head(self, folder: ModelFolder, options: Options) -> Head:
         refuse_foreign_flags(options, (), "a classifier")
         id2label = folder.config.get("id2label") or {}
         if len(id2label) < 2:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...errors import TritonizeError
-from ...spec import GenerateOptions, ModelSpec, TensorSpec
+from ...spec import ModelSpec, Options, TaskOption, TensorSpec, int_list
 from ..task import FLOAT, Task, Variant, library_model, load_pretrained, refuse_foreign_flags
 from .answers import ANSWERS, OUTPUT, Head
 from .quantization import Calibration, ranges_of
@@ -111,6 +111,20 @@ def _pooling_modes(cfg: dict, where: Any) -> tuple[str, ...]:
 
 
 class Embedding(Task):
+    own_options = (
+        TaskOption("pooling", "str | None", "embedding pooling (default: what the folder declares, else mean)",
+                   choices=POOLINGS),
+        TaskOption("normalize", "bool | None", "L2-normalise embeddings", switch=True),
+        # The Matryoshka sizes a request may cut vectors to (None: what the model card declares, if any).
+        TaskOption("matryoshka_dims", "list[int] | None", "embedding: sizes a request may cut vectors to, e.g. "
+                   "768,512,256,128, each verified against sentence-transformers' encode(truncate_dim=...) "
+                   "(default: what the model card declares, else none)", parse=int_list),
+        # A file of texts whose embeddings' per-dimension ranges int8/uint8 quantize with (None: the verification
+        # corpus's).
+        TaskOption("calibration", "str | None", "embedding: a text file, one text per line, whose embeddings' "
+                   "per-dimension ranges the API quantizes int8/uint8 embeddings with (default: the verification "
+                   "corpus)"),
+    )
     answers = ANSWERS
     summary = "TEXT in, `embedding` (FP32 [N, dim]) out"
     serves = "sentence-transformers folders (Transformer, Pooling, Dense, Normalize), or a bare encoder with --task embedding"
@@ -153,9 +167,8 @@ class Embedding(Task):
                 normalize = True
         return modes, normalize, dim, dense
 
-    def read_head(self, folder: ModelFolder, options: GenerateOptions) -> Head:
-        refuse_foreign_flags(options, ("--pooling", "--normalize", "--matryoshka-dims", "--calibration"),
-                             "an embedding model")
+    def read_head(self, folder: ModelFolder, options: Options) -> Head:
+        refuse_foreign_flags(options, self.own_options, "an embedding model")
         modes, normalize, dim, dense = self._declared(folder)
         if not dim:
             raise TritonizeError(f"config.json in {folder.transformer_dir} declares no hidden_size")
@@ -245,7 +258,7 @@ class Embedding(Task):
             for d in head.dimensions
         )
 
-def _dimensions(folder: ModelFolder, options: GenerateOptions, served: int, truncate_dim: int) -> tuple[int, ...]:
+def _dimensions(folder: ModelFolder, options: Options, served: int, truncate_dim: int) -> tuple[int, ...]:
     """The Matryoshka sizes a request may ask for: --matryoshka-dims, else the model card's, with the served
     size among them; () where neither declares any. The flag's sizes must fit what is served; the card's that do
     not (a folder cut shorter by truncate_dim) are dropped."""

@@ -23,7 +23,7 @@ from ...errors import TritonizeError
 from ...folder import MULTI_VECTOR_MODEL_TYPES
 from ...serving.batching import SCORE_MASK, real_lengths
 from ...serving.multi_vector import EXPANSIONS, PARAMETER, Form, forms_to_json
-from ...spec import TOKEN_INPUTS, GenerateOptions, ModelSpec, TensorSpec
+from ...spec import TOKEN_INPUTS, ModelSpec, Options, TensorSpec
 from ..task import FLOAT, SENTENCES, Task, library_model, refuse_foreign_flags
 from .answers import ANSWERS, COUNTS, DOCUMENT, QUERY, SIMILARITY_PARAMETER, VECTORS, Head
 
@@ -53,7 +53,7 @@ def _read(root: str, trust_remote_code: bool) -> Any:
                              f"{' '.join(str(exc).split())}") from exc
 
 
-def _loaded(folder: ModelFolder, options: GenerateOptions) -> Any:
+def _loaded(folder: ModelFolder, options: Options) -> Any:
     return _read(str(folder.root), bool(options.trust_remote_code))
 
 
@@ -210,16 +210,16 @@ class MultiVector(Task):
         """The tokens, and which of them are scored."""
         return TOKEN_INPUTS + (SCORE_MASK,)
 
-    def declared_max_length(self, folder: ModelFolder, options: GenerateOptions) -> int | None:
+    def declared_max_length(self, folder: ModelFolder, options: Options) -> int | None:
         """The widest row the library makes: the longer form's cut, or the query expansion's floor."""
         model = _loaded(folder, options)
         return max(max(_lengths(model, form)) for form in (QUERY, DOCUMENT))
 
-    def served_tokenizer(self, folder: ModelFolder, options: GenerateOptions) -> Any:
+    def served_tokenizer(self, folder: ModelFolder, options: Options) -> Any:
         """The loaded model's tokenizer: the library registers legacy prefix markers ([unused0]) as special tokens."""
         return _loaded(folder, options).tokenizer
 
-    def read_head(self, folder: ModelFolder, options: GenerateOptions) -> Head:
+    def read_head(self, folder: ModelFolder, options: Options) -> Head:
         refuse_foreign_flags(options, (), "a late-interaction model")
         model = _loaded(folder, options)
         mask = _modules(model, folder.root)

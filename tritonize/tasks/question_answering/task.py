@@ -17,7 +17,7 @@ import numpy as np
 
 from ...errors import TritonizeError
 from ...serving.batching import ATTENTION_MASK
-from ...spec import GenerateOptions, ModelSpec, Orchestrated, TensorSpec
+from ...spec import ModelSpec, Options, Orchestrated, TensorSpec
 from ..task import FLOAT, Task, load_pretrained, pair_token_inputs, refuse_foreign_flags
 from .answers import ANSWERS, CONTEXT_INPUT, OUTPUT, QUESTION_INPUT, Head
 
@@ -75,7 +75,7 @@ class QuestionAnswering(Task):
     def detect(self, folder: ModelFolder) -> bool:
         return folder.head_class == "ForQuestionAnswering"
 
-    def read_head(self, folder: ModelFolder, options: GenerateOptions) -> Head:
+    def read_head(self, folder: ModelFolder, options: Options) -> Head:
         from transformers import AutoTokenizer
 
         refuse_foreign_flags(options, (), "a question-answering model")

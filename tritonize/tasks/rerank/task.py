@@ -27,7 +27,7 @@ import numpy as np
 from ...errors import TritonizeError
 from ...serving.chat import PARAMETER as PAIR_TEMPLATE
 from ...serving.chat import PairTemplate
-from ...spec import GenerateOptions, ModelSpec, TensorSpec
+from ...spec import ModelSpec, Options, TensorSpec
 from ..task import FLOAT, Task, library_model, load_pretrained, pair_token_inputs, refuse_foreign_flags
 from .answers import ANSWERS, CAUSAL, OUTPUT, Activation, Head
 
@@ -126,7 +126,7 @@ class Rerank(Task):
             return folder.is_cross_encoder
         return folder.head_class == "ForSequenceClassification" and (folder.is_cross_encoder or folder.num_labels == 1)
 
-    def read_head(self, folder: ModelFolder, options: GenerateOptions) -> Head:
+    def read_head(self, folder: ModelFolder, options: Options) -> Head:
         refuse_foreign_flags(options, (), "a reranker")
         activation = _activation(folder)
         if folder.head_class == "ForCausalLM":

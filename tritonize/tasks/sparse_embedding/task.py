@@ -20,7 +20,7 @@ import numpy as np
 from ...errors import TritonizeError
 from ...serving.sparse_embedding import INDICES, VALUES, active, compact
 from ...serving.sparse_embedding import rows as served_rows
-from ...spec import GenerateOptions, ModelSpec, TensorSpec, TokenizeModelPost
+from ...spec import ModelSpec, Options, TensorSpec, TokenizeModelPost
 from ..task import FLOAT, Task, library_model, refuse_foreign_flags
 from .answers import ANSWERS, Head
 
@@ -86,7 +86,7 @@ class SparseEmbedding(Task):
     def detect(self, folder: ModelFolder) -> bool:
         return folder.modules is not None and folder.is_sparse_encoder
 
-    def read_head(self, folder: ModelFolder, options: GenerateOptions) -> Head:
+    def read_head(self, folder: ModelFolder, options: Options) -> Head:
         refuse_foreign_flags(options, (), "a sparse encoder")
         kinds = folder.module_kinds
         if len(kinds) != 2 or kinds[0] not in ("Transformer", "MLMTransformer") or kinds[1] != "SpladePooling":

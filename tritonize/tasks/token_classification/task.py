@@ -17,7 +17,7 @@ import numpy as np
 
 from ...errors import TritonizeError
 from ...serving.batching import ATTENTION_MASK, OFFSETS, SPECIAL_TOKENS_MASK
-from ...spec import TEXT_INPUT, GenerateOptions, ModelSpec, TensorSpec, TokenizeModelPost
+from ...spec import TEXT_INPUT, ModelSpec, Options, TaskOption, TensorSpec, TokenizeModelPost
 from ..task import FLOAT, Task, load_pretrained, refuse_foreign_flags
 from .answers import ANSWERS, OUTPUT, Head
 
@@ -50,12 +50,14 @@ class TokenClassification(Task):
     summary = "TEXT in, `entities` (BYTES [N, 1], JSON: entity_group or entity, score, word, start, end) out"
     serves = "*ForTokenClassification folders"
     pipeline = TokenizeModelPost("token_classification", token_extras=(OFFSETS, SPECIAL_TOKENS_MASK))
+    own_options = (TaskOption("aggregation", "str | None", "token classification: how tokens group into entities "
+                              "(default: simple)", choices=AGGREGATIONS, after="baseline"),)
 
     def detect(self, folder: ModelFolder) -> bool:
         return folder.head_class == "ForTokenClassification"
 
-    def read_head(self, folder: ModelFolder, options: GenerateOptions) -> Head:
-        refuse_foreign_flags(options, ("--aggregation",), "a token classifier")
+    def read_head(self, folder: ModelFolder, options: Options) -> Head:
+        refuse_foreign_flags(options, self.own_options, "a token classifier")
         aggregation = options.aggregation or DEFAULT_AGGREGATION
         if aggregation not in AGGREGATIONS:
             raise TritonizeError(f"unknown aggregation {aggregation!r}", hint=f"use one of: {', '.join(AGGREGATIONS)}")

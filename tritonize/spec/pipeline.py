@@ -1,0 +1,342 @@
+"""The shape of a task's ensemble (`Pipeline`): its steps, what each takes and returns, and the ensemble's
+steps in both variants."""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import ClassVar, Literal, Protocol
+
+from ..errors import TokenizerRefused
+from .model import ROW_OUTPUTS, TensorSpec
+from .names import (
+    FIRST,
+    GRAPH_LIBRARY_FILE,
+    GRAPH_MODEL_FILE,
+    MODEL,
+    MODEL_FILE,
+    POST,
+    STATISTICS,
+    STATISTICS_MODULE,
+    TOKEN_EXTRAS,
+    TOKEN_INPUTS,
+    StepRole,
+    graph_tensor,
+)
+
+InstanceKind = Literal["KIND_CPU", "KIND_GPU"]
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """One Triton model of the repository: its role in the ensemble, batching and placement."""
+
+    role: StepRole
+    name: str
+    module: str  # the served module (tritonize/serving/<module>.py) its Python runtime runs as model.py
+    max_batch_size: int
+    max_queue_delay_us: int
+    instance_count: int
+    kind: InstanceKind
+    max_queue_size: int = 0  # 0: no bound
+    # With a bound, a request waiting longer than this is refused (Triton's default_timeout_microseconds): the
+    # requests a bound admits wait about the budget whatever their length; the size alone let 512 queued
+    # 128-token requests wait 12.9 s (p50) at 4 x capacity on the production configs, 4.2 s with it (of which a
+    # run of 64 such rows on one onnxruntime thread takes about 2 s; docs/reliability.md). 0: no time bound.
+    max_queue_wait_us: int = 0
+
+
+class Planned(Protocol):
+    """What a pipeline reads of the repository it shapes (`RepoSpec`, which holds the pipeline)."""
+
+    text_inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    graph_outputs: tuple[TensorSpec, ...]
+    statistics: tuple[tuple[str, str], ...]
+    @property
+    def first_step(self) -> StepSpec: ...
+
+    @property
+    def model_step(self) -> StepSpec: ...
+
+    @property
+    def post_step(self) -> StepSpec | None: ...
+
+    @property
+    def statistics_step(self) -> StepSpec | None: ...
+
+    @property
+    def model_name(self) -> str: ...
+
+    @property
+    def token_inputs(self) -> tuple[TensorSpec, ...]: ...
+
+    @property
+    def ensemble_outputs(self) -> tuple[TensorSpec, ...]: ...
+
+
+@dataclass(frozen=True)
+class EnsembleStep:
+    """One step of the ensemble: which model, and how its tensors connect."""
+
+    model_name: str
+    input_map: dict[str, str]  # the step's input -> the ensemble tensor
+    output_map: dict[str, str]  # the step's output -> the ensemble tensor
+
+
+def _same(tensors: tuple[TensorSpec, ...]) -> dict[str, str]:
+    """An ensemble step's map of tensors it passes under their own names."""
+    return {t.name: t.name for t in tensors}
+
+
+class Pipeline(abc.ABC):
+    """The shape of a task's ensemble, which the task declares as a value (`Task.pipeline`): which served module
+    each step runs, what each step takes and returns, the ensemble's steps, and the fused variant's.
+
+    `RepoSpec` holds it and asks it; planning makes a step of each role it declares, rendering and the version
+    switch walk those steps, the bench and `chain` ask it for each role's served module and class; templates lay
+    out what it answers. A new shape is a new subclass here, and nothing else branches on which shape a task has.
+    """
+
+    # The steps it may have, in the ensemble's order (a statistics step only where the task's statistics read
+    # the graph's outputs: RepoSpec then holds one).
+    roles: ClassVar[tuple[StepRole, ...]] = (FIRST, MODEL)
+    first_module: ClassVar[str] = "tokenizer"  # the first step's served module (tritonize/serving/<name>.py)
+    post_module: ClassVar[str | None] = None  # the post step's, where one follows the model step
+    # The class of each Python step's served module that holds its logic (TritonPythonModel only adapts it), by
+    # role key: what `chain.in_process` builds from the step's config.
+    served_classes: ClassVar[dict[str, str]] = {FIRST.key: "TextEncoder", MODEL.key: "OnnxRunner"}
+    # Whether the first step calls the model step itself and answers (business logic scripting).
+    orchestrates: ClassVar[bool] = False
+
+    @property
+    def counts_after_graph(self) -> bool:
+        """Whether no served step follows the graph in the production ensemble, so that a statistics step must
+        count what it answers."""
+        return STATISTICS in self.roles
+
+    def served_module(self, role: StepRole) -> str:
+        """The served module a step of `role` runs as model.py (tritonize/serving/<module>.py)."""
+        modules = {FIRST: self.first_module, MODEL: self.model_module, POST: self.post_module,
+                   STATISTICS: STATISTICS_MODULE}
+        module = modules.get(role)
+        if module is None or role not in self.roles:
+            raise ValueError(f"{type(self).__name__} has no {role.key} step")
+        return module
+
+    def idles_in_fused(self, role: StepRole) -> bool:
+        """Whether a step of `role` idles in the fused variant, where another step does its work: the first step
+        where the fused step tokenizes, and the statistics step, whose counting the fused step does."""
+        return role is STATISTICS or (role is FIRST and self.fuses)
+
+    @property
+    def fuses(self) -> bool:
+        """Whether the fused variant runs the first step and the model step as one (serving/fused_step.py); a first
+        step that calls the model step itself keeps it a step of its own."""
+        return not self.orchestrates
+
+    @property
+    def model_module(self) -> str:
+        """The served module in the model step's version folder: what the fused variant's config runs."""
+        return "fused_step" if self.fuses else "onnx_model"
+
+    @property
+    @abc.abstractmethod
+    def row_outputs(self) -> tuple[TensorSpec, ...]:
+        """What the ensemble returns per row besides the task's outputs."""
+
+    @abc.abstractmethod
+    def first_outputs(self, repo: Planned) -> tuple[TensorSpec, ...]:
+        """What the first step returns."""
+
+    def post_inputs(self, repo: Planned) -> tuple[TensorSpec, ...]:
+        """What the post step takes (nothing without one)."""
+        return ()
+
+    @abc.abstractmethod
+    def ensemble_steps(self, repo: Planned) -> tuple[EnsembleStep, ...]:
+        """The production ensemble's steps."""
+
+    def fused_ensemble_steps(self, repo: Planned) -> tuple[EnsembleStep, ...]:
+        """The fused variant's ensemble steps."""
+        return self.ensemble_steps(repo)
+
+    def fused_model_inputs(self, repo: Planned) -> tuple[TensorSpec, ...]:
+        """The fused variant's model step's inputs."""
+        return repo.token_inputs
+
+    def fused_model_outputs(self, repo: Planned) -> tuple[TensorSpec, ...]:
+        """The fused variant's model step's outputs."""
+        return repo.graph_outputs
+
+    def watched_outputs(self, repo: Planned) -> tuple[TensorSpec, ...]:
+        """The graph's outputs a statistics step counts in the production ensemble (none: a served step that
+        follows or drives the graph counts them)."""
+        return ()
+
+    def tokenizer_folders(self, repo: Planned) -> tuple[StepSpec, ...]:
+        """The steps whose version folder holds tokenizer.json: each that tokenizes or decodes words."""
+        return tuple(s for s in (repo.first_step, repo.model_step if self.fuses else None, repo.post_step) if s)
+
+    def model_inputs(self, repo: Planned) -> tuple[TensorSpec, ...]:
+        """The production model step's inputs."""
+        return repo.token_inputs
+
+    def model_outputs(self, repo: Planned) -> tuple[TensorSpec, ...]:
+        """The production model step's outputs."""
+        return repo.graph_outputs
+
+    model_file: ClassVar[str] = MODEL_FILE  # the production model step's graph
+    model_libraries: ClassVar[tuple[str, ...]] = ()  # operator libraries it loads, in its folder
+
+    def in_graph(self) -> Pipeline:
+        """This shape with the tokenizer inside the model step's graph; refused in one line where it has none."""
+        raise TokenizerRefused(f"the graph tokenizer serves a tokenizer step followed by the model alone; "
+                               f"this task's ensemble is {type(self).__name__}")
+
+
+@dataclass(frozen=True)
+class TokenizeModel(Pipeline):
+    """tokenize -> model: the first step tokenizes, and the graph's outputs are the answer. The fused variant runs
+    the two as one step, raw strings in."""
+
+    roles: ClassVar[tuple[StepRole, ...]] = (FIRST, MODEL, STATISTICS)
+
+    @property
+    def row_outputs(self) -> tuple[TensorSpec, ...]:
+        """Token counts and the truncated flag: the first step tokenizes, so it knows them."""
+        return ROW_OUTPUTS
+
+    def extra_token_outputs(self) -> tuple[TensorSpec, ...]:
+        """Tokenizer outputs that only a post step reads."""
+        return ()
+
+    def first_outputs(self, repo: Planned) -> tuple[TensorSpec, ...]:
+        return repo.token_inputs + self.extra_token_outputs() + self.row_outputs
+
+    def watched_outputs(self, repo: Planned) -> tuple[TensorSpec, ...]:
+        """The graph's outputs a statistics step counts in the production ensemble: those the task's output
+        statistics read, where no served step follows the graph (serving/statistics_step.py)."""
+        reads = {tensor for _, tensor in repo.statistics}
+        return tuple(t for t in repo.graph_outputs if t.name in reads) if repo.statistics_step else ()
+
+    def post_steps(self, repo: Planned) -> tuple[EnsembleStep, ...]:
+        """The served steps after the graph, in both variants."""
+        return ()
+
+    def ensemble_steps(self, repo: Planned) -> tuple[EnsembleStep, ...]:
+        watched = [t.name for t in self.watched_outputs(repo)]
+        graph = {t.name: graph_tensor(t.name) if t.name in watched else t.name for t in repo.graph_outputs}
+        steps = (
+            EnsembleStep(repo.first_step.name, _same(repo.text_inputs), _same(self.first_outputs(repo))),
+            EnsembleStep(repo.model_name, _same(repo.token_inputs), graph),
+        )
+        if watched:  # the statistics step hands the graph's outputs on under their own names
+            counting = repo.statistics_step.name  # type: ignore[union-attr]
+            steps += (EnsembleStep(counting, {n: graph[n] for n in watched}, {n: n for n in watched}),)
+        return steps + self.post_steps(repo)
+
+    def fused_ensemble_steps(self, repo: Planned) -> tuple[EnsembleStep, ...]:
+        """The first step and the model step as one (which counts what the graph answers itself), then the
+        served steps after them."""
+        fused = EnsembleStep(repo.model_name, _same(repo.text_inputs), _same(self.fused_model_outputs(repo)))
+        return (fused,) + self.post_steps(repo)
+
+    def fused_model_inputs(self, repo: Planned) -> tuple[TensorSpec, ...]:
+        """The texts: the fused step tokenizes them itself."""
+        return repo.text_inputs
+
+    def fused_model_outputs(self, repo: Planned) -> tuple[TensorSpec, ...]:
+        """The graph's outputs, and the first step's tensors that the ensemble passes on."""
+        onward = {t.name for t in repo.ensemble_outputs + self.post_inputs(repo)}
+        return repo.graph_outputs + tuple(t for t in self.first_outputs(repo) if t.name in onward)
+
+    def in_graph(self) -> Pipeline:
+        return TokenizeInGraph()
+
+
+@dataclass(frozen=True)
+class TokenizeInGraph(TokenizeModel):
+    """tokenize -> model as one graph: the production model step takes the raw strings and tokenizes inside its
+    ONNX graph (graph_tokenizer.py), returning the row outputs besides the graph's; the ensemble is that step.
+    The fused variant keeps the fused Python step, on MODEL_FILE."""
+
+    model_file: ClassVar[str] = GRAPH_MODEL_FILE
+    model_libraries: ClassVar[tuple[str, ...]] = (GRAPH_LIBRARY_FILE,)
+    # No Python on its production path, so no step counts the output statistics there (the fused variant does).
+    roles: ClassVar[tuple[StepRole, ...]] = (FIRST, MODEL)
+
+    def ensemble_steps(self, repo: Planned) -> tuple[EnsembleStep, ...]:
+        return (EnsembleStep(repo.model_name, _same(repo.text_inputs), _same(self.model_outputs(repo))),)
+
+    def fused_ensemble_steps(self, repo: Planned) -> tuple[EnsembleStep, ...]:
+        return TokenizeModel().fused_ensemble_steps(repo)
+
+    def model_inputs(self, repo: Planned) -> tuple[TensorSpec, ...]:
+        return repo.text_inputs
+
+    def model_outputs(self, repo: Planned) -> tuple[TensorSpec, ...]:
+        return repo.graph_outputs + self.row_outputs
+
+    def in_graph(self) -> Pipeline:
+        return self
+
+
+@dataclass(frozen=True)
+class TokenizeModelPost(TokenizeModel):
+    """tokenize -> model -> post: a served step turns the graph's outputs into the answer, reading besides them
+    the tokenizer outputs it names and (unless it reads the graph's outputs alone) the texts and their encoding."""
+
+    module: str  # the post step's served module
+    token_extras: tuple[str, ...] = ()  # tokenizer outputs only the post step reads (TOKEN_EXTRAS)
+    reads_text: bool = True  # the post step takes the texts and their encoding besides the graph's outputs
+
+    roles: ClassVar[tuple[StepRole, ...]] = (FIRST, MODEL, POST)  # the post step counts what it answers
+    served_classes: ClassVar[dict[str, str]] = {**TokenizeModel.served_classes, POST.key: "PostStep"}
+
+    @property
+    def post_module(self) -> str:  # type: ignore[override]
+        return self.module
+
+    def extra_token_outputs(self) -> tuple[TensorSpec, ...]:
+        return tuple(TensorSpec(n, "TYPE_INT64", TOKEN_EXTRAS[n]) for n in self.token_extras)
+
+    def in_graph(self) -> Pipeline:
+        return Pipeline.in_graph(self)  # the post step reads the tokenizer's encoding
+
+    def post_inputs(self, repo: Planned) -> tuple[TensorSpec, ...]:
+        """The texts, their encoding (real lengths, offsets, special tokens) and the model's outputs; the model's
+        outputs alone where the post step reads nothing else."""
+        if not self.reads_text:
+            return repo.graph_outputs
+        ids_and_mask = tuple(t for t in repo.token_inputs if t.name in TOKEN_INPUTS)
+        return repo.text_inputs + ids_and_mask + self.extra_token_outputs() + repo.graph_outputs
+
+    def post_steps(self, repo: Planned) -> tuple[EnsembleStep, ...]:
+        return (EnsembleStep(repo.post_step.name, _same(self.post_inputs(repo)), _same(repo.outputs)),)  # type: ignore[union-attr]
+
+
+@dataclass(frozen=True)
+class Orchestrated(Pipeline):
+    """An orchestrating first step: it calls the model step itself (business logic scripting: one text can
+    become several model rows) and answers, so the ensemble is that one step, in both variants."""
+
+    module: str  # the first step's served module
+
+    orchestrates = True
+    served_classes: ClassVar[dict[str, str]] = {FIRST.key: "Reader", MODEL.key: "OnnxRunner"}
+
+    @property
+    def first_module(self) -> str:  # type: ignore[override]
+        return self.module
+
+    @property
+    def row_outputs(self) -> tuple[TensorSpec, ...]:
+        """None: the first step answers alone."""
+        return ()
+
+    def first_outputs(self, repo: Planned) -> tuple[TensorSpec, ...]:
+        return repo.outputs
+
+    def ensemble_steps(self, repo: Planned) -> tuple[EnsembleStep, ...]:
+        return (EnsembleStep(repo.first_step.name, _same(repo.text_inputs), _same(repo.outputs)),)
