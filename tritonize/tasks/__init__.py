@@ -177,8 +177,9 @@ def build_side(package: str, names: tuple[str, ...]):
 
 
 def options() -> tuple[TaskOption, ...]:
-    """Every task's own options of `tritonize generate` (GenerateOptions and its flags gather them)."""
-    return tuple(o for t in tasks().values() for o in t.own_options)
+    """Every task's own options of `tritonize generate` (GenerateOptions and its flags gather them), read from
+    each task's options.py: a manifest reader (the API) loads no task.py for them."""
+    return tuple(o for side in sides("options") for o in side.OPTIONS)
 
 
 def client_calls() -> dict[str, Call]:

@@ -23,15 +23,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...errors import TritonizeError
-from ...spec import ModelSpec, Options, TaskOption, TensorSpec, int_list
+from ...spec import ModelSpec, Options, TensorSpec
 from ..task import FLOAT, Task, Variant, library_model, load_pretrained, refuse_foreign_flags
 from .answers import ANSWERS, OUTPUT, Head
+from .options import OPTIONS, POOLINGS
 from .quantization import Calibration, ranges_of
 
 if TYPE_CHECKING:
     from ...folder import ModelFolder
 
-POOLINGS: tuple[str, ...] = ("mean", "cls")  # what --pooling can ask for
 # sentence-transformers' pooling modes (the boolean keys of its 2.x layout, and the names of later ones).
 ST_POOLING_KEYS = {
     "pooling_mode_cls_token": "cls",
@@ -111,20 +111,7 @@ def _pooling_modes(cfg: dict, where: Any) -> tuple[str, ...]:
 
 
 class Embedding(Task):
-    own_options = (
-        TaskOption("pooling", "str | None", "embedding pooling (default: what the folder declares, else mean)",
-                   choices=POOLINGS),
-        TaskOption("normalize", "bool | None", "L2-normalise embeddings", switch=True),
-        # The Matryoshka sizes a request may cut vectors to (None: what the model card declares, if any).
-        TaskOption("matryoshka_dims", "list[int] | None", "embedding: sizes a request may cut vectors to, e.g. "
-                   "768,512,256,128, each verified against sentence-transformers' encode(truncate_dim=...) "
-                   "(default: what the model card declares, else none)", parse=int_list),
-        # A file of texts whose embeddings' per-dimension ranges int8/uint8 quantize with (None: the verification
-        # corpus's).
-        TaskOption("calibration", "str | None", "embedding: a text file, one text per line, whose embeddings' "
-                   "per-dimension ranges the API quantizes int8/uint8 embeddings with (default: the verification "
-                   "corpus)"),
-    )
+    own_options = OPTIONS
     answers = ANSWERS
     summary = "TEXT in, `embedding` (FP32 [N, dim]) out"
     serves = "sentence-transformers folders (Transformer, Pooling, Dense, Normalize), or a bare encoder with --task embedding"

@@ -17,15 +17,15 @@ import numpy as np
 
 from ...errors import TritonizeError
 from ...serving.batching import ATTENTION_MASK, OFFSETS, SPECIAL_TOKENS_MASK
-from ...spec import TEXT_INPUT, ModelSpec, Options, TaskOption, TensorSpec, TokenizeModelPost
+from ...spec import TEXT_INPUT, ModelSpec, Options, TensorSpec, TokenizeModelPost
 from ..task import FLOAT, Task, load_pretrained, refuse_foreign_flags
 from .answers import ANSWERS, OUTPUT, Head
+from .options import AGGREGATIONS, OPTIONS
 
 if TYPE_CHECKING:
     from ...folder import ModelFolder
 
 LOGITS = "logits"
-AGGREGATIONS = ("none", "simple", "first", "average", "max")
 DEFAULT_AGGREGATION = "simple"
 
 
@@ -50,8 +50,7 @@ class TokenClassification(Task):
     summary = "TEXT in, `entities` (BYTES [N, 1], JSON: entity_group or entity, score, word, start, end) out"
     serves = "*ForTokenClassification folders"
     pipeline = TokenizeModelPost("token_classification", token_extras=(OFFSETS, SPECIAL_TOKENS_MASK))
-    own_options = (TaskOption("aggregation", "str | None", "token classification: how tokens group into entities "
-                              "(default: simple)", choices=AGGREGATIONS, after="baseline"),)
+    own_options = OPTIONS
 
     def detect(self, folder: ModelFolder) -> bool:
         return folder.head_class == "ForTokenClassification"
