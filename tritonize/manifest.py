@@ -121,12 +121,6 @@ def choose(manifests: list[Manifest], name: str | None, repository: str | Path, 
     return manifests[0]
 
 
-def find_manifest(repository: str | Path, name: str | None = None, flag: str = "--model") -> Manifest | None:
-    """The named model's manifest, or the only model's; None where the repository has no manifest."""
-    manifests = find_manifests(repository)
-    return choose(manifests, name, repository, flag) if manifests else None
-
-
 def read_manifest(repository: str | Path, name: str | None = None, flag: str = "--model") -> Manifest:
     """The named model's manifest, or the only model's (`flag` is what the error tells the user to pass)."""
     return choose(read_manifests(repository), name, repository, flag)

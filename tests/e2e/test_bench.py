@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tritonize import chain
 from tritonize.cli import main
 from tritonize.manifest import read_manifest
 from tritonize.repository import parse_config, reconfigure
@@ -35,6 +36,7 @@ def test_bench_runs_every_system_with_exact_counts(tiny_embedding_repo, tmp_path
     assert rc == 0
     doc = json.loads((out / "bench.json").read_text())
     assert set(doc["workloads"]) == {"short", "mixed"}
+    encoder = chain.text_encoder(tiny_embedding_repo.repository)  # the served tokenizer: its buckets
     runs = doc["runs"]
     assert {(r["system"], r["workload"], r["concurrency"]) for r in runs} == {
         (s, w, c) for s in SYSTEMS for w in ("short", "mixed") for c in (1, 4)
@@ -50,7 +52,16 @@ def test_bench_runs_every_system_with_exact_counts(tiny_embedding_repo, tmp_path
             assert r["steps"]["model"]["inferences"] == 40
             assert r["steps"]["model"]["avg_batch"] >= 1
             assert r["breakdown"]["server_ms"] > 0
-            assert r["padding_waste"]["waste"] >= 0
+            # The workload's rows replayed through the served regrouping, at the batch the graph ran: rows of one
+            # length (short: 16 tokens each) or one row at a time pad nothing; otherwise a group pads to its
+            # longest row, so no more than the longest row over the shortest.
+            waste, tokens = r["padding_waste"], doc["workloads"][r["workload"]]["tokens"]
+            assert waste["real_tokens"] == pytest.approx(tokens["mean"] * doc["workloads"][r["workload"]]["rows"],
+                                                         abs=0.05 * doc["workloads"][r["workload"]]["rows"])
+            if r["workload"] == "short" or waste["batch"] == 1:
+                assert waste["waste"] == 0 and waste["computed_tokens"] == waste["real_tokens"]
+            else:
+                assert 0 <= waste["waste"] <= tokens["max"] / tokens["min"] - 1
             # CPU per request, by process: the server and one stub per step, named by model.
             per = r["cpu"]["ms_per_request"]
             assert {"tritonserver", "client", r["steps"]["first"]["name"], r["steps"]["model"]["name"]} <= set(per)
@@ -61,7 +72,14 @@ def test_bench_runs_every_system_with_exact_counts(tiny_embedding_repo, tmp_path
             expected_tokens = {"short": 40 * 16, "mixed": None}[r["workload"]]
             if expected_tokens:
                 assert served["tritonize_tokens_total"] == expected_tokens
-            assert served["padding_waste"] >= 0
+            # Each request (one text) is padded to its length's bucket: exactly that for 16-token texts, and at
+            # most the bucket of the workload's longest text for any.
+            padded = served.get("tritonize_padded_tokens_total", 0)
+            if r["workload"] == "short":
+                assert padded == 40 * encoder.bucket(16)
+                assert served["padding_waste"] == pytest.approx(encoder.bucket(16) / 16 - 1)
+            else:
+                assert served["tritonize_tokens_total"] <= padded <= 40 * encoder.bucket(tokens["max"])
         else:
             assert r["server"]["requests"] == 40
     for w in ("short", "mixed"):

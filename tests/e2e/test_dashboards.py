@@ -10,7 +10,7 @@ import urllib.request
 
 from support.monitoring import OUTPUTS_DASHBOARD, dashboard, need, panels, unanswered
 from support.task_stack import LATE_INTERACTION, MAX_TEXTS, MODELS
-from tritonize import tasks
+from tritonize import metrics_text, tasks
 from tritonize.baseline import baseline_rows
 from tritonize.client import TextClient
 from tritonize.manifest import read_manifest
@@ -21,9 +21,7 @@ from tritonize.serving.metrics import PUBLISH_S, STATISTICS_PUBLISH_S
 
 def exposed(url: str) -> set[str]:
     """The metric names a metrics page shows (a histogram's series by their own names)."""
-    with urllib.request.urlopen(url, timeout=5) as resp:  # noqa: S310 - loopback
-        lines = resp.read().decode().splitlines()
-    return {line.split("{")[0].split(" ")[0] for line in lines if line and not line.startswith("#")}
+    return {s.name for s in metrics_text.samples(metrics_text.fetch(url))}
 
 
 def stored(prometheus: str) -> set[str]:

@@ -5,9 +5,9 @@ exist there, and its matchers select this repository's steps.
 from __future__ import annotations
 
 import re
-import urllib.request
 
 from support.stopping import serving
+from tritonize import metrics_text
 from tritonize.runtime import k8s
 from tritonize.spec import step_names
 
@@ -25,13 +25,11 @@ def test_adapter_rule_finds_its_series_on_a_live_server(tiny_embedding_repo, loc
         with TextClient(endpoints.grpc, name) as client:
             for _ in range(5):
                 client.embed(["hello world"])
-        with urllib.request.urlopen(endpoints.metrics, timeout=5) as resp:
-            page = resp.read().decode()
+        page = metrics_text.fetch(endpoints.metrics)
     found: dict[str, dict[str, float]] = {}
-    for line in page.splitlines():
-        match = re.match(r'^(\w+)\{[^}]*model="([^"]+)"[^}]*\} (\S+)$', line)
-        if match:
-            found.setdefault(match[1], {})[match[2]] = float(match[3])
+    for s in metrics_text.samples(page):
+        if "model" in s.labels:
+            found.setdefault(s.name, {})[s.labels["model"]] = s.value
     queued = {m: v for m, v in found[series_name].items() if re.fullmatch(steps_re, m)}
     served = {m: v for m, v in found["nv_inference_request_success"].items() if re.fullmatch(first_re, m)}
     names = step_names(name)
@@ -41,4 +39,7 @@ def test_adapter_rule_finds_its_series_on_a_live_server(tiny_embedding_repo, loc
     # itself, so there the tokenizer step idles (its series still there, at 0) and the model step counts them.
     assert served == {names["first"]: 0.0}
     assert found["nv_inference_request_success"][names["model"]] == 5.0
-    assert all(v >= 0 for v in queued.values())
+    # The series is the steps' queue time: nothing where nothing was served, some where the five requests waited
+    # to be batched, and never more than that step's whole time on them.
+    assert queued[names["tokenizer"]] == 0
+    assert 0 < queued[names["model"]] <= found["nv_inference_request_duration_us"][names["model"]]

@@ -6,7 +6,7 @@ import pytest
 
 from support.metrics import scrape
 from support.stopping import serving
-from tritonize import chain
+from tritonize import chain, metrics_text
 from tritonize.client import ServerError, TextClient
 from tritonize.runtime.local import LocalRuntime
 from tritonize.serving.metrics import COUNTED
@@ -15,7 +15,7 @@ from tritonize.serving.metrics import COUNTED
 def test_the_tokenizer_step_counts_what_it_tokenized_and_refused(tiny_embedding_repo, local_options, tmp_path) -> None:
     texts = ["hello world", "Ünïcödé café 🚀 ☃", "many words in a row " * 40]  # the last is truncated at 64 tokens
     name = tiny_embedding_repo.name
-    step = f'model="{name}_tokenizer"'
+    step = f"{name}_tokenizer"
     with serving(LocalRuntime(local_options(tiny_embedding_repo.repository, tmp_path / "run"), quiet=True)) as endpoints:
         with TextClient(endpoints.grpc, name) as client:
             for text in texts:
@@ -30,10 +30,11 @@ def test_the_tokenizer_step_counts_what_it_tokenized_and_refused(tiny_embedding_
         encoder.encode_many([[text]], counts=counts)
     assert counts["truncated"] == 1 and counts["unknown"] > 0  # the case is exercised
     for key, value in counts.items():
-        assert metrics[(COUNTED[key], step)] == value, key
-    assert metrics[("tritonize_inputs_rejected_total", f'{step},reason="empty"')] == 2
-    assert metrics[("tritonize_inputs_rejected_total", f'{step},reason="invalid_utf8"')] == 1
-    assert metrics[("tritonize_inputs_rejected_total", f'{step},reason="too_large"')] == 0
+        assert metrics_text.value(metrics, COUNTED[key], model=step) == value, key
+    assert metrics_text.value(metrics, "tritonize_inputs_rejected_total", model=step, reason="empty") == 2
+    assert metrics_text.value(metrics, "tritonize_inputs_rejected_total", model=step, reason="invalid_utf8") == 1
+    assert metrics_text.value(metrics, "tritonize_inputs_rejected_total", model=step, reason="too_large") == 0
     # The local one step's graph ran each request on its own (they were sent one at a time); none was refused.
-    assert metrics[("tritonize_graph_runs_total", step)] == 3 and metrics[("tritonize_graph_texts_total", step)] == 3
-    assert metrics[("tritonize_queue_full_total", step)] == 0
+    assert metrics_text.value(metrics, "tritonize_graph_runs_total", model=step) == 3
+    assert metrics_text.value(metrics, "tritonize_graph_texts_total", model=step) == 3
+    assert metrics_text.value(metrics, "tritonize_queue_full_total", model=step) == 0

@@ -6,7 +6,6 @@ query answers through it; `down` stops both.
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import time
 import urllib.error
@@ -19,7 +18,7 @@ import pytest
 import yaml
 
 from support.monitoring import dashboard, deploy, need, query, unanswered
-from tritonize import chain
+from tritonize import chain, metrics_text
 from tritonize.bench.stats import settled
 from tritonize.runtime import monitoring as mon
 from tritonize.runtime import process
@@ -38,16 +37,7 @@ def series(prometheus: str, promql: str) -> dict[tuple[str, tuple], float]:
 
 def triton_page(metrics_url: str) -> dict[tuple[str, tuple], float]:
     """The same keys, read from Triton's own metrics page."""
-    with urllib.request.urlopen(metrics_url, timeout=5) as resp:  # noqa: S310 - loopback
-        text = resp.read().decode()
-    found = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            head, value = line.rsplit(" ", 1)
-            name, _, labels = head.partition("{")
-            pairs = tuple(sorted(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', labels)))
-            found[(name, pairs)] = float(value)
-    return found
+    return {s.key: s.value for s in metrics_text.samples(metrics_text.fetch(metrics_url))}
 
 
 # --------------------------------------------------------------------------- live

@@ -35,7 +35,7 @@ from support.reliability import (
     supervisor_log,
 )
 from support.stopping import serving, stop_later
-from tritonize import chain
+from tritonize import chain, metrics_text
 from tritonize.client import ServerError, TextClient, is_unavailable
 from tritonize.repository import config_as_triton_passes_it, reconfigure
 from tritonize.runtime import instance
@@ -140,8 +140,9 @@ def test_no_truncate_refuses_an_over_long_text_and_answers_the_rest(tiny_embeddi
         metrics = scrape(endpoints.metrics)
     assert [r.ok for r in results] == [True, True, False] * 8
     assert all("TEXT[0] is longer than this model's max length of 64 tokens" in str(r.error) for r in results[2::3])
-    assert metrics[("tritonize_inputs_rejected_total", f'model="{name}_tokenizer",reason="too_long"')] == 8
-    assert metrics[("tritonize_texts_truncated_total", f'model="{name}_tokenizer"')] == 0
+    step = f"{name}_tokenizer"
+    assert metrics_text.value(metrics, "tritonize_inputs_rejected_total", model=step, reason="too_long") == 8
+    assert metrics_text.value(metrics, "tritonize_texts_truncated_total", model=step) == 0
 
 
 def test_a_burst_of_512_single_requests_is_answered_in_full(served) -> None:
@@ -553,7 +554,7 @@ def test_clients_retry_a_full_queue_when_asked(tiny_embedding_repo, local_option
         metrics = scrape(endpoints.metrics)
     refused = [r for r in plain if isinstance(r, ServerError)]
     # Locally the one step refused them at its own bound, and counted each.
-    counted = sum(v for (name, _), v in metrics.items() if name == "tritonize_queue_full_total")
+    counted = metrics_text.total(metrics, "tritonize_queue_full_total")
     assert counted >= len(refused) > 0
     print(f"burst of 48 at concurrency 16, queue of 1: {len(refused)} refused without retries, "
           f"{sum(isinstance(r, ServerError) for r in patient)} with up to 30 retries")

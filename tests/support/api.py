@@ -1,4 +1,5 @@
-"""Helpers shared by several test modules."""
+"""The HTTP API as the tests run it: started in front of a local Triton with a test key (`Api`, `api_over_triton`),
+a Matryoshka embedder served for the route tests, and the schemathesis fuzzing of its own /openapi.json."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Helpers shared by several test modules."""
+"""Infinity's engines as the bench names them, for the tests that compare against Infinity."""
 
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Helpers shared by several test modules."""
+"""A headless Chromium (Debian's) that renders a page offline, for the API's /docs and /redoc."""
 
 
 from __future__ import annotations

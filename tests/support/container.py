@@ -1,4 +1,5 @@
-"""Helpers shared by several test modules."""
+"""What the container tests share: the served model's names, texts and tolerances, the figures they record,
+waiting, comparing answers, and checking that published ports listen on loopback only."""
 
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Helpers shared by several test modules."""
+"""Session fixtures of the int8 tests: the source folders (one with outlier weights, so int8 loses accuracy) and
+an int8 repository of the embedder."""
 
 
 from __future__ import annotations

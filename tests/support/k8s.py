@@ -1,4 +1,5 @@
-"""Helpers shared by several test modules."""
+"""Reading and validating what `tritonize k8s render` writes: parsed manifests, the official Kubernetes schemas
+and KServe's CRD under strict field validation."""
 
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Helpers shared by several test modules."""
+"""The dashboards and Prometheus as the monitoring tests read them: each panel's PromQL and the metric names it
+reads, queries as Grafana sends them, answered or not, and `deploy.py` run as a user runs it."""
 
 
 from __future__ import annotations

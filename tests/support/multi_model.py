@@ -1,4 +1,5 @@
-"""Helpers shared by several test modules."""
+"""A repository of two models: the tiny embedder as written before several models, and a CrossEncoder added
+beside it with `generate --add` (the session's `stack`)."""
 
 
 from __future__ import annotations

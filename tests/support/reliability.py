@@ -1,4 +1,5 @@
-"""Helpers shared by several test modules."""
+"""What the reliability tests send and check: background traffic with every request recorded, malformed
+requests, a step's live stub, the supervisor's log and recoveries."""
 
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Helpers shared by several test modules."""
+"""The sparse (SPLADE) tests' texts and reference: sentence-transformers' SparseEncoder, term by term."""
 
 
 from __future__ import annotations

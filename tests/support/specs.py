@@ -1,4 +1,5 @@
-"""Helpers shared by several test modules."""
+"""Typed specs built without a model folder (an embedding `ModelSpec`, a passed `VerificationReport`), for
+unit tests of planning and rendering."""
 
 from __future__ import annotations
 

@@ -7,13 +7,11 @@ The expectation runs the repository's own steps in this process (chain.py) and t
 from __future__ import annotations
 
 import json
-import re
 import time
-import urllib.request
 from collections import Counter
 from pathlib import Path
 
-from tritonize import chain
+from tritonize import chain, metrics_text
 from tritonize.bench.stats import settled
 from tritonize.manifest import read_manifest
 from tritonize.serving.metrics import PUBLISH_S, STATISTICS_PUBLISH_S
@@ -61,42 +59,41 @@ def expected(repository: Path, name: str, inputs: dict[str, list[str]]) -> Count
     return +added  # counts only: a series that moved
 
 
-def _page_text(metrics_url: str) -> str:
-    """The statistics' lines of Triton's metrics page, their TYPE lines too (the step's other counters and Triton's
+Page = tuple[list[metrics_text.Sample], dict[str, str]]  # the statistics' samples, their families' types
+PREFIXES = ("tritonize_output_", "tritonize_tokens_per")
+
+
+def _page(metrics_url: str) -> Page:
+    """The statistics' series of Triton's metrics page, and their types (the step's other counters and Triton's
     move by themselves)."""
-    with urllib.request.urlopen(metrics_url, timeout=5) as resp:  # noqa: S310 - loopback
-        text = resp.read().decode()
-    prefixes = ("tritonize_output_", "tritonize_tokens_per", "# TYPE tritonize_output_", "# TYPE tritonize_tokens_per")
-    return "\n".join(line for line in text.splitlines() if line.startswith(prefixes))
+    text = metrics_text.fetch(metrics_url)
+    return ([s for s in metrics_text.samples(text) if s.name.startswith(PREFIXES)],
+            {name: kind for name, kind in metrics_text.kinds(text).items() if name.startswith(PREFIXES)})
 
 
-def _series(text: str, model: str) -> dict[Key, float]:
+def _series(page: Page, model: str) -> dict[Key, float]:
     """The statistics' series of `model` (sums left out: floats summed in another order)."""
     names = {*HISTOGRAMS, *COUNTERS}
     found = {}
-    for line in text.splitlines():
-        if line.startswith("#") or not line:
-            continue
-        head, value = line.rsplit(" ", 1)
-        metric, _, labels = head.partition("{")
-        pairs = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', labels))
-        base = metric.removesuffix("_bucket").removesuffix("_count")
-        if base in names and metric != f"{base}_sum" and pairs.pop("model", None) == model:
+    for s in page[0]:
+        pairs = dict(s.labels)
+        base = s.name.removesuffix("_bucket").removesuffix("_count")
+        if base in names and s.name != f"{base}_sum" and pairs.pop("model", None) == model:
             pairs.pop("version", None)
-            found[(metric, tuple(sorted(pairs.items())))] = float(value)
+            found[(s.name, tuple(sorted(pairs.items())))] = s.value
     return found
 
 
-def _settled_text(metrics_url: str) -> str:
-    """The statistics' lines once the steps have published what they counted (within STATISTICS_PUBLISH_S)."""
+def _settled_page(metrics_url: str) -> Page:
+    """The statistics' series once the steps have published what they counted (within STATISTICS_PUBLISH_S)."""
     time.sleep(STATISTICS_PUBLISH_S + PUBLISH_S)
-    return settled(lambda: _page_text(metrics_url), limit_s=2 * STATISTICS_PUBLISH_S)
+    return settled(lambda: _page(metrics_url), limit_s=2 * STATISTICS_PUBLISH_S)
 
 
 def settled_pages(metrics_url: str, models: list[str]) -> dict[str, dict[Key, float]]:
     """Each model's series, read from one settled page."""
-    text = _settled_text(metrics_url)
-    return {model: _series(text, model) for model in models}
+    page = _settled_page(metrics_url)
+    return {model: _series(page, model) for model in models}
 
 
 def counted(before: dict[Key, float], after: dict[Key, float]) -> Counter:
@@ -112,8 +109,7 @@ def expected_sum(repository: Path, name: str, metric: str, inputs: dict[str, lis
 
 def sum_series(metrics_url: str, model: str, metric: str) -> tuple[str, float]:
     """(its TYPE, its value) of `<metric>_sum` of `model`, from a settled page."""
-    text = _settled_text(metrics_url)
-    kind = re.search(rf"^# TYPE {metric}_sum (\w+)$", text, re.M)
-    value = re.search(rf'^{metric}_sum{{[^}}]*model="{re.escape(model)}"[^}}]*}} (\S+)$', text, re.M)
-    return (kind[1] if kind else ""), (float(value[1]) if value else 0.0)
+    found, kinds = _settled_page(metrics_url)
+    sums = metrics_text.select(found, f"{metric}_sum", model=model)
+    return kinds.get(f"{metric}_sum", ""), (sums[0].value if sums else 0.0)
 

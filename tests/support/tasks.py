@@ -1,4 +1,5 @@
-"""Helpers shared by several test modules."""
+"""What the per-task e2e tests share: a served model (`Served`), texts, pairs and queries per task, heads redrawn
+so every case occurs, and each task's library reference to hold the served answers to."""
 
 
 from __future__ import annotations

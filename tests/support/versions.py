@@ -1,4 +1,5 @@
-"""Helpers shared by several test modules."""
+"""A second model to serve as a new version, the in-process floor of the texts each version answers, and a
+fresh copy of the tiny repository to switch."""
 
 from __future__ import annotations
 

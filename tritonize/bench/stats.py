@@ -17,6 +17,7 @@ from typing import Callable, TypeVar
 
 import numpy as np
 
+from .. import metrics_text
 from ..serving.metrics import PUBLISH_S
 
 T = TypeVar("T")
@@ -158,23 +159,13 @@ def served_counters(metrics_url: str, timeout_s: float = 5.0, models: list[str] 
     """The served steps' tritonize_* counters (serving/metrics.py), summed over steps (those of `models` only,
     where given: the other models of the repository are not measured); rejections per reason as
     "tritonize_inputs_rejected_total/<reason>"."""
-    url = metrics_url if metrics_url.startswith(("http://", "https://")) else f"http://{metrics_url}"
-    if not url.rstrip("/").endswith("/metrics"):
-        url = url.rstrip("/") + "/metrics"
-    with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 - the server's own metrics port
-        text = resp.read().decode(errors="replace")
     totals: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line.startswith("tritonize_"):
+    for s in metrics_text.samples(metrics_text.fetch(metrics_url, timeout_s)):
+        if not s.name.startswith("tritonize_") or models is not None and s.labels.get("model", "") not in models:
             continue
-        series, value = line.rsplit(" ", 1)
-        name, _, labels = series.partition("{")
-        values = dict(part.split("=", 1) for part in labels.rstrip("}").split(",") if "=" in part)
-        if models is not None and values.get("model", "").strip('"') not in models:
-            continue
-        reason = values["reason"].strip('"') if "reason" in values else None
-        key = f"{name}/{reason}" if reason else name
-        totals[key] = totals.get(key, 0.0) + float(value)
+        reason = s.labels.get("reason")
+        key = f"{s.name}/{reason}" if reason else s.name
+        totals[key] = totals.get(key, 0.0) + s.value
     return totals
 
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import tasks
+from .. import metrics_text, tasks
 from ..tasks.answers import Answers, sample_body
 from ..errors import TritonizeError
 from ..manifest import Manifest, find_manifests
@@ -240,13 +240,10 @@ def activity(endpoints: Endpoints) -> tuple[int, int] | None:
     code, body = http_get(endpoints.metrics, timeout=2.0)
     if code != 200:
         return None
-    waiting = finished = 0
-    for line in body.decode(errors="replace").splitlines():
-        name = line.split("{", 1)[0]
-        if name == "nv_inference_pending_request_count":
-            waiting += int(float(line.rsplit(" ", 1)[1]))
-        elif name in ("nv_inference_request_success", "nv_inference_request_failure"):
-            finished += int(float(line.rsplit(" ", 1)[1]))
+    found = metrics_text.samples(body.decode(errors="replace"))
+    waiting = sum(int(s.value) for s in metrics_text.select(found, "nv_inference_pending_request_count"))
+    finished = sum(int(s.value) for name in ("nv_inference_request_success", "nv_inference_request_failure")
+                   for s in metrics_text.select(found, name))
     return waiting, finished
 
 

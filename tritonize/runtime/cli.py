@@ -1,4 +1,9 @@
-"""`tritonize deploy {local,docker} {up,down,status,logs}`.
+"""`tritonize deploy {local,docker} {up,down,status,logs,switch,canary,shadow}`.
+
+`up`, `down`, `status` and `logs` serve or report every model. `switch` moves one model, without refusing a
+request, to the version its repository now names (versions.py). `canary` and `shadow` (`start`, the default,
+then `promote`, `rollback` or `status`) serve `--version N` beside the served one, which gets a share of the
+model's API requests (`--weight`) or a mirror of them (`--share`) until promoted or rolled back (rollout.py).
 
 Each runtime module (`local`, `docker`) exposes `add_arguments(parser)` for its
 own flags and `from_args(options, args) -> Runtime`; this module holds what is

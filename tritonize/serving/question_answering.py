@@ -24,19 +24,19 @@ Defaults are the pipeline's: max_seq_len = min(model max length, 384),
 doc_stride = min(max_seq_len // 2, 128), max_answer_len = 15, top_k = 1,
 handle_impossible_answer = False, align_to_words = True.
 
-Serving contract, per (question, context) request:
-- tokenizer step: `stack_windows(tokenize_pair(...), pad_token_id, length)`
-  -> int64 [n_windows, L] input_ids, attention_mask (and token_type_ids when
-  the model takes them) for the model; p_mask, word_ids, sequence_ids
-  [n_windows, L], offsets [n_windows, L, 2] and the context text for the
-  post-processing step.
-- post-processing step: the model's start/end logits [n_windows, L] with
-  those arrays -> `decode_answer(context, start, end, arrays)`.
-Resolve once, where transformers is available (generation time): the
-tokenizer transformers actually loads, serialized as tokenizer.json
-(`backend_tokenizer.to_str()`: tokenizer_config.json can rebuild parts of
-it, so the file as found may differ), its padding_side (question first when
-"right"), truncation_side, cls_token_id and pad_token_id.
+Served as one Python step in front of the model step (`TritonPythonModel`, which adapts `Reader` to pb_utils):
+each execute() reads every request's QUESTION and CONTEXT rows (a request that cannot be read: over the byte
+bound, bad UTF-8, unequal counts, a question too long to window, gets its own error), windows each pair
+(`tokenize_pair`), stacks the windows of all its requests into one batch padded to a bucket (`stack_windows`),
+sends them to the model step of its own version by business logic scripting (at most the model step's max
+batch size per call), and decodes each pair's windows together (`decode_answer`) into one JSON answer per row.
+The benchmark's floor and `tritonize stress` run the same `Reader` in-process (chain.py), with the repository's
+graph as the model call.
+
+What needs transformers is resolved once, at generation time, by the task (tasks/question_answering/task.py:
+the question goes first when the tokenizer pads on the right; its `cls_token_id`; the pipeline's window length
+and stride) and reaches `Reader` as the step's config parameters, beside the tokenizer.json transformers itself
+tokenizes with (source.py).
 """
 
 from __future__ import annotations
@@ -69,9 +69,8 @@ DEFAULT_ALIGN_TO_WORDS = True
 _NULL_SCORE_START = 1000000.0  # "large and positive", as the pipeline starts min_null_score
 _MASKED_LOGIT = -10000.0  # what the pipeline writes over logits that cannot be part of an answer
 
-# Keys of the arrays `stack_windows` returns and `decode_answers` reads.
+# The model's inputs among the arrays `stack_windows` returns.
 MODEL_INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
-WINDOW_KEYS = MODEL_INPUT_KEYS + ("p_mask", "offsets", "word_ids", "sequence_ids")
 
 
 # --- defaults ---------------------------------------------------------------
@@ -85,11 +84,6 @@ def default_max_seq_len(model_max_length: int) -> int:
 def default_doc_stride(max_seq_len: int) -> int:
     """The pipeline's overlap between windows: half a window, capped at 128."""
     return min(int(max_seq_len) // 2, PIPELINE_MAX_DOC_STRIDE)
-
-
-def is_question_first(padding_side: str) -> bool:
-    """The pipeline puts the question first exactly when the tokenizer pads on the right."""
-    return padding_side == "right"
 
 
 # --- 1. tokenizing ----------------------------------------------------------
@@ -159,21 +153,6 @@ def load_window_tokenizer(
         question_first=question_first,
         truncation_side=truncation_side,
     )
-
-
-def cls_token_id_from_config(tokenizer: Tokenizer, tokenizer_config: Mapping[str, Any]) -> int | None:
-    """The CLS id the pipeline keeps answerable, from tokenizer_config.json's `cls_token`.
-
-    Tokenizer classes may default a CLS token that the config leaves out
-    (BertTokenizerFast: "[CLS]", RobertaTokenizerFast: "<s>"); where tritonize
-    can load the tokenizer with transformers, prefer its `cls_token_id`.
-    """
-    token = tokenizer_config.get("cls_token")
-    if isinstance(token, Mapping):
-        token = token.get("content")
-    if not isinstance(token, str):
-        return None
-    return tokenizer.token_to_id(token)
 
 
 def tokenize_pair(

@@ -118,19 +118,26 @@ def served_answers(
     doc_stride: int | None = None,
     **decode_kwargs,
 ) -> tuple[list[dict], dict[str, np.ndarray]]:
-    """Tokenize with tokenizer.json only, run all windows as one right-padded batch, decode."""
+    """Tokenize with tokenizer.json only, run all windows as one right-padded batch, decode. The question's place
+    and the CLS id kept answerable come from the head generation reads (the step's config parameters)."""
     from tokenizers import Tokenizer
 
+    from tritonize import tasks
+    from tritonize.folder import ModelFolder
+    from tritonize.spec import GenerateOptions
+
+    folder = ModelFolder.read(qa.folder)
+    head = tasks.detect(folder).read_head(folder, GenerateOptions(model=str(qa.folder)))
     backend = Tokenizer.from_file(str(qa.folder / "tokenizer.json"))
     max_seq_len = qa_module.default_max_seq_len(qa.config["model_max_length"]) if max_seq_len is None else max_seq_len
     doc_stride = qa_module.default_doc_stride(max_seq_len) if doc_stride is None else doc_stride
-    question_first = qa_module.is_question_first(qa.config.get("padding_side", "right"))
+    question_first = head.question_first
     tokenizer = qa_module.window_tokenizer(backend, max_seq_len, doc_stride, question_first=question_first)
     windows = qa_module.tokenize_pair(
         tokenizer,
         question,
         context,
-        cls_token_id=qa_module.cls_token_id_from_config(backend, qa.config),
+        cls_token_id=head.cls_token_id,
         question_first=question_first,
     )
     pad_id = backend.token_to_id(qa.config["pad_token"])
