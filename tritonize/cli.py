@@ -18,9 +18,9 @@ from .bench import rerank as bench_rerank
 from .bench import runtimes, stress, tune
 from .errors import TritonizeError
 from .runtime import cli as runtime_cli
-from .runtime import k8s
+from .k8s import cli as k8s_cli
 
-COMMANDS = (generate, runtime_cli, k8s, bench_cli, bench_rerank, tune, stress, runtimes, api_server)
+COMMANDS = (generate, runtime_cli, k8s_cli, bench_cli, bench_rerank, tune, stress, runtimes, api_server)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -8,7 +8,7 @@ import re
 import urllib.request
 
 from support.stopping import serving
-from tritonize.runtime import k8s
+from tritonize import k8s
 from tritonize.spec import step_names
 
 
