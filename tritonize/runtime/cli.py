@@ -1,8 +1,8 @@
-"""`tritonize deploy {local,docker} {up,down,status,logs}`.
+"""`tritonize deploy {local,docker} {up,down,status,logs,switch,canary,shadow}`.
 
-Each runtime module (`local`, `docker`) exposes `add_arguments(parser)` for its
-own flags and `from_args(options, args) -> Runtime`; this module holds what is
-common: flags, dispatch and the printed summary.
+Each runtime's `cli` module (`local/cli.py`, `docker/cli.py`) exposes `add_arguments(parser)` for its own flags
+and `from_args(options, args) -> Runtime`; this module holds what is common: flags (`--variant` among them),
+dispatch and the printed summary.
 """
 
 from __future__ import annotations
@@ -10,17 +10,20 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..console import out
+from ..console import err, out
 from ..errors import TritonizeError
 from ..rollout import CANARY, SHADOW, Rollout
-from . import docker, local
+from ..spec import DEFAULT_VARIANT, VARIANT_CONFIGS
+from .docker import cli as docker_cli
+from .docker.cli import CONTAINER_VARIANT
+from .local import cli as local_cli
 from .base import Endpoints, Runtime, ServerOptions, sample_api_curl, sample_curl, served_manifests
 from . import rollout as rollout_state
 from .monitoring import sample_query
 
 RUNTIMES = {
-    "local": (local, "the tritonserver binary from the nvidia-pytriton wheel (no Docker)"),
-    "docker": (docker, "NVIDIA's Triton container, through the docker SDK"),
+    "local": (local_cli, "the tritonserver binary from the nvidia-pytriton wheel (no Docker)"),
+    "docker": (docker_cli, "NVIDIA's Triton container, through the docker SDK"),
 }
 ACTIONS = ("up", "down", "status", "logs", "switch", CANARY, SHADOW)
 ROLLOUT_STEPS = ("start", "promote", "rollback", "status")  # what `canary` and `shadow` do (start by default)
@@ -56,6 +59,15 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
         "the supervisor then reloads a step whose stub died instead of restarting the server",
     )
     p.add_argument("--log-verbose", type=int, default=d.log_verbose)
+    configs = p.add_mutually_exclusive_group()
+    configs.add_argument(
+        "--variant", choices=tuple(VARIANT_CONFIGS), default=None,
+        help="`up`: production serves each step's config.pbtxt as NVIDIA's container does (the model step on "
+             "Triton's native onnxruntime backend; locally `make backend` builds it); fused serves "
+             "configs/fused.pbtxt, the tokenizer and the graph in one Python step (default: "
+             f"{DEFAULT_VARIANT} locally, {CONTAINER_VARIANT} in the container)")
+    configs.add_argument("--config-name", default=None, metavar="NAME",
+                         help="deprecated spelling of --variant: serve each model's configs/NAME.pbtxt")
     p.add_argument("--model", default=None,
                    help="`switch`, `canary`, `shadow`: the model whose new version to serve, where the repository "
                         "holds several")
@@ -87,6 +99,8 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
 
 def make_runtime(args: argparse.Namespace) -> Runtime:
     module, _ = RUNTIMES[args.runtime]
+    if getattr(args, "config_name", None) is not None:
+        err.print("[yellow]--config-name is deprecated: use --variant production|fused[/]")
     return module.from_args(options_from_args(args), args)
 
 
