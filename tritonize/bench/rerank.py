@@ -111,7 +111,7 @@ def run_bench(o: RerankOptions) -> dict:
     from ..api.process import ApiProcess
     from ..api.task_routes import routes_of
     from ..manifest import read_manifests
-    from ..runtime.process import free_ports
+    from ..runtime.machine import free_ports
 
     served = {m.name: m for m in read_manifests(o.repository)}
     rerankers = [name for name, m in served.items() if RERANK_PATH in routes_of(m.model.head).paths]

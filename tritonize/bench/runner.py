@@ -24,7 +24,7 @@ from ..console import err
 from ..errors import TritonizeError
 from ..manifest import Manifest, choose, read_manifests
 from ..runtime.base import Endpoints, ServerOptions
-from ..runtime.process import free_ports
+from ..runtime.machine import free_ports
 from ..repository import parse_config
 from ..spec import CONFIG_FILE, DEFAULT_VARIANT, PRODUCTION_VARIANT, Overrides, repo_paths
 from . import baselines, check, corpus, cpu, floor, infinity, load, stats
@@ -242,7 +242,7 @@ class Bench:
         if protocol == "http":
             return lambda n: load.TritonHttp(http_url, self.name, self.inputs, self.o.timeout_s, n)
         from ..api.process import ApiProcess
-        from ..runtime.process import free_ports
+        from ..runtime.machine import free_ports
         from .infinity import ask
 
         (port,) = free_ports(1)

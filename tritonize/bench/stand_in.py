@@ -25,7 +25,7 @@ import numpy as np
 from ..errors import TritonizeError
 from ..repository import config_as_triton_passes_it, parse_config
 from ..runtime.base import ServerOptions
-from ..runtime.process import free_ports
+from ..runtime.machine import free_ports
 from ..serving.batching import bucket_for, parse_buckets
 from ..serving.tokenizer import parameters
 from ..spec import CONFIG_FILE, MODEL_FILE, PRODUCTION_VARIANT, repo_paths

@@ -18,7 +18,7 @@ from .docker import cli as docker_cli
 from .docker.cli import CONTAINER_VARIANT
 from .local import cli as local_cli
 from .base import Endpoints, Runtime, ServerOptions, sample_api_curl, sample_curl, served_manifests
-from . import rollout as rollout_state
+from . import candidate
 from .monitoring import sample_query
 
 RUNTIMES = {
@@ -145,19 +145,19 @@ def run(args: argparse.Namespace) -> int:
 def run_rollout(runtime: Runtime, args: argparse.Namespace) -> int:
     """`canary` and `shadow`: start, promote, roll back or report a model's rollout."""
     if args.step == "status":
-        print_rollout(rollout_state.current(args.repository, args.model))
+        print_rollout(candidate.current(args.repository, args.model))
         return 0
     server = runtime.controlled()
     if args.step == "start":
         if args.version is None:
             raise TritonizeError(f"`{args.action}` needs --version N, the version to serve beside the served one")
         percent = args.weight if args.action == CANARY else args.share
-        print_rollout(rollout_state.start(server, args.model, args.action, args.version, percent))
+        print_rollout(candidate.start(server, args.model, args.action, args.version, percent))
     elif args.step == "promote":
-        done = rollout_state.promote(server, args.model)
+        done = candidate.promote(server, args.model)
         out.print(f"[bold green]Serving version {done.version}[/] (was {', '.join(map(str, done.previous)) or '-'})")
     else:
-        undone = rollout_state.rollback(server, args.model)
+        undone = candidate.rollback(server, args.model)
         out.print(f"[bold]Rolled back[/]: serving version {undone.main} of {undone.model} alone")
     return 0
 

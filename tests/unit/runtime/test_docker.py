@@ -37,7 +37,7 @@ from support import REPO_ROOT as ROOT
 from tritonize.errors import TritonizeError
 from tritonize.runtime import container as ct
 from tritonize.runtime import docker as dk
-from tritonize.runtime import process
+from tritonize.runtime import machine
 from tritonize.runtime.base import ServerOptions
 from tritonize.serving import SERVING_DIR
 from tritonize.spec import TENSORRT_CACHE
@@ -678,7 +678,7 @@ def test_error_lines_pick_triton_and_python_errors() -> None:
             "I0101 00:00:02.000 1 server.cc:3] shutting down",
         ]
     )
-    assert process.error_lines(log) == log.splitlines()[1:3]
+    assert machine.error_lines(log) == log.splitlines()[1:3]
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from typing import Any
 
 from ...console import err
 from ...errors import TritonizeError
-from .. import process
+from .. import machine
 from ..base import (
     Endpoints,
     ModelState,
@@ -159,7 +159,7 @@ class DockerRuntime(Runtime):
             except TritonizeError as exc:
                 try:
                     log = container.logs(tail=300).decode("utf-8", "replace")
-                    for line in process.error_lines(log):
+                    for line in machine.error_lines(log):
                         err.print(f"  {line}", markup=False, highlight=False)
                     container.stop(timeout=10)  # no restart loop; kept for `logs`
                 except APIError:

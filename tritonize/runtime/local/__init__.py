@@ -7,7 +7,7 @@ out beside the Python backend, or the fused step (`--model-config-name=fused`, w
 `configs/fused.pbtxt`: the tokenizer and onnxruntime in one Python-backend model). The server runs in its own
 process group, so `down` stops it together with its Python-backend stub processes. `switch` serves the version the
 repository now names, and `canary` and `shadow` serve a new version beside the served one (versions.py,
-rollout.py); all three need `--model-control explicit`.
+candidate.py); all three need `--model-control explicit`.
 
 Each server gets an instance directory `<run_dir>/local-<http_port>/` holding its state (pid, endpoints,
 repository), its log and its backend directory, so several servers can run side by side on different ports.

@@ -17,7 +17,7 @@ from ...api.process import ApiOptions, ApiProcess
 from ...api.process import wait_healthy as wait_api_healthy
 from ...errors import TritonizeError
 from ...paths import child_pythonpath
-from .. import process
+from .. import machine
 from ..base import Endpoints, ServerOptions
 from ..instance import (
     API_LOG_FILE,
@@ -44,7 +44,7 @@ def start_api(directory: Path, options: ServerOptions, api: ApiOptions, endpoint
     """`tritonize api` on the server's gRPC port, healthy (a real inference through every model) before `up`
     returns; the supervisor starts it again if it exits."""
     o = options
-    if process.port_in_use(o.host, api.port):
+    if machine.port_in_use(o.host, api.port):
         raise TritonizeError(f"API port {api.port} on {o.host} already in use",
                              hint="choose another with --api-port, or --no-api")
     child = ApiProcess(Path(o.repository).resolve(), endpoints.grpc, host=o.host, port=api.port, key_file=api.key_file)

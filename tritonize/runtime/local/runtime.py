@@ -10,7 +10,7 @@ from ...console import err
 from ...errors import TritonizeError
 from ...repository import variant_config
 from ...spec import DEFAULT_VARIANT
-from .. import process, rollout, versions
+from .. import candidate, machine, versions
 from ..base import Endpoints, Runtime, ServerOptions, ServerStatus, drain, require_repository
 from ..instance import ADMIN_HEADER, LOG_FILE, Instance, admin_key, check_ports, dead_stubs, forget, instance_dir
 from ..instance import read_instance, read_supervisor, stop_api
@@ -144,7 +144,7 @@ class LocalRuntime(Runtime):
         if prometheus:
             try:
                 api_target = api.url.split("//", 1)[1] if api else None
-                prometheus.start(f"{process.url_host(endpoints.host)}:{endpoints.metrics_port}", binary, api_target)
+                prometheus.start(f"{machine.url_host(endpoints.host)}:{endpoints.metrics_port}", binary, api_target)
             except BaseException:
                 self.__exit__()  # no half stack: the server goes too
                 raise
@@ -160,7 +160,7 @@ class LocalRuntime(Runtime):
         server = self.controlled()
         return versions.switch(server.http_url, server.repository, self.config_name, server.headers, self._say, model)
 
-    def controlled(self) -> rollout.Server:
+    def controlled(self) -> candidate.Server:
         """The running server, which must allow model control (loading versions needs it)."""
         found = self._instance()
         if found is None:
@@ -171,7 +171,7 @@ class LocalRuntime(Runtime):
                 f"the server on port {inst.http_port} runs without model control, so it cannot load a version",
                 hint="start it with `deploy.py local up --model-control explicit` (the API needs the instance's admin key)",
             )
-        return rollout.Server(inst.endpoints.http, Path(inst.repository), self.config_name,
+        return candidate.Server(inst.endpoints.http, Path(inst.repository), self.config_name,
                               {ADMIN_HEADER: admin_key(directory)}, self._say)
 
     def admin_headers(self, protocol: str = "http") -> dict[str, str]:
@@ -200,7 +200,7 @@ class LocalRuntime(Runtime):
         if stop_api(directory):  # before the server: it would only answer 424 through a stopped server
             self._say("[green]✓[/] API stopped")
         inst = read_instance(directory)  # read after the supervisor: it may have restarted the server meanwhile
-        if inst and (inst.alive() or process.group_processes(inst.pid)):  # a crashed server's stubs too
+        if inst and (inst.alive() or machine.group_processes(inst.pid)):  # a crashed server's stubs too
             dead = dead_stubs(inst, read_supervisor(directory))
             if dead:
                 self._say(f"[yellow]a Python stub of this server has died ({', '.join(map(str, dead))}): "
@@ -231,4 +231,4 @@ class LocalRuntime(Runtime):
         path = directory / LOG_FILE
         if not path.exists():
             raise TritonizeError(f"no log at {path}", hint="start a server with `deploy.py local up`")
-        return process.tail_lines(path, tail)
+        return machine.tail_lines(path, tail)

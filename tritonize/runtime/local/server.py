@@ -16,7 +16,7 @@ from rich.markup import escape
 from ...console import err
 from ...errors import TritonizeError
 from ...spec import GRAPH_LIBRARY_ROOT
-from .. import native_backend, process
+from .. import machine, native_backend
 from ..base import METRICS_CONFIG, Endpoints, ServerOptions, wait_ready
 from ..instance import ADMIN_HEADER, LOG_FILE, STUB_NAME, Instance, admin_key, dead_stubs, forget, spawn, start_failure, stop
 from .wheel import TritonInstall, server_library
@@ -98,8 +98,8 @@ class TritonProcess:
     def env(install: TritonInstall) -> dict[str, str]:
         """What the server needs over this environment; recorded, so that a restart sets the same."""
         return {
-            "LD_LIBRARY_PATH": process.join_path(str(install.libs), os.environ.get("LD_LIBRARY_PATH")),
-            "PATH": process.join_path(str(install.python_bin), os.environ.get("PATH")),
+            "LD_LIBRARY_PATH": machine.join_path(str(install.libs), os.environ.get("LD_LIBRARY_PATH")),
+            "PATH": machine.join_path(str(install.python_bin), os.environ.get("PATH")),
             "PYTHONDONTWRITEBYTECODE": os.environ.get("PYTHONDONTWRITEBYTECODE", "1"),
         }
 
@@ -113,7 +113,7 @@ class TritonProcess:
             start_ticks=None,
             repository=str(Path(o.repository).resolve()),
             host=o.host,
-            reach_host=process.reach_host(o.host),
+            reach_host=machine.reach_host(o.host),
             http_port=o.http_port,
             grpc_port=o.grpc_port,
             metrics_port=o.metrics_port,
@@ -164,9 +164,9 @@ class TritonProcess:
 
     def _last_log_line(self, width: int) -> str:
         """What the server is doing now, from its log, for the progress line."""
-        for line in reversed(process.tail_lines(self.log_file, 5).splitlines()):
+        for line in reversed(machine.tail_lines(self.log_file, 5).splitlines()):
             text = line.split("] ", 1)[-1].strip().strip('"')
-            if text and not any(n in text for n in process.NOISE):
+            if text and not any(n in text for n in machine.NOISE):
                 return escape(text[:width])
         return ""
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import TritonizeError
-from .. import process
+from .. import machine
 from ..instance import STUB_NAME
 
 # The wheel's layout, in site-packages (the container tests' stand-in image is laid out from it too):
@@ -69,7 +69,7 @@ def missing_libraries(binary: Path, libs: Path) -> list[str]:
 
         name = f"python{sys.version_info.major}.{sys.version_info.minor}"
         return [] if ctypes.util.find_library(name) else [f"lib{name}.so.1.0"]
-    env = {**os.environ, "LD_LIBRARY_PATH": process.join_path(str(libs), os.environ.get("LD_LIBRARY_PATH"))}
+    env = {**os.environ, "LD_LIBRARY_PATH": machine.join_path(str(libs), os.environ.get("LD_LIBRARY_PATH"))}
     result = subprocess.run([ldd, str(binary)], capture_output=True, text=True, env=env, check=False)
     return [line.split("=>")[0].strip() for line in result.stdout.splitlines() if "not found" in line]
 
