@@ -23,7 +23,8 @@ from ..errors import TritonizeError
 from ..spec import DEFAULT_VARIANT, VARIANT_CONFIGS
 from . import corpus, load
 from .cli import int_list
-from .runner import BenchOptions, triton_endpoints
+from .measured import triton_endpoints
+from .options import BenchOptions
 
 RERANK_PATH = "/v1/rerank"
 QUERY_WORDS = (4, 16)  # a query is a corpus line of this many words

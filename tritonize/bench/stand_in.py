@@ -30,7 +30,9 @@ from ..serving.batching import bucket_for, parse_buckets
 from ..serving.tokenizer import parameters
 from ..spec import CONFIG_FILE, MODEL_FILE, PRODUCTION_VARIANT, repo_paths
 from . import cpu, load, stats
-from .runner import Bench, BenchOptions, measured_model, record, say_run
+from .measured import measured_model, record, say_run
+from .options import BenchOptions
+from .runner import Bench
 from .shadow import shadow_repository
 
 # Rows per second of all-MiniLM-L6-v2's model step alone, {(batch, tokens per row): rows/s}, measured once on one
