@@ -1,11 +1,13 @@
 """`LocalRuntime`: the stack `deploy.py local` serves, as one `Runtime`: the server process (server.py), then what
-runs beside it (companions.py: the API, the supervisor, Prometheus), each found again by its instance directory;
-`up` starts them in that order and undoes a half-started stack, `down` stops them in the reverse order."""
+runs beside it (companions.py: the API, the supervisor, Prometheus), each found again by its instance directory.
+`up` starts them in that order and undoes a half-started stack; `down` stops the supervisor first (it would restart
+what is stopped), then the API, the server (drained) and Prometheus."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from ...api.process import ApiOptions
 from ...console import err
 from ...errors import TritonizeError
 from ...repository import variant_config
@@ -15,7 +17,6 @@ from ..base import Endpoints, Runtime, ServerOptions, ServerStatus, drain, requi
 from ..instance import ADMIN_HEADER, LOG_FILE, Instance, admin_key, check_ports, dead_stubs, forget, instance_dir
 from ..instance import read_instance, read_supervisor, stop_api
 from ..monitoring import LocalPrometheus, MonitoringOptions
-from ...api.process import ApiOptions
 from . import companions, status
 from .server import TritonProcess
 from .wheel import TritonInstall, check_install, find_install
