@@ -75,7 +75,7 @@ def native_backend() -> None:
 def local_options():
     """Make ServerOptions on three free loopback ports (never Triton's defaults: other servers may hold them)."""
     from tritonize.runtime.base import ServerOptions
-    from tritonize.runtime.process import free_ports
+    from tritonize.runtime.machine import free_ports
 
     def make(repository: Path, run_dir: Path, **overrides) -> ServerOptions:
         http, grpc, metrics = free_ports(3)

@@ -15,12 +15,12 @@ from . import generate
 from .api import server as api_server
 from .bench import cli as bench_cli
 from .bench import rerank as bench_rerank
-from .bench import runtimes, stress, tune
+from .bench import runtimes, stress_cli, tune
 from .errors import TritonizeError
 from .runtime import cli as runtime_cli
-from .runtime import k8s
+from .k8s import cli as k8s_cli
 
-COMMANDS = (generate, runtime_cli, k8s, bench_cli, bench_rerank, tune, stress, runtimes, api_server)
+COMMANDS = (generate, runtime_cli, k8s_cli, bench_cli, bench_rerank, tune, stress_cli, runtimes, api_server)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -52,7 +52,7 @@ from tritonize.client import TextClient
 from tritonize.runtime import container as ct
 from tritonize.runtime.base import Endpoints, http_get
 from tritonize.runtime.local import LocalRuntime
-from tritonize.runtime.process import free_ports
+from tritonize.runtime.machine import free_ports
 from tritonize.spec import FUSED_VARIANT, PRODUCTION_VARIANT
 
 ROOT = Path(__file__).resolve().parents[2]

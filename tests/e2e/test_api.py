@@ -300,7 +300,7 @@ def test_local_up_runs_the_api_supervised_and_down_stops_it(matryoshka_repo, loc
     from tritonize.api.process import ApiOptions
     from tritonize.runtime.instance import read_api
     from tritonize.runtime.local import LocalRuntime
-    from tritonize.runtime.process import free_ports
+    from tritonize.runtime.machine import free_ports
 
     (port,) = free_ports(1)
     runtime = LocalRuntime(local_options(matryoshka_repo.repository, tmp_path / "run"), quiet=True, supervise=True,

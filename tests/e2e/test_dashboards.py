@@ -15,7 +15,7 @@ from tritonize.baseline import baseline_rows
 from tritonize.client import TextClient
 from tritonize.manifest import read_manifest
 from tritonize.runtime import monitoring as mon
-from tritonize.runtime import process
+from tritonize.runtime import machine
 from tritonize.serving.metrics import PUBLISH_S, STATISTICS_PUBLISH_S
 
 
@@ -33,7 +33,7 @@ def test_every_panel_of_the_outputs_dashboard_answers_after_traffic(task_stack, 
     need("prometheus")
     folders, endpoints, api = task_stack
     repository = folders["emb"].parent / "repo"
-    [port] = process.free_ports(1)
+    [port] = machine.free_ports(1)
     prometheus = mon.LocalPrometheus(tmp_path, mon.MonitoringOptions(port=port, scrape_interval_s=1))
     url = prometheus.start(f"127.0.0.1:{endpoints.metrics_port}", api_target=api.url.split("://", 1)[1])
     try:

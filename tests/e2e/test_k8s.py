@@ -7,8 +7,7 @@ from __future__ import annotations
 import re
 
 from support.stopping import serving
-from tritonize import metrics_text
-from tritonize.runtime import k8s
+from tritonize import k8s, metrics_text
 from tritonize.spec import step_names
 
 

@@ -25,7 +25,7 @@ from support.stopping import serving, stop_later
 from tritonize.client import AsyncTextClient, ServerError, TextClient, run_concurrent
 from tritonize.runtime.base import Endpoints, http_get
 from tritonize.runtime.local import LocalRuntime
-from tritonize.runtime.process import group_processes
+from tritonize.runtime.machine import group_processes
 
 ATOL = 1e-4
 LONG_10K = " ".join(("the quick brown fox jumps over the lazy dog " * 1112).split()[:10_000])  # 44 KB

@@ -15,10 +15,10 @@ import pytest
 
 from support import REPO_ROOT as ROOT
 from tritonize.errors import TritonizeError
-from tritonize.runtime import instance, process
+from tritonize.runtime import instance, machine
 from tritonize.runtime.base import http_get
 from tritonize.runtime.local import LocalRuntime
-from tritonize.runtime.process import group_processes
+from tritonize.runtime.machine import group_processes
 
 
 def stub_processes(pgid: int) -> list[int]:
@@ -62,7 +62,7 @@ def test_busy_port_is_refused_before_starting(tiny_embedding_repo, local_options
 def test_tritons_own_address_in_use_error_is_shown(tiny_embedding_repo, local_options, tmp_path, monkeypatch) -> None:
     """Another process may take a port between the check and Triton's bind: Triton's message must surface."""
     options = local_options(tiny_embedding_repo.repository, tmp_path / "run")
-    monkeypatch.setattr(process, "port_in_use", lambda host, port: False)
+    monkeypatch.setattr(machine, "port_in_use", lambda host, port: False)
     runtime = LocalRuntime(options, quiet=True)
     with socket.socket() as blocker:
         blocker.bind(("127.0.0.1", options.grpc_port))
@@ -123,7 +123,7 @@ def test_context_manager_stops_the_server(tiny_classifier_repo, local_options, t
         pid = runtime.server_pid
         assert http_get(f"{endpoints.http}/v2/models/{tiny_classifier_repo.name}/ready")[0] == 200
     assert group_processes(pid) == []
-    assert process.port_in_use("127.0.0.1", options.http_port) is False
+    assert machine.port_in_use("127.0.0.1", options.http_port) is False
 
 
 def test_failed_model_load_shows_the_servers_error(tiny_embedding_repo, local_options, tmp_path) -> None:

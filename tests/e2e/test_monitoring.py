@@ -21,7 +21,7 @@ from support.monitoring import dashboard, deploy, need, query, unanswered
 from tritonize import chain, metrics_text
 from tritonize.bench.stats import settled
 from tritonize.runtime import monitoring as mon
-from tritonize.runtime import process
+from tritonize.runtime import machine
 from tritonize.serving import statistics
 from tritonize.serving.metrics import COUNTED
 
@@ -64,7 +64,7 @@ def monitored(tiny_embedding_repo, local_triton, tmp_path_factory):
     from tritonize.runtime.instance import instance_dir
 
     need("prometheus")
-    http, grpc, metrics, prom = process.free_ports(4)
+    http, grpc, metrics, prom = machine.free_ports(4)
     run_dir = tmp_path_factory.mktemp("monitoring") / "run"
     common = ["--repository", str(tiny_embedding_repo.repository), "--run-dir", str(run_dir),
               "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)]
@@ -251,7 +251,7 @@ def test_status_reports_prometheus_and_down_stops_it(monitored: Monitored) -> No
     assert down.returncode == 0, down.stderr
     assert "Prometheus stopped" in down.stderr
     for child in (pid, server):  # both were started by this process: collect them
-        assert process.start_ticks(child) is None or process.is_zombie(child)
-        process.reap(child)
+        assert machine.start_ticks(child) is None or machine.is_zombie(child)
+        machine.reap(child)
     assert mon.LocalPrometheus(monitored.directory).running() is None
     assert (monitored.directory / mon.DIRECTORY / mon.DATA_DIR).is_dir()  # its data stays

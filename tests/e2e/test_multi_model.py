@@ -190,7 +190,7 @@ def test_the_api_finds_the_embedder_and_the_reranker_by_their_tasks(served: Serv
     import urllib.request
 
     from tritonize.api.process import ApiProcess
-    from tritonize.runtime.process import free_ports
+    from tritonize.runtime.machine import free_ports
 
     s = served.stack
     (port,) = free_ports(1)

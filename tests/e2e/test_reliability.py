@@ -41,7 +41,7 @@ from tritonize.repository import config_as_triton_passes_it, reconfigure
 from tritonize.runtime import instance
 from tritonize.runtime.base import http_get
 from tritonize.runtime.local import LocalRuntime
-from tritonize.runtime.process import group_processes
+from tritonize.runtime.machine import group_processes
 from tritonize.serving.batching import ATTENTION_MASK, QUEUE_BOUND, bound_work, queue_work
 from tritonize.serving.tokenizer import parameters
 from tritonize.spec import CONFIGS_DIR, FUSED_VARIANT, MIN_QUEUE_SIZE, PRODUCTION_VARIANT, VARIANT_CONFIGS, repo_paths

@@ -17,7 +17,7 @@ from support.tiny_models import build_classifier, build_embedding_model
 from tritonize.chain import in_process
 from tritonize.cli import main
 from tritonize.rollout import CANARY, COSINE, ROLLED_BACK, SHADOW, read_rollouts
-from tritonize.runtime import rollout
+from tritonize.runtime import candidate
 from tritonize.runtime.local import LocalRuntime
 from tritonize.runtime.versions import ready_versions
 
@@ -60,8 +60,8 @@ def test_a_shadow_is_never_answered_agrees_exactly_as_an_fp32_re_export_and_is_p
     repo, runtime, api, floor = stack
     server = runtime.controlled()
     with pytest.raises(Exception, match="use `canary`"):
-        rollout.start(server, CLS, SHADOW, 2, 20)
-    started = rollout.start(server, EMB, SHADOW, 2, 100)
+        candidate.start(server, CLS, SHADOW, 2, 20)
+    started = candidate.start(server, EMB, SHADOW, 2, 100)
     assert started.comparison == COSINE and started.gate == pytest.approx(0.999)
 
     def embed(i: int) -> tuple[str, np.ndarray]:
@@ -79,7 +79,7 @@ def test_a_shadow_is_never_answered_agrees_exactly_as_an_fp32_re_export_and_is_p
     seen = read_rollouts(repo)[EMB].observed
     assert seen.requests == 60 and seen.errors == 0
     assert seen.agreement_min == pytest.approx(1.0, abs=1e-6)
-    done = rollout.promote(server, EMB)
+    done = candidate.promote(server, EMB)
     assert done.version == 2 and done.previous == (1,)
     ready = ready_versions(server.client, server.headers)
     assert ready[EMB] == {2} and ready[f"{EMB}_model"] == {2} and f"{EMB}_candidate" not in ready
@@ -92,8 +92,8 @@ def test_a_canary_splits_by_its_weight_keeps_callers_and_rolls_back_by_itself_wh
     repo, runtime, api, _ = stack
     server = runtime.controlled()
     with pytest.raises(Exception, match="use `shadow`"):
-        rollout.start(server, EMB, CANARY, 2, 10)
-    started = rollout.start(server, CLS, CANARY, 2, 10)
+        candidate.start(server, EMB, CANARY, 2, 10)
+    started = candidate.start(server, CLS, CANARY, 2, 10)
     assert (started.main, started.candidate) == (1, 2)
     client = server.client
     assert ready_versions(client, server.headers)[f"{CLS}_candidate"] == {2}
@@ -116,7 +116,7 @@ def test_a_canary_splits_by_its_weight_keeps_callers_and_rolls_back_by_itself_wh
     assert after[-100:] == ["1"] * 100
     state = read_rollouts(repo)[CLS]
     assert state.state == ROLLED_BACK and "error rate" in state.reason
-    undone = rollout.rollback(server, CLS)
+    undone = candidate.rollback(server, CLS)
     assert undone.main == 1 and CLS not in read_rollouts(repo)
     ready = ready_versions(client, server.headers)
     assert ready[CLS] == {1} and ready[f"{CLS}_model"] == {1} and f"{CLS}_candidate" not in ready

@@ -17,7 +17,7 @@ import pytest
 
 from support import REPO_ROOT, upstream
 from tritonize.runtime import native_backend
-from tritonize.runtime.process import free_ports
+from tritonize.runtime.machine import free_ports
 
 PYPI = os.environ.get("TRITONIZE_PYPI", "https://pypi.org/simple")
 VENDORED = REPO_ROOT.parent / "shared" / "vendor" / f"triton-{native_backend.RELEASE}"

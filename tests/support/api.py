@@ -45,7 +45,7 @@ class Api:
 
 
 def start_api(repository: Path, grpc: str, *extra: str, key: str | None = None) -> Api:
-    from tritonize.runtime.process import free_ports
+    from tritonize.runtime.machine import free_ports
 
     (port,) = free_ports(1)
     args = [sys.executable, "-m", "tritonize.cli", "api", "-r", str(repository), "--grpc-url", grpc,

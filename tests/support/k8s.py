@@ -11,7 +11,7 @@ import kubernetes_validate
 import yaml
 
 from support import REPO_ROOT as ROOT
-from tritonize.runtime import k8s
+from tritonize import k8s
 
 CRD = ROOT / "tests" / "data" / "kserve-inferenceservice-crd.yaml"
 K8S_VERSIONS = ("1.37.0", "1.30.0")

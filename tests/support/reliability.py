@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tritonize.client import TextClient
-from tritonize.runtime import instance, process
+from tritonize.runtime import instance, machine
 from tritonize.runtime.local import LocalRuntime
-from tritonize.runtime.process import group_processes
+from tritonize.runtime.machine import group_processes
 from tritonize.spec import DEFAULT_MAX_REQUEST_BYTES
 
 
@@ -93,7 +93,7 @@ def live_stub(directory: Path, step: str, timeout_s: float = 10.0) -> int:
         stubs = instance.stub_models(inst.pid) if inst else {}
         found = [pid for pid, model in stubs.items() if model.endswith(f"_{step}")]
         if found:
-            return max(found, key=lambda pid: process.start_ticks(pid) or 0)
+            return max(found, key=lambda pid: machine.start_ticks(pid) or 0)
         time.sleep(0.02)
     raise AssertionError(f"no live {step} stub in {directory} after {timeout_s:.0f} s")
 

@@ -150,7 +150,7 @@ def test_tune_measures_one_model_and_writes_its_entry_only(stack: Stack, tmp_pat
 def test_kubernetes_serves_every_model_from_one_deployment(stack: Stack) -> None:
     from support.k8s import container, docs, kserve_errors, kube_errors
     from tritonize.runtime import container as ct
-    from tritonize.runtime import k8s
+    from tritonize import k8s
 
     spec = k8s.k8s_spec(k8s.K8sOptions(repository=stack.repository))
     assert spec.app == "retrieval" and spec.models == (stack.embedder, RERANK)

@@ -13,7 +13,7 @@ from pathlib import Path
 from ..errors import TritonizeError
 from ..paths import child_pythonpath
 from ..runtime.base import http_get
-from ..runtime.process import free_ports
+from ..runtime.machine import free_ports
 
 BASELINES = {
     "doc": ("HF doc server", False),

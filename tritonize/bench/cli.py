@@ -14,7 +14,8 @@ from ..console import err, out
 from ..errors import TritonizeError
 from ..spec import DEFAULT_VARIANT, PRODUCTION_VARIANT, VARIANT_CONFIGS
 from . import corpus, infinity, stand_in
-from .runner import ALL_BASELINES, DEFAULT_CONCURRENCY, DEFAULT_PROTOCOLS, Bench, BenchOptions, is_triton
+from .options import ALL_BASELINES, DEFAULT_CONCURRENCY, DEFAULT_PROTOCOLS, BenchOptions
+from .runner import Bench, is_triton
 
 BASELINE_CHOICES = ALL_BASELINES
 PROTOCOLS = ("grpc", "http", "api")  # api: `tritonize api`'s /v1/embeddings in front of the same server (embedders)

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..runtime.process import group_processes
+from ..runtime.machine import group_processes
 
 SERVER = "tritonserver"
 API = "tritonize api"  # the HTTP API's process group, where the load goes through it

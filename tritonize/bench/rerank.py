@@ -23,7 +23,8 @@ from ..errors import TritonizeError
 from ..spec import DEFAULT_VARIANT, VARIANT_CONFIGS
 from . import corpus, load
 from .cli import int_list
-from .runner import BenchOptions, triton_endpoints
+from .measured import triton_endpoints
+from .options import BenchOptions
 
 RERANK_PATH = "/v1/rerank"
 QUERY_WORDS = (4, 16)  # a query is a corpus line of this many words
@@ -111,7 +112,7 @@ def run_bench(o: RerankOptions) -> dict:
     from ..api.process import ApiProcess
     from ..api.task_routes import routes_of
     from ..manifest import read_manifests
-    from ..runtime.process import free_ports
+    from ..runtime.machine import free_ports
 
     served = {m.name: m for m in read_manifests(o.repository)}
     rerankers = [name for name, m in served.items() if RERANK_PATH in routes_of(m.model.head).paths]

@@ -15,95 +15,20 @@ import dataclasses
 import datetime as dt
 import os
 import platform
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import tasks
 from ..console import err
 from ..errors import TritonizeError
-from ..manifest import Manifest, choose, read_manifests
-from ..runtime.base import Endpoints, ServerOptions
-from ..runtime.process import free_ports
+from ..manifest import Manifest, read_manifests
 from ..repository import parse_config
-from ..spec import CONFIG_FILE, DEFAULT_VARIANT, ENSEMBLE, MODEL, PRODUCTION_VARIANT, repo_paths, step_names
+from ..spec import CONFIG_FILE, ENSEMBLE, MODEL, PRODUCTION_VARIANT, repo_paths, step_names
 from ..spec.options import Overrides
 from . import baselines, check, corpus, cpu, floor, infinity, load, stats
+from .measured import measured_model, record, say_run, triton_endpoints
+from .options import API_SYSTEM, FLOOR, SHARED_CPU_NOTE, TRITON_LABELS, TRITON_SYSTEM, BenchOptions
 from .report import client_inclusive_floor, compared_system, label_of, split_system
 from .targets import SCALING, evaluate
-
-TRITON_LABELS = {"grpc": "Triton gRPC", "http": "Triton HTTP", "api": "API /v1/embeddings"}
-API_SYSTEM = "triton-api"  # `tritonize api` in front of the measured server, its answers checked on their own
-TRITON_SYSTEM = "triton"  # the checks: one for both protocols, the same server
-FLOOR = "floor"
-DEFAULT_CONCURRENCY = (1, 4, 16)
-DEFAULT_PROTOCOLS = ("grpc", "http")
-ALL_BASELINES = (*baselines.BASELINES, *infinity.ENGINES, FLOOR)
-SHARED_CPU_NOTE = (
-    "The load generator runs on the same machine and shares its cores with the system under test; "
-    "client_cpu_pct is how much of one core it used."
-)
-
-
-@dataclass
-class BenchOptions:
-    """Everything a run needs; the CLI and tune build one."""
-
-    repository: Path
-    # The model measured, where the repository holds several (default: its only model); with a repository of one
-    # model, the name a server serves it under, where that differs.
-    model: str = ""
-    http_url: str = "127.0.0.1:8000"
-    grpc_url: str = "127.0.0.1:8001"
-    metrics_url: str = "127.0.0.1:8002"
-    start_local: bool = False
-    concurrency: list[int] = field(default_factory=lambda: list(DEFAULT_CONCURRENCY))
-    workloads: list[str] = field(default_factory=lambda: list(corpus.WORKLOADS))
-    protocols: list[str] = field(default_factory=lambda: list(DEFAULT_PROTOCOLS))
-    protocols_asked: bool = False  # named by the user: a protocol this model cannot take is then an error
-    baselines: list[str] = field(default_factory=lambda: list(ALL_BASELINES))
-    # Named by the user: a baseline that is not installed is then an error, not a skip.
-    baselines_asked: bool = False
-    infinity_python: str | None = None  # default: .venv-infinity/bin/python
-    duration_s: float | None = 10.0
-    requests: int | None = None
-    warmup: int | None = None  # default: 2 x concurrency, at least 10
-    output: Path = Path("bench_results")
-    source_model: str | None = None  # the folder the baselines load; default: tritonize.yaml's model
-    corpus_file: Path | None = None
-    short_tokens: int = corpus.DEFAULT_SHORT_TOKENS
-    long_tokens: int = corpus.DEFAULT_LONG_TOKENS
-    timeout_s: float = load.DEFAULT_TIMEOUT_S
-    # More repositories of the same task (int8 beside fp32, say): Triton only, each on its own local server.
-    compare: list[Path] = field(default_factory=list)
-    # What a local server started for the run serves (spec.VARIANT_CONFIGS), and other variants of the same
-    # repository to measure beside it, each on its own local server.
-    variant: str = DEFAULT_VARIANT
-    compare_variants: list[str] = field(default_factory=list)
-    # Rows in each request of Triton's and the API's measurements: each size is measured in turn.
-    texts_per_request: list[int] = field(default_factory=lambda: [1])
-    # Measure the repository with its model step's graph replaced by one that costs next to nothing
-    # (bench/stand_in.py): the host's CPU per request around the model.
-    stand_in: bool = False
-    quiet: bool = False
-
-    def bound(self, concurrency: int) -> load.Bound:
-        warmup = self.warmup if self.warmup is not None else max(10, 2 * concurrency)
-        return load.Bound(requests=self.requests, duration_s=None if self.requests else self.duration_s, warmup=warmup)
-
-
-def record(system: str, label: str, workload: str, result: load.LoadResult, extra: dict, texts: int = 1) -> dict:
-    """One measurement as the run's document holds it."""
-    return {"system": system, "label": label, "workload": workload, "texts_per_request": texts, **result.summary(),
-            **extra}
-
-
-def say_run(run: dict) -> str:
-    """One measurement in a line, as it finishes."""
-    lat, n = run["latency_ms"], run["texts_per_request"]
-    shape = f"{run['workload']}{f' x{n}' if n > 1 else ''}"
-    return (f"  {run['label']:<24} {shape:<9} c={run['concurrency']:<3} p50 {lat['p50']:7.1f} ms  p99 {lat['p99']:7.1f} ms"
-            f"  {run['throughput_rps']:6.1f} req/s" + (f"  [red]errors {run['errors']}[/]" if run["errors"] else ""))
 
 
 def is_triton(system: str) -> bool:
@@ -118,15 +43,6 @@ def compare_tag(main: Manifest, other: Manifest, folder: Path, taken: set[str]) 
     return tag if tag not in taken else f"{tag}-{len(taken) + 1}"
 
 
-def measured_model(repository: Path, model: str = "") -> Manifest:
-    """The repository's model that `model` names; a one-model repository's only model whatever `model` says,
-    since a server may serve it under another name (its answers are then checked against this model's)."""
-    manifests = read_manifests(repository)
-    if model and len(manifests) == 1:
-        return manifests[0]
-    return choose(manifests, model or None, repository)
-
-
 def step_models(repository: Path, name: str) -> dict[str, str]:
     """The Triton models a request passes through, by role: the ensemble first, then each step present."""
     paths = repo_paths(repository, name)
@@ -136,29 +52,6 @@ def step_models(repository: Path, name: str) -> dict[str, str]:
 def ensemble_roles(steps: dict, task) -> list[str]:
     """The steps the ensemble calls itself: a step that calls the model step (orchestrates) already times it."""
     return [role for role in steps if role != ENSEMBLE and not (task.pipeline.orchestrates and role == MODEL.key)]
-
-
-@contextlib.contextmanager
-def triton_endpoints(options: BenchOptions) -> Iterator[tuple[str, str, str, int | None]]:
-    """(http_url, grpc_url, metrics_url, server PID or None) of the server to measure; starts a local one on free
-    ports if asked."""
-    if not options.start_local:
-        yield options.http_url, options.grpc_url, options.metrics_url, None
-        return
-    from ..runtime.local import LocalRuntime
-
-    http, grpc, metrics = free_ports(3)
-    server = ServerOptions(
-        repository=Path(options.repository),
-        http_port=http,
-        grpc_port=grpc,
-        metrics_port=metrics,
-        run_dir=Path(options.output) / ".run",
-    )
-    runtime = LocalRuntime(server, quiet=options.quiet, variant=options.variant)
-    with runtime as endpoints:
-        endpoints: Endpoints
-        yield endpoints.http, endpoints.grpc, endpoints.metrics, runtime.server_pid
 
 
 class Bench:
@@ -243,7 +136,7 @@ class Bench:
         if protocol == "http":
             return lambda n: load.TritonHttp(http_url, self.name, self.inputs, self.o.timeout_s, n)
         from ..api.process import ApiProcess
-        from ..runtime.process import free_ports
+        from ..runtime.machine import free_ports
         from .infinity import ask
 
         (port,) = free_ports(1)

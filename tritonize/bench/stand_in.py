@@ -25,12 +25,14 @@ import numpy as np
 from ..errors import TritonizeError
 from ..repository import config_as_triton_passes_it, parse_config
 from ..runtime.base import ServerOptions
-from ..runtime.process import free_ports
+from ..runtime.machine import free_ports
 from ..serving.batching import bucket_for, parse_buckets
 from ..serving.tokenizer import parameters
 from ..spec import CONFIG_FILE, FIRST, MODEL_FILE, PRODUCTION_VARIANT, repo_paths
 from . import cpu, load, stats
-from .runner import Bench, BenchOptions, measured_model, record, say_run
+from .measured import measured_model, record, say_run
+from .options import BenchOptions
+from .runner import Bench
 from .shadow import shadow_repository
 
 # Rows per second of all-MiniLM-L6-v2's model step alone, {(batch, tokens per row): rows/s}, measured once on one

@@ -37,7 +37,7 @@ from ..console import err, out
 from ..errors import TritonizeError
 from ..manifest import read_manifest
 from ..runtime.base import ServerOptions
-from ..runtime.process import free_ports
+from ..runtime.machine import free_ports
 from ..spec.options import Overrides
 from . import corpus, load, stats
 from .cli import add_target_arguments, int_list

@@ -118,7 +118,7 @@ class Runtime(abc.ABC):
 
 
     def controlled(self):
-        """The running server under model control, for a canary or shadow rollout (`runtime/rollout.py`)."""
+        """The running server under model control, for a canary or shadow rollout (`runtime/candidate.py`)."""
         raise TritonizeError(
             f"{type(self).__name__} does not load versions in a running server",
             hint="serve the repository with `deploy.py local up --model-control explicit`, or roll a new server over "

@@ -3,11 +3,11 @@
 `up`, `down`, `status` and `logs` serve or report every model. `switch` moves one model, without refusing a
 request, to the version its repository now names (versions.py). `canary` and `shadow` (`start`, the default,
 then `promote`, `rollback` or `status`) serve `--version N` beside the served one, which gets a share of the
-model's API requests (`--weight`) or a mirror of them (`--share`) until promoted or rolled back (rollout.py).
+model's API requests (`--weight`) or a mirror of them (`--share`) until promoted or rolled back (candidate.py).
 
-Each runtime module (`local`, `docker`) exposes `add_arguments(parser)` for its
-own flags and `from_args(options, args) -> Runtime`; this module holds what is
-common: flags, dispatch and the printed summary.
+Each runtime's `cli` module (`local/cli.py`, `docker/cli.py`) exposes `add_arguments(parser)` for its own flags
+and `from_args(options, args) -> Runtime`; this module holds what is common: flags (`--variant` among them),
+dispatch and the printed summary.
 """
 
 from __future__ import annotations
@@ -15,17 +15,20 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..console import out
+from ..console import err, out
 from ..errors import TritonizeError
 from ..rollout import CANARY, SHADOW, Rollout
-from . import docker, local
+from ..spec import DEFAULT_VARIANT, VARIANT_CONFIGS
+from .docker import cli as docker_cli
+from .docker.cli import CONTAINER_VARIANT
+from .local import cli as local_cli
 from .base import Endpoints, Runtime, ServerOptions, sample_api_curl, sample_curl, served_manifests
-from . import rollout as rollout_state
+from . import candidate
 from .monitoring import sample_query
 
 RUNTIMES = {
-    "local": (local, "the tritonserver binary from the nvidia-pytriton wheel (no Docker)"),
-    "docker": (docker, "NVIDIA's Triton container, through the docker SDK"),
+    "local": (local_cli, "the tritonserver binary from the nvidia-pytriton wheel (no Docker)"),
+    "docker": (docker_cli, "NVIDIA's Triton container, through the docker SDK"),
 }
 ACTIONS = ("up", "down", "status", "logs", "switch", CANARY, SHADOW)
 ROLLOUT_STEPS = ("start", "promote", "rollback", "status")  # what `canary` and `shadow` do (start by default)
@@ -61,6 +64,15 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
         "the supervisor then reloads a step whose stub died instead of restarting the server",
     )
     p.add_argument("--log-verbose", type=int, default=d.log_verbose)
+    configs = p.add_mutually_exclusive_group()
+    configs.add_argument(
+        "--variant", choices=tuple(VARIANT_CONFIGS), default=None,
+        help="`up`: production serves each step's config.pbtxt as NVIDIA's container does (the model step on "
+             "Triton's native onnxruntime backend; locally `make backend` builds it); fused serves "
+             "configs/fused.pbtxt, the tokenizer and the graph in one Python step (default: "
+             f"{DEFAULT_VARIANT} locally, {CONTAINER_VARIANT} in the container)")
+    configs.add_argument("--config-name", default=None, metavar="NAME",
+                         help="deprecated spelling of --variant: serve each model's configs/NAME.pbtxt")
     p.add_argument("--model", default=None,
                    help="`switch`, `canary`, `shadow`: the model whose new version to serve, where the repository "
                         "holds several")
@@ -92,6 +104,8 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
 
 def make_runtime(args: argparse.Namespace) -> Runtime:
     module, _ = RUNTIMES[args.runtime]
+    if getattr(args, "config_name", None) is not None:
+        err.print("[yellow]--config-name is deprecated: use --variant production|fused[/]")
     return module.from_args(options_from_args(args), args)
 
 
@@ -136,19 +150,19 @@ def run(args: argparse.Namespace) -> int:
 def run_rollout(runtime: Runtime, args: argparse.Namespace) -> int:
     """`canary` and `shadow`: start, promote, roll back or report a model's rollout."""
     if args.step == "status":
-        print_rollout(rollout_state.current(args.repository, args.model))
+        print_rollout(candidate.current(args.repository, args.model))
         return 0
     server = runtime.controlled()
     if args.step == "start":
         if args.version is None:
             raise TritonizeError(f"`{args.action}` needs --version N, the version to serve beside the served one")
         percent = args.weight if args.action == CANARY else args.share
-        print_rollout(rollout_state.start(server, args.model, args.action, args.version, percent))
+        print_rollout(candidate.start(server, args.model, args.action, args.version, percent))
     elif args.step == "promote":
-        done = rollout_state.promote(server, args.model)
+        done = candidate.promote(server, args.model)
         out.print(f"[bold green]Serving version {done.version}[/] (was {', '.join(map(str, done.previous)) or '-'})")
     else:
-        undone = rollout_state.rollback(server, args.model)
+        undone = candidate.rollback(server, args.model)
         out.print(f"[bold]Rolled back[/]: serving version {undone.main} of {undone.model} alone")
     return 0
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ..errors import TritonizeError
 from ..spec import EARLIER_FUSED_CONFIG_NAME, FUSED_VARIANT, VARIANT_CONFIGS
-from . import process
+from . import machine
 from .base import Endpoints
 
 STATE_FILE = "server.json"
@@ -86,9 +86,9 @@ class Instance:
         return next((v for v, name in VARIANT_CONFIGS.items() if name == named), f"configs/{named}.pbtxt")
 
     def alive(self) -> bool:
-        process.reap(self.pid)
-        ticks = process.start_ticks(self.pid)
-        return ticks is not None and ticks == self.start_ticks and not process.is_zombie(self.pid)
+        machine.reap(self.pid)
+        ticks = machine.start_ticks(self.pid)
+        return ticks is not None and ticks == self.start_ticks and not machine.is_zombie(self.pid)
 
 
 def instance_dir(run_dir: Path, http_port: int) -> Path:
@@ -154,7 +154,7 @@ class SupervisorState:
     updated_at: float = 0.0
 
     def alive(self) -> bool:
-        return process.start_ticks(self.pid) == self.start_ticks and not process.is_zombie(self.pid)
+        return machine.start_ticks(self.pid) == self.start_ticks and not machine.is_zombie(self.pid)
 
 
 def read_supervisor(directory: Path) -> SupervisorState | None:
@@ -175,7 +175,7 @@ def write_supervisor(directory: Path, state: SupervisorState) -> None:
 def stub_models(pgid: int) -> dict[int, str]:
     """Live Python-backend stubs of the group: pid -> the model whose model.py it runs."""
     found = {}
-    for pid in process.group_processes(pgid):
+    for pid in machine.group_processes(pgid):
         try:
             args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
@@ -198,7 +198,7 @@ def dead_stubs(inst: Instance, supervisor: SupervisorState | None = None, settle
     replaced = set(supervisor.replaced_stubs) if supervisor and supervisor.server_pid == inst.pid else set()
 
     def zombies() -> set[int]:
-        return {pid for pid in process.group_zombies(inst.pid) if pid != inst.pid and pid not in replaced}
+        return {pid for pid in machine.group_zombies(inst.pid) if pid != inst.pid and pid not in replaced}
 
     found = zombies()
     if found and settle_s > 0:
@@ -211,7 +211,7 @@ def check_ports(host: str, http_port: int, grpc_port: int, metrics_port: int) ->
     ports = {"HTTP": http_port, "gRPC": grpc_port, "metrics": metrics_port}
     if len(set(ports.values())) != len(ports):
         raise TritonizeError(f"the HTTP, gRPC and metrics ports must differ: {ports}")
-    busy = [f"{name} port {port}" for name, port in ports.items() if process.port_in_use(host, port)]
+    busy = [f"{name} port {port}" for name, port in ports.items() if machine.port_in_use(host, port)]
     if busy:
         flags = " / ".join(f"--{n.lower()}-port" for n, p in ports.items() if f"{n} port {p}" in busy)
         raise TritonizeError(
@@ -222,7 +222,7 @@ def check_ports(host: str, http_port: int, grpc_port: int, metrics_port: int) ->
 
 def ports_free(host: str, ports: tuple[int, ...]) -> bool:
     """True when nothing listens on any of the ports (a stopped server's last threads may still hold them)."""
-    return not any(process.port_in_use(host, port) for port in ports)
+    return not any(machine.port_in_use(host, port) for port in ports)
 
 
 def spawn(directory: Path, record: Instance) -> tuple[subprocess.Popen, Instance]:
@@ -245,7 +245,7 @@ def spawn(directory: Path, record: Instance) -> tuple[subprocess.Popen, Instance
             cwd=directory,
             start_new_session=True,
         )
-    inst = replace(record, pid=proc.pid, start_ticks=process.start_ticks(proc.pid), started_at=time.time())
+    inst = replace(record, pid=proc.pid, start_ticks=machine.start_ticks(proc.pid), started_at=time.time())
     write_instance(directory, inst)
     return proc, inst
 
@@ -262,7 +262,7 @@ def wait_gone(inst: Instance, timeout_s: float, proc: subprocess.Popen | None = 
     while True:
         if proc is not None:
             proc.poll()
-        if not inst.alive() and process.group_exited(inst.pid):
+        if not inst.alive() and machine.group_exited(inst.pid):
             return True
         if time.monotonic() >= deadline:
             return False
@@ -304,10 +304,10 @@ def stop(
 def start_failure(directory: Path, exc: TritonizeError, code: int | None) -> TritonizeError:
     """A failed start's error with the server's own error lines from its log added."""
     log_file = Path(directory) / LOG_FILE
-    log = process.tail_lines(log_file, None)
-    lines = process.relevant_log_lines(log)
+    log = machine.tail_lines(log_file, None)
+    lines = machine.relevant_log_lines(log)
     head = exc.message if code is None else f"Triton exited with code {code} before it became ready"
-    if any(m in log.lower() for m in process.ADDRESS_IN_USE):
+    if any(m in log.lower() for m in machine.ADDRESS_IN_USE):
         head += " (a port is already in use)"
     detail = "\n".join(f"  | {line}" for line in lines) if lines else "  (no error lines in the log)"
     return TritonizeError(f"{head}; from {log_file}:\n{detail}", hint=exc.hint or f"the whole log: {log_file}")
@@ -329,9 +329,9 @@ class ApiRecord:
     restarts: int = 0
 
     def alive(self) -> bool:
-        process.reap(self.pid)
-        ticks = process.start_ticks(self.pid)
-        return ticks is not None and ticks == self.start_ticks and not process.is_zombie(self.pid)
+        machine.reap(self.pid)
+        ticks = machine.start_ticks(self.pid)
+        return ticks is not None and ticks == self.start_ticks and not machine.is_zombie(self.pid)
 
 
 def read_api(directory: Path) -> ApiRecord | None:
@@ -347,7 +347,7 @@ def spawn_api(directory: Path, record: ApiRecord) -> ApiRecord:
     with open(directory / API_LOG_FILE, "ab") as out:
         proc = subprocess.Popen(record.command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                 env={**os.environ, **record.env}, cwd=directory, start_new_session=True)
-    started = replace(record, pid=proc.pid, start_ticks=process.start_ticks(proc.pid))
+    started = replace(record, pid=proc.pid, start_ticks=machine.start_ticks(proc.pid))
     _write_private(directory / API_FILE, json.dumps(asdict(started), indent=2))
     return started
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from ..errors import TritonizeError
 from ..paths import TEMPLATES_DIR
 from ..serving import statistics
-from . import process
+from . import machine
 from .base import http_get
 
 BINARY = "prometheus"
@@ -260,9 +260,9 @@ class PrometheusState:
     started_at: float
 
     def alive(self) -> bool:
-        process.reap(self.pid)
-        ticks = process.start_ticks(self.pid)
-        return ticks is not None and ticks == self.start_ticks and not process.is_zombie(self.pid)
+        machine.reap(self.pid)
+        ticks = machine.start_ticks(self.pid)
+        return ticks is not None and ticks == self.start_ticks and not machine.is_zombie(self.pid)
 
 
 class LocalPrometheus:
@@ -275,7 +275,7 @@ class LocalPrometheus:
 
     @property
     def url(self) -> str:
-        return f"http://{process.url_host(process.reach_host(self.host))}:{self.options.port}"
+        return f"http://{machine.url_host(machine.reach_host(self.host))}:{self.options.port}"
 
     @property
     def log_file(self) -> Path:
@@ -299,7 +299,7 @@ class LocalPrometheus:
         if port in taken:
             raise TritonizeError(f"the Prometheus port {port} is one of the server's ports",
                                  hint="choose another with --prometheus-port")
-        if process.port_in_use(self.host, port):
+        if machine.port_in_use(self.host, port):
             raise TritonizeError(
                 f"Prometheus port {port} on {self.host} already in use",
                 hint="choose a free one with --prometheus-port (Debian's prometheus.service listens on 9090; "
@@ -313,7 +313,7 @@ class LocalPrometheus:
             f"--config.file={self.directory / CONFIG_FILE}",
             f"--storage.tsdb.path={self.directory / DATA_DIR}",
             f"--storage.tsdb.retention.time={self.options.retention}",
-            f"--web.listen-address={process.url_host(self.host)}:{self.options.port}",
+            f"--web.listen-address={machine.url_host(self.host)}:{self.options.port}",
         ]
 
     def start(self, target: str, binary: Path | None = None, api_target: str | None = None) -> str:
@@ -332,7 +332,7 @@ class LocalPrometheus:
                                     cwd=self.directory, start_new_session=True)
         state = PrometheusState(
             pid=proc.pid,
-            start_ticks=process.start_ticks(proc.pid),
+            start_ticks=machine.start_ticks(proc.pid),
             url=self.url,
             target=target,
             scrape_interval=duration(self.options.scrape_interval_s),
@@ -345,7 +345,7 @@ class LocalPrometheus:
             if proc.poll() is not None or time.monotonic() > deadline:
                 code = proc.poll()
                 self.stop()
-                lines = process.relevant_log_lines(process.tail_lines(self.log_file, None), limit=10)
+                lines = machine.relevant_log_lines(machine.tail_lines(self.log_file, None), limit=10)
                 detail = "\n".join(f"  | {line}" for line in lines) or "  (no error lines in the log)"
                 what = f"exited with code {code}" if code is not None else f"was not ready after {READY_TIMEOUT_S:.0f}s"
                 raise TritonizeError(f"Prometheus {what}; from {self.log_file}:\n{detail}",

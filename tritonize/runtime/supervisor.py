@@ -52,7 +52,7 @@ from pathlib import Path
 from ..errors import TritonizeError
 from ..serving.health import BUSY, HEALTH_FILE, probe_file
 from ..spec import MANIFEST_FILE
-from . import process
+from . import machine
 from .base import http_get, http_post, wait_ready
 from .instance import (
     ADMIN_HEADER,
@@ -118,7 +118,7 @@ class Supervisor:
         self.inst: Instance | None = read_instance(self.directory)  # the server watched, in memory: its record
         # on disk is rewritten at each start and removed by `down` only, after this process has ended
         self.proc: subprocess.Popen | None = None  # the server, once this process started it
-        self.state = SupervisorState(pid=os.getpid(), start_ticks=process.start_ticks(os.getpid()),
+        self.state = SupervisorState(pid=os.getpid(), start_ticks=machine.start_ticks(os.getpid()),
                                      server_pid=self.inst.pid if self.inst else 0)
         self.stopping = False
         self.stubs: dict[int, str] = {}  # stub pid -> step, remembered while alive: a zombie has no command line
@@ -274,7 +274,7 @@ class Supervisor:
         record, and wait until it is ready."""
         old = self.inst
         assert old is not None
-        if old.alive() or process.group_processes(old.pid):
+        if old.alive() or machine.group_processes(old.pid):
             drain = 0.0 if not old.alive() or dead_stubs(old, self.state) else DRAIN_S
             if not stop(old, drain, self.proc):
                 raise TritonizeError(f"the processes of the old server (group {old.pid}) did not exit")
@@ -322,7 +322,7 @@ class Supervisor:
         assert inst is not None
         http = inst.endpoints.http
         headers = {ADMIN_HEADER: admin_key(self.directory), "Content-Type": "application/json"}
-        before = set(process.group_zombies(inst.pid))
+        before = set(machine.group_zombies(inst.pid))
         for step in steps:
             code, body = http_get(f"{http}/v2/models/{step}/config", timeout=5.0)
             if code != 200:
@@ -344,7 +344,7 @@ class Supervisor:
                     return "supervision stopped"
                 if not inst.alive():
                     return "tritonserver exited"
-                if set(process.group_zombies(inst.pid)) - before:  # settled below: Triton ends stubs itself too
+                if set(machine.group_zombies(inst.pid)) - before:  # settled below: Triton ends stubs itself too
                     new = sorted(set(dead_stubs(inst, self.state)) - before)
                     if new:
                         return f"a stub died during the reload (pid {', '.join(map(str, new))})"

@@ -8,7 +8,8 @@ import pytest
 
 from support.bench import ENGINES
 from tritonize.bench import check, infinity
-from tritonize.bench.runner import Bench, BenchOptions
+from tritonize.bench.options import BenchOptions
+from tritonize.bench.runner import Bench
 from tritonize.cli import main
 from tritonize.errors import TritonizeError
 

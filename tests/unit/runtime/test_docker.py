@@ -37,7 +37,7 @@ from support import REPO_ROOT as ROOT
 from tritonize.errors import TritonizeError
 from tritonize.runtime import container as ct
 from tritonize.runtime import docker as dk
-from tritonize.runtime import process
+from tritonize.runtime import machine
 from tritonize.runtime.base import ServerOptions
 from tritonize.serving import SERVING_DIR
 from tritonize.spec import TENSORRT_CACHE
@@ -544,6 +544,39 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def test_variant_chooses_the_configs_and_config_name_is_its_deprecated_spelling(repo: Path) -> None:
+    """One flag for the variant on every runtime: the container serves production unless told."""
+    from tritonize.runtime.cli import options_from_args
+
+    def named(*flags: str) -> list[str]:
+        args = _parse(["up", "-r", str(repo), "--gpus", "none", *flags])
+        command = dk.from_args(options_from_args(args), args).spec().command
+        return [a for a in command if a.startswith("--model-config-name")]
+
+    assert named() == [] and named("--variant", "production") == []
+    assert named("--variant", "fused") == ["--model-config-name=fused"]
+    assert named("--config-name", "fused") == named("--variant", "fused")
+    assert named("--config-name", "local") == ["--model-config-name=local"]  # as given, as before
+    with pytest.raises(SystemExit):  # both at once: argparse refuses, one line
+        _parse(["up", "--variant", "fused", "--config-name", "fused"])
+
+
+def test_the_local_runtime_reads_config_name_as_the_variant_it_names() -> None:
+    from tritonize.runtime.cli import add_common_arguments
+    from tritonize.runtime.local import cli as local_cli
+    from tritonize.spec import DEFAULT_VARIANT
+
+    parser = argparse.ArgumentParser()
+    add_common_arguments(parser)
+    local_cli.add_arguments(parser)
+    variant = lambda *flags: local_cli.variant_from_args(parser.parse_args(list(flags)))  # noqa: E731
+    assert variant() == DEFAULT_VARIANT
+    assert variant("--variant", "production") == "production"
+    assert variant("--config-name", "fused") == variant("--config-name", "local") == "fused"
+    with pytest.raises(TritonizeError, match="--config-name container: the local server serves the variants"):
+        variant("--config-name", "container")
+
+
 def test_cli_flags_reach_the_spec(repo: Path) -> None:
     from tritonize.runtime.cli import options_from_args
 
@@ -645,7 +678,7 @@ def test_error_lines_pick_triton_and_python_errors() -> None:
             "I0101 00:00:02.000 1 server.cc:3] shutting down",
         ]
     )
-    assert process.error_lines(log) == log.splitlines()[1:3]
+    assert machine.error_lines(log) == log.splitlines()[1:3]
 
 
 @pytest.mark.parametrize(

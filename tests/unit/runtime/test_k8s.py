@@ -38,7 +38,7 @@ from support.k8s import CRD, K8S_VERSIONS, ROOT, container, docs, kserve_errors,
 from tritonize.cli import main
 from tritonize.errors import TritonizeError
 from tritonize.runtime import container as ct
-from tritonize.runtime import k8s
+from tritonize import k8s
 from tritonize.runtime.base import ServerOptions
 from tritonize.serving import SERVING_DIR
 from tritonize.serving.health import HEALTH_FILE

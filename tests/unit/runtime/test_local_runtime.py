@@ -3,21 +3,21 @@
 
 from __future__ import annotations
 
-from tritonize.runtime import process
-from tritonize.runtime.process import relevant_log_lines
+from tritonize.runtime import machine
+from tritonize.runtime.machine import relevant_log_lines
 
 
 def test_free_ports_are_distinct_and_bindable() -> None:
-    ports = process.free_ports(3)
+    ports = machine.free_ports(3)
     assert len(set(ports)) == 3
-    assert not any(process.port_in_use("127.0.0.1", p) for p in ports)
+    assert not any(machine.port_in_use("127.0.0.1", p) for p in ports)
 
 
 def test_a_port_once_handed_out_is_never_handed_out_again() -> None:
     """Each call's ports are closed before they are used: the next call must not be offered them again."""
     seen: set[int] = set()
     for _ in range(200):
-        ports = process.free_ports(3)
+        ports = machine.free_ports(3)
         assert not seen & set(ports)
         seen.update(ports)
 

@@ -34,7 +34,7 @@ from support.monitoring import (
 )
 from tritonize.errors import TritonizeError
 from tritonize.runtime import monitoring as mon
-from tritonize.runtime import process
+from tritonize.runtime import machine
 from tritonize.serving import statistics
 from tritonize.serving.metrics import COUNTERS
 
@@ -164,7 +164,7 @@ def test_missing_prometheus_is_one_clear_line(tmp_path: Path) -> None:
     repo = tmp_path / "repo" / "m"
     repo.mkdir(parents=True)
     (tmp_path / "empty").mkdir()
-    http, grpc, metrics, prom = process.free_ports(4)
+    http, grpc, metrics, prom = machine.free_ports(4)
     env = {**os.environ, "PATH": str(tmp_path / "empty")}
     env.pop("TRITONIZE_DEBUG", None)
     result = deploy("up", "--monitoring", "-r", str(repo.parent), "--run-dir", str(tmp_path / "run"),
@@ -180,7 +180,7 @@ def test_missing_prometheus_is_one_clear_line(tmp_path: Path) -> None:
 
 
 def test_a_busy_prometheus_port_is_refused(tmp_path: Path) -> None:
-    options = mon.MonitoringOptions(port=process.free_ports(1)[0], binary=sys.executable)  # any binary will do
+    options = mon.MonitoringOptions(port=machine.free_ports(1)[0], binary=sys.executable)  # any binary will do
     with socket.socket() as blocker:
         blocker.bind(("127.0.0.1", options.port))
         blocker.listen()
@@ -198,7 +198,7 @@ def test_a_prometheus_that_will_not_start_is_reported_with_its_log(tmp_path: Pat
     fake = tmp_path / "bin" / "prometheus"
     fake.write_text('#!/bin/sh\necho \'level=error msg="Error loading config" err="no such luck"\'\nexit 1\n')
     fake.chmod(0o755)
-    prometheus = mon.LocalPrometheus(tmp_path, mon.MonitoringOptions(port=process.free_ports(1)[0], binary=str(fake)))
+    prometheus = mon.LocalPrometheus(tmp_path, mon.MonitoringOptions(port=machine.free_ports(1)[0], binary=str(fake)))
     with pytest.raises(TritonizeError) as info:
         prometheus.start("127.0.0.1:8002")
     assert info.value.message.startswith("Prometheus exited with code 1")

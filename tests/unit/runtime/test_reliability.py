@@ -19,7 +19,7 @@ from tritonize.client import ServerError, backoff_delays, is_unavailable
 from tritonize.manifest import read_manifest
 from tritonize.repository import parse_config, reconfigure
 from tritonize.runtime import instance
-from tritonize.runtime.process import group_zombies
+from tritonize.runtime.machine import group_zombies
 from tritonize.serving import health, texts
 from tritonize.serving.batching import QUEUE_BOUND
 from tritonize.spec import DEFAULT_MAX_REQUEST_BYTES, MIN_QUEUE_SIZE, default_queue_size

@@ -96,7 +96,8 @@ def test_step_files_follow_relative_imports() -> None:
     assert set(serving.step_files("fused_step", "model.py")) == {"model.py", "onnx_model.py", "tokenizer.py", "batching.py",
                                                                "texts.py", "metrics.py", "chat.py", "multi_vector.py",
                                                                "statistics.py", "stub.py"}
-    assert set(serving.step_files("question_answering", "model.py")) == {"model.py", "texts.py", "metrics.py",
+    assert set(serving.step_files("question_answering", "model.py")) == {"model.py", "answer_windows.py",
+                                                                         "answer_spans.py", "texts.py", "metrics.py",
                                                                          "statistics.py", "stub.py"}
     assert set(serving.step_files("token_classification", "model.py")) == {"model.py", "batching.py", "texts.py",
                                                                            "metrics.py", "statistics.py", "stub.py"}

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from tritonize.runtime.process import free_ports
+from tritonize.runtime.machine import free_ports
 from tritonize.serving import SERVING_DIR
 from tritonize.serving.watchdog import RESTART_EXIT, RESTART_LINE, http_url
 

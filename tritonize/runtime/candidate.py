@@ -1,4 +1,5 @@
-"""Canary and shadow rollouts of a model's new version in a running server (`deploy.py local canary|shadow`).
+"""A candidate version served beside the served one in a running server (`deploy.py local canary|shadow`): start,
+promote and roll back a canary or shadow rollout. The rollout's state file and rules are tritonize/rollout.py's.
 
 Triton pins an ensemble's steps in its one config, so the candidate version is served by an ensemble of its
 own, `<name>_candidate`, pinned to it, while `<name>` stays pinned to the served version and each step serves
