@@ -33,6 +33,7 @@ class ApiOptions:
 
     port: int = DEFAULT_PORT
     key_file: Path | None = None  # require `Authorization: Bearer <the file's key>`
+    workers: int = 1  # processes on the port (`tritonize api --workers`)
 
 
 @dataclass
@@ -42,6 +43,7 @@ class ApiProcess:
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
     key_file: Path | None = None
+    workers: int = 1
     log_file: Path | None = None
     extra: tuple[str, ...] = ()
     proc: subprocess.Popen | None = field(default=None, repr=False)
@@ -53,7 +55,8 @@ class ApiProcess:
 
     def command(self) -> list[str]:
         cmd = [sys.executable, "-m", "tritonize.cli", "api", "--repository", str(self.repository),
-               "--grpc-url", self.grpc_url, "--host", self.host, "--port", str(self.port), *self.extra]
+               "--grpc-url", self.grpc_url, "--host", self.host, "--port", str(self.port),
+               *(["--workers", str(self.workers)] if self.workers != 1 else []), *self.extra]
         return cmd + (["--api-key-file", str(self.key_file)] if self.key_file else [])
 
     def start(self) -> str:

@@ -40,6 +40,9 @@ def api_key(value: str | None, key_file: Path | None) -> str | None:
     return value or os.environ.get(API_KEY_ENV) or None
 
 
+WORKERS_ENV = "TRITONIZE_API_WORKERS"  # --workers where no flag is given (compose sets it from API_WORKERS)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repository", "-r", type=Path, default=Path("triton_repo"), help="the served repository")
     p.add_argument("--grpc-url", default="127.0.0.1:8001", help="Triton's gRPC endpoint (default: %(default)s)")
@@ -53,10 +56,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="texts per request; more get 413 (default: %(default)s)")
     p.add_argument("--max-concurrent-requests", type=int, default=DEFAULT_MAX_CONCURRENT,
                    help="requests in flight before 429, over all workers (default: %(default)s)")
-    p.add_argument("--workers", type=int, default=1,
+    p.add_argument("--workers", type=int, default=os.environ.get(WORKERS_ENV) or 1,
                    help="processes answering on the one port: one spends 0.6-0.7 ms of a core on a single-text "
                         "request (docs/benchmark.md), so past about 1,500 requests/s it needs more; metrics are "
-                        "summed over them (default: %(default)s)")
+                        f"summed over them (default: ${WORKERS_ENV}, else 1)")
 
 
 def settings_from(args: argparse.Namespace) -> ApiSettings:

@@ -28,7 +28,7 @@ def _waste(run: dict) -> str:
     return "-" if w is None else f"{100 * w:.0f}%"
 
 
-ROLE_SHORT = {"tokenizer": "tok"}
+ROLE_SHORT = {"tokenizer": "first"}  # documents written before the first step's role had its name
 CHECK_LABELS = {"triton": "Triton", "triton-api": "API /v1/embeddings", **{k: label for k, (label, _) in BASELINES.items()},
                 **{k: e.label for k, e in infinity.ENGINES.items()}}
 

@@ -27,3 +27,30 @@ def test_workers_below_one_are_refused_in_one_line() -> None:
     with pytest.raises(TritonizeError, match="--workers must be positive"):
         server.settings_from(parser.parse_args(["--workers", "0"]))
     assert server.settings_from(parser.parse_args(["--workers", "4"])).workers == 4
+
+
+def test_local_up_starts_the_api_with_its_workers() -> None:
+    """`deploy.py local up --api-workers N`: the API's command line asks for them (the supervisor restarts it from
+    that command); one worker is the command as before."""
+    from tritonize.api.process import ApiProcess
+    from tritonize.runtime.local.cli import api_workers
+
+    assert ApiProcess(Path("r"), "127.0.0.1:8001", workers=3).command()[-2:] == ["--workers", "3"]
+    assert "--workers" not in ApiProcess(Path("r"), "127.0.0.1:8001").command()
+    with pytest.raises(TritonizeError, match="--api-workers must be positive"):
+        api_workers(0)
+
+
+def test_the_environment_gives_the_workers_where_no_flag_does(monkeypatch) -> None:
+    """Compose sets TRITONIZE_API_WORKERS from API_WORKERS (the image's command stays one line), with /tmp
+    writable for the workers' metrics files on its read-only root."""
+    import yaml
+
+    from support import REPO_ROOT
+
+    monkeypatch.setenv(server.WORKERS_ENV, "3")
+    parser = argparse.ArgumentParser()
+    server.add_arguments(parser)
+    assert parser.parse_args([]).workers == 3 and parser.parse_args(["--workers", "2"]).workers == 2
+    api = yaml.safe_load((REPO_ROOT / "docker-compose.yml").read_text())["services"]["api"]
+    assert api["environment"][server.WORKERS_ENV] == "${API_WORKERS:-1}" and "/tmp" in api["tmpfs"]

@@ -62,6 +62,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    "(default: %(default)s)")
     a.add_argument("--api-key-file", type=Path, default=None,
                    help="`up`: require `Authorization: Bearer <key>` on every API route but /health (the file's key)")
+    a.add_argument("--api-workers", type=int, default=1,
+                   help="`up`: the API's processes on its port (`tritonize api --workers`; default: %(default)s)")
     g = parser.add_argument_group("monitoring")
     g.add_argument(
         "--monitoring",
@@ -72,6 +74,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="`up --monitoring`: Prometheus's port, on --host (default: %(default)s)")
     g.add_argument("--scrape-interval", type=float, default=DEFAULT_SCRAPE_INTERVAL_S,
                    help="`up --monitoring`: seconds between scrapes (default: %(default)s)")
+
+
+def api_workers(count: int) -> int:
+    if count < 1:
+        raise TritonizeError("--api-workers must be positive")
+    return count
 
 
 def from_args(options: ServerOptions, args: argparse.Namespace) -> Runtime:
@@ -87,5 +95,6 @@ def from_args(options: ServerOptions, args: argparse.Namespace) -> Runtime:
             scrape_interval_s=getattr(args, "scrape_interval", DEFAULT_SCRAPE_INTERVAL_S),
         ) if getattr(args, "monitoring", False) else None,
         api=None if getattr(args, "no_api", True) else ApiOptions(
-            port=getattr(args, "api_port", DEFAULT_API_PORT), key_file=getattr(args, "api_key_file", None)),
+            port=getattr(args, "api_port", DEFAULT_API_PORT), key_file=getattr(args, "api_key_file", None),
+            workers=api_workers(getattr(args, "api_workers", 1))),
     )
