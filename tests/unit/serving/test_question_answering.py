@@ -124,7 +124,7 @@ def served_answers(
 
     from tritonize import tasks
     from tritonize.folder import ModelFolder
-    from tritonize.spec import GenerateOptions
+    from tritonize.spec.options import GenerateOptions
 
     folder = ModelFolder.read(qa.folder)
     head = tasks.detect(folder).read_head(folder, GenerateOptions(model=str(qa.folder)))
