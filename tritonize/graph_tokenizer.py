@@ -1,11 +1,10 @@
 """The tokenizer inside the ONNX graph (`generate --tokenizer graph`): raw strings in, the model's answer out.
 
-onnxruntime-extensions' string operators and `WordpieceTokenizer` tokenize the whole batch in one pass (no Loop:
-a per-row Loop cost ~400 µs of CPU a row), each row on its own (a batch never becomes a text pair, as the
-`BertTokenizer` operator would read two strings); ordinary ONNX operators then cut each row at the max length as
-tokenizers does (the first max_length - 1 tokens, then [SEP]), pad it, and pad the batch to the bucket of its
-longest row as the Python tokenizer step does. `onnx.compose` puts the model's graph after it, so Triton's native
-onnxruntime backend serves raw strings in one step.
+onnxruntime-extensions' string operators and `WordpieceTokenizer` tokenize the whole batch in one pass (a Loop
+cost ~400 µs a row), each row on its own (never a text pair, as `BertTokenizer` would read two strings); ONNX
+operators cut each row at the max length as tokenizers does (the first max_length - 1 tokens, then [SEP]) and pad
+the batch to the bucket of its longest row, as the Python step does. `onnx.compose` puts the model's graph after
+it: Triton's native onnxruntime backend serves raw strings in one step. A NUL ends a text for these operators.
 
 The operator is not Hugging Face's tokenizer (accents, added tokens, whitespace differ in places), so the ids are
 compared at generation with the served tokenizer's (serving/tokenizer.py) on every verification text, the shipped
