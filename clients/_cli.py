@@ -19,7 +19,7 @@ if str(ROOT) not in sys.path:
 
 from tritonize.client import RequestResult, chunks  # noqa: E402
 from tritonize.spec import TEXT_INPUT  # noqa: E402
-from tritonize.tasks.answers import Answers  # noqa: E402
+from tritonize.tasks.contract import TaskContract  # noqa: E402
 
 DEFAULT_URLS = {"grpc": "127.0.0.1:8001", "http": "127.0.0.1:8000"}
 
@@ -72,7 +72,7 @@ def read_texts(args: argparse.Namespace) -> list[str]:
     return texts
 
 
-def requests(args: argparse.Namespace, texts: Sequence[str], task: Answers) -> list:
+def requests(args: argparse.Namespace, texts: Sequence[str], task: TaskContract) -> list:
     """Requests of --batch-size texts; for a pair model (a reranker's QUERY and TEXT, QA's QUESTION and
     CONTEXT) the texts fill the second input and --query the first, repeated."""
     batches = chunks(list(texts), args.batch_size)
@@ -93,7 +93,7 @@ def shown_texts(texts) -> Sequence:
     return texts.get(TEXT_INPUT) or list(texts.values())[-1]
 
 
-def report(results: Sequence[RequestResult], task: Answers, args: argparse.Namespace) -> int:
+def report(results: Sequence[RequestResult], task: TaskContract, args: argparse.Namespace) -> int:
     """Print every text's answer, decoded by the model's task; exit status 1 if any request failed."""
     rows, failed = [], 0
     for res in results:

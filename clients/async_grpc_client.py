@@ -11,10 +11,10 @@ import time
 import _cli
 
 from tritonize.client import AsyncTextClient, RequestResult, ServerError
-from tritonize.tasks.answers import Answers
+from tritonize.tasks.contract import TaskContract
 
 
-async def run(args, texts) -> tuple[Answers, list, list[RequestResult], float]:
+async def run(args, texts) -> tuple[TaskContract, list, list[RequestResult], float]:
     async with AsyncTextClient(args.url, args.model, timeout_s=args.timeout) as client:
         task = await client.task()
         batches = _cli.requests(args, texts, task)

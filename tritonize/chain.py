@@ -67,7 +67,7 @@ class TokenChain:
     def __init__(self, repo_dir: Path, intra_op_threads: int | None = None, shards: int | None = None,
                  name: str | None = None):
         task = tasks.of(read_manifest(repo_dir, name).model.head)
-        self.text_inputs = [t.name for t in task.answers.text_inputs]
+        self.text_inputs = [t.name for t in task.contract.text_inputs]
         self.encoder = served_step(repo_dir, task.pipeline, FIRST, name)
         self.runner = onnx_runner(repo_dir, intra_op_threads, shards, name)
         self.max_length = self.encoder.max_length

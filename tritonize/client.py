@@ -25,16 +25,18 @@ import numpy as np
 from . import tasks
 from .errors import TritonizeError
 from .spec import TEXT_INPUT
-from .tasks.answers import Answers
 from .tasks.calls import Infer, Parameter, Text, Texts, declared, method, with_prompt
-from .tasks.classification.answers import PROBABILITIES, Label, parse_classes
-from .tasks.embedding.answers import OUTPUT as EMBEDDING
+from .tasks.classification.contract import PROBABILITIES, Label, parse_classes
+from .tasks.embedding.contract import OUTPUT as EMBEDDING
 from .tasks.multi_vector.calls import multi_vector_inputs
-from .tasks.question_answering.answers import OUTPUT as ANSWER
-from .tasks.rerank.answers import OUTPUT as SCORE
+from .tasks.contract import TaskContract
+from .tasks.question_answering.contract import OUTPUT as ANSWER
 from .tasks.rerank.calls import rerank_inputs
-from .tasks.sparse_embedding.answers import SparseVector
-from .tasks.token_classification.answers import OUTPUT as ENTITIES
+from .tasks.rerank.contract import OUTPUT as SCORE
+from .tasks.sparse_embedding.contract import SparseVector
+from .tasks.token_classification.contract import OUTPUT as ENTITIES
+
+Answers = TaskContract  # its former name: `from tritonize.client import Answers` keeps working
 
 Protocol = Literal["grpc", "http"]
 
@@ -210,8 +212,8 @@ class TextClient:
         except Exception:  # noqa: BLE001 - unreachable counts as not ready
             return False
 
-    def task(self) -> Answers:
-        """The answers of the task this model serves, recognised by its outputs: its name, and how to read them."""
+    def task(self) -> TaskContract:
+        """The contract of the task this model serves, recognised by its outputs: its name, and how to read them."""
         return tasks.for_outputs(self.output_names())
 
     def output_names(self) -> list[str]:
@@ -353,7 +355,7 @@ class AsyncTextClient:
         except Exception:  # noqa: BLE001
             return False
 
-    async def task(self) -> Answers:
+    async def task(self) -> TaskContract:
         return tasks.for_outputs(await self.output_names())
 
     async def output_names(self) -> list[str]:

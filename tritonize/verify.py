@@ -168,7 +168,7 @@ def int8_kept(spec: ModelSpec, fp32: Path, int8: Path) -> dict:
     from .bench.corpus import read_corpus
 
     task = tasks.of(spec.head)
-    rows = [task.answers.row_for(text) for text in read_corpus()]
+    rows = [task.contract.row_for(text) for text in read_corpus()]
     batches = length_sorted_batches(spec, rows)
     value = task.int8_kept(run_batches(fp32, batches), run_batches(int8, batches))
     threshold = INT8_MIN_KEPT[task.int8_figure]
@@ -211,7 +211,7 @@ def verify(spec: ModelSpec, graph, stages: dict[str, Path], fp16_stages: set[str
     return VerificationReport(
         reference=reference_name,
         task=task.name,
-        output=task.answers.output_names[task.verified_output],
+        output=task.contract.output_names[task.verified_output],
         sentences=len(rows),
         token_lengths={"min": int(lengths.min()), "max": int(lengths.max()), "max_length": spec.max_length},
         truncated=int((lengths >= spec.max_length).sum()),

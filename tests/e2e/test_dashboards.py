@@ -44,7 +44,7 @@ def test_every_panel_of_the_outputs_dashboard_answers_after_traffic(task_stack, 
             rows = rows if name == "emb" else rows[:2 * MAX_TEXTS]  # the embedder past the drift record's minimum
             with TextClient(endpoints.grpc, name) as client:
                 for k in range(0, len(rows), MAX_TEXTS):
-                    client.infer(task.answers.request(rows[k:k + MAX_TEXTS]))
+                    client.infer(task.contract.request(rows[k:k + MAX_TEXTS]))
         for _ in range(3):  # the API's panels, per version
             status, _, _ = api.call("POST", "/v1/embeddings", {"model": "emb", "input": ["a text for the API"]})
             assert status == 200

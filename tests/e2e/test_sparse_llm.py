@@ -146,11 +146,11 @@ def test_the_printed_sample_request_works(served, zoo_id: str) -> None:
 
     s = served[zoo_id]
     task = tasks.of(read_manifest(s.repository).model.head)
-    req = urllib.request.Request(f"{s.endpoints.http}/v2/models/{s.name}/infer", data=task.answers.sample_body().encode(),
+    req = urllib.request.Request(f"{s.endpoints.http}/v2/models/{s.name}/infer", data=task.contract.sample_body().encode(),
                                  headers={"Content-Type": "application/json"}, method="POST")
     with urllib.request.urlopen(req, timeout=60) as resp:  # noqa: S310 - loopback
         outputs = json.loads(resp.read())["outputs"]
-    assert sorted(o["name"] for o in outputs) == sorted(task.answers.ensemble_output_names)
+    assert sorted(o["name"] for o in outputs) == sorted(task.contract.ensemble_output_names)
 
 
 # The template alone is longer than 32 tokens: the reranker's short rows are longer.

@@ -422,12 +422,12 @@ def test_the_printed_sample_request_works_for_every_task(served, zoo_id: str) ->
     s = served[zoo_id]
     manifest = read_manifest(s.repository)
     assert "-H 'Content-Type: application/json'" in sample_curl(s.endpoints, manifest)
-    body = tasks.of(manifest.model.head).answers.sample_body().encode()
+    body = tasks.of(manifest.model.head).contract.sample_body().encode()
     req = urllib.request.Request(f"{s.endpoints.http}/v2/models/{s.name}/infer", data=body,
                                  headers={"Content-Type": "application/json"}, method="POST")
     with urllib.request.urlopen(req, timeout=60) as resp:  # noqa: S310 - loopback
         outputs = json.loads(resp.read())["outputs"]
-    assert sorted(o["name"] for o in outputs) == sorted(tasks.of(manifest.model.head).answers.ensemble_output_names)
+    assert sorted(o["name"] for o in outputs) == sorted(tasks.of(manifest.model.head).contract.ensemble_output_names)
     assert s.repository.joinpath("README.md").read_text().count(s.name) >= 1
 
 
@@ -453,10 +453,10 @@ def test_the_floor_answers_as_the_server_does(served, zoo_id: str) -> None:
     if task.pipeline.orchestrates:
         assert long_rows  # contexts of several windows are in the workload, and are checked
     with s.client("grpc") as client:
-        got = [client.infer(dict(zip([t.name for t in task.answers.text_inputs], ([x] for x in row)))) for row in rows]
+        got = [client.infer(dict(zip([t.name for t in task.contract.text_inputs], ([x] for x in row)))) for row in rows]
     result = check.compare([f.one(row).outputs for row in rows], got)
     assert result.passed, result.first_mismatch
-    assert set(got[0]) == set(task.answers.ensemble_output_names)
+    assert set(got[0]) == set(task.contract.ensemble_output_names)
 
 
 @pytest.mark.parametrize("zoo_id", BENCHED)

@@ -1,5 +1,5 @@
 """The package's rules of architecture, in one place: imports run one way (folder -> tasks -> stages) with no
-circle anywhere, a task's answers never import what builds its repository, a client loads no model library, and
+circle anywhere, a task's contract never imports what builds its repository, a client loads no model library, and
 nothing outside the tasks branches on a task's name.
 
 Every import counts, those inside functions too: a deferred import still ties two modules together. Only what
@@ -116,14 +116,14 @@ def test_the_checker_sees_a_circle() -> None:
 
 
 def readers() -> list[str]:
-    """What reads answers, one module per task and side (answers.py, calls.py; api.py where the API serves the
+    """What reads answers, one module per task and side (contract.py, calls.py; api.py where the API serves the
     task), and the protocol they share: everything clients, the API and the bench's readers import."""
-    sides = [m.__name__ for side in ("answers", "calls", "api") for m in tasks.sides(side)]
-    return ["tritonize.tasks.answers", *sides]
+    sides = [m.__name__ for side in ("contract", "calls", "api") for m in tasks.sides(side)]
+    return ["tritonize.tasks.contract", *sides]
 
 
 def test_reading_a_tasks_answers_never_imports_what_builds_its_repository() -> None:
-    """answers.py (what clients, the API and the bench's readers use) stands beneath task.py, never on it."""
+    """contract.py (what clients, the API and the bench's readers use) stands beneath task.py, never on it."""
     graph = imports()
     found = [m for m in readers() if m in graph]
     assert len(found) == 1 + len(tasks.PACKAGES) + len(tasks.sides("calls")) + len(tasks.sides("api"))
@@ -162,7 +162,7 @@ def test_the_probe_sees_a_build_module() -> None:
 
 
 def test_a_client_loads_no_model_library() -> None:
-    """Importing the client (and with it every task's answers) loads neither torch nor transformers."""
+    """Importing the client (and with it every task's contract) loads neither torch nor transformers."""
     import subprocess
     import sys
 

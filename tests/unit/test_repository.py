@@ -397,6 +397,6 @@ def test_each_tasks_answers_expect_the_row_outputs_its_pipeline_returns() -> Non
     from tritonize import tasks
 
     for task in tasks.TASKS.values():
-        assert task.answers.reports_tokens == bool(task.pipeline.row_outputs), task.name
-        assert task.answers.ensemble_output_names[len(task.answers.output_names):] == tuple(
+        assert task.contract.reports_tokens == bool(task.pipeline.row_outputs), task.name
+        assert task.contract.ensemble_output_names[len(task.contract.output_names):] == tuple(
             t.name for t in task.pipeline.row_outputs)

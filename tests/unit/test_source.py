@@ -45,7 +45,7 @@ def test_sequence_classification_architecture_is_classification(cls: Path) -> No
     spec = read_model(GenerateOptions(model=str(cls)))
     assert spec.task == "classification"
     assert spec.head == classification.Head(labels=("negative", "neutral", "positive"))
-    assert tasks.of(spec.head).answers.output_names == ("logits", "probabilities")
+    assert tasks.of(spec.head).contract.output_names == ("logits", "probabilities")
     assert spec.max_length == 64  # the tokenizer's model_max_length
 
 

@@ -171,7 +171,7 @@ def create_app(settings: ApiSettings, catalog: Catalog | None = None) -> FastAPI
     app = FastAPIOffline(title="tritonize API", version=__version__, lifespan=lifespan,
                          description="OpenAI, Cohere/Jina and text-embeddings-inference routes in front of Triton "
                                      "Inference Server (gRPC). Served models: "
-                                     + ", ".join(f"{m.name} ({m.answers.name})" for m in state.catalog.models))
+                                     + ", ".join(f"{m.name} ({m.contract.name})" for m in state.catalog.models))
     app.state.api = state
     served = routers()
     for router in served:

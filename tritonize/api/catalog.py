@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..manifest import Manifest, read_manifests
 from ..spec import FIRST, QUANTIZATION_FILE, TOKENIZER_FILE, repo_paths
-from ..tasks import Answers, answers_of
+from ..tasks import TaskContract, contract_of
 from ..tasks.embedding.quantization import Calibration
 from .errors import ApiError
 
@@ -29,9 +29,9 @@ class ServedModel:
         return self.manifest.name
 
     @property
-    def answers(self) -> Answers:
-        """How its task's answers read (the API never builds or verifies a repository)."""
-        return answers_of(self.manifest.model.head)
+    def contract(self) -> TaskContract:
+        """Its task's contract: how its answers read (the API never builds or verifies a repository)."""
+        return contract_of(self.manifest.model.head)
 
     @property
     def head(self):
@@ -87,24 +87,24 @@ class Catalog:
             return self._named(name)
         return self._only(self.models, "models")
 
-    def find(self, tasks: Answers | tuple[Answers, ...], name: str | None = None) -> ServedModel:
+    def find(self, tasks: TaskContract | tuple[TaskContract, ...], name: str | None = None) -> ServedModel:
         """The named model, which must serve one of `tasks`; without a name, the only model of them."""
         tasks = tasks if isinstance(tasks, tuple) else (tasks,)
         what = " or ".join(t.name for t in tasks)
         if name:
             found = self._named(name)
-            if found.answers not in tasks:
-                raise ApiError(400, f"the model {name!r} is a {found.answers.name} model, and this "
+            if found.contract not in tasks:
+                raise ApiError(400, f"the model {name!r} is a {found.contract.name} model, and this "
                                f"route serves {what} models", "model", "wrong_model_type")
             return found
         of_tasks = tuple(m for task in tasks for m in self.of_task(task))
         if not of_tasks:
             raise ApiError(424, f"no {what} model is served here "
-                           f"(served: {', '.join(f'{m.name} ({m.answers.name})' for m in self.models)})", "model")
+                           f"(served: {', '.join(f'{m.name} ({m.contract.name})' for m in self.models)})", "model")
         return self._only(of_tasks, f"{what} models")
 
-    def of_task(self, task: Answers) -> tuple[ServedModel, ...]:
-        return tuple(m for m in self.models if m.answers is task)
+    def of_task(self, task: TaskContract) -> tuple[ServedModel, ...]:
+        return tuple(m for m in self.models if m.contract is task)
 
     def _named(self, name: str) -> ServedModel:
         for model in self.models:

@@ -105,7 +105,7 @@ def served_document(app: FastAPI, catalog: Catalog, max_client_batch_size: int) 
         batch_bound(components, max_client_batch_size)
         by_component: dict[str, list[tuple[dict, tuple[ServedModel, ...]]]] = {}
         for routes in task_routes():
-            served = catalog.of_task(routes.answers)
+            served = catalog.of_task(routes.contract)
             if not served:
                 continue  # the route answers 424, as documented
             accepted = routes.accepts(tuple(m.head for m in served)) if routes.accepts else {}

@@ -136,7 +136,7 @@ class ApiState:
             version=__version__,
             sha=None,
             docker_label=None,
-            task=model.answers.name,
+            task=model.contract.name,
             source=model.manifest.model.source,
         )
 

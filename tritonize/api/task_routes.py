@@ -1,6 +1,6 @@
 """Which routes serve which task: the table read by the routes, the document, /info and printed examples.
 
-A task's answers (tritonize/tasks/<task>/answers.py) say what its ensemble takes and returns; its row here, declared
+A task's contract (tritonize/tasks/<task>/contract.py) says what its ensemble takes and returns; its row here, declared
 in its api.py (`ROUTES`) and found through the task registry, says what the HTTP API makes of it: the routes that
 serve it, a sample request for `deploy.py local up` to print, the `model_type` text-embeddings-inference's /info
 reports, and what its served heads accept of a request's fields.
@@ -13,14 +13,14 @@ from dataclasses import dataclass
 
 from .. import tasks
 from ..spec import Head
-from ..tasks.answers import SAMPLE_TEXT, Answers
+from ..tasks.contract import SAMPLE_TEXT, TaskContract
 
 
 @dataclass(frozen=True)
 class TaskRoutes:
-    answers: Answers
+    contract: TaskContract
     paths: tuple[str, ...]  # the routes that serve the task; the first is the one examples call
-    sample: Callable[[Answers, str, str], dict]  # (answers, model name, text) -> a JSON body for paths[0]
+    sample: Callable[[TaskContract, str, str], dict]  # (contract, model name, text) -> a JSON body for paths[0]
     # text-embeddings-inference's /info `model_type` for a head; None: the task's name, with nothing more to say
     model_type: Callable[[Head], dict] | None = None
     # What the served heads all accept of a request's fields, as JSON Schema (openapi.py writes it into the
@@ -35,7 +35,7 @@ class TaskRoutes:
 
     def api_sample(self, name: str, text: str = SAMPLE_TEXT) -> tuple[str, dict]:
         """(route, JSON body) of a request this task's model answers, for printed examples."""
-        return self.paths[0], self.sample(self.answers, name, text)
+        return self.paths[0], self.sample(self.contract, name, text)
 
 
 def prompt_names(heads: tuple[Head, ...]) -> dict[str, dict]:
@@ -55,7 +55,7 @@ def task_routes() -> tuple[TaskRoutes, ...]:
 
 
 def routes_of(head: Head) -> TaskRoutes:
-    return next(r for r in task_routes() if r.answers.name == head.task)
+    return next(r for r in task_routes() if r.contract.name == head.task)
 
 
 def __getattr__(name: str):
@@ -63,5 +63,5 @@ def __getattr__(name: str):
     if name == "TASK_ROUTES":
         return task_routes()
     if name == "BY_TASK":
-        return {r.answers.name: r for r in task_routes()}
+        return {r.contract.name: r for r in task_routes()}
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

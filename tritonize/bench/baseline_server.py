@@ -81,7 +81,7 @@ class Pipeline:
         self.task = tasks.of(spec.head)
         self.model = self.task.load(spec, eager=False)
         self.tokenizer = AutoTokenizer.from_pretrained(spec.source)
-        self.pairs = len(self.task.answers.text_inputs) == 2
+        self.pairs = len(self.task.contract.text_inputs) == 2
         self.counters = Counters()
 
     def __call__(self, rows: list[tuple[str, ...]]) -> list:

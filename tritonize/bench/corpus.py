@@ -154,4 +154,4 @@ def workloads_for(chain, task, names: list[str], corpus_file: Path | None, short
                   long_tokens: int) -> dict[str, Workload]:
     """The named workloads, counted by the served steps run in-process (what bench and tune both measure)."""
     return build_workloads(names, chain.lengths, chain.max_length, read_corpus(corpus_file), short_tokens, long_tokens,
-                           row=task.answers.row_for)
+                           row=task.contract.row_for)

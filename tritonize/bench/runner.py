@@ -64,7 +64,7 @@ class Bench:
         self.name = options.model or manifest.name
         self.manifest = manifest
         self.task = tasks.of(manifest.model.head)
-        self.inputs = tuple(t.name for t in self.task.answers.text_inputs)
+        self.inputs = tuple(t.name for t in self.task.contract.text_inputs)
         self.floor = floor.Floor(repo, name=manifest.name)
         self.workloads = corpus.workloads_for(
             self.floor.chain, self.task, options.workloads, options.corpus_file, options.short_tokens, options.long_tokens
@@ -180,7 +180,7 @@ class Bench:
         if wname not in self._expected:
             rows = self.workloads[wname].rows[: check.ROWS]
             answers = [self.floor.one(row).outputs for row in rows]
-            self._expected[wname] = [check.one_row({n: a[n] for n in self.task.answers.output_names}) for a in answers]
+            self._expected[wname] = [check.one_row({n: a[n] for n in self.task.contract.output_names}) for a in answers]
         return self._expected[wname]
 
     def _check(self, system: str, label: str, ask, atol: float | None = None) -> None:

@@ -164,7 +164,7 @@ class Stress:
         manifest = measured_model(repository, model)
         self.name = model or manifest.name
         self.task = tasks.of(manifest.model.head)
-        self.inputs = tuple(t.name for t in self.task.answers.text_inputs)
+        self.inputs = tuple(t.name for t in self.task.contract.text_inputs)
         self.http_url, self.grpc_url, self.timeout_s = http_url, grpc_url, timeout_s
         f = floor.Floor(repository, name=manifest.name)
         rows = corpus.workloads_for(f.chain, self.task, [workload], None, corpus.DEFAULT_SHORT_TOKENS,

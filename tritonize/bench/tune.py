@@ -119,7 +119,7 @@ class Tuner:
         manifest = read_manifest(self.repo, args.model or None)
         self.manifest = manifest
         self.task = tasks.of(manifest.model.head)
-        self.inputs = tuple(t.name for t in self.task.answers.text_inputs)
+        self.inputs = tuple(t.name for t in self.task.contract.text_inputs)
         self.name = manifest.name
         self.grid = parse_grid(args.grid)
         self.points = [Point(c) for c in grid_points(self.grid, manifest.options.to_dict())]

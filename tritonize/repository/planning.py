@@ -52,7 +52,7 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str, fused_config: st
     queue_size = (default_queue_size(options.queue_budget_ms, options.capacity_rps) if options.max_queue_size is None
                   else options.max_queue_size)
     buckets = normalise_buckets(options.buckets, model.max_length)
-    statistics = tuple(task.answers.statistics.items())
+    statistics = tuple(task.contract.statistics.items())
     graph_outputs = task.graph_outputs(model.head)
     # A step after the graph in the production ensemble, only to count: where the task's statistics read the
     # graph's outputs and no served step follows it (the pipeline declares a statistics step then).
@@ -86,7 +86,7 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str, fused_config: st
         name=name,
         model=model,
         description=task.describe(model.head),
-        text_inputs=task.answers.text_inputs,
+        text_inputs=task.contract.text_inputs,
         outputs=task.outputs(model.head),
         labels=task.labels(model.head),
         graph_outputs=graph_outputs,

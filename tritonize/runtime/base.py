@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import metrics_text, tasks
-from ..tasks.answers import Answers, sample_body
 from ..errors import TritonizeError
 from ..manifest import Manifest, find_manifests
+from ..tasks.contract import TaskContract, sample_body
 
 
 @dataclass
@@ -222,7 +222,7 @@ def sample_api_curl(api_url: str, manifest: Manifest) -> str | None:
 def sample_curl(endpoints: Endpoints, manifest: Manifest | None) -> str:
     """A curl that works for the model's task (JSON body, declared as such)."""
     model = manifest.name if manifest else "<model>"
-    body = tasks.of(manifest.model.head).answers.sample_body() if manifest else sample_body(Answers.text_inputs)
+    body = tasks.of(manifest.model.head).contract.sample_body() if manifest else sample_body(TaskContract.text_inputs)
     return (
         f"curl -s -X POST {endpoints.http}/v2/models/{model}/infer "
         f"-H 'Content-Type: application/json' -d '{body}'"

@@ -104,13 +104,13 @@ def start(server: Server, model: str | None, kind: str, version: int, percent: f
     `percent`%)."""
     repository = server.repository
     manifest = read_manifest(repository, model)
-    name, answers = manifest.name, task_of(manifest.model.head).answers
-    if answers.rollout != kind:
-        why = {SHADOW: f"{name} is a {answers.name} model, and two versions' vectors live in two spaces, so callers "
+    name, contract = manifest.name, task_of(manifest.model.head).contract
+    if contract.rollout != kind:
+        why = {SHADOW: f"{name} is a {contract.name} model, and two versions' vectors live in two spaces, so callers "
                        "must not get both; a shadow compares them instead",
-               CANARY: f"{name} is a {answers.name} model, whose versions' answers callers may get side by side"}
-        raise TritonizeError(f"no {kind} for {name}: " + (f"use `{answers.rollout}` ({why[answers.rollout]})"
-                             if answers.rollout else f"{answers.name} models move to a new version with `switch`"))
+               CANARY: f"{name} is a {contract.name} model, whose versions' answers callers may get side by side"}
+        raise TritonizeError(f"no {kind} for {name}: " + (f"use `{contract.rollout}` ({why[contract.rollout]})"
+                             if contract.rollout else f"{contract.name} models move to a new version with `switch`"))
     if not 0 < percent <= 100:
         raise TritonizeError(f"the {kind}'s share is {percent:g}%, and must be in (0, 100]")
     if version != manifest.version:

@@ -1,6 +1,6 @@
 """The tasks tritonize serves, one package each: a new task is a package and one line of PACKAGES.
 
-A task package holds both sides of the task, loaded apart: `answers.py` (how its answers read), `calls.py` (the
+A task package holds both sides of the task, loaded apart: `contract.py` (how its answers read), `calls.py` (the
 client's calls) and `api.py` (its HTTP routes, handlers and bodies) never load what builds; `task.py` (the `Task`:
 detection, export, verification) is imported only when a build asks for it (`get`, `of`, `detect`, `choose`).
 Nothing outside this package branches on a task's name.
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from ..errors import TritonizeError
 from ..serving.batching import ROW_FIELDS
 from ..spec import Head, TaskOption
-from .answers import Answers
+from .contract import TaskContract
 
 if TYPE_CHECKING:
     from ..folder import ModelFolder
@@ -34,14 +34,14 @@ PACKAGES: list[str] = [f"{__name__}.{package}" for package in (
 
 
 def register(package: str) -> None:
-    """Serve the task of an importable package (its answers.py, task.py and, where it has them, calls.py and
+    """Serve the task of an importable package (its contract.py, task.py and, where it has them, calls.py and
     api.py), after those already listed."""
     if package not in PACKAGES:
         PACKAGES.append(package)
 
 
 def module(package: str, side: str) -> ModuleType | None:
-    """One side of a task's package (answers, task, calls, api); None where the package has no such module."""
+    """One side of a task's package (contract, task, calls, api); None where the package has no such module."""
     name = f"{package}.{side}"
     try:
         return importlib.import_module(name)
@@ -62,18 +62,18 @@ def _sides(side: str, packages: tuple[str, ...]) -> tuple[ModuleType, ...]:
     return tuple(m for m in (module(p, side) for p in packages) if m is not None)
 
 
-def protocols() -> dict[str, Answers]:
-    """Every task's answers by task name: what clients, the API and the benchmark's readers use."""
-    return dict(_protocols(tuple(PACKAGES)))
+def contracts() -> dict[str, TaskContract]:
+    """Every task's contract by task name: what clients, the API and the benchmark's readers use."""
+    return dict(_contracts(tuple(PACKAGES)))
 
 
 @functools.lru_cache(maxsize=None)
-def _protocols(packages: tuple[str, ...]) -> dict[str, Answers]:
-    return {m.ANSWERS.name: m.ANSWERS for m in _sides("answers", packages)}
+def _contracts(packages: tuple[str, ...]) -> dict[str, TaskContract]:
+    return {m.CONTRACT.name: m.CONTRACT for m in _sides("contract", packages)}
 
 
 def unknown(name: str) -> TritonizeError:
-    return TritonizeError(f"unknown task {name!r}", hint=f"use one of: {', '.join(protocols())}")
+    return TritonizeError(f"unknown task {name!r}", hint=f"use one of: {', '.join(contracts())}")
 
 
 def package_of(name: str) -> str:
@@ -86,13 +86,13 @@ def package_of(name: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _packages(packages: tuple[str, ...]) -> dict[str, str]:
-    return {module(p, "answers").ANSWERS.name: p for p in packages}  # type: ignore[union-attr]
+    return {module(p, "contract").CONTRACT.name: p for p in packages}  # type: ignore[union-attr]
 
 
-def answers_of(head: Head) -> Answers:
-    """The answers of the task a head belongs to, without loading what builds it."""
+def contract_of(head: Head) -> TaskContract:
+    """The contract of the task a head belongs to, without loading what builds it."""
     try:
-        return _protocols(tuple(PACKAGES))[head.task]
+        return _contracts(tuple(PACKAGES))[head.task]
     except KeyError:
         raise unknown(head.task) from None
 
@@ -109,7 +109,7 @@ def of(head: Head) -> Task:
 
 def tasks() -> dict[str, Task]:
     """Every task's build side, by name (imports every task.py)."""
-    return {name: get(name) for name in protocols()}
+    return {name: get(name) for name in contracts()}
 
 
 def _what(folder: ModelFolder) -> str:
@@ -155,18 +155,18 @@ def choose(folder: ModelFolder, requested: str | None) -> Task:
     return task
 
 
-def for_outputs(names: list[str] | tuple[str, ...]) -> Answers:
-    """The answers of the task whose ensemble returns these outputs (clients read them from the server's metadata)."""
+def for_outputs(names: list[str] | tuple[str, ...]) -> TaskContract:
+    """The contract of the task whose ensemble returns these outputs (clients read them from the server's metadata)."""
     answers = set(names) - set(ROW_FIELDS)  # every tokenizing ensemble also reports its rows' tokens
-    for protocol in protocols().values():
-        if set(protocol.output_names) == answers:
-            return protocol
+    for contract in contracts().values():
+        if set(contract.output_names) == answers:
+            return contract
     raise TritonizeError(f"no task returns the outputs {sorted(names)}", hint="is this a tritonize repository?")
 
 
 def build_side(package: str, names: tuple[str, ...]):
     """A task package's module __getattr__: task.py's names, imported only when asked, so that importing the
-    package (or its answers) never loads what builds."""
+    package (or its contract) never loads what builds."""
 
     def __getattr__(name: str):
         if name in names:
@@ -199,7 +199,7 @@ def __getattr__(name: str):
     if name == "TASKS":
         return tasks()
     if name == "NAMES":
-        return tuple(protocols())
+        return tuple(contracts())
     if name == "SUPPORTED":
         return supported()
     if name == "OPTIONS":  # every task's own options of `tritonize generate`, in registry order
@@ -207,6 +207,6 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["Answers", "TASKS", "NAMES", "OPTIONS", "PACKAGES", "register", "protocols", "answers_of", "get", "of",
+__all__ = ["TaskContract", "TASKS", "NAMES", "OPTIONS", "PACKAGES", "register", "contracts", "contract_of", "get", "of",
            "detect", "choose", "for_outputs", "client_calls", "build_side"]
 

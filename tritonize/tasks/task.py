@@ -3,7 +3,7 @@
 A task package (embedding/, classification/, ...) holds in task.py detection from a model folder, the head
 it reads, the graph it exports (the model's own class, wrapped so that the graph returns the served
 outputs), the pipeline its ensemble runs, the verification reference and the benchmark's baseline; and in
-answers.py how its answers are read (answers.py at this level says why). `generate`, `verify` and the
+contract.py how its answers are read (contract.py at this level says why). `generate`, `verify` and the
 repository writer ask the task; they never branch on its name.
 """
 
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from ..spec import TOKEN_INPUTS, Head, ModelSpec, Options, Pipeline, TaskOption, TensorSpec, TokenizeModel
-from .answers import Answers
+from .contract import TaskContract
 
 if TYPE_CHECKING:
     from ..folder import ModelFolder
@@ -89,7 +89,7 @@ class Variant:
 
 
 class Task(abc.ABC):
-    answers: ClassVar[Answers]  # how the task's answers are read (its name, head and tensors are declared there)
+    contract: ClassVar[TaskContract]  # how the task's answers are read (its name, head and tensors are declared there)
     summary: ClassVar[str]  # one line: what goes in, what comes out
     serves: ClassVar[str]  # which folders, in a few words (refusals list them)
     # Verification also demands the same argmax as the reference on every sentence.
@@ -112,11 +112,11 @@ class Task(abc.ABC):
 
     @property
     def name(self) -> str:
-        return self.answers.name
+        return self.contract.name
 
     @property
     def head_type(self) -> type[Head]:
-        return self.answers.head_type
+        return self.contract.head_type
 
     # -- model folder -> head ------------------------------------------------
     @abc.abstractmethod
@@ -217,14 +217,14 @@ class Task(abc.ABC):
         file) splits each line at its one tab."""
         from ..errors import TritonizeError
 
-        if len(self.answers.text_inputs) == 1:
+        if len(self.contract.text_inputs) == 1:
             return [(t,) for t in texts]
         if not lines:
             firsts = [row[0] for row in self.verification_rows()]
             return [(firsts[k % len(firsts)], text) for k, text in enumerate(texts)]
         bad = next((k for k, t in enumerate(texts) if t.count("\t") != 1), None)
         if bad is not None:
-            names = " and ".join(t.name for t in self.answers.text_inputs)
+            names = " and ".join(t.name for t in self.contract.text_inputs)
             raise TritonizeError(f"--baseline: line {bad + 1} is not two texts split by one tab ({names}), as every "
                                  f"line must be for {self.name}")
         return [tuple(t.split("\t")) for t in texts]

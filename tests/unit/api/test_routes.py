@@ -99,7 +99,7 @@ def test_each_family_answers_in_its_envelope() -> None:
 def test_the_route_table_names_only_routes_the_app_serves() -> None:
     served = {route.path for router in routers() for route in router.routes}
     assert {p for r in task_routes() for p in r.paths} <= served
-    by_task = {r.answers.name: r.paths for r in task_routes()}
+    by_task = {r.contract.name: r.paths for r in task_routes()}
     assert {"/v1/ranking", "/score", "/v1/score"} <= set(by_task["rerank"])
     assert "/classify" in by_task["classification"] and "/similarity" in by_task["embedding"]
 

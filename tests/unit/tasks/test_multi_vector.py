@@ -32,7 +32,7 @@ from tritonize.serving.texts import InvalidText
 from tritonize.serving.tokenizer import TextEncoder
 from tritonize.spec import MODEL_FILE, TEXT_INPUT
 from tritonize.spec.options import GenerateOptions
-from tritonize.tasks.multi_vector import ANSWERS, COUNTS, VECTORS, vectors
+from tritonize.tasks.multi_vector import COUNTS, CONTRACT, VECTORS, vectors
 
 MARKED = ("pylate-markers", "stanford-markers")  # the layouts with [unused0]/[unused1] in the vocabulary
 FOLDERS = (*model_zoo.MULTI_VECTOR_LAYOUTS, *MARKED, *VARIANTS)
@@ -234,8 +234,8 @@ def test_answers_read_real_vectors_and_score_as_the_library(folders) -> None:
     outputs = {VECTORS: rng.standard_normal((3, 5, 4)).astype(np.float32), COUNTS: np.array([[5], [2], [0]], np.int32)}
     got = vectors(outputs)
     assert [v.shape for v in got] == [(5, 4), (2, 4), (0, 4)] and np.array_equal(got[1], outputs[VECTORS][1, :2])
-    assert "5 vectors of dim 4" in ANSWERS.summary_line(ANSWERS.rows(outputs)[0])
-    assert ANSWERS.row_for("x") == ("x", "document")
+    assert "5 vectors of dim 4" in CONTRACT.summary_line(CONTRACT.rows(outputs)[0])
+    assert CONTRACT.row_for("x") == ("x", "document")
     for name in ("fixed-skiplist", "skip-both-meanmaxsim"):
         model, head = library(folders[name]), spec_of(folders[name]).head
         assert head.similarity == model.similarity_fn_name

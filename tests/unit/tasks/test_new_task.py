@@ -19,11 +19,11 @@ from tritonize import tasks
 PACKAGE = "throwaway_shout"
 FILES = {
     "__init__.py": '"""A throwaway task: an embedding served under another name."""\n',
-    "answers.py": '''
+    "contract.py": '''
         from dataclasses import dataclass
         from typing import ClassVar
 
-        from tritonize.tasks.embedding.answers import EmbeddingAnswers, Head as EmbeddingHead
+        from tritonize.tasks.embedding.contract import EmbeddingContract, Head as EmbeddingHead
 
         OUTPUT = "shout"
 
@@ -33,7 +33,7 @@ FILES = {
             task: ClassVar[str] = "shout"
 
 
-        class ShoutAnswers(EmbeddingAnswers):
+        class ShoutContract(EmbeddingContract):
             head_type = Head
             output_names = (OUTPUT,)
 
@@ -41,16 +41,16 @@ FILES = {
                 return outputs[OUTPUT]
 
 
-        ANSWERS = ShoutAnswers()
+        CONTRACT = ShoutContract()
     ''',
     "task.py": '''
         from tritonize.tasks.embedding.task import Embedding
 
-        from .answers import ANSWERS
+        from .contract import CONTRACT
 
 
         class Shout(Embedding):
-            answers = ANSWERS
+            contract = CONTRACT
 
             def detect(self, folder):
                 return False
@@ -61,7 +61,7 @@ FILES = {
     "calls.py": '''
         from tritonize.tasks.calls import Infer
 
-        from .answers import OUTPUT
+        from .contract import OUTPUT
 
 
         def shout(texts, loud: bool = True):
@@ -83,11 +83,11 @@ FILES = {
         from tritonize.api.state import state_of
         from tritonize.api.task_routes import TaskRoutes
 
-        from .answers import ANSWERS
+        from .contract import CONTRACT
 
         router = Router(TRITONIZE)
         ROUTERS = (router,)
-        ROUTES = TaskRoutes(ANSWERS, ("/v1/shout",), lambda a, name, text: {"model": name, "inputs": [text]})
+        ROUTES = TaskRoutes(CONTRACT, ("/v1/shout",), lambda a, name, text: {"model": name, "inputs": [text]})
 
 
         class ShoutRequest(s.Body):
@@ -103,10 +103,10 @@ FILES = {
         @answered
         async def shout(body: ShoutRequest, request: Request) -> ShoutResponse:
             state = state_of(request)
-            model = state.catalog.find(ANSWERS, body.model)
+            model = state.catalog.find(CONTRACT, body.model)
             texts = texts_of(body.inputs, "inputs", state.settings.max_client_batch_size)
             answer = await run(state, request, model, [(t,) for t in texts])
-            return ShoutResponse.model_construct(data=ANSWERS.vectors(answer))
+            return ShoutResponse.model_construct(data=CONTRACT.vectors(answer))
     ''',
 }
 
@@ -129,7 +129,7 @@ def shout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 def test_the_registry_reads_both_sides_of_a_new_task(shout) -> None:
     assert tasks.NAMES[-1] == "shout" and len(tasks.NAMES) == shout + 1
-    assert tasks.protocols()["shout"].output_names == ("shout",)
+    assert tasks.contracts()["shout"].output_names == ("shout",)
     assert tasks.get("shout").name == "shout" and type(tasks.get("shout")).__name__ == "Shout"
     assert tasks.for_outputs(["shout"]).name == "shout"
 

@@ -6,7 +6,7 @@ routes, declared in its package (tritonize/tasks/<task>/api.py) and found throug
 What the routes share: responses.py (the statuses a route documents, the fast response path), parameters.py
 (texts, prompts, truncation), inference.py (one inference, tokens, truncation, ranking), canary.py (which version
 answers during a rollout), families.py (each family's tag and error envelope). A route names the task it serves
-and asks the catalog for the model; the task's answers decode what Triton returned. A handler returns its
+and asks the catalog for the model; the task's contract decodes what Triton returned. A handler returns its
 response model, so the OpenAPI document is what the handlers return.
 """
 

@@ -12,7 +12,7 @@ from fastapi import Request
 
 from ... import tasks
 from ...spec import TOKEN_COUNT_OUTPUT, TRUNCATED_OUTPUT
-from ...tasks.answers import Answers
+from ...tasks.contract import TaskContract
 from ..catalog import ServedModel
 from ..errors import invalid
 from ..state import ApiState
@@ -24,9 +24,9 @@ async def run(state: ApiState, request: Request, model: ServedModel,
     """One inference of these rows through the model's ensemble (the version its rollout routes to): its answers'
     outputs, with its token counts where the ensemble reports them."""
     request.state.model = model.name
-    answers: Answers = model.answers
+    contract: TaskContract = model.contract
     extra = [o for o in (TOKEN_COUNT_OUTPUT, TRUNCATED_OUTPUT) if o in state.outputs.get(model.name, ())]
-    return await canary.infer(state, request, model, answers.request(rows), [*answers.output_names, *extra])
+    return await canary.infer(state, request, model, contract.request(rows), [*contract.output_names, *extra])
 
 
 def tokens(answer: dict[str, np.ndarray]) -> int:
@@ -51,24 +51,24 @@ PairScorer = Callable[[ApiState, Request, ServedModel, list[tuple[str, str]]],
                       Awaitable[tuple[np.ndarray, dict[str, np.ndarray]]]]
 
 
-def scorers() -> dict[Answers, PairScorer]:
-    """Every task that scores pairs, by its answers: what the rerank, ranking and score routes serve."""
+def scorers() -> dict[TaskContract, PairScorer]:
+    """Every task that scores pairs, by its contract: what the rerank, ranking and score routes serve."""
     return _scorers(tasks.sides("api"))
 
 
 @functools.lru_cache(maxsize=None)
-def _scorers(apis: tuple[ModuleType, ...]) -> dict[Answers, PairScorer]:
-    return {m.ROUTES.answers: m.SCORER for m in apis if getattr(m, "SCORER", None)}
+def _scorers(apis: tuple[ModuleType, ...]) -> dict[TaskContract, PairScorer]:
+    return {m.ROUTES.contract: m.SCORER for m in apis if getattr(m, "SCORER", None)}
 
 
-def ranking() -> tuple[Answers, ...]:
+def ranking() -> tuple[TaskContract, ...]:
     return tuple(scorers())
 
 
 async def scores(state: ApiState, request: Request, model: ServedModel, query: str,
                  documents: list[str]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """The model's score of each document for the query, in the documents' order."""
-    return await scorers()[model.answers](state, request, model, [(query, d) for d in documents])
+    return await scorers()[model.contract](state, request, model, [(query, d) for d in documents])
 
 
 def ranked(values: np.ndarray, top_n: int | None) -> list[int]:

@@ -16,5 +16,5 @@ router = Router(OPENAI)
 @answered
 async def openai_models(request: Request) -> s.ModelList:
     return s.ModelList.model_construct(data=[
-        s.ModelCard.model_construct(id=m.name, created=m.created, task=m.answers.name)
+        s.ModelCard.model_construct(id=m.name, created=m.created, task=m.contract.name)
         for m in state_of(request).catalog.models])

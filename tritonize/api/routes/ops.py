@@ -8,7 +8,7 @@ from fastapi import Request
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from ...tasks.answers import SAMPLE_TEXT, Answers
+from ...tasks.contract import SAMPLE_TEXT, TaskContract
 from .. import schemas as s
 from ..errors import ApiError
 from ..state import state_of
@@ -25,10 +25,10 @@ async def health(request: Request) -> s.Health:
     state = state_of(request)
     start = time.perf_counter()
     for model in state.catalog.models:
-        answers: Answers = model.answers
+        contract: TaskContract = model.contract
         try:
-            await state.backend.infer(model, answers.request([answers.row_for(SAMPLE_TEXT)]),
-                                      list(answers.output_names))
+            await state.backend.infer(model, contract.request([contract.row_for(SAMPLE_TEXT)]),
+                                      list(contract.output_names))
         except ApiError as exc:
             raise ApiError(503, f"{model.name} does not answer: {exc.message}") from None
     return s.Health.model_construct(models=[m.name for m in state.catalog.models],

@@ -62,7 +62,7 @@ async def score(body: s.ScoreRequest, request: Request) -> s.ScoreResponse:
     if body.use_activation is False:
         logits_only(model, "use_activation")
     pairs = score_pairs(body, state.settings.max_client_batch_size)
-    values, answer = await scorers()[model.answers](state, request, model, pairs)
+    values, answer = await scorers()[model.contract](state, request, model, pairs)
     used = tokens(answer)
     return s.ScoreResponse.model_construct(
         id=f"score-{uuid.uuid4().hex}", created=int(time.time()), model=model.name,

@@ -20,11 +20,11 @@ from ...api.routes.responses import INFERS, answered, documented
 from ...api.schemas import Body, Direction, Text, TextList, Texts, Usage, refused_beyond
 from ...api.state import state_of
 from ...api.task_routes import TaskRoutes, labelled
-from .answers import ANSWERS
+from .contract import CONTRACT
 
 tei, vllm = Router(TEI), Router(VLLM)
 ROUTERS = (tei, vllm)
-ROUTES = TaskRoutes(ANSWERS, ("/predict", "/classify"), lambda a, name, text: {"model": name, "inputs": text},
+ROUTES = TaskRoutes(CONTRACT, ("/predict", "/classify"), lambda a, name, text: {"model": name, "inputs": text},
                     lambda head: labelled("classifier", head.labels))
 
 
@@ -76,7 +76,7 @@ class ClassifyResponse(Body):
 @answered
 async def tei_predict(body: TEIPredictRequest, request: Request) -> TEIPredictions:
     state = state_of(request)
-    model = state.catalog.find(ANSWERS, body.model)
+    model = state.catalog.find(CONTRACT, body.model)
     right_only(body.truncation_direction)
     single = isinstance(body.inputs, str)
     raw: list = [body.inputs] if single else list(body.inputs)
@@ -88,7 +88,7 @@ async def tei_predict(body: TEIPredictRequest, request: Request) -> TEIPredictio
     labels = model.head.labels
     rows = [[TEIPrediction.model_construct(score=float(row[j]), label=labels[j])
              for j in np.argsort(-row, kind="stable")]
-            for row in ANSWERS.scores(answer, raw=body.raw_scores)]
+            for row in CONTRACT.scores(answer, raw=body.raw_scores)]
     return TEIPredictions.model_construct(rows[0] if single else rows)
 
 
@@ -98,11 +98,11 @@ async def classify(body: ClassifyRequest, request: Request) -> ClassifyResponse:
     """`probs` are the head's probabilities (its softmax, or a sigmoid per label for a multi-label head), or with
     `use_activation: false` its logits, both as the graph returns them."""
     state = state_of(request)
-    model = state.catalog.find(ANSWERS, body.model)
+    model = state.catalog.find(CONTRACT, body.model)
     texts = texts_of(body.input, "input", state.settings.max_client_batch_size)
     answer = await run(state, request, model, [(t,) for t in texts])
     labels = model.head.labels
-    rows = ANSWERS.scores(answer, raw=body.use_activation is False)
+    rows = CONTRACT.scores(answer, raw=body.use_activation is False)
     used = tokens(answer)
     return ClassifyResponse.model_construct(
         id=f"classify-{uuid.uuid4().hex}", created=int(time.time()), model=model.name,

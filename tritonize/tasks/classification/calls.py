@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..calls import Infer, Text
-from .answers import PROBABILITIES, parse_classes
+from .contract import PROBABILITIES, parse_classes
 
 
 def classify(texts: Iterable[Text], top_k: int = 1):

@@ -16,7 +16,7 @@ import numpy as np
 from ...errors import TritonizeError
 from ...spec import LABELS_FILE, ModelSpec, Options, TensorSpec
 from ..task import FLOAT, Task, load_pretrained, refuse_foreign_flags
-from .answers import ANSWERS, LOGITS, PROBABILITIES, Activation, Head
+from .contract import LOGITS, PROBABILITIES, CONTRACT, Activation, Head
 
 if TYPE_CHECKING:
     from ...folder import ModelFolder
@@ -51,7 +51,7 @@ def _graph_class():
 
 
 class Classification(Task):
-    answers = ANSWERS
+    contract = CONTRACT
     summary = "TEXT in, `logits` and `probabilities` (FP32 [N, labels]) out; top-k labels through Triton"
     serves = "*ForSequenceClassification folders with two or more labels"
     same_argmax = True

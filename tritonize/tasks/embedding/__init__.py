@@ -1,9 +1,9 @@
-"""Sentence embeddings: task.py builds and verifies its repository; answers.py reads its answers, calls.py and api.py
+"""Sentence embeddings: task.py builds and verifies its repository; contract.py reads its answers, calls.py and api.py
 are its client calls and HTTP routes. task.py is imported only when a build asks for it."""
 
 from .. import build_side
-from .answers import ANSWERS, OUTPUT, Head, truncate_embeddings
+from .contract import OUTPUT, CONTRACT, Head, truncate_embeddings
 
-__all__ = ["ANSWERS", "OUTPUT", "Head", "truncate_embeddings", "POOLINGS", "TASK"]
+__all__ = ["CONTRACT", "OUTPUT", "Head", "truncate_embeddings", "POOLINGS", "TASK"]
 
 __getattr__ = build_side(__name__, ("POOLINGS", "TASK"))

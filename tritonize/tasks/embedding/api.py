@@ -23,7 +23,7 @@ from ...api.task_routes import TaskRoutes, prompt_names
 from ...errors import TritonizeError
 from .quantization import RANGED, quantize
 from . import bodies as b
-from .answers import ANSWERS, INPUT_TYPE_PROMPTS, Head
+from .contract import INPUT_TYPE_PROMPTS, CONTRACT, Head
 
 openai, cohere, tei = Router(OPENAI), Router(COHERE_EMBED), Router(TEI)
 ROUTERS = (openai, cohere, tei)
@@ -49,7 +49,7 @@ def accepts(heads: tuple[Head, ...]) -> dict[str, dict]:
     }
 
 
-ROUTES = TaskRoutes(ANSWERS, ("/v1/embeddings", "/v2/embed", "/embed", "/similarity", "/embed_all"),
+ROUTES = TaskRoutes(CONTRACT, ("/v1/embeddings", "/v2/embed", "/embed", "/similarity", "/embed_all"),
                     lambda a, name, text: {"model": name, "input": [text]},
                     lambda head: {"embedding": {"pooling": head.pooling}}, accepts)
 
@@ -58,10 +58,10 @@ async def embed(state: ApiState, request: Request, model: ServedModel, texts: li
                 prompt: str = "") -> tuple[np.ndarray, dict[str, np.ndarray]]:
     rows = [(prompt + t,) for t in texts]
     answer = await run(state, request, model, rows)
-    vectors = ANSWERS.vectors(answer)
+    vectors = CONTRACT.vectors(answer)
 
     async def shadow_vectors(ensemble: str) -> np.ndarray:
-        return ANSWERS.vectors(await state.backend.infer(model, ANSWERS.request(rows), list(ANSWERS.output_names),
+        return CONTRACT.vectors(await state.backend.infer(model, CONTRACT.request(rows), list(CONTRACT.output_names),
                                                          ensemble))
 
     state.rollouts.mirror(model.name, vectors, shadow_vectors)
@@ -111,7 +111,7 @@ async def openai_embeddings(body: b.EmbeddingRequest, request: Request) -> b.Emb
     """float32 vectors, their bytes in base64, or an int8, uint8, binary or ubinary embedding's bytes in base64;
     `input_type` (NVIDIA NIM's query | passage) selects the prompt the model declares for it."""
     state = state_of(request)
-    model = state.catalog.find(ANSWERS, body.model)
+    model = state.catalog.find(CONTRACT, body.model)
     texts = texts_of(body.input, "input", state.settings.max_client_batch_size)
     if body.dimensions is not None and body.dimensions < 1:
         raise invalid("`dimensions` must be at least 1", "dimensions", 400)
@@ -140,7 +140,7 @@ async def cohere_embed(body: b.CohereEmbedRequest, request: Request) -> b.Cohere
     """Each embedding type asked for, from one inference: float, base64 (the float32 bytes), and int8, uint8,
     binary, ubinary as sentence-transformers' quantize_embeddings computes them."""
     state = state_of(request)
-    model = state.catalog.find(ANSWERS, body.model)
+    model = state.catalog.find(CONTRACT, body.model)
     if body.images or body.inputs:
         raise invalid(f"{model.name} embeds texts only: send `texts`", "images" if body.images else "inputs", 400)
     if body.truncate == "START":
@@ -176,7 +176,7 @@ async def cohere_embed(body: b.CohereEmbedRequest, request: Request) -> b.Cohere
 @answered
 async def tei_embed(body: b.TEIEmbedRequest, request: Request) -> b.TEIEmbeddings:
     state = state_of(request)
-    model = state.catalog.find(ANSWERS, body.model)
+    model = state.catalog.find(CONTRACT, body.model)
     right_only(body.truncation_direction)
     texts = texts_of(body.inputs, "inputs", state.settings.max_client_batch_size)
     if not body.normalize and model.head.normalize:
@@ -197,7 +197,7 @@ async def tei_similarity(body: b.TEISimilarityRequest, request: Request) -> b.TE
     the cosine of each sentence's vector with the source's (a cosine, so the graph's normalisation changes
     nothing)."""
     state = state_of(request)
-    model = state.catalog.find(ANSWERS, body.model)
+    model = state.catalog.find(CONTRACT, body.model)
     parameters = body.parameters or b.TEISimilarityParameters()
     right_only(parameters.truncation_direction)
     sentences = texts_of(body.inputs.sentences, "inputs.sentences", state.settings.max_client_batch_size)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..calls import Infer, Text, with_prompt
-from .answers import OUTPUT
+from .contract import OUTPUT
 
 
 def embed(texts: Iterable[Text], prompt: str = ""):

@@ -25,7 +25,7 @@ import numpy as np
 from ...errors import TritonizeError
 from ...spec import ModelSpec, Options, TensorSpec
 from ..task import FLOAT, Task, Variant, library_model, load_pretrained, refuse_foreign_flags
-from .answers import ANSWERS, OUTPUT, Head
+from .contract import OUTPUT, CONTRACT, Head
 from .options import OPTIONS, POOLINGS
 from .quantization import Calibration, ranges_of
 
@@ -112,7 +112,7 @@ def _pooling_modes(cfg: dict, where: Any) -> tuple[str, ...]:
 
 class Embedding(Task):
     own_options = OPTIONS
-    answers = ANSWERS
+    contract = CONTRACT
     summary = "TEXT in, `embedding` (FP32 [N, dim]) out"
     serves = "sentence-transformers folders (Transformer, Pooling, Dense, Normalize), or a bare encoder with --task embedding"
 

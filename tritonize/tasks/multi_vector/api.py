@@ -21,13 +21,13 @@ from ...api.schemas import Body, Direction, Texts
 from ...api.state import ApiState, state_of
 from ...api.task_routes import TaskRoutes
 from ...spec import TOKEN_COUNT_OUTPUT, TRUNCATED_OUTPUT
-from ..embedding.answers import ANSWERS as EMBEDDING
-from ..rerank.answers import ANSWERS as RERANK
-from .answers import ANSWERS, DOCUMENT, FORMS, QUERY, vectors
+from ..embedding.contract import CONTRACT as EMBEDDING
+from ..rerank.contract import CONTRACT as RERANK
+from .contract import DOCUMENT, FORMS, CONTRACT, QUERY, vectors
 
 tei = Router(TEI)
 ROUTERS = (tei,)
-ROUTES = TaskRoutes(ANSWERS, ("/v1/rerank", "/v2/rerank", "/rerank", "/v1/ranking", "/score", "/v1/score",
+ROUTES = TaskRoutes(CONTRACT, ("/v1/rerank", "/v2/rerank", "/rerank", "/v1/ranking", "/score", "/v1/score",
                               "/embed_all"),
                     lambda a, name, text: {"model": name, "query": RERANK.sample_first, "documents": [text, "A fox."]},
                     document_vectors=("/embed_all", lambda name, texts: {"model": name, "inputs": texts}))
@@ -83,10 +83,10 @@ async def tei_embed_all(body: TEIEmbedAllRequest, request: Request) -> TEITokenS
     text as a document unless `prompt_name` names the query form. An embedder pools inside its graph, so its
     per-token states never leave it: refused."""
     state = state_of(request)
-    model = state.catalog.find((EMBEDDING, ANSWERS), body.model)
+    model = state.catalog.find((EMBEDDING, CONTRACT), body.model)
     right_only(body.truncation_direction)
     texts = texts_of(body.inputs, "inputs", state.settings.max_client_batch_size)
-    if model.answers is not ANSWERS:
+    if model.contract is not CONTRACT:
         prompt_of(model, body.prompt_name)
         raise invalid(f"embed_all is not served for {model.name}: its graph pools the token states inside "
                       f"({model.head.pooling} pooling) and returns one vector per text; /embed returns those")

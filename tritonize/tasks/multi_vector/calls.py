@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from ...serving.multi_vector import FORM_INPUT
 from ...spec import TEXT_INPUT
 from ..calls import Infer, Parameter, Text
-from .answers import COUNTS, DOCUMENT, QUERY, SIMILARITY_PARAMETER, VECTORS, maxsim, vectors
+from .contract import COUNTS, DOCUMENT, QUERY, SIMILARITY_PARAMETER, VECTORS, maxsim, vectors
 
 SIMILARITY = Parameter(SIMILARITY_PARAMETER, "{model} declares no similarity: it is not a late-interaction model")
 

@@ -25,7 +25,7 @@ from ...serving.batching import SCORE_MASK, real_lengths
 from ...serving.multi_vector import EXPANSIONS, PARAMETER, Form, forms_to_json
 from ...spec import TOKEN_INPUTS, ModelSpec, Options, TensorSpec
 from ..task import FLOAT, SENTENCES, Task, library_model, refuse_foreign_flags
-from .answers import ANSWERS, COUNTS, DOCUMENT, QUERY, SIMILARITY_PARAMETER, VECTORS, Head
+from .contract import COUNTS, DOCUMENT, CONTRACT, QUERY, SIMILARITY_PARAMETER, VECTORS, Head
 
 if TYPE_CHECKING:
     from ...folder import ModelFolder
@@ -197,7 +197,7 @@ def _encode(model: Any, rows: list[tuple[str, ...]]) -> list[np.ndarray]:
 
 
 class MultiVector(Task):
-    answers = ANSWERS
+    contract = CONTRACT
     summary = ("TEXT and FORM (query|document) in, `token_vectors` (FP32 [N, T, dim]) and `vector_counts` "
                "(INT32 [N, 1]) out: each text's scored vectors, then zero rows")
     serves = ("late-interaction (ColBERT) folders sentence-transformers' MultiVectorEncoder reads (its own, PyLate's, "
@@ -295,7 +295,7 @@ class MultiVector(Task):
         feeds = _tokenized(spec, rows)
         with torch.inference_mode():
             found, counts = model(*(torch.from_numpy(feeds[n]) for n in spec.input_names))
-        answers = ANSWERS.rows({VECTORS: found.numpy(), COUNTS: counts.numpy()})
+        answers = CONTRACT.rows({VECTORS: found.numpy(), COUNTS: counts.numpy()})
         return answers, int(real_lengths(feeds).sum()), int(feeds[SCORE_MASK].size)
 
     def served_check(self, spec: ModelSpec, graph: Any, rows: list[tuple[str, ...]],

@@ -16,11 +16,11 @@ from ...api.routes.responses import INFERS, answered, documented
 from ...api.schemas import Body, Text, refused_beyond
 from ...api.state import state_of
 from ...api.task_routes import TaskRoutes
-from .answers import ANSWERS
+from .contract import CONTRACT
 
 router = Router(TRITONIZE)
 ROUTERS = (router,)
-ROUTES = TaskRoutes(ANSWERS, ("/v1/answers",),
+ROUTES = TaskRoutes(CONTRACT, ("/v1/answers",),
                     lambda a, name, text: {"model": name, "inputs": {"question": a.sample_first, "context": text}})
 
 
@@ -57,10 +57,10 @@ class AnswersResponse(Body):
 @answered
 async def answers(body: AnswersRequest, request: Request) -> AnswersResponse:
     state = state_of(request)
-    model = state.catalog.find(ANSWERS, body.model)
+    model = state.catalog.find(CONTRACT, body.model)
     pairs = [body.inputs] if isinstance(body.inputs, QAPair) else list(body.inputs)
     questions = texts_of([p.question for p in pairs], "question", state.settings.max_client_batch_size)
     contexts = texts_of([p.context for p in pairs], "context", state.settings.max_client_batch_size)
-    found = ANSWERS.spans(await run(state, request, model, list(zip(questions, contexts))))
+    found = CONTRACT.spans(await run(state, request, model, list(zip(questions, contexts))))
     return AnswersResponse.model_construct(model=model.name, data=[
         AnswerResult.model_construct(index=i, answer=a) for i, a in enumerate(found)])

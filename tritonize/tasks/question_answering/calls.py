@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..calls import Infer, Text
-from .answers import ANSWERS, CONTEXT_INPUT, OUTPUT, QUESTION_INPUT
+from .contract import CONTEXT_INPUT, OUTPUT, CONTRACT, QUESTION_INPUT
 
 
 def answers(questions: Sequence[Text], contexts: Sequence[Text]):
     """One answer per (question, context) pair, in one request."""
     inputs = {QUESTION_INPUT: list(questions), CONTEXT_INPUT: list(contexts)}
-    return [row[OUTPUT] for row in ANSWERS.rows((yield Infer(inputs, [OUTPUT])))]
+    return [row[OUTPUT] for row in CONTRACT.rows((yield Infer(inputs, [OUTPUT])))]
 
 
 def answer(question: Text, context: Text):

@@ -19,7 +19,7 @@ from ...errors import TritonizeError
 from ...serving.batching import ATTENTION_MASK
 from ...spec import ModelSpec, Options, Orchestrated, TensorSpec
 from ..task import FLOAT, Task, load_pretrained, pair_token_inputs, refuse_foreign_flags
-from .answers import ANSWERS, CONTEXT_INPUT, OUTPUT, QUESTION_INPUT, Head
+from .contract import CONTEXT_INPUT, OUTPUT, CONTRACT, QUESTION_INPUT, Head
 
 if TYPE_CHECKING:
     from ...folder import ModelFolder
@@ -65,7 +65,7 @@ def _windows(spec: ModelSpec):
 
 
 class QuestionAnswering(Task):
-    answers = ANSWERS
+    contract = CONTRACT
     summary = "QUESTION and CONTEXT in (one pair per row), `answer` (BYTES [N, 1], JSON: answer, score, start, end) out"
     serves = "*ForQuestionAnswering folders"
     truncation = "only_second"

@@ -11,7 +11,7 @@ from ...api.catalog import ServedModel
 from ...api.routes.inference import run
 from ...api.state import ApiState
 from ...api.task_routes import TaskRoutes, labelled
-from .answers import ANSWERS, Head
+from .contract import CONTRACT, Head
 
 ROUTERS = ()  # its routes are the ranking routes, shared with the late-interaction task
 
@@ -26,7 +26,7 @@ def accepts(heads: tuple[Head, ...]) -> dict[str, dict]:
                                "description": f"false: {logits}"}}
 
 
-ROUTES = TaskRoutes(ANSWERS, ("/v1/rerank", "/v2/rerank", "/rerank", "/v1/ranking", "/score", "/v1/score"),
+ROUTES = TaskRoutes(CONTRACT, ("/v1/rerank", "/v2/rerank", "/rerank", "/v1/ranking", "/score", "/v1/score"),
                     lambda a, name, text: {"model": name, "query": a.sample_first, "documents": [text, "A fox."]},
                     lambda head: labelled("reranker", ("LABEL_0",)), accepts)
 
@@ -35,7 +35,7 @@ async def pair_scores(state: ApiState, request: Request, model: ServedModel,
                       pairs: list[tuple[str, str]]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """A reranker's score of each (query, text) pair, in order (each pair in one pass), and the answer it came in."""
     answer = await run(state, request, model, pairs)
-    return ANSWERS.scores(answer), answer
+    return CONTRACT.scores(answer), answer
 
 
 SCORER = pair_scores

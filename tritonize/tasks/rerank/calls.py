@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from ...spec import TEXT_INPUT
 from ..calls import Infer, Text
-from .answers import OUTPUT, QUERY_INPUT
+from .contract import OUTPUT, QUERY_INPUT
 
 
 def rerank_inputs(query: Text, documents: Sequence[Text]) -> dict[str, list[Text]]:

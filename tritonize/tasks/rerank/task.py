@@ -29,7 +29,7 @@ from ...serving.chat import PARAMETER as PAIR_TEMPLATE
 from ...serving.chat import PairTemplate
 from ...spec import ModelSpec, Options, TensorSpec
 from ..task import FLOAT, Task, library_model, load_pretrained, pair_token_inputs, refuse_foreign_flags
-from .answers import ANSWERS, CAUSAL, OUTPUT, Activation, Head
+from .contract import CAUSAL, OUTPUT, CONTRACT, Activation, Head
 
 if TYPE_CHECKING:
     from ...folder import ModelFolder
@@ -115,7 +115,7 @@ def _graph_class():
 
 
 class Rerank(Task):
-    answers = ANSWERS
+    contract = CONTRACT
     summary = "QUERY and TEXT in (one pair per row), `score` (FP32 [N, 1]) out"
     serves = ("sentence-transformers CrossEncoder folders (a sequence classifier, or a causal LM with LogitScore and a "
               "chat template) and one-label *ForSequenceClassification folders")

@@ -1,9 +1,9 @@
-"""Sparse embeddings (SPLADE): task.py builds and verifies its repository; answers.py reads its answers, calls.py and
+"""Sparse embeddings (SPLADE): task.py builds and verifies its repository; contract.py reads its answers, calls.py and
 api.py are its client calls and HTTP routes. task.py is imported only when a build asks for it."""
 
 from .. import build_side
-from .answers import ANSWERS, INDICES, VALUES, Head, SparseVector, vectors
+from .contract import INDICES, CONTRACT, VALUES, Head, SparseVector, vectors
 
-__all__ = ["ANSWERS", "INDICES", "VALUES", "Head", "SparseVector", "vectors", "TASK"]
+__all__ = ["CONTRACT", "INDICES", "VALUES", "Head", "SparseVector", "vectors", "TASK"]
 
 __getattr__ = build_side(__name__, ("TASK",))

@@ -14,11 +14,11 @@ from ...api.routes.responses import INFERS, answered, documented
 from ...api.schemas import Body, Direction, Texts
 from ...api.state import state_of
 from ...api.task_routes import TaskRoutes, prompt_names
-from .answers import ANSWERS
+from .contract import CONTRACT
 
 tei = Router(TEI)
 ROUTERS = (tei,)
-ROUTES = TaskRoutes(ANSWERS, ("/embed_sparse",), lambda a, name, text: {"model": name, "inputs": [text]},
+ROUTES = TaskRoutes(CONTRACT, ("/embed_sparse",), lambda a, name, text: {"model": name, "inputs": [text]},
                     accepts=prompt_names)
 
 
@@ -44,10 +44,10 @@ class TEISparseEmbeddings(RootModel[list[list[TEISparseValue]]]):
 async def tei_embed_sparse(body: TEISparseRequest, request: Request) -> TEISparseEmbeddings:
     """SPLADE terms as text-embeddings-inference returns them: per text, `[{"index", "value"}]`, ascending ids."""
     state = state_of(request)
-    model = state.catalog.find(ANSWERS, body.model)
+    model = state.catalog.find(CONTRACT, body.model)
     right_only(body.truncation_direction)
     texts = texts_of(body.inputs, "inputs", state.settings.max_client_batch_size)
     prompt = prompt_of(model, body.prompt_name)
     answer = await run(state, request, model, [(prompt + t,) for t in texts])
     refuse_truncated(answer, body.truncate, model)
-    return TEISparseEmbeddings.model_construct(ANSWERS.terms(answer))
+    return TEISparseEmbeddings.model_construct(CONTRACT.terms(answer))

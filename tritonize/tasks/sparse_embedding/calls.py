@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..calls import Infer, Text, with_prompt
-from .answers import INDICES, VALUES, vectors
+from .contract import INDICES, VALUES, vectors
 
 
 def sparse(texts: Iterable[Text], prompt: str = ""):

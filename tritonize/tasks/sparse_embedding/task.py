@@ -22,7 +22,7 @@ from ...serving.sparse_embedding import INDICES, VALUES, active, compact
 from ...serving.sparse_embedding import rows as served_rows
 from ...spec import ModelSpec, Options, TensorSpec, TokenizeModelPost
 from ..task import FLOAT, Task, library_model, refuse_foreign_flags
-from .answers import ANSWERS, Head
+from .contract import CONTRACT, Head
 
 if TYPE_CHECKING:
     from ...folder import ModelFolder
@@ -78,7 +78,7 @@ def _encode(model: Any, rows: list[tuple[str, ...]], max_active_dims: int | None
 
 
 class SparseEmbedding(Task):
-    answers = ANSWERS
+    contract = CONTRACT
     summary = "TEXT in, `indices` (INT32 [N, K]) and `values` (FP32 [N, K]) out: each text's non-zero terms, padded with -1 / 0"
     serves = f"sentence-transformers SparseEncoder folders (SPLADE: {MODULES})"
     pipeline = TokenizeModelPost("sparse_embedding", reads_text=False)  # the step reads the graph's weights alone

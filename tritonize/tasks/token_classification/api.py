@@ -15,11 +15,11 @@ from ...api.routes.responses import INFERS, answered, documented
 from ...api.schemas import Body, Text, TextList
 from ...api.state import state_of
 from ...api.task_routes import TaskRoutes
-from .answers import ANSWERS
+from .contract import CONTRACT
 
 router = Router(TRITONIZE)
 ROUTERS = (router,)
-ROUTES = TaskRoutes(ANSWERS, ("/v1/entities",), lambda a, name, text: {"model": name, "inputs": [text]})
+ROUTES = TaskRoutes(CONTRACT, ("/v1/entities",), lambda a, name, text: {"model": name, "inputs": [text]})
 
 
 class EntitiesRequest(Body):
@@ -54,8 +54,8 @@ class EntitiesResponse(Body):
 @answered
 async def entities(body: EntitiesRequest, request: Request) -> EntitiesResponse:
     state = state_of(request)
-    model = state.catalog.find(ANSWERS, body.model)
+    model = state.catalog.find(CONTRACT, body.model)
     texts = texts_of(body.inputs, "inputs", state.settings.max_client_batch_size)
-    found = ANSWERS.entities(await run(state, request, model, [(t,) for t in texts]))
+    found = CONTRACT.entities(await run(state, request, model, [(t,) for t in texts]))
     return EntitiesResponse.model_construct(model=model.name, data=[
         EntitiesResult.model_construct(index=i, entities=e) for i, e in enumerate(found)])

@@ -19,8 +19,8 @@ from ...errors import TritonizeError
 from ...serving.batching import ATTENTION_MASK, OFFSETS, SPECIAL_TOKENS_MASK
 from ...spec import TEXT_INPUT, ModelSpec, Options, TensorSpec, TokenizeModelPost
 from ..task import FLOAT, Task, load_pretrained, refuse_foreign_flags
-from .answers import ANSWERS, OUTPUT, Head
 from .options import AGGREGATIONS, OPTIONS
+from .contract import OUTPUT, CONTRACT, Head
 
 if TYPE_CHECKING:
     from ...folder import ModelFolder
@@ -46,7 +46,7 @@ def _graph_class():
 
 
 class TokenClassification(Task):
-    answers = ANSWERS
+    contract = CONTRACT
     summary = "TEXT in, `entities` (BYTES [N, 1], JSON: entity_group or entity, score, word, start, end) out"
     serves = "*ForTokenClassification folders"
     pipeline = TokenizeModelPost("token_classification", token_extras=(OFFSETS, SPECIAL_TOKENS_MASK))

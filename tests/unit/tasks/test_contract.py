@@ -1,4 +1,4 @@
-"""The reading side of each task (tasks/<task>/answers.py): what clients and the API know of a served answer
+"""Each task's contract (tasks/<task>/contract.py): what clients and the API know of a served answer
 without anything that builds a repository."""
 
 from __future__ import annotations
@@ -15,15 +15,15 @@ from tritonize.tasks.classification import parse_classes
 from tritonize.tasks.embedding import truncate_embeddings
 from tritonize.tasks.sparse_embedding import vectors as sparse_vectors
 
-ANSWERS = {name: task.answers for name, task in tasks.TASKS.items()}
+PROTOCOLS = {name: task.contract for name, task in tasks.TASKS.items()}
 
 
-@pytest.mark.parametrize("name", sorted(ANSWERS))
+@pytest.mark.parametrize("name", sorted(PROTOCOLS))
 def test_a_client_recognises_each_task_by_the_outputs_its_ensemble_returns(name: str) -> None:
-    answers = ANSWERS[name]
-    assert answers.name == name
-    assert tasks.for_outputs(answers.ensemble_output_names) is answers
-    assert tasks.for_outputs(answers.output_names) is answers  # an ensemble read without its row outputs
+    contract = PROTOCOLS[name]
+    assert contract.name == name
+    assert tasks.for_outputs(contract.ensemble_output_names) is contract
+    assert tasks.for_outputs(contract.output_names) is contract  # an ensemble read without its row outputs
 
 
 def test_outputs_no_task_returns_are_refused() -> None:
@@ -31,19 +31,19 @@ def test_outputs_no_task_returns_are_refused() -> None:
         tasks.for_outputs(["embedding", "logits", *ROW_FIELDS])
 
 
-@pytest.mark.parametrize("name", sorted(ANSWERS))
+@pytest.mark.parametrize("name", sorted(PROTOCOLS))
 def test_the_sample_request_is_one_kserve_row_per_text_input(name: str) -> None:
-    answers = ANSWERS[name]
-    body = json.loads(answers.sample_body("a text"))
-    assert [i["name"] for i in body["inputs"]] == [t.name for t in answers.text_inputs]
+    contract = PROTOCOLS[name]
+    body = json.loads(contract.sample_body("a text"))
+    assert [i["name"] for i in body["inputs"]] == [t.name for t in contract.text_inputs]
     assert all(i["shape"] == [1, 1] and i["datatype"] == "BYTES" for i in body["inputs"])
     # One cell per input, as the task's row around one text puts them (a pair task's own text last, after its
     # query; a multi-vector text first, then its form).
-    assert [i["data"] for i in body["inputs"]] == [[x] for x in answers.row_for("a text")]
-    assert "a text" in answers.row_for("a text")
-    assert answers.request([answers.row_for("x"), answers.row_for("y")]) == {
-        t.name: [row[i] for row in (answers.row_for("x"), answers.row_for("y"))]
-        for i, t in enumerate(answers.text_inputs)}
+    assert [i["data"] for i in body["inputs"]] == [[x] for x in contract.row_for("a text")]
+    assert "a text" in contract.row_for("a text")
+    assert contract.request([contract.row_for("x"), contract.row_for("y")]) == {
+        t.name: [row[i] for row in (contract.row_for("x"), contract.row_for("y"))]
+        for i, t in enumerate(contract.text_inputs)}
 
 
 def test_triton_classification_strings_decode_to_labels_in_order() -> None:
@@ -52,9 +52,9 @@ def test_triton_classification_strings_decode_to_labels_in_order() -> None:
     parsed = parse_classes(cells)
     assert [(lb.label, lb.score, lb.index) for lb in parsed[0]] == [("positive", 0.75, 2), ("negative", 0.25, 0)]
     assert [lb.label for lb in parsed[1]] == ["1", "0"]
-    rows = ANSWERS["classification"].rows({"probabilities": cells})
+    rows = PROTOCOLS["classification"].rows({"probabilities": cells})
     assert rows[0]["labels"][0] == {"label": "positive", "score": 0.75, "index": 2}
-    assert "positive 0.750" in ANSWERS["classification"].summary_line(rows[0])
+    assert "positive 0.750" in PROTOCOLS["classification"].summary_line(rows[0])
 
 
 def test_a_matryoshka_cut_is_the_first_values_renormalised_as_the_model_does() -> None:
@@ -74,5 +74,14 @@ def test_sparse_rows_drop_the_padding_and_keep_ids_ascending() -> None:
     [first, second] = sparse_vectors(outputs)
     assert first.indices.tolist() == [3, 17, 40] and second.indices.tolist() == [5]
     assert second.dense(8).tolist() == [0, 0, 0, 0, 0, 2.0, 0, 0]
-    assert ANSWERS["sparse-embedding"].terms(outputs)[1] == [{"index": 5, "value": 2.0}]
-    assert ANSWERS["sparse-embedding"].summary_line(ANSWERS["sparse-embedding"].rows(outputs)[0]).startswith("3 terms")
+    assert PROTOCOLS["sparse-embedding"].terms(outputs)[1] == [{"index": 5, "value": 2.0}]
+    assert PROTOCOLS["sparse-embedding"].summary_line(PROTOCOLS["sparse-embedding"].rows(outputs)[0]).startswith("3 terms")
+
+
+def test_the_client_keeps_the_protocol_class_under_its_former_name() -> None:
+    """`TextClient.task()` returns a TaskContract; code written against `tritonize.client.Answers` keeps working."""
+    from tritonize import client
+    from tritonize.tasks.contract import TaskContract
+
+    assert client.Answers is TaskContract
+    assert all(isinstance(p, TaskContract) for p in tasks.contracts().values())

@@ -9,7 +9,7 @@ import numpy as np
 
 from ...spec import Head as BaseHead
 from ...spec import TensorSpec
-from ..answers import Answers, json_cells
+from ..contract import TaskContract, json_cells
 
 QUESTION_INPUT, CONTEXT_INPUT = "QUESTION", "CONTEXT"
 OUTPUT = "answer"
@@ -23,7 +23,7 @@ class Head(BaseHead):
     max_answer_len: int = 15
 
 
-class QuestionAnsweringAnswers(Answers):
+class QuestionAnsweringContract(TaskContract):
     head_type = Head
     output_names = (OUTPUT,)
     output_statistics = {"tritonize_output_answer_score": OUTPUT, "tritonize_output_unanswerable_total": OUTPUT}
@@ -43,4 +43,4 @@ class QuestionAnsweringAnswers(Answers):
         return "(no answer)" if not a else f"{a['answer']!r} {a['score']:.3f} [{a['start']}:{a['end']}]"
 
 
-ANSWERS = QuestionAnsweringAnswers()
+CONTRACT = QuestionAnsweringContract()

@@ -8,7 +8,7 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from ...spec import Head as BaseHead
-from ..answers import Answers
+from ..contract import TaskContract
 
 LOGITS, PROBABILITIES = "logits", "probabilities"
 Activation = Literal["softmax", "sigmoid"]
@@ -44,7 +44,7 @@ def parse_classes(arr: np.ndarray) -> list[list[Label]]:
     return parsed
 
 
-class ClassificationAnswers(Answers):
+class ClassificationContract(TaskContract):
     head_type = Head
     output_names = (LOGITS, PROBABILITIES)
     output_statistics = {"tritonize_output_top_probability": PROBABILITIES,
@@ -67,4 +67,4 @@ class ClassificationAnswers(Answers):
         return "  ".join(f"{lb['label']} {lb['score']:.3f}" for lb in row["labels"])
 
 
-ANSWERS = ClassificationAnswers()
+CONTRACT = ClassificationContract()

@@ -1,9 +1,10 @@
-"""What reading a task's answers takes: the tensors a request sends and gets back, and how they decode.
+"""A task's contract: what reading its answers takes (the tensors a request sends and gets back, and how they
+decode).
 
-Each task package's answers.py holds its side of this (what vLLM calls a task's protocol): the head it
-describes, the ensemble's input and output names, and how a client turns the returned arrays into one
-answer per text. Clients, the API and the benchmark's readers import these modules alone; building and
-verifying a repository is task.py's.
+Each task package's contract.py holds its side of this (vLLM's name, in its pooling entrypoints, for a task's typed
+requests and answers): the head it describes, the ensemble's input and output names, and how a client turns the
+returned arrays into one answer per text. Clients, the API and the benchmark's readers import these modules alone;
+building and verifying a repository is task.py's.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from ..spec import TEXT_INPUT, Head, TensorSpec
 SAMPLE_TEXT = "Triton serves raw strings."
 
 
-class Answers(abc.ABC):
+class TaskContract(abc.ABC):
     head_type: ClassVar[type[Head]]
     output_names: ClassVar[tuple[str, ...]]  # what the ensemble returns (clients recognise a task by them)
     text_inputs: ClassVar[tuple[TensorSpec, ...]] = (TensorSpec(TEXT_INPUT, "TYPE_STRING", (1,)),)

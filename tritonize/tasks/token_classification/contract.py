@@ -8,7 +8,7 @@ from typing import ClassVar
 import numpy as np
 
 from ...spec import Head as BaseHead
-from ..answers import Answers, json_cells
+from ..contract import TaskContract, json_cells
 
 OUTPUT = "entities"
 
@@ -20,7 +20,7 @@ class Head(BaseHead):
     aggregation: str
 
 
-class TokenClassificationAnswers(Answers):
+class TokenClassificationContract(TaskContract):
     head_type = Head
     output_names = (OUTPUT,)
     output_statistics = {"tritonize_output_entities_total": OUTPUT}
@@ -37,4 +37,4 @@ class TokenClassificationAnswers(Answers):
         return "  ".join(f"{e.get('entity_group', e.get('entity'))}:{e['word']!r} {e['score']:.3f}" for e in found) or "(none)"
 
 
-ANSWERS = TokenClassificationAnswers()
+CONTRACT = TokenClassificationContract()

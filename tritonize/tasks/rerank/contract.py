@@ -9,7 +9,7 @@ import numpy as np
 
 from ...spec import TEXT_INPUT, TensorSpec
 from ...spec import Head as BaseHead
-from ..answers import Answers
+from ..contract import TaskContract
 
 QUERY_INPUT = "QUERY"
 OUTPUT = "score"
@@ -37,7 +37,7 @@ class Head(BaseHead):
         return (self.true_token_id,) + ((self.false_token_id,) if self.false_token_id >= 0 else ())
 
 
-class RerankAnswers(Answers):
+class RerankContract(TaskContract):
     head_type = Head
     output_names = (OUTPUT,)
     output_statistics = {"tritonize_output_score": OUTPUT}
@@ -55,4 +55,4 @@ class RerankAnswers(Answers):
         return f"score {row[OUTPUT]:.4f}"
 
 
-ANSWERS = RerankAnswers()
+CONTRACT = RerankContract()

@@ -9,7 +9,7 @@ import numpy as np
 
 from ...errors import TritonizeError
 from ...spec import Head as BaseHead
-from ..answers import Answers
+from ..contract import TaskContract
 
 OUTPUT = "embedding"
 Library = Literal["sentence-transformers", "transformers"]
@@ -88,7 +88,7 @@ def truncate_embeddings(vectors: np.ndarray, dim: int, normalize: bool) -> np.nd
     return cut / np.maximum(np.linalg.norm(cut, axis=-1, keepdims=True), 1e-12)
 
 
-class EmbeddingAnswers(Answers):
+class EmbeddingContract(TaskContract):
     rollout = "shadow"
     head_type = Head
     output_names = (OUTPUT,)
@@ -107,4 +107,4 @@ class EmbeddingAnswers(Answers):
         return f"dim {vec.size}  norm {np.linalg.norm(vec):.3f}  [{head}, ...]"
 
 
-ANSWERS = EmbeddingAnswers()
+CONTRACT = EmbeddingContract()

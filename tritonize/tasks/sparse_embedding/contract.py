@@ -10,7 +10,7 @@ import numpy as np
 from ...serving.sparse_embedding import INDICES, VALUES
 from ...serving.sparse_embedding import rows as served_rows
 from ...spec import Head as BaseHead
-from ..answers import Answers
+from ..contract import TaskContract
 
 Pooling = Literal["max", "sum"]
 Activation = Literal["relu", "log1p_relu"]
@@ -49,7 +49,7 @@ def vectors(outputs: dict[str, np.ndarray]) -> list[SparseVector]:
     return [SparseVector(i, v) for i, v in served_rows(outputs[INDICES], outputs[VALUES])]
 
 
-class SparseEmbeddingAnswers(Answers):
+class SparseEmbeddingContract(TaskContract):
     rollout = None
     head_type = Head
     output_names = (INDICES, VALUES)
@@ -68,4 +68,4 @@ class SparseEmbeddingAnswers(Answers):
         return f"{len(row[INDICES])} terms  [{shown}{', ...' if len(row[INDICES]) > 4 else ''}]"
 
 
-ANSWERS = SparseEmbeddingAnswers()
+CONTRACT = SparseEmbeddingContract()

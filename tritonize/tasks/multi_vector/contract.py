@@ -10,7 +10,7 @@ import numpy as np
 from ...serving.multi_vector import FORM_INPUT, FORMS, Form
 from ...spec import TEXT_INPUT, TensorSpec
 from ...spec import Head as BaseHead
-from ..answers import Answers
+from ..contract import TaskContract
 
 VECTORS = "token_vectors"  # FP32 [N, T, dim]: each row's scored vectors in token order, then zero rows
 COUNTS = "vector_counts"  # INT32 [N, 1]: how many of a row's vectors are real
@@ -47,7 +47,7 @@ def vectors(outputs: dict[str, np.ndarray]) -> list[np.ndarray]:
     return [np.asarray(v[:n], dtype=np.float32) for v, n in zip(outputs[VECTORS], counts)]
 
 
-class MultiVectorAnswers(Answers):
+class MultiVectorContract(TaskContract):
     rollout = None
     head_type = Head
     output_names = (VECTORS, COUNTS)
@@ -68,4 +68,4 @@ class MultiVectorAnswers(Answers):
         return f"{len(vecs)} vectors of dim {vecs.shape[1] if len(vecs) else 0}{shown}"
 
 
-ANSWERS = MultiVectorAnswers()
+CONTRACT = MultiVectorContract()
