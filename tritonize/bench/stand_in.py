@@ -300,9 +300,9 @@ def check_options(o: BenchOptions) -> None:
                              hint="drop --variant")
     if o.compare or o.compare_variants:
         raise TritonizeError("--stand-in measures one repository", hint="drop --compare and --compare-variant")
-    if o.baselines:
-        raise TritonizeError("--stand-in measures Triton alone: the baselines run the real model",
-                             hint="drop --baselines (or pass --baselines none)")
+    if o.peers:
+        raise TritonizeError("--stand-in measures Triton alone: the peers run the real model",
+                             hint="drop --peers (or pass --peers none)")
 
 
 def run(options: BenchOptions) -> dict:
