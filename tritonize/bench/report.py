@@ -12,7 +12,7 @@ from rich.table import Table
 from . import check, infinity
 from .peers import PEERS
 from .cpu import API, CLIENT, NATIVE_MODEL, SERVER
-from .stats import GRAPH_BATCH
+from .server_counters import GRAPH_BATCH
 
 SYSTEM_ORDER = ("triton-grpc", "triton-http", "triton-api", "doc", "doc-batched", *infinity.ENGINES)
 COLORS = {"triton-grpc": "#76b900", "triton-http": "#2a7ab0", "triton-api": "#1abc9c", "doc": "#c0392b", "doc-batched": "#e67e22",

@@ -25,7 +25,7 @@ from ..manifest import Manifest, read_manifests
 from ..repository import parse_config
 from ..spec import CONFIG_FILE, ENSEMBLE, MODEL, PRODUCTION_VARIANT, repo_paths, step_names
 from ..spec.options import Overrides
-from . import check, corpus, cpu, floor, infinity, load, peers, stats
+from . import check, corpus, cpu, floor, infinity, load, peers, server_counters
 from .measured import measured_model, record, say_run, triton_endpoints
 from .options import API_SYSTEM, FLOOR, SHARED_CPU_NOTE, TRITON_LABELS, TRITON_SYSTEM, BenchOptions
 from .report import client_inclusive_floor, compared_system, label_of, split_system
@@ -112,14 +112,15 @@ class Bench:
             self.check_triton(grpc_url)
             meter = cpu.CpuMeter(server_pid, model_threads=self.native_model_threads()) if server_pid else None
             try:
-                stats.fetch(http_url)
-                snaps: stats.Snapshots | None = stats.Snapshots(http_url, list(self.steps.values()))
+                server_counters.fetch(http_url)
+                snaps: server_counters.Snapshots | None = server_counters.Snapshots(http_url, list(self.steps.values()))
             except OSError:
                 self.say(f"[yellow]no statistics at {http_url}: per-step figures are left out[/]")
                 snaps = None
             try:
-                stats.served_counters(metrics_url)
-                served: stats.ServedCounters | None = stats.ServedCounters(metrics_url, list(self.steps.values()))
+                server_counters.served_counters(metrics_url)
+                served: server_counters.ServedCounters | None = server_counters.ServedCounters(metrics_url,
+                                                                                    list(self.steps.values()))
             except (OSError, ValueError):
                 self.say(f"[yellow]no metrics at {metrics_url}: the served steps' counters are left out[/]")
                 served = None
@@ -168,7 +169,8 @@ class Bench:
                     if pair:
                         self._floor_batch1(wname, w)
                     counted = served.finish() if served else None
-                    extra = self._triton_extra(snaps, result, w, (counted or {}).get(stats.GRAPH_BATCH)) if snaps else {}
+                    graph_batch = (counted or {}).get(server_counters.GRAPH_BATCH)
+                    extra = self._triton_extra(snaps, result, w, graph_batch) if snaps else {}
                     if used:
                         extra["cpu"] = used
                     if counted is not None:
@@ -223,7 +225,7 @@ class Bench:
         lat = self.floor.batch1_latency(w.rows, max(1, requests) if requests is not None else None, duration)
         self.batch1.setdefault(wname, []).extend(lat)
 
-    def _triton_extra(self, snaps: stats.Snapshots, result: load.LoadResult, w: corpus.Workload,
+    def _triton_extra(self, snaps: server_counters.Snapshots, result: load.LoadResult, w: corpus.Workload,
                       graph_batch: float | None = None) -> dict:
         deltas = snaps.finish(expected=result.completed)
         by_role = {role: deltas[model] for role, model in self.steps.items()}
@@ -231,9 +233,9 @@ class Bench:
         called = [by_role[r] for r in ensemble_roles(by_role, self.task)]
         return {
             "steps": {role: d.to_dict() for role, d in by_role.items()},
-            "breakdown": stats.overhead_breakdown(client_mean, by_role[ENSEMBLE], called),
+            "breakdown": server_counters.overhead_breakdown(client_mean, by_role[ENSEMBLE], called),
             # Estimated: the workload's rows, in order, batched as the graph ran them on average.
-            "padding_waste": stats.padding_waste(w.model_rows, graph_batch or by_role[MODEL.key].avg_batch or 1.0,
+            "padding_waste": server_counters.padding_waste(w.model_rows, graph_batch or by_role[MODEL.key].avg_batch or 1.0,
                                                  self.floor.runner),
         }
 

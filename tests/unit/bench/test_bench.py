@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tritonize import chain
-from tritonize.bench import peer_server, corpus, floor, stats, tune
+from tritonize.bench import corpus, floor, peer_server, server_counters, tune
 from tritonize.errors import TritonizeError
 
 # -- workloads -----------------------------------------------------------------
@@ -39,10 +39,10 @@ def test_fixed_length_texts_have_exact_token_counts(tiny_embedding_repo) -> None
 def test_served_counters_are_read_once_they_stop_moving() -> None:
     """The steps publish their counts up to PUBLISH_S late: a read settles on the first value read twice running."""
     reads = iter([{"texts": 3.0}, {"texts": 7.0}, {"texts": 8.0}, {"texts": 8.0}, {"texts": 9.0}])
-    assert stats.settled(lambda: next(reads)) == {"texts": 8.0}
+    assert server_counters.settled(lambda: next(reads)) == {"texts": 8.0}
     moving = iter(range(1000))
     started = time.monotonic()
-    assert stats.settled(lambda: next(moving), limit_s=0.5) >= 2  # never still: the last read once the limit passed
+    assert server_counters.settled(lambda: next(moving), limit_s=0.5) >= 2  # never still: the last read once the limit passed
     assert time.monotonic() - started < 2.0
 
 
