@@ -189,7 +189,7 @@ def test_the_api_finds_the_embedder_and_the_reranker_by_their_tasks(served: Serv
     the repository's only model of its task."""
     import urllib.request
 
-    from tritonize.api.process import ApiProcess
+    from tritonize.api.child import ApiProcess
     from tritonize.runtime.machine import free_ports
 
     s = served.stack

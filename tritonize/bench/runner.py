@@ -137,7 +137,7 @@ class Bench:
             return lambda n: load.TritonGrpc(grpc_url, self.name, self.inputs, self.o.timeout_s, n)
         if protocol == "http":
             return lambda n: load.TritonHttp(http_url, self.name, self.inputs, self.o.timeout_s, n)
-        from ..api.process import ApiProcess
+        from ..api.child import ApiProcess
         from ..runtime.machine import free_ports
         from .infinity import ask
 
