@@ -5,7 +5,7 @@
 #   make test-install     a fresh copy installed from PyPI and PyTorch's CPU index alone, then make run
 #   make backend  Triton's native onnxruntime backend for the local server, built from its release sources (~20 s)
 #   make monitoring   the same server, with a Prometheus (Debian's package) that scrapes it
-#   make infinity     Infinity, the optional bench baseline, in a virtualenv of its own
+#   make infinity     Infinity, the optional bench peer, in a virtualenv of its own
 #   make lock         refresh requirements.lock (and the serving image's lock) to the newest allowed versions, then test
 #   make test-latest  the suite in .venv-latest on the newest versions pyproject.toml allows: tomorrow's breakage, today
 
@@ -78,8 +78,8 @@ help:
 	@echo "make lock    refresh $(LOCK) and the images' locks to the newest allowed versions, then run the suite"
 	@echo "make test-latest   the suite on the newest versions pyproject.toml allows, in $(LATEST_VENV)/ (informs only)"
 	@echo "make stop | status | logs   manage the local server"
-	@echo "make bench   benchmark the local server against the baselines and the in-process floor"
-	@echo "make infinity   install Infinity (an optional bench baseline) into $(INFINITY_VENV)/"
+	@echo "make bench   benchmark the local server against the peers and the in-process floor"
+	@echo "make infinity   install Infinity (an optional bench peer) into $(INFINITY_VENV)/"
 	@echo "make stress  open-loop overload at 4x capacity: rejections, bounds, readiness, correctness"
 
 # Debian's packages of every program outside Python that the code and the tests run (the lock brings the rest:

@@ -63,7 +63,7 @@ class VerificationReport:
     seconds: float = 0.0
     export_seconds: dict[str, float] | None = None
     answers: dict | None = None  # the whole served answer against the model's library, where a step follows the graph
-    variants: dict[str, StageResult] = field(default_factory=dict)  # declared forms of the served answer (Matryoshka)
+    forms: dict[str, StageResult] = field(default_factory=dict)  # declared forms of the served answer (Matryoshka)
     skipped: bool = False
 
     @classmethod
@@ -75,7 +75,7 @@ class VerificationReport:
             return {"skipped": True, "passed": None}
         data = asdict(self)
         data.pop("skipped")
-        for optional in ("export_seconds", "answers", "variants"):
+        for optional in ("export_seconds", "answers", "forms"):
             if not data[optional]:
                 data.pop(optional)
         return data
@@ -85,7 +85,9 @@ class VerificationReport:
         if data.get("skipped"):
             return cls.skipped_report()
         values = dict(data)
-        for key in ("stages", "variants"):
+        if "variants" in values:  # written before the answer forms were called forms
+            values["forms"] = values.pop("variants")
+        for key in ("stages", "forms"):
             values[key] = {k: StageResult(**v) for k, v in values.get(key, {}).items()}
         return cls(**values)
 
@@ -95,7 +97,7 @@ class VerificationReport:
             [f"{n}: max-abs {r.max_abs:.2e}, cosine {r.min_cosine:.6f}"
              + (f", {r.kept['figure']} {r.kept['value']:.3f} on {r.kept['rows']} corpus texts" if r.kept else "")
              for n, r in self.stages.items()]
-            + [f"{n}: {r.metric.replace('_', '-')} {r.value:.2e}" for n, r in self.variants.items()]
+            + [f"{n}: {r.metric.replace('_', '-')} {r.value:.2e}" for n, r in self.forms.items()]
         )
 
 
@@ -206,7 +208,7 @@ def verify(spec: ModelSpec, graph, stages: dict[str, Path], fp16_stages: set[str
             results[name] = judged(name, compare(reference, served_out), kept)
         # Once, on the last stage: what gets served.
         served = task.served_check(spec, graph, rows, graph_out)
-        variants = {v.name: judged(name, compare(v.reference, v.derive(served_out))) for v in task.variants(spec, rows)}
+        forms = {f.name: judged(name, compare(f.reference, f.derive(served_out))) for f in task.answer_forms(spec, rows)}
     lengths = feeds[ATTENTION_MASK].sum(1)
     return VerificationReport(
         reference=reference_name,
@@ -217,15 +219,15 @@ def verify(spec: ModelSpec, graph, stages: dict[str, Path], fp16_stages: set[str
         truncated=int((lengths >= spec.max_length).sum()),
         stages=results,
         answers=served,
-        variants=variants,
-        passed=all(r.passed for r in [*results.values(), *variants.values()]) and (served is None or served["passed"]),
+        forms=forms,
+        passed=all(r.passed for r in [*results.values(), *forms.values()]) and (served is None or served["passed"]),
         seconds=round(time.perf_counter() - start, 3),
     )
 
 
 def check(report: VerificationReport) -> None:
     """Exit non-zero, with the numbers, when a tolerance is exceeded."""
-    failed = {name: r for name, r in [*report.stages.items(), *report.variants.items()] if not r.passed}
+    failed = {name: r for name, r in [*report.stages.items(), *report.forms.items()] if not r.passed}
     if report.answers and not report.answers["passed"]:
         a = report.answers
         raise TritonizeError(

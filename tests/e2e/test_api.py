@@ -297,7 +297,7 @@ def test_local_up_runs_the_api_supervised_and_down_stops_it(matryoshka_repo, loc
     import os
     import signal
 
-    from tritonize.api.process import ApiOptions
+    from tritonize.api.child import ApiOptions
     from tritonize.runtime.instance import read_api
     from tritonize.runtime.local import LocalRuntime
     from tritonize.runtime.machine import free_ports

@@ -1,6 +1,6 @@
 """`tritonize bench` and `tritonize tune` on the tiny embedding model: structure and counts, not speed.
 
-They start real servers (Triton, the Starlette baselines) with request-bounded runs, so every count is exact.
+They start real servers (Triton, the Starlette peers) with request-bounded runs, so every count is exact.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def test_bench_runs_every_system_with_exact_counts(tiny_embedding_repo, tmp_path
     rc = main([
         "bench", "--repository", str(tiny_embedding_repo.repository), "--start-local",
         "--requests", "40", "--warmup", "5", "--concurrency", "1,4", "--workloads", "short,mixed",
-        "--short-tokens", "16", "--protocols", "grpc,http", "--baselines", "doc,doc-batched,floor",
+        "--short-tokens", "16", "--protocols", "grpc,http", "--peers", "doc,doc-batched,floor",
         "--output", str(out),
     ])
     assert rc == 0

@@ -36,7 +36,7 @@ def test_bench_measures_infinity_with_the_same_rows(tiny_embedding_repo, infinit
     rc = main([
         "bench", "--repository", str(tiny_embedding_repo.repository), "--start-local",
         "--requests", "20", "--warmup", "5", "--concurrency", "1,4", "--workloads", "short,mixed",
-        "--short-tokens", "16", "--protocols", "grpc", "--baselines", ",".join(ENGINES),
+        "--short-tokens", "16", "--protocols", "grpc", "--peers", ",".join(ENGINES),
         "--infinity-python", str(infinity_install.python), "--output", str(out),
     ])
     assert rc == 0
@@ -62,7 +62,7 @@ def test_bench_measures_infinity_with_the_same_rows(tiny_embedding_repo, infinit
     assert "min cosine" in printed.out
     assert "Infinity, ONNX (optimum)'s answers differ from the floor's" in printed.err
     # Everything Infinity wrote stayed in the run folder, and no Infinity runs there any more.
-    assert (out / ".run" / "baseline-infinity-onnx" / "model" / "model.onnx").exists()
+    assert (out / ".run" / "peer-infinity-onnx" / "model" / "model.onnx").exists()
     assert not (Path(tiny_embedding_repo.source) / "model.onnx").exists()
     assert not _processes_in(out)
 

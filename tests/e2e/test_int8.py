@@ -38,7 +38,7 @@ def test_bench_measures_the_int8_repository_beside_fp32_in_one_run(int8_repo, ti
     out = tmp_path / "results"
     assert main(["bench", "-r", str(tiny_embedding_repo.repository), "--start-local", "--compare", str(int8_repo),
                  "--requests", "32", "--warmup", "5", "--concurrency", "16", "--workloads", "short", "--short-tokens", "16",
-                 "--protocols", "grpc", "--baselines", "none", "-o", str(out)]) == 0
+                 "--protocols", "grpc", "--peers", "none", "-o", str(out)]) == 0
     doc = json.loads((out / "bench.json").read_text())
     assert doc["meta"]["precision"] == "fp32"
     assert doc["compared"] == {"int8": {"repository": str(int8_repo.resolve()), "model": "emb8", "precision": "int8"}}

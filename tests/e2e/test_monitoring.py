@@ -19,7 +19,7 @@ import yaml
 
 from support.monitoring import dashboard, deploy, need, query, unanswered
 from tritonize import chain, metrics_text
-from tritonize.bench.stats import settled
+from tritonize.bench.server_counters import settled
 from tritonize.runtime import monitoring as mon
 from tritonize.runtime import machine
 from tritonize.serving import statistics

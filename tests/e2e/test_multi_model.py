@@ -134,7 +134,7 @@ def test_bench_measures_the_model_it_is_told(served: Served, tmp_path: Path, cap
     common = ["bench", "--repository", str(s.repository), "--url", f"{e.host}:{e.http_port}",
               "--grpc-url", e.grpc, "--metrics-url", f"{e.host}:{e.metrics_port}", "--requests", "12", "--warmup", "2",
               "--concurrency", "1", "--workloads", "short", "--short-tokens", "32", "--protocols", "grpc",
-              "--baselines", "floor"]
+              "--peers", "floor"]
     capsys.readouterr()
     assert main([*common, "--output", str(tmp_path / "none")]) == 2
     assert "holds 2 models" in capsys.readouterr().err
@@ -189,7 +189,7 @@ def test_the_api_finds_the_embedder_and_the_reranker_by_their_tasks(served: Serv
     the repository's only model of its task."""
     import urllib.request
 
-    from tritonize.api.process import ApiProcess
+    from tritonize.api.child import ApiProcess
     from tritonize.runtime.machine import free_ports
 
     s = served.stack

@@ -16,7 +16,7 @@ from support.stopping import stop_later
 from support.tiny_models import build_classifier, build_embedding_model
 from tritonize.chain import in_process
 from tritonize.cli import main
-from tritonize.rollout import CANARY, COSINE, ROLLED_BACK, SHADOW, read_rollouts
+from tritonize.rollout_state import CANARY, COSINE, ROLLED_BACK, SHADOW, read_rollouts
 from tritonize.runtime import candidate
 from tritonize.runtime.local import LocalRuntime
 from tritonize.runtime.versions import ready_versions

@@ -168,7 +168,7 @@ def test_bench_measures_sparse_and_llm_rerankers(served, zoo_id: str, tmp_path) 
     rc = main([
         "bench", "--repository", str(s.repository), "--url", s.endpoints.http, "--grpc-url", s.endpoints.grpc,
         "--requests", "12", "--warmup", "2", "--concurrency", "1,2", "--workloads", "short,mixed",
-        "--short-tokens", str(short), "--protocols", "grpc,http", "--baselines", "doc-batched,floor",
+        "--short-tokens", str(short), "--protocols", "grpc,http", "--peers", "doc-batched,floor",
         "--output", str(out),
     ])
     assert rc == 0

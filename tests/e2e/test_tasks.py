@@ -468,7 +468,7 @@ def test_bench_measures_every_task(served, zoo_id: str, tmp_path) -> None:
     rc = main([
         "bench", "--repository", str(s.repository), "--url", s.endpoints.http, "--grpc-url", s.endpoints.grpc,
         "--requests", "20", "--warmup", "3", "--concurrency", "1,2", "--workloads", "short,mixed", "--short-tokens", "32",
-        "--protocols", "grpc,http", "--baselines", "doc-batched,floor", "--output", str(out),
+        "--protocols", "grpc,http", "--peers", "doc-batched,floor", "--output", str(out),
     ])
     assert rc == 0
     doc = json.loads((out / "bench.json").read_text())
@@ -477,7 +477,7 @@ def test_bench_measures_every_task(served, zoo_id: str, tmp_path) -> None:
     for wname, w in doc["workloads"].items():
         assert len(w["example"]) == (2 if pair else 1)
         assert doc["checks"]["triton"][wname]["passed"] and doc["checks"]["triton"][wname]["rows"] == 8
-        assert doc["checks"]["doc-batched"][wname]["passed"]  # the PyTorch baseline computes the same answers
+        assert doc["checks"]["doc-batched"][wname]["passed"]  # the PyTorch peer computes the same answers
     assert doc["workloads"]["short"]["tokens"]["min"] == doc["workloads"]["short"]["tokens"]["max"] == 32
     systems = {(r["system"], r["workload"], r["concurrency"]) for r in doc["runs"]}
     assert systems == {(sy, w, c) for sy in ("triton-grpc", "triton-http", "doc-batched")
@@ -544,7 +544,7 @@ def test_bench_fails_when_the_server_answers_otherwise(served, tmp_path, capsys)
     mine, other = served["bert-qa"], served["roberta-qa"]
     rc = main(["bench", "--repository", str(mine.repository), "--url", other.endpoints.http, "--grpc-url",
                other.endpoints.grpc, "--model", other.name, "--requests", "5", "--concurrency", "1", "--workloads", "short",
-               "--short-tokens", "32", "--protocols", "grpc", "--baselines", "none", "--output", str(tmp_path)])
+               "--short-tokens", "32", "--protocols", "grpc", "--peers", "none", "--output", str(tmp_path)])
     assert rc == 1
     assert "Triton's answers differ from the floor's" in capsys.readouterr().err
     doc = json.loads((tmp_path / "bench.json").read_text())

@@ -5,7 +5,7 @@ have published what they counted."""
 from __future__ import annotations
 
 from tritonize import metrics_text
-from tritonize.bench.stats import settled
+from tritonize.bench.server_counters import settled
 
 
 def scrape(url: str) -> list[metrics_text.Sample]:

@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 from tritonize import chain, metrics_text
-from tritonize.bench.stats import settled
+from tritonize.bench.server_counters import settled
 from tritonize.manifest import read_manifest
 from tritonize.serving.metrics import PUBLISH_S, STATISTICS_PUBLISH_S
 from tritonize.serving.statistics import (

@@ -82,6 +82,6 @@ def test_runtimes_measures_both_runtimes_on_each_graph(int8_repo, tiny_embedding
 
 def test_bench_refuses_to_compare_another_task(tiny_embedding_repo, tiny_classifier_repo, tmp_path, capsys) -> None:
     rc = main(["bench", "-r", str(tiny_embedding_repo.repository), "--compare", str(tiny_classifier_repo.repository),
-               "--baselines", "none", "-o", str(tmp_path)])
+               "--peers", "none", "-o", str(tmp_path)])
     assert rc != 0 and not (tmp_path / "bench.json").exists()
     assert "its task is classification" in capsys.readouterr().err

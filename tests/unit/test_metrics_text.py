@@ -13,7 +13,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from tritonize import metrics_text
-from tritonize.bench import stats
+from tritonize.bench import server_counters
 from tritonize.runtime.base import Endpoints, activity
 
 # Triton writes its counters without `_total` (the parser's OpenMetrics form would add it) and a step's histogram
@@ -123,11 +123,11 @@ def test_the_bench_and_the_drain_read_a_served_page() -> None:
     """The served steps' counters of the measured models only, rejections by reason (one with a comma, and a
     model whose name holds one); the drain's waiting and finished requests over every model."""
     with served(TRITON_PAGE) as address:
-        counted = stats.served_counters(address, models=["emb_tokenizer"])
+        counted = server_counters.served_counters(address, models=["emb_tokenizer"])
         assert counted == {"tritonize_texts_total": 6.0, "tritonize_inputs_rejected_total/empty": 2.0,
                            "tritonize_inputs_rejected_total/too_long": 1.0,
                            "tritonize_inputs_rejected_total/too_long, by far": 4.0}
-        assert stats.served_counters(f"http://{address}/metrics", models=["a,b_tokenizer"]) == {
+        assert server_counters.served_counters(f"http://{address}/metrics", models=["a,b_tokenizer"]) == {
             "tritonize_inputs_rejected_total/empty": 9.0}
         host, port = address.split(":")
         endpoints = Endpoints(host=host, http_port=1, grpc_port=1, metrics_port=int(port))

@@ -301,6 +301,15 @@ def test_write_creates_a_complete_repository(tmp_path: Path) -> None:
     assert VerificationReport.from_dict(json.loads((out / "verification.json").read_text())) == PASSED
 
 
+def test_verification_written_with_the_old_key_for_answer_forms_still_reads() -> None:
+    """verification.json written before the answer forms were called forms lists them under "variants"."""
+    form = {"max_abs": 1e-6, "mean_abs": 1e-7, "min_cosine": 1.0, "argmax_agreement": 1.0, "metric": "max_abs",
+            "threshold": 1e-4, "passed": True, "precision": "fp32"}
+    report = VerificationReport.from_dict({**PASSED.to_dict(), "variants": {"dim 8": form}})
+    assert list(report.forms) == ["dim 8"] and report.forms["dim 8"].passed
+    assert "forms" in report.to_dict() and "variants" not in report.to_dict()
+
+
 def test_foreign_directory_is_refused_and_kept(tmp_path: Path) -> None:
     files, binaries = _files_and_binary(tmp_path)
     out = tmp_path / "mine"

@@ -14,7 +14,7 @@ from pydantic import BaseModel, RootModel
 
 from .backend import DEFAULT_TIMEOUT_S, TritonBackend
 from .catalog import Catalog, ServedModel
-from .rollouts import Rollouts
+from .rollout_routing import Rollouts
 from .schemas import TEIInfo
 from .task_routes import routes_of
 

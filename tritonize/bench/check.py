@@ -4,7 +4,7 @@ The floor runs the repository's own steps in-process (`chain.in_process`), so
 Triton must answer the same rows with the same outputs: numbers within a
 tolerance (batching changes the order of float sums, nothing more), JSON
 answers (entities, spans) equal in every field but scores, which get the
-same tolerance. The PyTorch baselines are checked the same way with a
+same tolerance. The PyTorch peers are checked the same way with a
 tolerance for PyTorch against onnxruntime, and their agreement is recorded.
 A server that is not ours (Infinity) may scale an embedding differently (it
 always normalises), so its embeddings are compared by cosine instead.

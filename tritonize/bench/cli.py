@@ -14,10 +14,10 @@ from ..console import err, out
 from ..errors import TritonizeError
 from ..spec import DEFAULT_VARIANT, PRODUCTION_VARIANT, VARIANT_CONFIGS
 from . import corpus, infinity, stand_in
-from .options import ALL_BASELINES, DEFAULT_CONCURRENCY, DEFAULT_PROTOCOLS, BenchOptions
+from .options import ALL_PEERS, DEFAULT_CONCURRENCY, DEFAULT_PROTOCOLS, BenchOptions
 from .runner import Bench, is_triton
 
-BASELINE_CHOICES = ALL_BASELINES
+PEER_CHOICES = ALL_PEERS
 PROTOCOLS = ("grpc", "http", "api")  # api: `tritonize api`'s /v1/embeddings in front of the same server (embedders)
 JSON_NAME, CHART_NAME = "bench.json", "bench.png"
 
@@ -91,8 +91,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--texts-per-request", type=int_list, default=None,
                    help=f"with --stand-in: texts in each request, each size measured in turn (default: "
                         f"{','.join(map(str, stand_in.TEXTS_PER_REQUEST))})")
-    p.add_argument("--baselines", type=choice_list(BASELINE_CHOICES, allow_none=True), default=None,
-                   help=f"{','.join(BASELINE_CHOICES)} or none (default: all; Infinity's only where it is installed)")
+    p.add_argument("--peers", "--baselines", dest="peers", type=choice_list(PEER_CHOICES, allow_none=True), default=None,
+                   help=f"the servers compared against: {','.join(PEER_CHOICES)} or none (default: all; Infinity's "
+                        "only where it is installed); --baselines is a deprecated alias")
     p.add_argument("--infinity-python", default=None,
                    help=f"the interpreter of Infinity's virtualenv (default: {infinity.venv_python(infinity.VENV)}; "
                         f"install: {infinity.INSTALL_HINT})")
@@ -106,7 +107,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--compare-variant", choices=tuple(VARIANT_CONFIGS), action="append", default=[],
                    dest="compare_variants", metavar="VARIANT",
                    help="the same repository serving another variant, measured in this run on its own local server")
-    p.add_argument("--source-model", default=None, help="model folder the baselines load (default: tritonize.yaml's model)")
+    p.add_argument("--source-model", default=None, help="model folder the peers load (default: tritonize.yaml's model)")
     p.add_argument("--output", "-o", type=Path, default=Path("bench_results"), help="folder for bench.json and bench.png")
     p.set_defaults(func=run)
 
@@ -130,8 +131,8 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
         workloads=args.workloads,
         protocols=args.protocols or list(stand_in.PROTOCOLS if stand else DEFAULT_PROTOCOLS),
         protocols_asked=args.protocols is not None,
-        baselines=([] if stand else list(BASELINE_CHOICES)) if args.baselines is None else args.baselines,
-        baselines_asked=args.baselines is not None,
+        peers=([] if stand else list(PEER_CHOICES)) if args.peers is None else args.peers,
+        peers_asked=args.peers is not None,
         infinity_python=args.infinity_python,
         duration_s=None if args.requests else (args.duration or BenchOptions.duration_s),
         requests=args.requests,

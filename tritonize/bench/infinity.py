@@ -1,4 +1,4 @@
-"""Infinity, the embedding server a user might deploy instead of Triton, as a bench baseline.
+"""Infinity, the embedding server a user might deploy instead of Triton, as a bench peer.
 
 Infinity (`infinity-emb` on PyPI) runs from a virtualenv of its own, as a
 child process: version 0.0.78 needs sentence-transformers < 4 (so
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import TritonizeError
-from .baselines import ChildServer
+from .peers import ChildServer
 from .load import JSON_HEADERS
 
 VERSION = "0.0.78"

@@ -70,7 +70,7 @@ class TritonGrpc(Sender):
 
 
 class _Http(Sender):
-    """One pooled aiohttp session: the same HTTP stack for Triton and the baselines.
+    """One pooled aiohttp session: the same HTTP stack for Triton and the peers.
 
     aiohttp, not httpx: on a 2-core machine httpx spent ~3.3 ms of CPU per
     request against aiohttp's ~0.55 ms, CPU the system under test then lacks.
@@ -111,8 +111,8 @@ class TritonHttp(_Http):
         await self._post(self.url, json.dumps(body).encode())
 
 
-class BaselineHttp(_Http):
-    """The Starlette baseline: the raw UTF-8 text is the body, as in Hugging Face's example; a pair is a
+class PeerHttp(_Http):
+    """The Starlette peer: the raw UTF-8 text is the body, as in Hugging Face's example; a pair is a
     JSON list of its two texts."""
 
     def __init__(self, url: str, timeout_s: float = DEFAULT_TIMEOUT_S):

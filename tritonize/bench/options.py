@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..spec import DEFAULT_VARIANT
-from . import baselines, corpus, infinity, load
+from . import corpus, infinity, load, peers
 
 TRITON_LABELS = {"grpc": "Triton gRPC", "http": "Triton HTTP", "api": "API /v1/embeddings"}
 API_SYSTEM = "triton-api"  # `tritonize api` in front of the measured server, its answers checked on their own
@@ -15,7 +15,7 @@ TRITON_SYSTEM = "triton"  # the checks: one for both protocols, the same server
 FLOOR = "floor"
 DEFAULT_CONCURRENCY = (1, 4, 16)
 DEFAULT_PROTOCOLS = ("grpc", "http")
-ALL_BASELINES = (*baselines.BASELINES, *infinity.ENGINES, FLOOR)
+ALL_PEERS = (*peers.PEERS, *infinity.ENGINES, FLOOR)
 SHARED_CPU_NOTE = (
     "The load generator runs on the same machine and shares its cores with the system under test; "
     "client_cpu_pct is how much of one core it used."
@@ -38,15 +38,15 @@ class BenchOptions:
     workloads: list[str] = field(default_factory=lambda: list(corpus.WORKLOADS))
     protocols: list[str] = field(default_factory=lambda: list(DEFAULT_PROTOCOLS))
     protocols_asked: bool = False  # named by the user: a protocol this model cannot take is then an error
-    baselines: list[str] = field(default_factory=lambda: list(ALL_BASELINES))
-    # Named by the user: a baseline that is not installed is then an error, not a skip.
-    baselines_asked: bool = False
+    peers: list[str] = field(default_factory=lambda: list(ALL_PEERS))
+    # Named by the user: a peer that is not installed is then an error, not a skip.
+    peers_asked: bool = False
     infinity_python: str | None = None  # default: .venv-infinity/bin/python
     duration_s: float | None = 10.0
     requests: int | None = None
     warmup: int | None = None  # default: 2 x concurrency, at least 10
     output: Path = Path("bench_results")
-    source_model: str | None = None  # the folder the baselines load; default: tritonize.yaml's model
+    source_model: str | None = None  # the folder the peers load; default: tritonize.yaml's model
     corpus_file: Path | None = None
     short_tokens: int = corpus.DEFAULT_SHORT_TOKENS
     long_tokens: int = corpus.DEFAULT_LONG_TOKENS

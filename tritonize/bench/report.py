@@ -10,9 +10,9 @@ from rich.console import Console
 from rich.table import Table
 
 from . import check, infinity
-from .baselines import BASELINES
+from .peers import PEERS
 from .cpu import API, CLIENT, NATIVE_MODEL, SERVER
-from .stats import GRAPH_BATCH
+from .server_counters import GRAPH_BATCH
 
 SYSTEM_ORDER = ("triton-grpc", "triton-http", "triton-api", "doc", "doc-batched", *infinity.ENGINES)
 COLORS = {"triton-grpc": "#76b900", "triton-http": "#2a7ab0", "triton-api": "#1abc9c", "doc": "#c0392b", "doc-batched": "#e67e22",
@@ -29,7 +29,7 @@ def _waste(run: dict) -> str:
 
 
 ROLE_SHORT = {"tokenizer": "first"}  # documents written before the first step's role had its name
-CHECK_LABELS = {"triton": "Triton", "triton-api": "API /v1/embeddings", **{k: label for k, (label, _) in BASELINES.items()},
+CHECK_LABELS = {"triton": "Triton", "triton-api": "API /v1/embeddings", **{k: label for k, (label, _) in PEERS.items()},
                 **{k: e.label for k, e in infinity.ENGINES.items()}}
 
 

@@ -109,7 +109,7 @@ def maxsim_ms(grpc_url: str, model: str, head, pair: tuple[str, list[str]]) -> f
 
 
 def run_bench(o: RerankOptions) -> dict:
-    from ..api.process import ApiProcess
+    from ..api.child import ApiProcess
     from ..api.task_routes import routes_of
     from ..manifest import read_manifests
     from ..runtime.machine import free_ports

@@ -1,4 +1,5 @@
-"""One benchmark run: Triton (gRPC, HTTP), the baselines and the floor, same model, same texts.
+"""One benchmark run: Triton (gRPC, HTTP), the peers (the servers compared against) and the floor, same model,
+same texts.
 
 Systems are measured one after another, never at the same time, so each has
 the whole machine (shared only with the load generator). A server started
@@ -24,7 +25,7 @@ from ..manifest import Manifest, read_manifests
 from ..repository import parse_config
 from ..spec import CONFIG_FILE, ENSEMBLE, MODEL, PRODUCTION_VARIANT, repo_paths, step_names
 from ..spec.options import Overrides
-from . import baselines, check, corpus, cpu, floor, infinity, load, stats
+from . import check, corpus, cpu, floor, infinity, load, peers, server_counters
 from .measured import measured_model, record, say_run, triton_endpoints
 from .options import API_SYSTEM, FLOOR, SHARED_CPU_NOTE, TRITON_LABELS, TRITON_SYSTEM, BenchOptions
 from .report import client_inclusive_floor, compared_system, label_of, split_system
@@ -73,7 +74,7 @@ class Bench:
         self.steps[ENSEMBLE] = self.name
         self.runs: list[dict] = []
         self.checks: dict[str, dict] = {}  # per system and workload: its answers against the floor's
-        self.skipped: dict[str, str] = {}  # per baseline asked for but not measured: why, in one line
+        self.skipped: dict[str, str] = {}  # per peer asked for but not measured: why, in one line
         self.infinity: dict = {}  # the Infinity install measured, and each engine's warnings
         self._expected: dict[str, list[dict]] = {}
         # The floor's batch-1 latencies, taken right around Triton's concurrency-1 run of each workload.
@@ -111,14 +112,15 @@ class Bench:
             self.check_triton(grpc_url)
             meter = cpu.CpuMeter(server_pid, model_threads=self.native_model_threads()) if server_pid else None
             try:
-                stats.fetch(http_url)
-                snaps: stats.Snapshots | None = stats.Snapshots(http_url, list(self.steps.values()))
+                server_counters.fetch(http_url)
+                snaps: server_counters.Snapshots | None = server_counters.Snapshots(http_url, list(self.steps.values()))
             except OSError:
                 self.say(f"[yellow]no statistics at {http_url}: per-step figures are left out[/]")
                 snaps = None
             try:
-                stats.served_counters(metrics_url)
-                served: stats.ServedCounters | None = stats.ServedCounters(metrics_url, list(self.steps.values()))
+                server_counters.served_counters(metrics_url)
+                served: server_counters.ServedCounters | None = server_counters.ServedCounters(metrics_url,
+                                                                                    list(self.steps.values()))
             except (OSError, ValueError):
                 self.say(f"[yellow]no metrics at {metrics_url}: the served steps' counters are left out[/]")
                 served = None
@@ -135,7 +137,7 @@ class Bench:
             return lambda n: load.TritonGrpc(grpc_url, self.name, self.inputs, self.o.timeout_s, n)
         if protocol == "http":
             return lambda n: load.TritonHttp(http_url, self.name, self.inputs, self.o.timeout_s, n)
-        from ..api.process import ApiProcess
+        from ..api.child import ApiProcess
         from ..runtime.machine import free_ports
         from .infinity import ask
 
@@ -156,7 +158,7 @@ class Bench:
             for n in self.o.texts_per_request:
                 requests = load.requests_of(w.rows, n)
                 for c in self.o.concurrency:
-                    pair = c == 1 and n == 1 and protocol == self.o.protocols[0] and FLOOR in self.o.baselines
+                    pair = c == 1 and n == 1 and protocol == self.o.protocols[0] and FLOOR in self.o.peers
                     if pair:
                         self._floor_batch1(wname, w)
                     starts = [f for f in (snaps.start if snaps else None, meter.start if meter else None,
@@ -167,7 +169,8 @@ class Bench:
                     if pair:
                         self._floor_batch1(wname, w)
                     counted = served.finish() if served else None
-                    extra = self._triton_extra(snaps, result, w, (counted or {}).get(stats.GRAPH_BATCH)) if snaps else {}
+                    graph_batch = (counted or {}).get(server_counters.GRAPH_BATCH)
+                    extra = self._triton_extra(snaps, result, w, graph_batch) if snaps else {}
                     if used:
                         extra["cpu"] = used
                     if counted is not None:
@@ -222,7 +225,7 @@ class Bench:
         lat = self.floor.batch1_latency(w.rows, max(1, requests) if requests is not None else None, duration)
         self.batch1.setdefault(wname, []).extend(lat)
 
-    def _triton_extra(self, snaps: stats.Snapshots, result: load.LoadResult, w: corpus.Workload,
+    def _triton_extra(self, snaps: server_counters.Snapshots, result: load.LoadResult, w: corpus.Workload,
                       graph_batch: float | None = None) -> dict:
         deltas = snaps.finish(expected=result.completed)
         by_role = {role: deltas[model] for role, model in self.steps.items()}
@@ -230,32 +233,32 @@ class Bench:
         called = [by_role[r] for r in ensemble_roles(by_role, self.task)]
         return {
             "steps": {role: d.to_dict() for role, d in by_role.items()},
-            "breakdown": stats.overhead_breakdown(client_mean, by_role[ENSEMBLE], called),
+            "breakdown": server_counters.overhead_breakdown(client_mean, by_role[ENSEMBLE], called),
             # Estimated: the workload's rows, in order, batched as the graph ran them on average.
-            "padding_waste": stats.padding_waste(w.model_rows, graph_batch or by_role[MODEL.key].avg_batch or 1.0,
+            "padding_waste": server_counters.padding_waste(w.model_rows, graph_batch or by_role[MODEL.key].avg_batch or 1.0,
                                                  self.floor.runner),
         }
 
-    def measure_baselines(self) -> None:
+    def measure_peers(self) -> None:
         folder = self.source_folder()
-        for key, (label, batch) in baselines.BASELINES.items():
-            if key not in self.o.baselines:
+        for key, (label, batch) in peers.PEERS.items():
+            if key not in self.o.peers:
                 continue
-            self.say(f"Starting the baseline: {label}")
-            log = Path(self.o.output) / ".run" / f"baseline-{key}.log"
-            with baselines.BaselineProcess(str(folder), batch, log) as url:
-                self._check(key, label, lambda row: baselines.ask(url, row), check.TORCH_ATOL)
+            self.say(f"Starting the peer: {label}")
+            log = Path(self.o.output) / ".run" / f"peer-{key}.log"
+            with peers.PeerProcess(str(folder), batch, log) as url:
+                self._check(key, label, lambda row: peers.ask(url, row), check.TORCH_ATOL)
                 for wname, w in self.workloads.items():
                     for c in self.o.concurrency:
                         before: dict = {}
                         result = load.measure(
-                            lambda: load.BaselineHttp(url, self.o.timeout_s),
+                            lambda: load.PeerHttp(url, self.o.timeout_s),
                             w.rows,
                             c,
                             self.o.bound(c),
-                            lambda: before.update(baselines.counters(url)),
+                            lambda: before.update(peers.counters(url)),
                         )
-                        work = baselines.counters_delta(before, baselines.counters(url))
+                        work = peers.counters_delta(before, peers.counters(url))
                         self._record(key, label, wname, result, {"server": work, "padding_waste": {"waste": work["padding_waste"]}})
 
     def measure_floor(self) -> dict:
@@ -280,8 +283,8 @@ class Bench:
 
     def find_infinity(self) -> infinity.Install | None:
         """The Infinity to measure, before anything is timed: a missing one asked for by name fails the run at
-        once; one only implied by the default baselines is skipped, in one line."""
-        wanted = [k for k in infinity.ENGINES if k in self.o.baselines]
+        once; one only implied by the default peers is skipped, in one line."""
+        wanted = [k for k in infinity.ENGINES if k in self.o.peers]
         if not wanted:
             return None
         if self.task.name != infinity.TASK:
@@ -291,7 +294,7 @@ class Bench:
         try:
             return infinity.locate(self.o.infinity_python)
         except infinity.Unavailable as exc:
-            if self.o.baselines_asked or self.o.infinity_python:
+            if self.o.peers_asked or self.o.infinity_python:
                 raise TritonizeError(str(exc), hint=f"install it: {infinity.INSTALL_HINT}") from None
             for key in wanted:
                 self.skip(key, f"{exc}: {infinity.INSTALL_HINT}")
@@ -304,10 +307,10 @@ class Bench:
         head = self.manifest.model.head  # an embedding head: find_infinity skipped every other task
         self.infinity = {**install.to_dict(), "engines": {}}
         for key, engine in infinity.ENGINES.items():
-            if key not in self.o.baselines:
+            if key not in self.o.peers:
                 continue
-            self.say(f"Starting the baseline: {engine.label} (Infinity {install.version})")
-            work = Path(self.o.output) / ".run" / f"baseline-{key}"
+            self.say(f"Starting the peer: {engine.label} (Infinity {install.version})")
+            work = Path(self.o.output) / ".run" / f"peer-{key}"
             server = infinity.InfinityServer(install, engine, str(folder), self.name, head.pooling, work)
             with contextlib.ExitStack() as stack:
                 try:
@@ -327,7 +330,7 @@ class Bench:
         """A repository to measure beside this one: same task and inputs, or refused in one line. Where it holds
         several models, the one named as the measured one is compared."""
         model = self.name if self.name in {m.name for m in read_manifests(folder)} else ""
-        sub = Bench(dataclasses.replace(self.o, repository=folder, model=model, start_local=True, baselines=[], compare=[],
+        sub = Bench(dataclasses.replace(self.o, repository=folder, model=model, start_local=True, peers=[], compare=[],
                                         output=Path(self.o.output) / f"compare-{len(self.compared_meta) + 1}"))
         if sub.task.name != self.task.name or sub.inputs != self.inputs:
             raise TritonizeError(f"--compare {folder}: its task is {sub.task.name} with inputs {', '.join(sub.inputs)}; "
@@ -343,7 +346,7 @@ class Bench:
         if variant == self.o.variant or variant in self.compared_meta:
             raise TritonizeError(f"--compare-variant {variant}: that variant is measured already",
                                  hint=f"the run measures --variant {self.o.variant}; compare another one")
-        sub = Bench(dataclasses.replace(self.o, start_local=True, baselines=[], compare=[], compare_variants=[],
+        sub = Bench(dataclasses.replace(self.o, start_local=True, peers=[], compare=[], compare_variants=[],
                                         variant=variant,
                                         output=Path(self.o.output) / f"compare-{len(self.compared_meta) + 1}"))
         self.compared_meta[variant] = {"repository": str(Path(self.o.repository).resolve()), "model": sub.name,
@@ -365,15 +368,15 @@ class Bench:
         folder = self.o.source_model or self.manifest.options.model
         if not folder or not Path(folder).is_dir():
             raise TritonizeError(
-                f"the baselines need the model folder the repository was generated from ({folder!r} not found)",
-                hint="pass --source-model FOLDER, or --baselines floor",
+                f"the peers need the model folder the repository was generated from ({folder!r} not found)",
+                hint="pass --source-model FOLDER, or --peers floor",
             )
         return Path(folder)
 
     # -- the whole run -------------------------------------------------------
     def run(self) -> dict:
         started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-        if any(b != FLOOR for b in self.o.baselines):
+        if any(b != FLOOR for b in self.o.peers):
             self.source_folder()  # before anything is timed
         if "api" in self.o.protocols and not self.api_measured():
             raise TritonizeError(f"--protocols api measures /v1/embeddings; this repository's task is {self.task.name}",
@@ -385,12 +388,12 @@ class Bench:
         self.measure_triton()
         for tag, other in compared:
             self.measure_compared(tag, other)
-        if any(b in baselines.BASELINES for b in self.o.baselines):
-            self.measure_baselines()
+        if any(b in peers.PEERS for b in self.o.peers):
+            self.measure_peers()
         if install is not None:
             self.measure_infinity(install)
         floor_results = {}
-        if FLOOR in self.o.baselines:
+        if FLOOR in self.o.peers:
             self.say("[bold]In-process floor[/] (same tokenizer and ONNX graph, no server)")
             floor_results = self.measure_floor()
         document = {
@@ -425,7 +428,7 @@ class Bench:
             "bound": {"requests": o.requests} if o.requests else {"duration_s": o.duration_s},
             "concurrency": o.concurrency,
             "protocols": o.protocols,
-            "baselines": o.baselines,
+            "peers": o.peers,
             **({"infinity": self.infinity} if self.infinity else {}),
             "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
             "note": SHARED_CPU_NOTE,

@@ -29,7 +29,7 @@ from ..runtime.machine import free_ports
 from ..serving.batching import bucket_for, parse_buckets
 from ..serving.tokenizer import parameters
 from ..spec import CONFIG_FILE, FIRST, MODEL_FILE, PRODUCTION_VARIANT, repo_paths
-from . import cpu, load, stats
+from . import cpu, load, server_counters
 from .measured import measured_model, record, say_run
 from .options import BenchOptions
 from .runner import Bench
@@ -300,9 +300,9 @@ def check_options(o: BenchOptions) -> None:
                              hint="drop --variant")
     if o.compare or o.compare_variants:
         raise TritonizeError("--stand-in measures one repository", hint="drop --compare and --compare-variant")
-    if o.baselines:
-        raise TritonizeError("--stand-in measures Triton alone: the baselines run the real model",
-                             hint="drop --baselines (or pass --baselines none)")
+    if o.peers:
+        raise TritonizeError("--stand-in measures Triton alone: the peers run the real model",
+                             hint="drop --peers (or pass --peers none)")
 
 
 def run(options: BenchOptions) -> dict:
@@ -351,7 +351,7 @@ def measure_empty(bench: Bench, repo: Path) -> list[dict]:
     runtime = LocalRuntime(server, quiet=o.quiet, variant=PRODUCTION_VARIANT)
     with runtime as endpoints:
         meter = cpu.CpuMeter(runtime.server_pid)
-        snaps = stats.Snapshots(endpoints.http, [EMPTY, EMPTY_STEP])
+        snaps = server_counters.Snapshots(endpoints.http, [EMPTY, EMPTY_STEP])
         for wname, w in bench.workloads.items():
             for n in o.texts_per_request:
                 requests = load.requests_of(w.rows, n)

@@ -1,7 +1,7 @@
 """The project's performance targets, checked against one run's figures.
 
 Each target compares Triton over gRPC with the in-process floor or the
-batched baseline measured in the same run, so the verdicts hold for any
+batched peer measured in the same run, so the verdicts hold for any
 model and machine. A target is skipped when its inputs were not measured.
 """
 
@@ -18,7 +18,7 @@ MIXED_TAIL_RATIO = 1.5  # mixed lengths (40-fold apart): p99 at concurrency 1 ov
 FLOOR_SHARE = {"short": 0.8, "long": 0.8, "mixed": 0.8}  # of the floor's best batch (mixed: length-sorted)
 # Of the client-inclusive floor (the floor's CPU per row plus the load generator's per request, every core busy).
 CLIENT_FLOOR_SHARE = 0.9
-BASELINE_RATIO = {"short": 1.5, "long": 1.3, "mixed": 3.0}  # over the doc server with batching
+PEER_RATIO = {"short": 1.5, "long": 1.3, "mixed": 3.0}  # over the doc server with batching
 PEER_RATIO = {"short": 2.0, "long": 1.2, "mixed": 2.0}  # over Infinity's engines, the peer a user would pick
 SCALING = (4, 1, 1.5, ("short", "mixed"))  # concurrency 4 over concurrency 1: the ratio, on these workloads
 PEERS = ("infinity", "infinity-onnx")
@@ -83,7 +83,7 @@ def evaluate(document: dict) -> list[dict]:
             found += [replace(t, rule=f"{t.rule} (the floor's own: {ceiling:.2f} x)", floor_reaches=ceiling) if ceiling else t
                       for t in _over(f"concurrency {more} vs {fewer}", w, _find(runs, TRITON, w, more),
                                      _find(runs, TRITON, w, fewer), ratio, f"Triton gRPC at concurrency {fewer}", at=more)]
-        found += _ratios(loaded, [("doc-batched", "doc + batching", BASELINE_RATIO, "doc server with batching")]
+        found += _ratios(loaded, [("doc-batched", "doc + batching", PEER_RATIO, "doc server with batching")]
                          + [(p, p, PEER_RATIO, p) for p in PEERS], runs, w)
         found += _precision(document, loaded, w)
         found += _api(runs, w)

@@ -39,7 +39,7 @@ from ..manifest import read_manifest
 from ..runtime.base import ServerOptions
 from ..runtime.machine import free_ports
 from ..spec.options import Overrides
-from . import corpus, load, stats
+from . import corpus, load, server_counters
 from .cli import add_target_arguments, int_list
 from .runner import step_models
 from .shadow import shadow_repository
@@ -150,15 +150,15 @@ class Tuner:
         runtime = LocalRuntime(options, quiet=True)
         endpoints = runtime.up()
         try:
-            snaps = stats.Snapshots(endpoints.http, list(names.values()))
-            served = stats.ServedCounters(endpoints.metrics, list(names.values()))
+            snaps = server_counters.Snapshots(endpoints.http, list(names.values()))
+            served = server_counters.ServedCounters(endpoints.metrics, list(names.values()))
             for wname, w in self.workloads.items():
                 for c in self.concurrency:
                     result = load.measure(lambda: load.TritonGrpc(endpoints.grpc, self.name, self.inputs, self.timeout_s),
                                           w.rows, c, self.bound(c), lambda: (snaps.start(), served.start()))
                     model = snaps.finish(expected=result.completed)[names["model"]]
                     # The fused step's graph runs take what its executions handed over: their batch, as bench's.
-                    batch = served.finish().get(stats.GRAPH_BATCH) or model.avg_batch
+                    batch = served.finish().get(server_counters.GRAPH_BATCH) or model.avg_batch
                     point.runs.append({"workload": wname, **result.summary(), "avg_batch": round(batch, 2)})
         finally:
             # Triton takes 2-3 s to exit, idle for most of them: the next point's server starts meanwhile,

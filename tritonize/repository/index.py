@@ -70,7 +70,7 @@ def render(repo: RepoSpec, manifest: Manifest, report: VerificationReport,
 
 def version_manifest(repo: RepoSpec, entry: IndexEntry) -> RenderedFile:
     """The manifest entry of the version being written, kept in its model step's folder: the index keeps only the
-    newest version's, and a rollout compares the two versions it serves (tritonize/rollout.py)."""
+    newest version's, and a rollout compares the two versions it serves (tritonize/rollout_state.py)."""
     return RenderedFile(f"{repo.model_name}/{repo.version}/{VERSION_MANIFEST_FILE}",
                         yaml.safe_dump(entry.manifest, sort_keys=False))
 

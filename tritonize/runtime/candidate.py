@@ -1,5 +1,5 @@
 """A candidate version served beside the served one in a running server (`deploy.py local canary|shadow`): start,
-promote and roll back a canary or shadow rollout. The rollout's state file and rules are tritonize/rollout.py's.
+promote and roll back a canary or shadow rollout. The rollout's state file and rules are tritonize/rollout_state.py's.
 
 Triton pins an ensemble's steps in its one config, so the candidate version is served by an ensemble of its
 own, `<name>_candidate`, pinned to it, while `<name>` stays pinned to the served version and each step serves
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ..errors import TritonizeError
 from ..manifest import read_manifest
-from ..rollout import (
+from ..rollout_state import (
     CANARY,
     COSINE,
     NEIGHBOURS,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..console import err, out
 from ..errors import TritonizeError
-from ..rollout import CANARY, SHADOW, Rollout
+from ..rollout_state import CANARY, SHADOW, Rollout
 from ..spec import DEFAULT_VARIANT, VARIANT_CONFIGS
 from .docker import cli as docker_cli
 from .docker.cli import CONTAINER_VARIANT

@@ -1,7 +1,7 @@
 """This machine's ports, processes and server logs: helpers shared by the runtimes, the benchmark and the tests.
 
 Everything here reads /proc or binds sockets on this machine; nothing here knows about Triton's configuration.
-(The API as a child process is api/process.py.)
+(The API as a child process is api/child.py.)
 """
 
 from __future__ import annotations

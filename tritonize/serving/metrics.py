@@ -44,7 +44,7 @@ COUNTERS = {
     "tritonize_queue_full_total": "Requests the local server's one step refused at its own queue bound (503).",
 }
 # How long counts wait to be published together (seconds): one round trip per series that moved, at most this often.
-# A reader that needs every count so far reads again after this (bench.stats.settled).
+# A reader that needs every count so far reads again after this (bench.server_counters.settled).
 PUBLISH_S = 0.1
 # How long the output statistics' counts wait (seconds): a histogram is a dozen series, each its own round trip,
 # and every 0.1 s that cost a fused step at concurrency 1 about 9% of its throughput (docs/benchmark.md); a

@@ -64,7 +64,7 @@ QUANTIZATION_FILE = "quantization.json"
 # Per version of a model step, beside its report: the manifest entry that version was generated from, so a rollout
 # can tell a re-export of the same model (another precision or runtime) from a new model.
 VERSION_MANIFEST_FILE = "version.yaml"
-# At the top of a repository: the canary or shadow rollouts in progress (tritonize/rollout.py), read by the API.
+# At the top of a repository: the canary or shadow rollouts in progress (tritonize/rollout_state.py), read by the API.
 ROLLOUT_FILE = "rollout.json"
 CANDIDATE_SUFFIX = "_candidate"  # the ensemble pinned to a rollout's candidate version, beside the model's own
 README_FILE = "README.md"

@@ -33,7 +33,7 @@ class TaskContract(abc.ABC):
     reports_tokens: ClassVar[bool] = True
     # What the served steps count of the answers (serving/statistics.py): statistic -> the tensor it reads.
     output_statistics: ClassVar[dict[str, str]] = {}
-    # How a new version is rolled out beside the served one (tritonize/rollout.py): "canary" where callers may get
+    # How a new version is rolled out beside the served one (tritonize/rollout_state.py): "canary" where callers may get
     # either version's answers, "shadow" where two versions' answers live in two spaces (vectors), so the new one
     # is only compared in the background; None where neither is served.
     rollout: ClassVar[str | None] = "canary"

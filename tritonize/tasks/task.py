@@ -79,7 +79,7 @@ def calibration_texts(path: str | None) -> tuple[str, list[str]]:
 
 
 @dataclass(frozen=True)
-class Variant:
+class AnswerForm:
     """Another form a client may ask of the served answer (an embedding cut to a Matryoshka size), derived from
     the served output by the package's own code, with the model library's answer of that form to hold it to."""
 
@@ -206,7 +206,7 @@ class Task(abc.ABC):
         outputs are not yet the answer: {"reference", "rows", "agree", "passed"}; None otherwise."""
         return None
 
-    def variants(self, spec: ModelSpec, rows: list[tuple[str, ...]]) -> tuple[Variant, ...]:
+    def answer_forms(self, spec: ModelSpec, rows: list[tuple[str, ...]]) -> tuple[AnswerForm, ...]:
         """The forms of the answer the head declares besides the served one, each verified on the served graph
         (none by default)."""
         return ()

@@ -1,5 +1,5 @@
 """A rollout's arithmetic: the canary's split and stickiness, the bounds that roll it back, a shadow's agreement and
-the gate on promoting a re-export (tritonize/rollout.py), and the state file both writers share."""
+the gate on promoting a re-export (tritonize/rollout_state.py), and the state file both writers share."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from tritonize.rollout import (
+from tritonize.rollout_state import (
     BOUNDS,
     CANARY,
     COSINE,

@@ -32,7 +32,7 @@ def test_workers_below_one_are_refused_in_one_line() -> None:
 def test_local_up_starts_the_api_with_its_workers() -> None:
     """`deploy.py local up --api-workers N`: the API's command line asks for them (the supervisor restarts it from
     that command); one worker is the command as before."""
-    from tritonize.api.process import ApiProcess
+    from tritonize.api.child import ApiProcess
     from tritonize.runtime.local.cli import api_workers
 
     assert ApiProcess(Path("r"), "127.0.0.1:8001", workers=3).command()[-2:] == ["--workers", "3"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tritonize import chain
-from tritonize.bench import baseline_server, corpus, floor, stats, tune
+from tritonize.bench import corpus, floor, peer_server, server_counters, tune
 from tritonize.errors import TritonizeError
 
 # -- workloads -----------------------------------------------------------------
@@ -39,10 +39,10 @@ def test_fixed_length_texts_have_exact_token_counts(tiny_embedding_repo) -> None
 def test_served_counters_are_read_once_they_stop_moving() -> None:
     """The steps publish their counts up to PUBLISH_S late: a read settles on the first value read twice running."""
     reads = iter([{"texts": 3.0}, {"texts": 7.0}, {"texts": 8.0}, {"texts": 8.0}, {"texts": 9.0}])
-    assert stats.settled(lambda: next(reads)) == {"texts": 8.0}
+    assert server_counters.settled(lambda: next(reads)) == {"texts": 8.0}
     moving = iter(range(1000))
     started = time.monotonic()
-    assert stats.settled(lambda: next(moving), limit_s=0.5) >= 2  # never still: the last read once the limit passed
+    assert server_counters.settled(lambda: next(moving), limit_s=0.5) >= 2  # never still: the last read once the limit passed
     assert time.monotonic() - started < 2.0
 
 
@@ -117,7 +117,7 @@ def test_targets_for_scaling_tails_and_the_client_inclusive_floor() -> None:
     assert not found[("throughput vs floor", "short", 16)]["passed"]  # 460 < 0.8 x 600
 
 
-# -- the baseline server, in process -------------------------------------------
+# -- the peer server, in process -----------------------------------------------
 
 
 def test_naive_batching_takes_every_queued_request() -> None:
@@ -134,7 +134,7 @@ def test_naive_batching_takes_every_queued_request() -> None:
         futures = [loop.create_future() for _ in range(5)]
         for i, f in enumerate(futures):
             q.put_nowait((f"text {i}", f))
-        task = asyncio.create_task(baseline_server.server_loop(q, predict, True, baseline_server.Counters()))
+        task = asyncio.create_task(peer_server.server_loop(q, predict, True, peer_server.Counters()))
         results = await asyncio.wait_for(asyncio.gather(*futures), 5)
         task.cancel()
         return results
@@ -152,7 +152,7 @@ def test_a_dead_model_loop_fails_every_request_at_once() -> None:
             raise RuntimeError("model exploded")
         return [{"embedding": [1.0]} for _ in texts]
 
-    with TestClient(baseline_server.create_app(predict, batch=False)) as client:
+    with TestClient(peer_server.create_app(predict, batch=False)) as client:
         assert client.post("/", content="hello".encode()).json() == {"embedding": [1.0]}
         start = time.monotonic()
         first = client.post("/", content=b"boom")

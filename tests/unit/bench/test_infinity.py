@@ -1,4 +1,4 @@
-"""Infinity as a bench baseline, before anything is timed: found, skipped or refused; its answers checked
+"""Infinity as a bench peer, before anything is timed: found, skipped or refused; its answers checked
 against the floor by cosine.
 """
 
@@ -54,13 +54,13 @@ def test_missing_infinity_is_skipped_by_default_and_refused_when_named(tiny_embe
     assert set(bench.skipped) == set(ENGINES)
     assert all("not installed" in r and "make infinity" in r for r in bench.skipped.values())
 
-    named = Bench(BenchOptions(repository=tiny_embedding_repo.repository, baselines=["infinity", "floor"], baselines_asked=True))
+    named = Bench(BenchOptions(repository=tiny_embedding_repo.repository, peers=["infinity", "floor"], peers_asked=True))
     with pytest.raises(TritonizeError) as info:
         named.find_infinity()
     assert "not installed" in info.value.message and "make infinity" in info.value.hint
 
     # Through the command line: one error before any server starts.
-    rc = main(["bench", "--repository", str(tiny_embedding_repo.repository), "--baselines", "infinity",
+    rc = main(["bench", "--repository", str(tiny_embedding_repo.repository), "--peers", "infinity",
                "--infinity-python", str(tmp_path / "nowhere" / "python"), "--output", str(tmp_path / "out")])
     assert rc == 2
     printed = capsys.readouterr().err
@@ -69,7 +69,7 @@ def test_missing_infinity_is_skipped_by_default_and_refused_when_named(tiny_embe
 
 
 def test_infinity_is_skipped_for_other_tasks(tiny_classifier_repo) -> None:
-    bench = Bench(BenchOptions(repository=tiny_classifier_repo.repository, baselines=["infinity"], baselines_asked=True))
+    bench = Bench(BenchOptions(repository=tiny_classifier_repo.repository, peers=["infinity"], peers_asked=True))
     assert bench.find_infinity() is None
     assert bench.skipped == {"infinity": "Infinity serves embeddings here; this repository's task is classification"}
 

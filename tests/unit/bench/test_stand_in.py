@@ -170,7 +170,8 @@ def test_host_cpu_figures_add_up_and_cores_are_cpu_per_row_times_the_rate() -> N
 @pytest.mark.parametrize("extra, message", [
     (["--texts-per-request", "4"], "--texts-per-request goes with --stand-in"),
     (["--stand-in", "--variant", "fused"], "--stand-in measures the production variant"),
-    (["--stand-in", "--baselines", "doc"], "--stand-in measures Triton alone"),
+    (["--stand-in", "--peers", "doc"], "--stand-in measures Triton alone"),
+    (["--stand-in", "--baselines", "doc"], "--stand-in measures Triton alone"),  # the deprecated alias still reads
     (["--stand-in", "--compare-variant", "fused"], "--stand-in measures one repository"),
 ])
 def test_what_a_stand_in_run_cannot_do_is_refused_before_anything_starts(extra, message, tiny_embedding_repo, tmp_path,

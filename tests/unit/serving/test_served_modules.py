@@ -16,7 +16,7 @@ import torch
 
 from support.tiny_models import build_embedding_model
 from tritonize import chain, serving
-from tritonize.bench.stats import padding_waste
+from tritonize.bench.server_counters import padding_waste
 from tritonize.export import load_torch_model
 from tritonize.generate import generate
 from tritonize.repository import config_as_triton_passes_it

@@ -213,8 +213,8 @@ def test_the_graph_returns_each_rows_scored_vectors_first_and_regrouped_runs_agr
     assert (feeds[ATTENTION_MASK][queries].sum(1) < feeds[SCORE_MASK][queries].sum(1)).any()  # expansion scored
 
 
-def test_the_benchmarks_pytorch_baseline_answers_as_the_library(folders) -> None:
-    """What a hand-written PyTorch server computes for a batch (the benchmark's doc baseline): each row's vectors."""
+def test_the_benchmarks_pytorch_peer_answers_as_the_library(folders) -> None:
+    """What a hand-written PyTorch server computes for a batch (the benchmark's doc peer): each row's vectors."""
     folder = folders["fixed-skiplist"]
     spec = spec_of(folder)
     task = tasks.of(spec.head)

@@ -1,4 +1,4 @@
-"""Which version of a model answers a request during a rollout (api/rollouts.py), and what a canary's failure
+"""Which version of a model answers a request during a rollout (api/rollout_routing.py), and what a canary's failure
 falls back to."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from fastapi import Request
 
 from ..catalog import ServedModel
 from ..errors import ApiError
-from ..rollouts import CALLER_FAULTS, CALLER_HEADER
+from ..rollout_routing import CALLER_FAULTS, CALLER_HEADER
 from ..state import ApiState
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ...api.process import ApiOptions
+from ...api.child import ApiOptions
 from ...api.state import DEFAULT_PORT as DEFAULT_API_PORT
 from ...errors import TritonizeError
 from ...spec import DEFAULT_VARIANT, EARLIER_FUSED_CONFIG_NAME, FUSED_VARIANT, VARIANT_CONFIGS

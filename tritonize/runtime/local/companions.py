@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ...api.process import ApiOptions, ApiProcess
-from ...api.process import wait_healthy as wait_api_healthy
+from ...api.child import ApiOptions, ApiProcess
+from ...api.child import wait_healthy as wait_api_healthy
 from ...errors import TritonizeError
 from ...paths import child_pythonpath
 from .. import machine

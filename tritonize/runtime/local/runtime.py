@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...api.process import ApiOptions
+from ...api.child import ApiOptions
 from ...console import err
 from ...errors import TritonizeError
 from ...repository import variant_config

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...api.process import health as api_health
+from ...api.child import health as api_health
 from ...serving.health import HEALTH_FILE, probe_file
 from ..base import ServerStatus, http_get, repository_models
 from ..instance import ADMIN_HEADER, LOG_FILE, Instance, admin_key, dead_stubs, read_api, read_supervisor

@@ -24,8 +24,8 @@ import numpy as np
 
 from ...errors import TritonizeError
 from ...spec import ModelSpec, Options, TensorSpec
-from ..task import FLOAT, Task, Variant, library_model, load_pretrained, refuse_foreign_flags
-from .contract import OUTPUT, CONTRACT, Head
+from ..task import FLOAT, AnswerForm, Task, library_model, load_pretrained, refuse_foreign_flags
+from .contract import CONTRACT, OUTPUT, Head
 from .options import OPTIONS, POOLINGS
 from .quantization import Calibration, ranges_of
 
@@ -232,7 +232,7 @@ class Embedding(Task):
             return "sentence-transformers", _encode(_sentence_transformer(spec), rows)
         return super().reference(spec, graph, rows)
 
-    def variants(self, spec: ModelSpec, rows: list[tuple[str, ...]]) -> tuple[Variant, ...]:
+    def answer_forms(self, spec: ModelSpec, rows: list[tuple[str, ...]]) -> tuple[AnswerForm, ...]:
         """Each declared Matryoshka size: the served vectors cut by `Head.truncate` against
         SentenceTransformer.encode(truncate_dim=d, normalize_embeddings=<as the model normalises>)."""
         head: Head = spec.head  # type: ignore[assignment]
@@ -240,7 +240,7 @@ class Embedding(Task):
             return ()
         model = _sentence_transformer(spec)
         return tuple(
-            Variant(f"dim {d}", _encode(model, rows, truncate_dim=d, normalize_embeddings=head.normalize),
+            AnswerForm(f"dim {d}", _encode(model, rows, truncate_dim=d, normalize_embeddings=head.normalize),
                     lambda out, d=d: head.truncate(out, d))
             for d in head.dimensions
         )

@@ -1,4 +1,4 @@
-"""The API's side of a rollout (tritonize/rollout.py): which ensemble answers a request, the canary's bounds judged
+"""The API's side of a rollout (tritonize/rollout_state.py): which ensemble answers a request, the canary's bounds judged
 on the requests it answers, and a shadow's agreement measured in the background.
 
 The state file is read again whenever it changes (one stat per request). A canary is routed its weight of a
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..rollout import (
+from ..rollout_state import (
     BOUNDS,
     CANARY,
     COSINE,

@@ -1,4 +1,5 @@
-"""Triton's own statistics for a measured run: deltas of /v2/models/stats per model.
+"""What the server counted during a measured run: deltas of Triton's model statistics (/v2/models/stats) per
+model, and the served steps' own counters from /metrics.
 
 For each step (tokenizer, model) and the ensemble: requests, executions, the
 average time spent queued and computing per request, and the average batch
@@ -24,7 +25,7 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True)
-class StepStats:
+class StepCounters:
     """One model's work during a run; times are averages per request, in ms."""
 
     name: str
@@ -57,18 +58,18 @@ def fetch(http_url: str, timeout_s: float = 5.0) -> dict[str, dict]:
     return {m["name"]: m for m in data.get("model_stats", [])}
 
 
-def _get(stats: dict, phase: str) -> tuple[int, int]:
-    entry = stats.get("inference_stats", {}).get(phase, {})
+def _get(model_stats: dict, phase: str) -> tuple[int, int]:
+    entry = model_stats.get("inference_stats", {}).get(phase, {})
     return int(entry.get("count", 0)), int(entry.get("ns", 0))
 
 
-def busy_ns(stats: dict) -> int:
+def busy_ns(model_stats: dict) -> int:
     """Nanoseconds a model's instances spent executing, over every batch size."""
-    return sum(int(b.get(phase, {}).get("ns", 0)) for b in stats.get("batch_stats", [])
+    return sum(int(b.get(phase, {}).get("ns", 0)) for b in model_stats.get("batch_stats", [])
                for phase in ("compute_input", "compute_infer", "compute_output"))
 
 
-def delta(before: dict, after: dict, name: str) -> StepStats:
+def delta(before: dict, after: dict, name: str) -> StepCounters:
     """What `name` did between two snapshots."""
     b, a = before.get(name, {}), after.get(name, {})
 
@@ -81,7 +82,7 @@ def delta(before: dict, after: dict, name: str) -> StepStats:
         return ns / count / 1e6 if count else 0.0
 
     requests, _ = d("success")
-    return StepStats(
+    return StepCounters(
         name=name,
         requests=requests,
         executions=int(a.get("execution_count", 0)) - int(b.get("execution_count", 0)),
@@ -114,7 +115,7 @@ class Snapshots:
             before = again
         self.before = before
 
-    def finish(self, expected: int | None = None, settle_s: float = 1.0) -> dict[str, StepStats]:
+    def finish(self, expected: int | None = None, settle_s: float = 1.0) -> dict[str, StepCounters]:
         """Deltas since `start`. Triton counts a request just after its response leaves, so wait
         (at most `settle_s`) until the ensemble has counted the `expected` successful requests."""
         deadline = time.monotonic() + settle_s
@@ -126,7 +127,7 @@ class Snapshots:
             time.sleep(0.01)
 
 
-def overhead_breakdown(client_ms: float, ensemble: StepStats, steps: list[StepStats]) -> dict[str, float]:
+def overhead_breakdown(client_ms: float, ensemble: StepCounters, steps: list[StepCounters]) -> dict[str, float]:
     """Where a request's mean latency goes: steps' queue and compute, ensemble hops, client and network."""
     queue = sum(s.queue_ms for s in steps)
     compute = sum(s.compute_ms for s in steps)

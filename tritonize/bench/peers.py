@@ -1,4 +1,4 @@
-"""Run a baseline server as a child process on a free loopback port, and stop it after."""
+"""Run a peer (a server Triton is compared against) as a child process on a free loopback port, and stop it after."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from ..paths import child_pythonpath
 from ..runtime.base import http_get
 from ..runtime.machine import free_ports
 
-BASELINES = {
+PEERS = {
     "doc": ("HF doc server", False),
     "doc-batched": ("HF doc server, batching", True),
 }
@@ -25,11 +25,11 @@ START_TIMEOUT_S = 180.0
 class ChildServer:
     """`with server as url:` runs `command(port)` until the block ends; ready once GET `health` answers 200.
 
-    One lifecycle for every baseline, so each is started, waited for and
+    One lifecycle for every peer, so each is started, waited for and
     stopped the same way, and its log kept in one file.
     """
 
-    label = "the baseline server"
+    label = "the peer server"
     health = "/health"
 
     def __init__(self, log_file: Path, host: str = "127.0.0.1"):
@@ -92,15 +92,15 @@ class ChildServer:
         self.proc = None
 
 
-class BaselineProcess(ChildServer):
-    """`with BaselineProcess(folder, batch) as url:` serves the model at url until the block ends."""
+class PeerProcess(ChildServer):
+    """`with PeerProcess(folder, batch) as url:` serves the model at url until the block ends."""
 
     def __init__(self, model_folder: str, batch: bool, log_file: Path, threads: int = 0, host: str = "127.0.0.1"):
         super().__init__(log_file, host)
         self.model_folder, self.batch, self.threads = model_folder, batch, threads
 
     def command(self, port: int) -> list[str]:
-        cmd = [sys.executable, "-m", "tritonize.bench.baseline_server", "--model", self.model_folder,
+        cmd = [sys.executable, "-m", "tritonize.bench.peer_server", "--model", self.model_folder,
                "--host", self.host, "--port", str(port)]
         if self.batch:
             cmd.append("--batch")
@@ -113,7 +113,7 @@ class BaselineProcess(ChildServer):
 
 
 def ask(url: str, row: tuple[str, ...], timeout_s: float = 60.0) -> dict:
-    """One row's answer from the baseline (the body as the load generator sends it)."""
+    """One row's answer from the peer (the body as the load generator sends it)."""
     body = row[0] if len(row) == 1 else json.dumps(list(row), ensure_ascii=False)
     request = urllib.request.Request(url.rstrip("/") + "/", data=body.encode("utf-8"), method="POST")
     with urllib.request.urlopen(request, timeout=timeout_s) as resp:  # noqa: S310 - loopback
@@ -121,7 +121,7 @@ def ask(url: str, row: tuple[str, ...], timeout_s: float = 60.0) -> dict:
 
 
 def counters(url: str) -> dict:
-    """The baseline's work counters (requests, batches, real and padded tokens)."""
+    """The peer's work counters (requests, batches, real and padded tokens)."""
     with urllib.request.urlopen(f"{url}/stats", timeout=5.0) as resp:  # noqa: S310 - loopback
         return json.loads(resp.read())
 

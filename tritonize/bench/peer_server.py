@@ -1,4 +1,4 @@
-"""The baseline users compare Triton with: Hugging Face's "Using pipelines for a webserver".
+"""The peer users compare Triton with: Hugging Face's "Using pipelines for a webserver".
 
 A faithful, working version of that design: Starlette and uvicorn, the
 PyTorch model loaded once, one asyncio queue feeding a single model loop that
@@ -12,7 +12,7 @@ first request of each batch, this one keeps it; and if the model loop dies,
 every waiting and later request fails at once with HTTP 503 (the doc's design
 leaves them all hanging, silently).
 
-    python -m tritonize.bench.baseline_server --model FOLDER --port 8080 [--batch]
+    python -m tritonize.bench.peer_server --model FOLDER --port 8080 [--batch]
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class Pipeline:
     task says what a PyTorch server computes for a batch (its decoding too,
     for entities and answers). It is loaded as a pipeline loads it, with
     transformers' default attention (the export forces the slower eager
-    attention, which would handicap the baseline).
+    attention, which would handicap the peer).
     """
 
     def __init__(self, model_folder: str, threads: int = 0):
