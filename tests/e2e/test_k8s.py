@@ -40,5 +40,5 @@ def test_adapter_rule_finds_its_series_on_a_live_server(tiny_embedding_repo, loc
     assert found["nv_inference_request_success"][names["model"]] == 5.0
     # The series is the steps' queue time: nothing where nothing was served, some where the five requests waited
     # to be batched, and never more than that step's whole time on them.
-    assert queued[names["tokenizer"]] == 0
+    assert queued[names["first"]] == 0
     assert 0 < queued[names["model"]] <= found["nv_inference_request_duration_us"][names["model"]]
