@@ -1,7 +1,7 @@
 """Processes of a process group, read from /proc: the live ones, and the dead ones nobody reaped.
 
 Triton 2.51 never reaps a Python-backend stub that was killed, so a dead stub is a zombie in the server's
-process group. Standard library only: the local runtime and supervisor read it (runtime/process.py), and
+process group. Standard library only: the local runtime and supervisor read it (runtime/machine.py), and
 the serving image's entrypoint (watchdog.py) carries it beside health.py.
 """
 
