@@ -11,7 +11,7 @@ RUN python3 -m pip install --no-cache-dir --disable-pip-version-check --no-deps 
  && rm /tmp/api-image.lock
 
 # The package itself, built with the locked setuptools (no build isolation: nothing unlocked is fetched).
-COPY pyproject.toml README.md /src/
+COPY pyproject.toml setup.py README.md /src/
 COPY tritonize /src/tritonize
 COPY templates /src/templates
 RUN python3 -m pip install --no-cache-dir --disable-pip-version-check --no-deps --no-build-isolation /src \
