@@ -155,7 +155,7 @@ infinity: install
 	$(BIN)/python -m tritonize.bench.infinity install --venv $(INFINITY_VENV) --torch $(TORCH_VERSION) --quiet
 
 # Generated again when what a repository is made of changes: the served modules, the templates, the layout.
-$(REPO)/tritonize.yaml: $(wildcard tritonize/repository/*.py) tritonize/spec.py $(wildcard tritonize/serving/*.py templates/*/*.j2) | $(STAMP)
+$(REPO)/tritonize.yaml: $(wildcard tritonize/repository/*.py) $(wildcard tritonize/spec/*.py) $(wildcard tritonize/serving/*.py templates/*/*.j2) | $(STAMP)
 	$(BIN)/python generate.py --model "$(MINILM)" --name $(NAME) --output $(REPO)
 
 repo: $(REPO)/tritonize.yaml
