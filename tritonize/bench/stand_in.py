@@ -168,12 +168,13 @@ def write_stand_in(repo: Path, target: Path, name: str) -> Path:
         raise TritonizeError(f"no {graph_file} in a version folder of {config.name}")
     for version in folders:
         real = onnx.load(str(version / graph_file), load_external_data=False)
-        stand_ins = {graph_file: stand_in_graph(real, sizes)}
         if any(o.domain == TOKENIZER_DOMAIN for o in real.opset_import):
             # The model's own graph beside it (the fused variant's, and the bench's floor's) is stood in too, so
             # that every reader of the shadow copy answers the same fill.
             plain = onnx.load(str(version / MODEL_FILE), load_external_data=False)
             stand_ins = {graph_file: stand_in_after_tokenizer(real, plain, sizes), MODEL_FILE: stand_in_graph(plain, sizes)}
+        else:
+            stand_ins = {graph_file: stand_in_graph(real, sizes)}
         for file, graph in stand_ins.items():
             (version / file).unlink()  # a link to the real graph: the real one stays as it is
             onnx.save(graph, str(version / file))
