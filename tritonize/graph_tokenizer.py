@@ -418,6 +418,9 @@ def compose_model(tokenizer: onnx.ModelProto, model: onnx.ModelProto, token_inpu
     tokenizer.ir_version = model.ir_version
     del tokenizer.opset_import[:]
     tokenizer.opset_import.extend([helper.make_opsetid("", model_opset.get("", 17)), helper.make_opsetid(DOMAIN, 1)])
+    # onnxruntime's fusions write com.microsoft nodes without importing their domain; the merged model's check wants it
+    tokenizer.opset_import.extend(helper.make_opsetid(domain, 1) for domain in sorted({n.domain for n in model.graph.node})
+                                  if domain not in model_opset and domain not in ("", DOMAIN))
     row_outputs = (TOKEN_COUNT, TRUNCATED)
     merged = compose.merge_models(
         tokenizer, model, io_map=[(n, n) for n in token_inputs],

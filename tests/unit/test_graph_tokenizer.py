@@ -166,3 +166,16 @@ def test_an_added_token_holding_a_dropped_character_is_refused(minilm_folder: Pa
     with pytest.raises(TokenizerRefused) as refused:
         gt.WordPiece.read(odd)
     assert "\n" not in str(refused.value) and "drops" in str(refused.value)
+
+
+def test_the_in_graph_layout_composes_with_the_gpu_default_fused_graph(tmp_path: Path) -> None:
+    """The fusions write com.microsoft nodes without importing their domain; the composed graph imports it."""
+    folder = model_zoo.build("bert-st-mean", tmp_path)
+    repo = Path(generate(GenerateOptions(model=str(folder), name="zoo", output=str(tmp_path / "repo"),
+                                         tokenizer="graph", device="gpu")))
+    import onnx
+
+    graph = onnx.load(str(repo / "zoo_model" / "1" / GRAPH_MODEL_FILE))
+    fused = {n.domain for n in graph.graph.node} - {"", gt.DOMAIN}
+    assert fused == {"com.microsoft"}
+    assert {o.domain for o in graph.opset_import} >= fused | {"", gt.DOMAIN}
