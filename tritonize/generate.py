@@ -241,7 +241,7 @@ def generate(options: GenerateOptions) -> Path:
             report.export_seconds = {k: round(v, 2) for k, v in artifacts.seconds.items()}
             verify.check(report)
         graph_files: dict[str, Path] = {}
-        if repo.pipeline.model_libraries:
+        if repo.pipeline.graph_tokenizes:
             try:
                 with phase("Tokenizing inside the graph, compared with the served tokenizer"):
                     graph_files = graph_tokenizer.build(repo, artifacts.onnx, [r[0] for r in task.verification_rows()],

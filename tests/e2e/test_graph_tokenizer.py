@@ -1,6 +1,7 @@
 """MiniLM tokenized inside its ONNX graph (`generate --tokenizer graph`), served on Triton's native onnxruntime
 backend, answers as the two-step ensemble (a Python tokenizer step, then the model step) of the same model: both
-in one repository, behind one production server."""
+in one repository, behind one production server. Beside them the layout a GPU gets (the tokenizer's graph a
+step of its own on the CPU), its model step moved to the CPU here."""
 
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ from tritonize import graph_tokenizer
 from tritonize.generate import generate
 from tritonize.repository import parse_config
 from tritonize.runtime.local import LocalRuntime
-from tritonize.spec import GRAPH_MODEL_FILE, PRODUCTION_VARIANT
+from tritonize.spec import CONFIG_FILE, GRAPH_MODEL_FILE, PRODUCTION_VARIANT, TOKENIZER_GRAPH_FILE
 from tritonize.spec.options import GenerateOptions
 
-GRAPH, STEPS = "minilm_graph", "minilm"
+GRAPH, STEPS, SPLIT = "minilm_graph", "minilm", "minilm_split"
 TEXTS = ["A man is eating food.", "Café déjà vu: naïve résumé.", "東京は日本の首都です。",
          "[CLS] written [SEP] in the text", "tabs\tand\nnewlines", "word " * 400]
 START_TIMEOUT_S = 120
@@ -29,6 +30,11 @@ def served(minilm_folder, local_options, tmp_path_factory):
     repo = base / "repo"
     generate(GenerateOptions(model=str(minilm_folder), name=GRAPH, output=str(repo), tokenizer="graph"))
     generate(GenerateOptions(model=str(minilm_folder), name=STEPS, output=str(repo), add=True))
+    # What a GPU gets, in fp32 as the others: its model step's KIND_GPU made KIND_CPU, the one change (no GPU here)
+    generate(GenerateOptions(model=str(minilm_folder), name=SPLIT, output=str(repo), add=True, tokenizer="graph",
+                             device="gpu", precision="fp32", optimize=False))
+    for config in (repo / f"{SPLIT}_model").glob("**/*.pbtxt"):
+        config.write_text(config.read_text().replace("kind: KIND_GPU", "kind: KIND_CPU"))
     runtime = LocalRuntime(local_options(repo, base / "run", timeout_s=START_TIMEOUT_S), quiet=True,
                            variant=PRODUCTION_VARIANT)
     endpoints = runtime.up()
@@ -83,3 +89,20 @@ def test_what_only_the_python_step_refuses_the_graph_answers_and_keeps_serving(s
             _infer(client, STEPS, texts)
         assert _infer(client, GRAPH, texts)["tokens"].shape == (1, 1)
     assert _infer(client, GRAPH, ["still serving"])["tokens"][0, 0] == 4
+
+
+def test_a_gpus_layout_tokenizes_in_a_graph_step_of_its_own_and_answers_as_the_two_steps(served) -> None:
+    repo, client = served
+    config = client.get_model_config(f"{SPLIT}_tokenizer", as_json=True)["config"]
+    assert (config["platform"], config["default_model_filename"]) == ("onnxruntime_onnx", TOKENIZER_GRAPH_FILE)
+    assert config["instance_group"][0]["kind"] == "KIND_CPU"
+    ensemble = parse_config((repo / SPLIT / CONFIG_FILE).read_text())
+    assert [s.model_name for s in ensemble.ensemble_scheduling.step] == [f"{SPLIT}_tokenizer", f"{SPLIT}_model"]
+    texts = [t for t in graph_tokenizer.ADVERSARIAL_TEXTS if t.strip()] + TEXTS + [""]
+    split = _infer(client, SPLIT, texts)
+    steps = _infer(client, STEPS, texts[:-1])  # the Python step refuses a blank text; the graph answers it
+    assert np.array_equal(split["tokens"][:-1], steps["tokens"]) and split["tokens"][-1] == 2
+    assert np.array_equal(split["truncated"][:-1], steps["truncated"])
+    np.testing.assert_allclose(split["embedding"][:-1], steps["embedding"], rtol=0, atol=1e-6)
+    words = _infer(client, SPLIT, ["the man", "a the"])  # every word held whole: no word goes to WordPiece
+    np.testing.assert_allclose(words["embedding"], _infer(client, STEPS, ["the man", "a the"])["embedding"], rtol=0, atol=1e-6)

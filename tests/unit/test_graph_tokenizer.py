@@ -17,7 +17,7 @@ from tritonize.generate import generate
 from tritonize.repository import parse_config
 from tritonize.serving.batching import ROW_FIELDS
 from tritonize.serving.tokenizer import TextEncoder
-from tritonize.spec import GRAPH_LIBRARY_FILE, GRAPH_MODEL_FILE, default_buckets
+from tritonize.spec import GRAPH_LIBRARY_FILE, GRAPH_MODEL_FILE, TOKENIZER_GRAPH_FILE, default_buckets
 from tritonize.spec.options import GenerateOptions
 
 MAX_LENGTH = 256
@@ -168,14 +168,43 @@ def test_an_added_token_holding_a_dropped_character_is_refused(minilm_folder: Pa
     assert "\n" not in str(refused.value) and "drops" in str(refused.value)
 
 
-def test_the_in_graph_layout_composes_with_the_gpu_default_fused_graph(tmp_path: Path) -> None:
-    """The fusions write com.microsoft nodes without importing their domain; the composed graph imports it."""
+def test_a_graph_whose_fusions_import_no_domain_composes_with_the_tokenizer(minilm) -> None:
+    """onnxruntime's fusions write com.microsoft nodes without importing their domain; the composed graph imports it."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph, _ = minilm
+    nodes = [helper.make_node("Cast", ["input_ids"], ["ids_f"], to=TensorProto.FLOAT),
+             helper.make_node("Gelu", ["ids_f"], ["embedding"], domain="com.microsoft")]
+    model = helper.make_model(helper.make_graph(
+        nodes, "fused", [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["n", "t"])],
+        [helper.make_tensor_value_info("embedding", TensorProto.FLOAT, ["n", "t"])]),
+        opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    composed = gt.compose_model(onnx.ModelProto.FromString(graph.SerializeToString()), model, ("input_ids",))
+    assert "com.microsoft" in {o.domain for o in composed.opset_import}
+    texts = np.array([["a man"], [""]], dtype=object)
+    got = gt.session(composed).run(["embedding", "tokens"], {"TEXT": texts})
+    assert got[1].ravel().tolist() == [4, 2] and got[0].shape[0] == 2
+
+
+def test_a_gpu_gets_the_tokenizers_graph_as_a_cpu_step_before_the_model_step(tmp_path: Path) -> None:
+    """On a GPU the tokenizer's operators stay off the CUDA provider (spec/pipeline.py's TokenizeGraphStep)."""
     folder = model_zoo.build("bert-st-mean", tmp_path)
     repo = Path(generate(GenerateOptions(model=str(folder), name="zoo", output=str(tmp_path / "repo"),
                                          tokenizer="graph", device="gpu")))
-    import onnx
-
-    graph = onnx.load(str(repo / "zoo_model" / "1" / GRAPH_MODEL_FILE))
-    fused = {n.domain for n in graph.graph.node} - {"", gt.DOMAIN}
-    assert fused == {"com.microsoft"}
-    assert {o.domain for o in graph.opset_import} >= fused | {"", gt.DOMAIN}
+    first = parse_config((repo / "zoo_tokenizer" / "config.pbtxt").read_text())
+    assert (first.platform, first.default_model_filename) == ("onnxruntime_onnx", TOKENIZER_GRAPH_FILE)
+    assert [g.kind for g in first.instance_group] == [first.instance_group[0].KIND_CPU]
+    assert list(first.model_operations.op_library_filename) == [f"models/zoo_tokenizer/{GRAPH_LIBRARY_FILE}"]
+    assert [o.name for o in first.output][-2:] == ["tokens", "truncated"]
+    assert sorted(p.name for p in (repo / "zoo_tokenizer" / "1").iterdir()) == \
+        ["statistics.json", "tokenizer.json", TOKENIZER_GRAPH_FILE]  # no Python runs there
+    assert (repo / "zoo_tokenizer" / GRAPH_LIBRARY_FILE).is_file()
+    model = parse_config((repo / "zoo_model" / "config.pbtxt").read_text())
+    assert (model.default_model_filename, [g.kind for g in model.instance_group]) == \
+        ("model.onnx", [model.instance_group[0].KIND_GPU])
+    assert not list(model.model_operations.op_library_filename)
+    ensemble = parse_config((repo / "zoo" / "config.pbtxt").read_text())
+    assert [s.model_name for s in ensemble.ensemble_scheduling.step] == ["zoo_tokenizer", "zoo_model"]
+    fused = parse_config((repo / "zoo" / "configs" / "fused.pbtxt").read_text())
+    assert [s.model_name for s in fused.ensemble_scheduling.step] == ["zoo_model"]

@@ -48,7 +48,7 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str, fused_config: st
         raise TritonizeError(f"--precision int8 is offered for {offered}, where verification measures what it "
                              f"keeps; not for {task.name}", hint="serve it in fp32")
     names = step_names(name)
-    pipeline = task.pipeline.in_graph() if options.tokenizer == "graph" else task.pipeline
+    pipeline = (task.pipeline.in_graph() if options.tokenizer == "graph" else task.pipeline).for_device(options.device)
     queue_size = (default_queue_size(options.queue_budget_ms, options.capacity_rps) if options.max_queue_size is None
                   else options.max_queue_size)
     buckets = normalise_buckets(options.buckets, model.max_length)

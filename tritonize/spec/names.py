@@ -48,6 +48,9 @@ MODEL_FILE = "model.onnx"
 # config by the path from the server's working directory, where GRAPH_LIBRARY_ROOT is the repository (the local
 # runtime links it there).
 GRAPH_MODEL_FILE = "model_text.onnx"
+# On a GPU the tokenizer's graph is a step of its own on the CPU instead, in the first step's folder (beside the
+# library), and the model step keeps MODEL_FILE (spec/pipeline.py's TokenizeGraphStep says why).
+TOKENIZER_GRAPH_FILE = "tokenizer.onnx"
 GRAPH_LIBRARY_FILE = "libortextensions.so"
 GRAPH_LIBRARY_ROOT = "models"
 TOKENIZER_LAYOUTS: tuple[str, ...] = ("python", "graph")  # --tokenizer: a Python step, or inside the model's graph

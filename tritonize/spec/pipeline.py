@@ -19,6 +19,7 @@ from .names import (
     STATISTICS,
     STATISTICS_MODULE,
     TOKEN_EXTRAS,
+    TOKENIZER_GRAPH_FILE,
     TOKEN_INPUTS,
     StepRole,
     graph_tensor,
@@ -188,6 +189,19 @@ class Pipeline(abc.ABC):
 
     model_file: ClassVar[str] = MODEL_FILE  # the production model step's graph
     model_libraries: ClassVar[tuple[str, ...]] = ()  # operator libraries it loads, in its folder
+    # Where the production first step is a graph onnxruntime serves (no Python): its file, and the operator
+    # libraries it loads, in its folder.
+    first_file: ClassVar[str | None] = None
+    first_libraries: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def graph_tokenizes(self) -> bool:
+        """Whether a graph of the production ensemble tokenizes (graph_tokenizer.py builds it)."""
+        return bool(self.model_libraries or self.first_libraries)
+
+    def for_device(self, device: str) -> Pipeline:
+        """This shape as served on `device` ("cpu" or "gpu")."""
+        return self
 
     def in_graph(self) -> Pipeline:
         """This shape with the tokenizer inside the model step's graph; refused in one line where it has none."""
@@ -277,6 +291,29 @@ class TokenizeInGraph(TokenizeModel):
 
     def model_outputs(self, repo: Planned) -> tuple[TensorSpec, ...]:
         return repo.graph_outputs + self.row_outputs
+
+    def in_graph(self) -> Pipeline:
+        return self
+
+    def for_device(self, device: str) -> Pipeline:
+        return TokenizeGraphStep() if device == "gpu" else self
+
+
+@dataclass(frozen=True)
+class TokenizeGraphStep(TokenizeModel):
+    """tokenize -> model, the tokenizer's graph a step of its own on the CPU (onnxruntime, no Python) before the
+    model step on the GPU: how a GPU serves `--tokenizer graph`.
+
+    In one graph, onnxruntime's CUDA provider takes the tokenizer's integer operators (the string operators stay
+    on the CPU, with a copy at each crossing), and its Compress fails on an empty condition ("CUDA failure 1:
+    invalid argument", onnxruntime-gpu 1.31.1 on an H200): the warm-up's empty text, and any batch whose words
+    the vocabulary holds whole. A step of its own keeps every tokenizer operator on the CPU provider.
+    """
+
+    first_file: ClassVar[str | None] = TOKENIZER_GRAPH_FILE
+    first_libraries: ClassVar[tuple[str, ...]] = (GRAPH_LIBRARY_FILE,)
+    # No Python on its production path, so no step counts the output statistics there (the fused variant does).
+    roles: ClassVar[tuple[StepRole, ...]] = (FIRST, MODEL)
 
     def in_graph(self) -> Pipeline:
         return self

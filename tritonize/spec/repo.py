@@ -243,6 +243,17 @@ class RepoSpec:
         return tuple(f"{GRAPH_LIBRARY_ROOT}/{self.model_name}/{f}" for f in self.pipeline.model_libraries)
 
     @property
+    def first_libraries(self) -> tuple[str, ...]:
+        """The operator libraries a first step served by onnxruntime loads, as `model_libraries`."""
+        return tuple(f"{GRAPH_LIBRARY_ROOT}/{self.first_step.name}/{f}" for f in self.pipeline.first_libraries)
+
+    @property
+    def first_graph_parameters(self) -> dict[str, str]:
+        """The native onnxruntime backend's settings of a first step it serves (on the CPU, beside the others), and
+        the tokenizer's, which the in-process chain reads as it reads the Python step's (the backend ignores them)."""
+        return {"intra_op_thread_count": str(CPU_INTRA_OP_THREADS)} | self.first_step_parameters
+
+    @property
     def model_parameters(self) -> dict[str, str]:
         """The native onnxruntime backend's settings of the model step (its config.pbtxt)."""
         return {"intra_op_thread_count": str(CPU_INTRA_OP_THREADS)} if self.device == "cpu" else {}
