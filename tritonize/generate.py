@@ -49,8 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "against (default: the verification texts and 200 texts of the shipped corpus)")
     _task_flags(p, "baseline")
     p.add_argument("--tokenizer", choices=TOKENIZER_LAYOUTS, help="where the production configs tokenize: a Python "
-                   "step, or inside the model step's ONNX graph where that is exact (BERT WordPiece; else the Python "
-                   f"step, saying why) (default: {d.tokenizer})")
+                   "step, or an ONNX graph where that is exact (BERT WordPiece; else the Python step, saying why): on "
+                   f"CPU inside the model step's graph, on GPU a step of its own on the CPU (default: {d.tokenizer})")
     p.add_argument("--output", "-o", help=f"repository directory (default: {d.output})")
     cpu, gpu, gpu_trt = device_defaults("cpu"), device_defaults("gpu"), device_defaults("gpu", tensorrt=True)
     p.add_argument("--device", choices=DEVICES, help=f"instance kind of the model step in the container (default: "
