@@ -54,7 +54,8 @@ class ServedModel:
 
     @property
     def tokenizer_file(self) -> Path:
-        """The tokenizer the served step runs (for /tokenize; inference never tokenizes here)."""
+        """The tokenizer the served step runs (for /tokenize, and to count a long text's windows; inference never
+        tokenizes here)."""
         return repo_paths(self.repository, self.name)[FIRST.key] / str(self.manifest.version) / TOKENIZER_FILE
 
     @functools.cached_property
