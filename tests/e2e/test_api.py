@@ -173,7 +173,7 @@ def test_openai_errors_name_the_problem(served, path, body, status, param) -> No
 @pytest.mark.parametrize("path,body,status", [
     ("/embed", {"inputs": "a", "normalize": False}, 422),
     ("/embed", {"inputs": "a", "prompt_name": "query"}, 422),
-    ("/embed", {"inputs": "a", "truncation_direction": "left"}, 422),
+    ("/embed", {"inputs": "a", "truncation_direction": "middle"}, 422),
     ("/embed", {"inputs": [5, 6]}, 422),
     ("/predict", {"inputs": "a"}, 424),
     ("/rerank", {"query": "q", "texts": ["a"]}, 424),

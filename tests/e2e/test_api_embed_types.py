@@ -1,7 +1,9 @@
 """Typed and quantized embeddings through the API on a real local Triton, called by the real cohere and openai
 SDKs: every embedding type equals sentence-transformers' quantize_embeddings over the ensemble's float vectors
 with the ranges the repository recorded, bit for bit; input types select the prompts a model declares; bad
-inputs get Cohere's envelope and the API keeps serving.
+inputs get Cohere's envelope and the API keeps serving. Long texts: cut at the start as the library's tokenizer
+cuts them with truncation_side left, or embedded in windows (the API runs with --chunk-overlap 8) pooled as the
+same arithmetic pools the library's embeddings of those windows.
 
 Two embedders in one repository: `plain` declares no prompts and was calibrated on a file of texts; `prompted`
 declares a query and a document prompt and Matryoshka sizes 32/16/8 (neither the session's `task_stack` nor the
@@ -22,6 +24,8 @@ from tritonize.spec import QUANTIZATION_FILE, repo_paths
 from tritonize.tasks.embedding import truncate_embeddings
 from tritonize.tasks.embedding.quantization import Calibration
 
+LONG = " ".join(f"part {i} of a long document that the model reads only in part" for i in range(24))
+OVERLAP = 8  # the stack's --chunk-overlap
 TEXTS = ["Triton serves raw strings.", "A man is eating food.", "Ünïcödé café, naïve", "x"]
 PROMPTS = {"query": "query: ", "document": "passage: "}
 TYPES = ("float", "int8", "uint8", "binary", "ubinary", "base64")
@@ -45,7 +49,8 @@ def stack(local_triton, local_options, tmp_path_factory):
     generate(GenerateOptions(model=str(prompted), name="prompted", output=str(repo), add=True,
                              matryoshka_dims=[32, 16, 8]))
     options = local_options(repo, base / "run")
-    with api_over_triton(options, "--max-client-batch-size", "8", key=KEY) as (endpoints, api):
+    with api_over_triton(options, "--max-client-batch-size", "8", "--chunk-overlap", str(OVERLAP),
+                         key=KEY) as (endpoints, api):
         yield repo, endpoints, api
 
 
@@ -165,7 +170,8 @@ def test_cohere_refusals_are_in_cohere_envelope_and_the_api_keeps_serving(stack)
         (BadRequestError, dict(model="prompted", output_dimension=12), "cannot be cut to 12 values",
          "Matryoshka sizes declared: 32, 16, 8"),
         (BadRequestError, dict(model="plain", output_dimension=16), "cannot be cut to 16 values", "declared: none"),
-        (BadRequestError, dict(model="plain", truncate="START"), "truncate START is not served", ""),
+        (BadRequestError, dict(model="plain", truncate="START", enable_chunked_processing=True),
+         "truncate START and enable_chunked_processing", "send one"),
         (BadRequestError, dict(model="plain", max_tokens=8), "max_tokens 8 is not served", "first 64 tokens"),
         (BadRequestError, dict(model="plain", images=["data:image/png;base64,AAAA"]), "embeds texts only", ""),
         (NotFoundError, dict(model="nope"), "the model 'nope' does not exist", "served: plain, prompted"),
@@ -179,6 +185,9 @@ def test_cohere_refusals_are_in_cohere_envelope_and_the_api_keeps_serving(stack)
     ]
     for error, call, said, also in cases:
         kwargs = {"texts": TEXTS, "input_type": "search_query", "embedding_types": ["int8"], **call}
+        if "enable_chunked_processing" in kwargs:  # no argument of the SDK's: sent as its extra body
+            kwargs["request_options"] = {"additional_body_parameters": {
+                "enable_chunked_processing": kwargs.pop("enable_chunked_processing")}}
         with pytest.raises(error) as raised:
             client.embed(**kwargs)
         body = raised.value.body
@@ -200,8 +209,77 @@ def test_the_document_narrows_the_new_fields_to_what_both_models_accept(stack) -
     assert openai["input_type"]["anyOf"][0]["enum"] == ["query", "passage"]
     assert cohere["output_dimension"]["anyOf"][0]["enum"] == [32]  # plain declares no Matryoshka sizes
     assert cohere["model"]["enum"] == ["plain", "prompted"] and "model" in components["CohereEmbedRequest"]["required"]
-    assert cohere["truncate"]["enum"] == ["NONE", "END"]
+    assert cohere["truncate"]["enum"] == ["NONE", "START", "END"]
     assert cohere["embedding_types"]["items"]["enum"] == list(TYPES)
     operation = schema["paths"]["/v2/embed"]["post"]
     assert "Quantization-Ranges" in operation["responses"]["200"]["headers"]
     assert operation["responses"]["400"]["content"]["application/json"]["schema"]["$ref"].endswith("/CohereError")
+
+
+def library(repo):
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(repo.parent / "plain"), device="cpu")
+
+
+def test_truncate_start_embeds_a_long_texts_last_tokens_as_the_library_cuts_them(stack) -> None:
+    """Cohere's and NIM's truncate START and text-embeddings-inference's truncation_direction Left: the vectors
+    sentence-transformers computes with its tokenizer's truncation_side left; a short text as it always is."""
+    from openai import BadRequestError, OpenAI
+
+    repo, endpoints, api = stack
+    model = library(repo)
+    texts = [LONG, TEXTS[0]]
+    end = model.encode(texts)
+    model.tokenizer.truncation_side = "left"
+    start = model.encode(texts)
+    assert np.abs(start[0] - end[0]).max() > 1e-3  # the two cuts embed different tokens
+    cohere = cohere_client(api).embed(model="plain", texts=texts, truncate="START", input_type="search_document",
+                                      embedding_types=["float"])
+    client = OpenAI(base_url=api.url + "/v1", api_key=KEY)
+    nim = client.embeddings.create(model="plain", input=texts, extra_body={"truncate": "START"})
+    code, _, tei = api.call("POST", "/embed", {"inputs": texts, "truncation_direction": "Left", "model": "plain"})
+    assert code == 200
+    for got in (cohere.embeddings.float_, [d.embedding for d in nim.data], tei):
+        assert np.abs(np.array(got, dtype=np.float32) - start).max() <= 1e-5
+    np.testing.assert_array_equal(np.array(tei, dtype=np.float32)[1], ensemble(endpoints, "plain", texts[1:])[0])
+    code, _, similarity = api.call("POST", "/similarity", {"model": "plain", "inputs": {
+        "source_sentence": TEXTS[0], "sentences": [LONG]}, "parameters": {"truncation_direction": "left"}})
+    assert code == 200 and abs(similarity[0] - float(start[1] @ start[0])) <= 1e-5
+    with pytest.raises(BadRequestError, match="longer than plain reads .* truncate is NONE"):
+        client.embeddings.create(model="plain", input=texts, extra_body={"truncate": "NONE"})
+
+
+def test_chunked_processing_pools_the_windows_the_library_embeds(stack) -> None:
+    """enable_chunked_processing: the text's max-length windows, OVERLAP tokens apart (transformers'
+    return_overflowing_tokens with that stride), each embedded by the library, averaged by their tokens and
+    normalised; the answer counts the windows, and a text of one window is served as without chunking."""
+    import torch
+
+    repo, endpoints, api = stack
+    model = library(repo)
+    ids = model.tokenizer(LONG, truncation=True, max_length=64, stride=OVERLAP,
+                          return_overflowing_tokens=True)["input_ids"]
+    assert len(ids) >= 3 and all(len(w) <= 64 for w in ids)
+    with torch.no_grad():
+        vectors = model(dict(model.tokenizer.pad({"input_ids": ids}, return_tensors="pt")))["sentence_embedding"]
+    weights = np.array([len(w) for w in ids], dtype=np.float64)
+    mean = (vectors.numpy().astype(np.float64) * weights[:, None]).sum(axis=0) / weights.sum()
+    expected = mean / np.linalg.norm(mean)
+    short = ensemble(endpoints, "plain", TEXTS[:1])[0]
+    code, _, openai = api.call("POST", "/v1/embeddings", {"model": "plain", "input": [LONG, TEXTS[0]],
+                                                          "enable_chunked_processing": True})
+    assert code == 200, openai
+    got = np.array([d["embedding"] for d in openai["data"]], dtype=np.float32)
+    assert np.abs(got[0] - expected).max() <= 1e-5 and abs(np.linalg.norm(got[0]) - 1) <= 1e-6
+    np.testing.assert_array_equal(got[1], short)
+    short_tokens = len(model.tokenizer(TEXTS[0])["input_ids"])
+    assert openai["usage"] == {"prompt_tokens": int(weights.sum()) + short_tokens,
+                               "total_tokens": int(weights.sum()) + short_tokens, "chunks": len(ids) + 1}
+    code, _, cohere = api.call("POST", "/v2/embed", {"model": "plain", "texts": [LONG], "embedding_types": ["float"],
+                                                     "enable_chunked_processing": True})
+    assert code == 200 and cohere["meta"]["chunks"] == len(ids)
+    assert np.abs(np.array(cohere["embeddings"]["float"][0]) - expected).max() <= 1e-5
+    code, _, plain = api.call("POST", "/v1/embeddings", {"model": "plain", "input": [LONG]})  # the server's default
+    assert code == 200 and "chunks" not in plain["usage"]
+    assert np.abs(np.array(plain["data"][0]["embedding"]) - model.encode([LONG])[0]).max() <= 1e-5

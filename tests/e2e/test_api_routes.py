@@ -170,7 +170,7 @@ def test_similarity_is_the_cosine_of_sentence_transformers_vectors(task_stack) -
     ("/similarity", {"inputs": {"source_sentence": QUERY, "sentences": ["a"]}, "model": "ranker"}, 400,
      "serves embedding models"),
     ("/similarity", {"inputs": {"source_sentence": QUERY, "sentences": ["a"]},
-                     "parameters": {"truncation_direction": "left"}}, 422, "right"),
+                     "parameters": {"truncation_direction": "middle"}}, 422, "truncation_direction"),
     ("/similarity", {"inputs": {"source_sentence": QUERY, "sentences": ["a"]},
                      "parameters": {"prompt_name": "query"}}, 422, "not declared"),
     ("/similarity", {"inputs": {"source_sentence": QUERY, "sentences": ["a"]},

@@ -24,6 +24,15 @@ STATUS = {
     "StatusCode.NOT_FOUND": 404,
 }
 DEFAULT_TIMEOUT_S = 60.0
+# A request's parameters: a string, or one value per row.
+Parameters = Mapping[str, "str | Sequence[int]"]
+
+
+def request_parameters(parameters: Parameters | None, lo: int, hi: int) -> dict[str, str] | None:
+    """The parameters of the request holding rows lo:hi."""
+    if not parameters:
+        return None
+    return {k: v if isinstance(v, str) else ",".join(map(str, v[lo:hi])) for k, v in parameters.items()}
 
 
 class TritonBackend:
@@ -45,21 +54,25 @@ class TritonBackend:
             self._client = None
 
     async def infer(self, model: ServedModel, inputs: Mapping[str, Sequence[str]],
-                    outputs: Sequence[str], ensemble: str | None = None) -> dict[str, np.ndarray]:
+                    outputs: Sequence[str], ensemble: str | None = None,
+                    parameters: Parameters | None = None) -> dict[str, np.ndarray]:
         """The named outputs for every row of `inputs` (equal-length columns), in row order, through the model's
-        ensemble (or `ensemble`: a rollout's candidate, which takes and returns the same tensors)."""
+        ensemble (or `ensemble`: a rollout's candidate, which takes and returns the same tensors). `parameters`:
+        the request's, which Triton hands every step (a sequence holds one value per row, sent comma-separated
+        with the rows it belongs to)."""
         rows = len(next(iter(inputs.values())))
         size = model.max_batch_size
         name = ensemble or model.name
         if rows <= size:
-            return await self._infer_once(name, inputs, outputs)
+            return await self._infer_once(name, inputs, outputs, request_parameters(parameters, 0, rows))
         parts = await asyncio.gather(*(
-            self._infer_once(name, {k: v[lo:lo + size] for k, v in inputs.items()}, outputs)
+            self._infer_once(name, {k: v[lo:lo + size] for k, v in inputs.items()}, outputs,
+                             request_parameters(parameters, lo, lo + size))
             for lo in range(0, rows, size)))
         return {name: np.concatenate([p[name] for p in parts]) for name in outputs}
 
     async def _infer_once(self, name: str, inputs: Mapping[str, Sequence[str]],
-                          outputs: Sequence[str]) -> dict[str, np.ndarray]:
+                          outputs: Sequence[str], parameters: dict[str, str] | None = None) -> dict[str, np.ndarray]:
         import tritonclient.grpc.aio as grpcclient
         from tritonclient.utils import InferenceServerException
 
@@ -67,7 +80,8 @@ class TritonBackend:
             raise ApiError(503, "the API is not connected to Triton")
         tensors, requested = build_request(grpcclient, inputs, outputs, 0)
         try:
-            result = await self._client.infer(name, tensors, outputs=requested, client_timeout=self.timeout_s)
+            result = await self._client.infer(name, tensors, outputs=requested, client_timeout=self.timeout_s,
+                                              parameters=parameters)
         except InferenceServerException as exc:
             raise triton_error(exc) from None
         return {o: result.as_numpy(o) for o in outputs}

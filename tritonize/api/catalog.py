@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..manifest import Manifest, read_manifests
-from ..spec import FIRST, QUANTIZATION_FILE, TOKENIZER_FILE, repo_paths
+from ..spec import FIRST, QUANTIZATION_FILE, TOKENIZER_FILE, TRUNCATION_DIRECTION, repo_paths
 from ..tasks import TaskContract, contract_of
 from ..tasks.embedding.quantization import Calibration
 from .errors import ApiError
@@ -54,7 +54,8 @@ class ServedModel:
 
     @property
     def tokenizer_file(self) -> Path:
-        """The tokenizer the served step runs (for /tokenize; inference never tokenizes here)."""
+        """The tokenizer the served step runs (for /tokenize, and to count a long text's windows; inference never
+        tokenizes here)."""
         return repo_paths(self.repository, self.name)[FIRST.key] / str(self.manifest.version) / TOKENIZER_FILE
 
     @functools.cached_property
@@ -63,6 +64,21 @@ class ServedModel:
         version records none."""
         return Calibration.read(repo_paths(self.repository, self.name)["model"] / str(self.manifest.version)
                                 / QUANTIZATION_FILE)
+
+    @functools.cached_property
+    def cut_refusal(self) -> str | None:
+        """Why the served ensemble cannot cut a request's texts at their start or into windows (request
+        parameters the Python tokenizer step reads); None where it can."""
+        if self.manifest.options.tokenizer == "graph":
+            return ("its production ensemble tokenizes inside the model's graph (--tokenizer graph), which reads "
+                    "every text from its start")
+        served = self.tokenizer_file.parent / "batching.py"
+        try:
+            reads = f'"{TRUNCATION_DIRECTION}"' in served.read_text(encoding="utf-8")
+        except OSError:
+            reads = False
+        return None if reads else ("its tokenizer step was written by an earlier tritonize and reads every text "
+                                   "from its start (generate the repository again)")
 
     @property
     def created(self) -> int:

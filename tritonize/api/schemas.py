@@ -6,7 +6,8 @@ requests validate what comes in; the handlers return the responses, so /openapi.
 is built without validation (`model_construct`, numpy rows kept as they are) and written by orjson
 (state.json_response): the hot routes pay for neither a second validation nor float64 digits.
 
-What the routes refuse beyond pydantic's types (empty or blank texts, token ids, `truncation_direction: left`) is
+What the routes refuse beyond pydantic's types (empty or blank texts, token ids, `truncation_direction: left` where
+the route cuts only at the end) is
 declared in the schema too (`minLength`, `minItems`, the enum), while the routes keep refusing it with their
 own messages; token-id arrays are accepted by the types only to reach that message, and left out of the
 document, since they are never served.
@@ -35,6 +36,10 @@ Texts = Union[Text, Annotated[list[Union[Text, SkipJsonSchema[TokenIds]]], refus
 Direction = Annotated[Literal["right", "left", "Right", "Left"],
                       WithJsonSchema({"type": "string", "enum": ["right", "Right"],
                                       "description": "the tokenizer cuts long texts on the right; left is refused"})]
+# Where the route serves both: left keeps a long text's last tokens (the tokenizer step's direction="left").
+EitherDirection = Annotated[Literal["right", "left", "Right", "Left"], Field(
+    description="which end of a long text is cut: right keeps its first tokens, left its last (as the tokenizer "
+                "cuts with truncation_side left)")]
 Dimensions = Annotated[Optional[Annotated[int, refused_beyond(minimum=1)]], Field(
     description="Matryoshka models only, at a size declared at generation")]
 

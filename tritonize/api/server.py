@@ -41,6 +41,12 @@ def api_key(value: str | None, key_file: Path | None) -> str | None:
 
 
 WORKERS_ENV = "TRITONIZE_API_WORKERS"  # --workers where no flag is given (compose sets it from API_WORKERS)
+# --enable-chunked-processing and --chunk-overlap where no flag is given ("1"/"true" turns chunking on).
+CHUNKED_ENV, CHUNK_OVERLAP_ENV = "TRITONIZE_API_CHUNKED_PROCESSING", "TRITONIZE_API_CHUNK_OVERLAP"
+
+
+def env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -60,16 +66,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="processes answering on the one port: one spends 0.6-0.7 ms of a core on a single-text "
                         "request (docs/benchmark.md), so past about 1,500 requests/s it needs more; metrics are "
                         f"summed over them (default: ${WORKERS_ENV}, else 1)")
+    p.add_argument("--enable-chunked-processing", action=argparse.BooleanOptionalAction, default=env_flag(CHUNKED_ENV),
+                   help="embed a text longer than the model reads as max-length windows, pooled by their tokens, where "
+                        "a request does not say (its `enable_chunked_processing`); off: such a text is cut at its end "
+                        f"(default: ${CHUNKED_ENV}, else off; docs/api.md)")
+    p.add_argument("--chunk-overlap", type=int, default=int(os.environ.get(CHUNK_OVERLAP_ENV) or 0),
+                   help=f"tokens each window shares with the one before it (default: ${CHUNK_OVERLAP_ENV}, else 0)")
 
 
 def settings_from(args: argparse.Namespace) -> ApiSettings:
     for flag in ("max_body_bytes", "max_client_batch_size", "max_concurrent_requests", "port", "workers"):
         if getattr(args, flag) <= 0:
             raise TritonizeError(f"--{flag.replace('_', '-')} must be positive")
+    if args.chunk_overlap < 0:
+        raise TritonizeError("--chunk-overlap must be 0 or more")
     return ApiSettings(repository=Path(args.repository), grpc_url=args.grpc_url, host=args.host, port=args.port,
                        api_key=api_key(args.api_key, args.api_key_file), max_body_bytes=args.max_body_bytes,
                        max_client_batch_size=args.max_client_batch_size,
-                       max_concurrent_requests=args.max_concurrent_requests, workers=args.workers)
+                       max_concurrent_requests=args.max_concurrent_requests, workers=args.workers,
+                       chunked_processing=args.enable_chunked_processing, chunk_overlap=args.chunk_overlap)
 
 
 def serve(settings: ApiSettings) -> None:

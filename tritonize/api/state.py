@@ -39,6 +39,9 @@ class ApiSettings:
     max_concurrent_requests: int = DEFAULT_MAX_CONCURRENT
     timeout_s: float = DEFAULT_TIMEOUT_S
     workers: int = 1  # processes answering on the port (api/server.py)
+    # Where a request does not say: a text longer than the model reads is embedded as windows (docs/api.md).
+    chunked_processing: bool = False
+    chunk_overlap: int = 0  # tokens each window shares with the one before it
 
 
 def fields_of(value: Any) -> Any:
@@ -106,16 +109,18 @@ class ApiState:
             else:
                 self.outputs[model.name] = names
 
-    def tokenizer(self, model: ServedModel):
-        """The served step's tokenizer file, for /tokenize (inference never tokenizes in the API)."""
-        if model.name not in self._tokenizers:
+    def tokenizer(self, model: ServedModel, stride: int = 0):
+        """The served step's tokenizer file, for /tokenize, and with `stride`, for counting a long text's windows
+        before they are embedded (inference never tokenizes in the API)."""
+        key = (model.name, stride)
+        if key not in self._tokenizers:
             from tokenizers import Tokenizer
 
             tok = Tokenizer.from_file(str(model.tokenizer_file))
             tok.no_padding()
-            tok.enable_truncation(model.max_length)
-            self._tokenizers[model.name] = tok
-        return self._tokenizers[model.name]
+            tok.enable_truncation(model.max_length, stride=stride)
+            self._tokenizers[key] = tok
+        return self._tokenizers[key]
 
     def info(self, model: ServedModel) -> TEIInfo:
         """text-embeddings-inference's /info for one model."""

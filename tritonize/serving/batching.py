@@ -28,6 +28,11 @@ INPUT_IDS, ATTENTION_MASK, TOKEN_TYPE_IDS, OFFSETS, SPECIAL_TOKENS_MASK = ENCODI
 # length (an API request's strict `truncate: false`). Each [N, 1].
 TOKEN_COUNT, TRUNCATED = "tokens", "truncated"
 ROW_FIELDS = (TOKEN_COUNT, TRUNCATED)
+# The request parameters with which a request asks the tokenizer step to cut its texts otherwise than at the end
+# (serving/tokenizer.py, `Cut`; Triton forwards an ensemble request's parameters to every step): "left" keeps a
+# long text's last tokens; a window index per row (comma-separated) makes each row that max-length window of its
+# text, each window sharing WINDOW_OVERLAP tokens with the one before it.
+TRUNCATION_DIRECTION, WINDOWS, WINDOW_OVERLAP = "truncation_direction", "windows", "window_overlap"
 # A per-token mask of the positions whose outputs count: a late-interaction model's scored tokens, which the
 # tokenizer step computes per form (serving/multi_vector.py) and the graph reads. Such a row may score positions
 # its attention mask leaves out (query expansion), so a row reaches as far as either mask marks.

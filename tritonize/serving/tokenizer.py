@@ -18,6 +18,12 @@ reference libraries truncate it. Tokenizing costs time in proportion to the
 whole text (0.35 to 1 s per MB on one core), so a text much longer than the
 model reads is tokenized from a prefix where that is provably exact
 (`exact_prefixes`).
+
+A request may ask for its texts to be cut otherwise, by request parameters (Triton forwards an ensemble
+request's parameters to every step): `truncation_direction: left` keeps a long text's last tokens, as the
+tokenizer's own `direction="left"` cuts it; `windows` (a window index per row) with `window_overlap` makes each
+row one max-length window of its text, the windows the tokenizer's `stride` makes (transformers'
+`return_overflowing_tokens`). A request without them is served as before (`Cut`).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import json
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -39,6 +46,9 @@ from .batching import (
     ROW_FIELDS,
     SCORE_MASK,
     TOKEN_COUNT,
+    TRUNCATION_DIRECTION,
+    WINDOW_OVERLAP,
+    WINDOWS,
     bucket_for,
     pad_rows,
     pad_value,
@@ -129,6 +139,57 @@ def prefix_end(text: str, start: int) -> int | None:
     return found.start() if found else None
 
 
+# -- how a request asks for its texts to be cut (batching.py names the parameters) -------------------------------
+DIRECTION, OVERLAP = TRUNCATION_DIRECTION, WINDOW_OVERLAP
+
+
+@dataclass(frozen=True)
+class Cut:
+    """How one request's texts are cut to the max length: at the end (the default), at the start, or into
+    overlapping windows, one a row."""
+
+    left: bool = False
+    overlap: int = 0
+    windows: tuple[int, ...] | None = None
+
+    @classmethod
+    def of(cls, params: Mapping[str, Any], rows: int) -> Cut:
+        """A request's parameters (its own JSON, as the Python backend hands them over) -> its cut; a value the
+        step cannot serve is refused in one line."""
+        direction = str(params.get(DIRECTION, "right")).lower()
+        if direction not in ("left", "right"):
+            raise InvalidText(f"{DIRECTION} must be left or right, got {params[DIRECTION]!r}", "parameters")
+        windows = None
+        if WINDOWS in params:
+            try:
+                windows = tuple(int(k) for k in str(params[WINDOWS]).split(","))
+                overlap = int(params.get(OVERLAP, 0))
+            except ValueError:
+                raise InvalidText(f"{WINDOWS} must be comma-separated window indices and {OVERLAP} an integer",
+                                  "parameters") from None
+            if len(windows) != rows or min(windows) < 0 or overlap < 0:
+                raise InvalidText(f"{WINDOWS} must hold one window index (0 or more) per row ({rows}), and "
+                                  f"{OVERLAP} must be 0 or more", "parameters")
+            if direction == "left":
+                raise InvalidText(f"{WINDOWS} cut a text from its start: {DIRECTION} left does not apply",
+                                  "parameters")
+            return cls(False, overlap, windows)
+        return cls(direction == "left")
+
+    @property
+    def plain(self) -> bool:
+        return self == PLAIN
+
+
+PLAIN = Cut()
+
+
+def request_parameters(request) -> dict[str, Any]:
+    """A Triton request's parameters (a JSON object; empty where the backend has none)."""
+    read = getattr(request, "parameters", None)
+    return json.loads(read() or "{}") if read is not None else {}
+
+
 def parameters(model_config: dict) -> dict[str, str]:
     """The string parameters of a model configuration, as Triton hands it to a Python model."""
     return {k: v["string_value"] for k, v in model_config.get("parameters", {}).items()}
@@ -160,6 +221,8 @@ class TextEncoder:
         exact = exact_prefixes(json.loads(self.tokenizer.to_str()))
         self.prefix_chars = PREFIX_CHARS_PER_TOKEN * max_length if exact else 0
         self.cut_second = truncation == "only_second"
+        self.truncation = truncation
+        self._cutters: dict[tuple[bool, int], Tokenizer] = {}  # the tokenizer cutting otherwise, by (left, overlap)
         self.template = template  # pairs rendered as one text, without special tokens (apply_chat_template's way)
         # Rows of (text, form), each prepared as its form declares (a late-interaction model's query or document).
         self.forms = FormTokenizer(self.tokenizer, forms) if forms else None
@@ -224,6 +287,72 @@ class TextEncoder:
             raise InvalidText(str(exc)) from None
         return encodings
 
+    def _cutter(self, cut: Cut) -> Tokenizer:
+        """The served tokenizer, truncating at the start or with a stride: a copy, so the default stays as built."""
+        key = (cut.left, cut.overlap)
+        if key not in self._cutters:
+            if self.forms is not None or self.template is not None or len(self.names) > 1:
+                raise InvalidText(f"{DIRECTION} and {WINDOWS} apply to single texts; this step reads "
+                                  f"{', '.join(self.names)}" + (" prepared by a template" if self.template else ""),
+                                  "parameters")
+            specials = self.tokenizer.num_special_tokens_to_add(False)
+            if cut.overlap and cut.overlap >= self.max_length - specials:
+                raise InvalidText(f"{OVERLAP} {cut.overlap} must be under the {self.max_length - specials} tokens "
+                                  "of text a window holds", "parameters")
+            tokenizer = Tokenizer.from_str(self.tokenizer.to_str())
+            tokenizer.enable_truncation(self.max_length, stride=cut.overlap, strategy=self.truncation,
+                                        direction="left" if cut.left else "right")
+            self._cutters[key] = tokenizer
+        return self._cutters[key]
+
+    def _encode_cut(self, items: list, cut: Cut) -> tuple[list, list[bool]]:
+        """Texts cut as `cut` asks (each text whole: no prefix is exact for its end or its later windows), and
+        whether each row lost tokens (a window is a whole row of its own)."""
+        tokenizer = self._cutter(cut)
+        encode = tokenizer.encode_batch if OFFSETS in self.outputs else tokenizer.encode_batch_fast
+        try:
+            if cut.windows is None:
+                encodings = encode(items)
+                return encodings, [bool(e.overflowing) for e in encodings]
+            unique = list(dict.fromkeys(items))  # a text's windows come from one encoding
+            whole = dict(zip(unique, encode(unique)))
+        except Exception as exc:  # noqa: BLE001 - the tokenizer's own words
+            raise InvalidText(str(exc)) from None
+        rows = []
+        for index, (text, k) in enumerate(zip(items, cut.windows)):
+            windows = [whole[text], *whole[text].overflowing]
+            if k >= len(windows):
+                raise InvalidText(f"{self.names[0]}[{index}] has {len(windows)} windows of {self.max_length} tokens "
+                                  f"(overlap {cut.overlap}); window {k} does not exist", "parameters")
+            rows.append(windows[k])
+        return rows, [False] * len(rows)
+
+    def _encode_all(self, groups: list[list], cuts: list[Cut]) -> tuple[list, list[bool]]:
+        """Every request's rows, each request cut as it asks: one batched encode per kind of cut."""
+        items = [t for g in groups for t in g]
+        if all(c.plain for c in cuts):
+            encodings = self._encode(items)
+            return encodings, [bool(e.overflowing) for e in encodings]
+        owner = [c for g, c in zip(groups, cuts) for _ in g]
+        encodings, cut = [None] * len(items), [False] * len(items)
+        for kind in dict.fromkeys(cuts):
+            at = [k for k, c in enumerate(owner) if c == kind]
+            if kind.plain:
+                done = self._encode([items[k] for k in at])
+                flags = [bool(e.overflowing) for e in done]
+            elif kind.windows is None:
+                done, flags = self._encode_cut([items[k] for k in at], kind)
+            else:  # each request's windows belong to its own rows
+                done, flags = [], []
+                for g, c in zip(groups, cuts):
+                    if c == kind:
+                        rows, row_flags = self._encode_cut(g, c)
+                        done += rows
+                        flags += row_flags
+            for k, e, f in zip(at, done, flags):
+                encodings[k], cut[k] = e, f
+        return encodings, cut
+
     def _too_long(self, index: int, item) -> InvalidText:
         limit, names = self.max_length, self.names[-1:]
         if self.forms is not None:  # a (text, form) row: the text, at its form's length
@@ -243,34 +372,35 @@ class TextEncoder:
         return self.encode_many([texts], width)[0]
 
     def encode_many(self, groups: list[list], width: int | None = None,
-                    counts: dict | None = None) -> list[dict[str, np.ndarray]]:
+                    counts: dict | None = None, cuts: list[Cut] | None = None) -> list[dict[str, np.ndarray]]:
         """Several requests' texts (or pairs) in one batched encode, each request padded to its bucket.
 
         width=0 pads each request to its own longest text instead of a bucket. With `counts`, adds what the
-        step's metrics count: texts, tokens, padded tokens, truncated texts, unknown tokens.
+        step's metrics count: texts, tokens, padded tokens, truncated texts, unknown tokens. `cuts`: how each
+        request asks its texts cut (none: at the end).
         """
-        encodings = self._encode([t for g in groups for t in g])
+        encodings, cut = self._encode_all(groups, cuts or [PLAIN] * len(groups))
         if not self.truncate:  # before anything is counted: a refused request counts as refused only
             start = 0
             for g in groups:
-                over = next((j for j, e in enumerate(encodings[start : start + len(g)]) if e.overflowing), None)
+                over = next((j for j, c in enumerate(cut[start : start + len(g)]) if c), None)
                 if over is not None:
                     raise self._too_long(over, g[over])
                 start += len(g)
         results, start = [], 0
         for g in groups:
-            rows = encodings[start : start + len(g)]
+            rows, flags = encodings[start : start + len(g)], cut[start : start + len(g)]
             start += len(g)
             longest = max(len(e.ids) for e in rows)
             w = width if width else (longest if width == 0 else self.bucket(longest))
             tensors = {
                 name: pad_rows([self._field(e, name) for e in rows], w, pad_value(name, self.pad_id))
-                if name not in ROW_FIELDS else row_field(name, rows)
+                if name not in ROW_FIELDS else row_field(name, rows, flags)
                 for name in self.outputs
             }
             results.append(tensors)
             if counts is not None:
-                self._count(counts, rows, tensors)
+                self._count(counts, flags, tensors)
         return results
 
     def _field(self, encoding, name: str) -> list:
@@ -281,12 +411,12 @@ class TextEncoder:
             return encoding.score_mask
         return getattr(encoding, ENCODING_FIELDS[name])
 
-    def _count(self, counts: dict, rows: list, tensors: dict[str, np.ndarray]) -> None:
+    def _count(self, counts: dict, cut: list[bool], tensors: dict[str, np.ndarray]) -> None:
         """What the step's metrics count for one request, mostly from the padded arrays (cheap)."""
         mask = tensors[ATTENTION_MASK]
         unknown = int(((tensors[INPUT_IDS] == self.unk_id) & (mask == 1)).sum()) if self.unk_id is not None else 0
-        for key, value in (("texts", len(rows)), ("tokens", int(mask.sum())), ("padded", int(mask.size)),
-                           ("truncated", sum(1 for e in rows if e.overflowing)), ("unknown", unknown)):
+        for key, value in (("texts", len(cut)), ("tokens", int(mask.sum())), ("padded", int(mask.size)),
+                           ("truncated", sum(cut)), ("unknown", unknown)):
             counts[key] = counts.get(key, 0) + value
 
     def rows(self, inputs: dict[str, np.ndarray], names: list[str]) -> list:
@@ -304,11 +434,11 @@ class TextEncoder:
         return list(zip(*columns))
 
 
-def row_field(name: str, rows: list) -> np.ndarray:
-    """One value per row: the tokens the model reads (INT32), or whether the text was cut (BOOL)."""
+def row_field(name: str, rows: list, cut: list[bool]) -> np.ndarray:
+    """One value per row: the tokens the model reads (INT32), or whether the text lost tokens (BOOL)."""
     if name == TOKEN_COUNT:
         return np.array([[len(e.ids)] for e in rows], dtype=np.int32)
-    return np.array([[bool(e.overflowing)] for e in rows], dtype=bool)
+    return np.array([[c] for c in cut], dtype=bool)
 
 
 def error_response(message: str, code: str = "INVALID_ARG"):
@@ -337,22 +467,24 @@ class RequestEncoder:
         """(a response per request: its error, or None where it was encoded; the encoded requests' indices;
         their tensors)."""
         responses = [None] * len(requests)
-        valid, groups, counts = [], [], {}
+        valid, groups, cuts, counts = [], [], [], {}
         for i, request in enumerate(requests):
             inputs = {n: pb_utils.get_input_tensor_by_name(request, n).as_numpy() for n in self.input_names}
             try:
-                groups.append(self.encoder.rows(inputs, self.input_names))
+                rows = self.encoder.rows(inputs, self.input_names)
+                cuts.append(Cut.of(request_parameters(request), len(rows)))
+                groups.append(rows)
                 valid.append(i)
             except InvalidText as exc:
                 responses[i] = self._refuse(exc)
         try:
-            encoded = self.encoder.encode_many(groups, counts=counts) if groups else []
+            encoded = self.encoder.encode_many(groups, counts=counts, cuts=cuts) if groups else []
         except InvalidText:
             # One request the tokenizer cannot encode: find it, and answer the others.
             encoded = []
-            for i, group in list(zip(valid, groups)):
+            for i, group, cut in list(zip(valid, groups, cuts)):
                 try:
-                    encoded.append(self.encoder.encode_many([group], counts=counts)[0])
+                    encoded.append(self.encoder.encode_many([group], counts=counts, cuts=[cut])[0])
                 except InvalidText as exc:
                     responses[i] = self._refuse(exc)
                     valid.remove(i)

@@ -16,6 +16,9 @@ from ..serving.batching import (
     SPECIAL_TOKENS_MASK,
     TOKEN_COUNT,
     TRUNCATED,
+    TRUNCATION_DIRECTION,
+    WINDOW_OVERLAP,
+    WINDOWS,
 )
 
 
@@ -23,6 +26,8 @@ from ..serving.batching import (
 TEXT_INPUT = "TEXT"  # the raw strings users send, BYTES [N, 1]
 # What an ensemble whose first step tokenizes also returns per row (serving/batching.py says why).
 TOKEN_COUNT_OUTPUT, TRUNCATED_OUTPUT = TOKEN_COUNT, TRUNCATED
+# The request parameters the tokenizer step reads, TRUNCATION_DIRECTION, WINDOWS and WINDOW_OVERLAP, are
+# serving/batching.py's (it says what each asks).
 TOKEN_INPUTS: tuple[str, ...] = (INPUT_IDS, ATTENTION_MASK)  # tokenizer step -> model step (batching.py names them)
 # What the tokenizer step can hand a post-processing step besides the model's inputs, and their dims.
 TOKEN_EXTRAS: dict[str, tuple[int, ...]] = {OFFSETS: (-1, 2), SPECIAL_TOKENS_MASK: (-1,)}

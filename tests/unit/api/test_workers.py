@@ -54,3 +54,23 @@ def test_the_environment_gives_the_workers_where_no_flag_does(monkeypatch) -> No
     assert parser.parse_args([]).workers == 3 and parser.parse_args(["--workers", "2"]).workers == 2
     api = yaml.safe_load((REPO_ROOT / "docker-compose.yml").read_text())["services"]["api"]
     assert api["environment"][server.WORKERS_ENV] == "${API_WORKERS:-1}" and "/tmp" in api["tmpfs"]
+
+
+def test_chunked_processing_is_off_unless_the_flag_or_the_environment_turns_it_on(monkeypatch) -> None:
+    """The server-wide default a request without enable_chunked_processing gets, and the workers get it too."""
+    parser = argparse.ArgumentParser()
+    server.add_arguments(parser)
+    plain = server.settings_from(parser.parse_args([]))
+    assert (plain.chunked_processing, plain.chunk_overlap) == (False, 0)
+    on = server.settings_from(parser.parse_args(["--enable-chunked-processing", "--chunk-overlap", "16"]))
+    assert (on.chunked_processing, on.chunk_overlap) == (True, 16)
+    assert server.worker_settings(on)["chunked_processing"] is True and server.worker_settings(on)["chunk_overlap"] == 16
+    with pytest.raises(TritonizeError, match="--chunk-overlap must be 0 or more"):
+        server.settings_from(parser.parse_args(["--chunk-overlap", "-1"]))
+    monkeypatch.setenv(server.CHUNKED_ENV, "true")
+    monkeypatch.setenv(server.CHUNK_OVERLAP_ENV, "8")
+    parser = argparse.ArgumentParser()
+    server.add_arguments(parser)
+    assert server.settings_from(parser.parse_args([])).chunked_processing is True
+    assert server.settings_from(parser.parse_args([])).chunk_overlap == 8
+    assert server.settings_from(parser.parse_args(["--no-enable-chunked-processing"])).chunked_processing is False

@@ -23,7 +23,7 @@ from tritonize.repository import config_as_triton_passes_it
 from tritonize.serving import batching
 from tritonize.serving.fused_step import tokenizer_outputs
 from tritonize.serving.onnx_model import PARALLEL_MIN_TOKENS, OnnxRunner
-from tritonize.serving.tokenizer import InvalidText, TextEncoder
+from tritonize.serving.tokenizer import Cut, InvalidText, TextEncoder
 from tritonize.source import read_model
 from tritonize.spec.options import GenerateOptions
 
@@ -404,6 +404,57 @@ def test_a_60_kb_page_is_served_as_sentence_transformers_embeds_it(repo: Path, e
     got = chain.onnx_runner(repo).run_grouped([feeds])[0][0]
     expected = SentenceTransformer(str(repo.parent / "tiny"), device="cpu").encode([long_page])
     assert np.abs(got - expected).max() <= 1e-5
+
+
+def test_a_request_cut_at_the_start_reads_its_last_tokens_as_the_library_cuts_them(
+        repo: Path, encoder: TextEncoder, long_page: str) -> None:
+    """truncation_direction left: the tokens of transformers' truncation_side="left", and the embedding
+    sentence-transformers computes with it; a request beside it in the same batch is still cut at the end."""
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(repo.parent / "tiny"), device="cpu")
+    short = "the quick brown fox"
+    counts: dict = {}
+    end, start = encoder.encode_many([[long_page], [long_page, short]], width=0, counts=counts,
+                                     cuts=[Cut(), Cut.of({"truncation_direction": "Left"}, 2)])
+    assert counts["truncated"] == 2 and start["truncated"][:, 0].tolist() == [True, False]
+    model.tokenizer.truncation_side = "left"
+    want = model.tokenizer([long_page, short], truncation=True, max_length=64)["input_ids"]
+    assert [row[m.astype(bool)].tolist() for row, m in zip(start[IDS], start[MASK])] == want
+    assert end[IDS][0].tolist() != start[IDS][0].tolist()  # the first request kept the page's first tokens
+    got = chain.onnx_runner(repo).run_grouped([start])[0]
+    assert np.abs(got - model.encode([long_page, short])).max() <= 1e-5
+
+
+def test_a_request_in_windows_reads_each_window_the_tokenizer_strides(repo: Path, encoder: TextEncoder) -> None:
+    """windows + window_overlap: row k is window k of its text, as transformers' return_overflowing_tokens
+    with stride makes them; a window is no truncated text; a window past the text's last is refused."""
+    from transformers import AutoTokenizer
+
+    text = " ".join(f"w{i}" for i in range(120))
+    want = AutoTokenizer.from_pretrained(str(repo.parent / "tiny"))(
+        text, truncation=True, max_length=64, stride=8, return_overflowing_tokens=True)["input_ids"]
+    assert len(want) > 3
+    rows = [text] * len(want) + ["short"]
+    cut = Cut.of({"windows": ",".join(map(str, [*range(len(want)), 0])), "window_overlap": "8"}, len(rows))
+    t = encoder.encode_many([rows], width=0, cuts=[cut])[0]
+    assert [row[m.astype(bool)].tolist() for row, m in zip(t[IDS], t[MASK])][:-1] == want
+    assert not t["truncated"].any() and t["tokens"][:, 0].tolist()[:-1] == [len(w) for w in want]
+    with pytest.raises(InvalidText, match=rf"^TEXT\[0\] has {len(want)} windows .* window {len(want)} does not"):
+        encoder.encode_many([[text]], cuts=[Cut.of({"windows": str(len(want)), "window_overlap": 8}, 1)])
+    with pytest.raises(InvalidText, match="window_overlap 62 must be under the 62 tokens"):
+        encoder.encode_many([[text]], cuts=[Cut.of({"windows": "0", "window_overlap": 62}, 1)])
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"truncation_direction": "middle"}, "truncation_direction must be left or right"),
+    ({"windows": "0,1"}, "one window index .* per row"),
+    ({"windows": "0,x"}, "comma-separated window indices"),
+    ({"windows": "0", "truncation_direction": "left"}, "left does not apply"),
+])
+def test_a_cut_the_step_cannot_serve_is_refused_in_one_line(params: dict, message: str) -> None:
+    with pytest.raises(InvalidText, match=message):
+        Cut.of(params, 1)
 
 
 def test_no_truncate_refuses_an_over_long_text_with_one_line(repo: Path, encoder: TextEncoder) -> None:

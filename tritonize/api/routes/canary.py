@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from fastapi import Request
 
+from ..backend import Parameters
 from ..catalog import ServedModel
 from ..errors import ApiError
 from ..rollout_routing import CALLER_FAULTS, CALLER_HEADER
@@ -16,14 +17,14 @@ from ..state import ApiState
 
 
 async def infer(state: ApiState, request: Request, model: ServedModel, inputs: Mapping[str, list[str]],
-                outputs: Sequence[str]) -> dict[str, np.ndarray]:
+                outputs: Sequence[str], parameters: Parameters | None = None) -> dict[str, np.ndarray]:
     """One inference through the version the rollout routes this caller to: a canary's failure that is not the
     request's own is answered by the served version; the version that answered is the request's."""
     target = state.rollouts.target(model.name, request.headers.get(CALLER_HEADER))
     if target.candidate:
         start = time.perf_counter()
         try:
-            answer = await state.backend.infer(model, inputs, outputs, target.name)
+            answer = await state.backend.infer(model, inputs, outputs, target.name, parameters)
         except ApiError as exc:
             if exc.status in CALLER_FAULTS:
                 raise
@@ -35,6 +36,6 @@ async def infer(state: ApiState, request: Request, model: ServedModel, inputs: M
             return answer
     request.state.version = str(target.version)
     start = time.perf_counter()
-    answer = await state.backend.infer(model, inputs, outputs)
+    answer = await state.backend.infer(model, inputs, outputs, parameters=parameters)
     state.rollouts.record(model.name, target, True, time.perf_counter() - start)
     return answer

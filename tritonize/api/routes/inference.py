@@ -13,6 +13,7 @@ from fastapi import Request
 from ... import tasks
 from ...spec import TOKEN_COUNT_OUTPUT, TRUNCATED_OUTPUT
 from ...tasks.contract import TaskContract
+from ..backend import Parameters
 from ..catalog import ServedModel
 from ..errors import invalid
 from ..state import ApiState
@@ -20,13 +21,14 @@ from . import canary
 
 
 async def run(state: ApiState, request: Request, model: ServedModel,
-              rows: Sequence[tuple[str, ...]]) -> dict[str, np.ndarray]:
+              rows: Sequence[tuple[str, ...]], parameters: Parameters | None = None) -> dict[str, np.ndarray]:
     """One inference of these rows through the model's ensemble (the version its rollout routes to): its answers'
-    outputs, with its token counts where the ensemble reports them."""
+    outputs, with its token counts where the ensemble reports them; `parameters` reach every step."""
     request.state.model = model.name
     contract: TaskContract = model.contract
     extra = [o for o in (TOKEN_COUNT_OUTPUT, TRUNCATED_OUTPUT) if o in state.outputs.get(model.name, ())]
-    return await canary.infer(state, request, model, contract.request(rows), [*contract.output_names, *extra])
+    return await canary.infer(state, request, model, contract.request(rows), [*contract.output_names, *extra],
+                              parameters)
 
 
 def tokens(answer: dict[str, np.ndarray]) -> int:

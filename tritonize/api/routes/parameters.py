@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import TritonizeError
+from ...spec import TRUNCATION_DIRECTION
 from ..catalog import ServedModel
 from ..errors import invalid
 
@@ -44,6 +45,20 @@ def input_prompt(model: ServedModel, input_type: str | None) -> str:
         return model.head.prompt_for(input_type)
     except TritonizeError as exc:
         raise invalid(f"{model.name}: {exc}", "input_type", 400) from None
+
+
+def cut_at_start(model: ServedModel, param: str, asked: str) -> dict[str, str]:
+    """The request parameters that have the tokenizer step keep a long text's last tokens (tokenizers'
+    direction="left"); refused in one line where the served ensemble cannot."""
+    refusal = model.cut_refusal
+    if refusal:
+        raise invalid(f"{param} {asked} is not served for {model.name}: {refusal}", param, 400)
+    return {TRUNCATION_DIRECTION: "left"}
+
+
+def direction_of(model: ServedModel, direction: str, param: str = "truncation_direction") -> dict[str, str] | None:
+    """text-embeddings-inference's truncation_direction: Left (any case) cuts at the start, Right at the end."""
+    return cut_at_start(model, param, direction) if direction.lower() == "left" else None
 
 
 def right_only(direction: str) -> None:

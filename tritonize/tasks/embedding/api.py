@@ -4,6 +4,7 @@ table (tritonize/api/task_routes.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import uuid
 from collections.abc import Sequence
@@ -13,14 +14,16 @@ from fastapi import Request
 
 from ...api import schemas as s
 from ...api.catalog import ServedModel
-from ...api.errors import invalid
+from ...api.errors import ApiError, invalid
 from ...api.routes.families import COHERE_EMBED, OPENAI, TEI, Router
 from ...api.routes.inference import refuse_truncated, run, tokens
-from ...api.routes.parameters import input_prompt, prompt_of, right_only, texts_of
+from ...api.routes.parameters import cut_at_start, direction_of, input_prompt, prompt_of, texts_of
 from ...api.routes.responses import INFERS, answered, documented
 from ...api.state import ApiState, state_of
 from ...api.task_routes import TaskRoutes, prompt_names
 from ...errors import TritonizeError
+from ...spec import TOKEN_COUNT_OUTPUT
+from .chunking import Windows
 from .quantization import RANGED, quantize
 from . import bodies as b
 from .contract import INPUT_TYPE_PROMPTS, CONTRACT, Head
@@ -54,18 +57,47 @@ ROUTES = TaskRoutes(CONTRACT, ("/v1/embeddings", "/v2/embed", "/embed", "/simila
                     lambda head: {"embedding": {"pooling": head.pooling}}, accepts)
 
 
-async def embed(state: ApiState, request: Request, model: ServedModel, texts: list[str],
-                prompt: str = "") -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    rows = [(prompt + t,) for t in texts]
-    answer = await run(state, request, model, rows)
+async def embed(state: ApiState, request: Request, model: ServedModel, texts: list[str], prompt: str = "",
+                parameters: dict | None = None,
+                windows: Windows | None = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The texts' vectors and the ensemble's answer (its token counts); `parameters`: how the tokenizer step cuts
+    them; `windows`: each text embedded as its windows, pooled (tasks/embedding/chunking.py)."""
+    texts = [prompt + t for t in texts]
+    rows = windows.rows(texts) if windows else [(t,) for t in texts]
+    parameters = windows.parameters() if windows else parameters
+    answer = await run(state, request, model, rows, parameters)
     vectors = CONTRACT.vectors(answer)
 
     async def shadow_vectors(ensemble: str) -> np.ndarray:
         return CONTRACT.vectors(await state.backend.infer(model, CONTRACT.request(rows), list(CONTRACT.output_names),
-                                                         ensemble))
+                                                         ensemble, parameters))
 
     state.rollouts.mirror(model.name, vectors, shadow_vectors)
-    return vectors, answer
+    if windows is None:
+        return vectors, answer
+    if TOKEN_COUNT_OUTPUT not in answer:
+        raise ApiError(503, f"{model.name}'s ensemble did not report its token counts, which pool a text's windows")
+    return windows.pool(vectors, answer[TOKEN_COUNT_OUTPUT].reshape(-1), model.head.normalize), windows.answer(answer)
+
+
+async def windows_of(state: ApiState, model: ServedModel, texts: list[str], prompt: str,
+                     asked: bool | None) -> Windows | None:
+    """Each text's windows where chunked processing is on (the request's `enable_chunked_processing`, else the
+    server's default); None where it is off."""
+    if not (state.settings.chunked_processing if asked is None else asked):
+        return None
+    refusal = model.cut_refusal
+    if refusal:
+        raise invalid(f"chunked processing is not served for {model.name}: {refusal}", "enable_chunked_processing",
+                      400)
+    overlap = state.settings.chunk_overlap
+    tokenizer = state.tokenizer(model, overlap)
+    room = model.max_length - tokenizer.num_special_tokens_to_add(False)
+    if overlap >= room:
+        raise invalid(f"chunked processing is not served for {model.name}: the server's chunk overlap of {overlap} "
+                      f"tokens is not under the {room} tokens of text a window holds (--chunk-overlap)",
+                      "enable_chunked_processing", 400)
+    return await asyncio.to_thread(Windows.of, tokenizer, [prompt + t for t in texts], overlap)
 
 
 def matryoshka(vectors: np.ndarray, model: ServedModel, dimensions: int | None,
@@ -115,7 +147,11 @@ async def openai_embeddings(body: b.EmbeddingRequest, request: Request) -> b.Emb
     texts = texts_of(body.input, "input", state.settings.max_client_batch_size)
     if body.dimensions is not None and body.dimensions < 1:
         raise invalid("`dimensions` must be at least 1", "dimensions", 400)
-    vectors, answer = await embed(state, request, model, texts, input_prompt(model, body.input_type))
+    prompt = input_prompt(model, body.input_type)
+    windows = await windows_of(state, model, texts, prompt, chunking(body.enable_chunked_processing, body.truncate))
+    parameters = cut_at_start(model, "truncate", "START") if body.truncate == "START" else None
+    vectors, answer = await embed(state, request, model, texts, prompt, parameters, windows)
+    refuse_truncated(answer, False if body.truncate == "NONE" else None, model, 400, "NONE")
     vectors = matryoshka(vectors, model, body.dimensions)
     if body.encoding_format == "float":
         rows: Sequence = vectors
@@ -125,9 +161,19 @@ async def openai_embeddings(body: b.EmbeddingRequest, request: Request) -> b.Emb
         rows = [base64.b64encode(v.tobytes()).decode("ascii")
                 for v in quantized(request, model, vectors, body.encoding_format, "encoding_format")]
     used = tokens(answer)
+    usage = b.EmbeddingUsage.model_construct(prompt_tokens=used, total_tokens=used,
+                                             **({"chunks": windows.total} if windows else {}))
     return b.EmbeddingResponse.model_construct(
         data=[b.Embedding(object="embedding", index=i, embedding=row) for i, row in enumerate(rows)],
-        model=model.name, usage=s.Usage.model_construct(prompt_tokens=used, total_tokens=used))
+        model=model.name, usage=usage)
+
+
+def chunking(asked: bool | None, truncate: str | None) -> bool | None:
+    """The request's chunked processing switch; asked together with cutting at the start, refused."""
+    if asked and truncate == "START":
+        raise invalid("truncate START and enable_chunked_processing ask two things of a long text: send one",
+                      "truncate", 400)
+    return False if truncate == "START" else asked
 
 
 EMBED_PATH = "/v2/embed"
@@ -143,9 +189,6 @@ async def cohere_embed(body: b.CohereEmbedRequest, request: Request) -> b.Cohere
     model = state.catalog.find(CONTRACT, body.model)
     if body.images or body.inputs:
         raise invalid(f"{model.name} embeds texts only: send `texts`", "images" if body.images else "inputs", 400)
-    if body.truncate == "START":
-        raise invalid("truncate START is not served: the model's tokenizer cuts long texts on the right (END)",
-                      "truncate", 400)
     if body.max_tokens is not None and body.max_tokens < model.max_length:
         raise invalid(f"max_tokens {body.max_tokens} is not served: {model.name} reads the first {model.max_length} "
                       "tokens of each text (truncate NONE refuses a longer one)", "max_tokens", 400)
@@ -154,7 +197,10 @@ async def cohere_embed(body: b.CohereEmbedRequest, request: Request) -> b.Cohere
     if body.output_dimension is not None and body.output_dimension < 1:
         raise invalid("`output_dimension` must be at least 1", "output_dimension", 400)
     texts = texts_of(body.texts, "texts", state.settings.max_client_batch_size)
-    vectors, answer = await embed(state, request, model, texts, input_prompt(model, body.input_type))
+    prompt = input_prompt(model, body.input_type)
+    windows = await windows_of(state, model, texts, prompt, chunking(body.enable_chunked_processing, body.truncate))
+    parameters = cut_at_start(model, "truncate", "START") if body.truncate == "START" else None
+    vectors, answer = await embed(state, request, model, texts, prompt, parameters, windows)
     refuse_truncated(answer, False if body.truncate == "NONE" else None, model)
     vectors = matryoshka(vectors, model, body.output_dimension, "output_dimension")
     embeddings: dict = {}
@@ -169,7 +215,7 @@ async def cohere_embed(body: b.CohereEmbedRequest, request: Request) -> b.Cohere
     return b.CohereEmbedResponse.model_construct(
         id=str(uuid.uuid4()), embeddings=embeddings, texts=texts,
         meta=b.CohereMeta.model_construct(api_version=b.CohereApiVersion.model_construct(version=API_VERSION),
-                                          billed_units=billed))
+                                          billed_units=billed, **({"chunks": windows.total} if windows else {})))
 
 
 @tei.post("/embed", responses=documented(s.TEIError, INFERS))
@@ -177,12 +223,12 @@ async def cohere_embed(body: b.CohereEmbedRequest, request: Request) -> b.Cohere
 async def tei_embed(body: b.TEIEmbedRequest, request: Request) -> b.TEIEmbeddings:
     state = state_of(request)
     model = state.catalog.find(CONTRACT, body.model)
-    right_only(body.truncation_direction)
+    parameters = direction_of(model, body.truncation_direction)
     texts = texts_of(body.inputs, "inputs", state.settings.max_client_batch_size)
     if not body.normalize and model.head.normalize:
         raise invalid(f"normalize false is not served: {model.name} normalises inside its graph (its Normalize "
                       "module), so only unit vectors exist to return", "normalize")
-    vectors, answer = await embed(state, request, model, texts, prompt_of(model, body.prompt_name))
+    vectors, answer = await embed(state, request, model, texts, prompt_of(model, body.prompt_name), parameters)
     refuse_truncated(answer, body.truncate, model)
     vectors = matryoshka(vectors, model, body.dimensions)
     if body.normalize and not model.head.normalize:
@@ -199,10 +245,11 @@ async def tei_similarity(body: b.TEISimilarityRequest, request: Request) -> b.TE
     state = state_of(request)
     model = state.catalog.find(CONTRACT, body.model)
     parameters = body.parameters or b.TEISimilarityParameters()
-    right_only(parameters.truncation_direction)
+    cut = direction_of(model, parameters.truncation_direction, "parameters.truncation_direction")
     sentences = texts_of(body.inputs.sentences, "inputs.sentences", state.settings.max_client_batch_size)
     source = texts_of(body.inputs.source_sentence, "inputs.source_sentence", 1)
-    vectors, answer = await embed(state, request, model, source + sentences, prompt_of(model, parameters.prompt_name))
+    vectors, answer = await embed(state, request, model, source + sentences, prompt_of(model, parameters.prompt_name),
+                                  cut)
     refuse_truncated(answer, parameters.truncate, model)
     return b.TEISimilarities.model_construct(cosines(vectors[0], vectors[1:]).tolist())
 

@@ -3,13 +3,13 @@ text-embeddings-inference's /embed and /similarity (tritonize/api/schemas.py say
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Optional
 
 from pydantic import Field, RootModel
-from pydantic.json_schema import SkipJsonSchema, WithJsonSchema
+from pydantic.json_schema import SkipJsonSchema
 from typing_extensions import TypedDict
 
-from ...api.schemas import Body, Dimensions, Direction, Text, TextList, Texts, Usage, refused_beyond
+from ...api.schemas import Body, Dimensions, EitherDirection, Text, TextList, Texts, Usage, refused_beyond
 
 
 Quantized = Literal["int8", "uint8", "binary", "ubinary"]  # tasks/embedding/quantization.py's PRECISIONS
@@ -32,10 +32,15 @@ CohereInputType = Annotated[Literal["search_query", "search_document", "classifi
 CohereEmbeddingType = Literal["float", "int8", "uint8", "binary", "ubinary", "base64"]
 
 
-CohereTruncate = Annotated[Literal["NONE", "START", "END"], WithJsonSchema(
-    {"type": "string", "enum": ["NONE", "END"],
-     "description": "END: a long text's first tokens; NONE: a long text is refused; START is refused (the "
-                    "tokenizer cuts on the right)"})]
+CohereTruncate = Annotated[Literal["NONE", "START", "END"], Field(
+    description="END: a long text's first tokens; START: its last tokens (the tokenizer cutting on the left); "
+                "NONE: a long text is refused")]
+
+
+ChunkedProcessing = Annotated[Optional[bool], Field(
+    description="true: a text longer than the model reads is embedded as max-length windows (the server's "
+                "--chunk-overlap apart), pooled by their tokens and normalised where the model normalises; "
+                "false: it is cut; none: the server's --enable-chunked-processing (docs/api.md)")]
 
 
 class CohereEmbedRequest(Body):
@@ -46,6 +51,7 @@ class CohereEmbedRequest(Body):
         "float"]
     output_dimension: Dimensions = None
     truncate: CohereTruncate = "END"
+    enable_chunked_processing: ChunkedProcessing = None
     # Accepted by the types only to reach the route's own message.
     max_tokens: SkipJsonSchema[int | None] = None
     images: SkipJsonSchema[list | None] = None
@@ -69,6 +75,7 @@ class CohereBilledUnits(Body):
 class CohereMeta(Body):
     api_version: CohereApiVersion
     billed_units: CohereBilledUnits
+    chunks: Optional[int] = Field(None, description="with chunked processing: the windows embedded in all")
 
 
 class CohereEmbedResponse(Body):
@@ -86,6 +93,13 @@ class EmbeddingRequest(Body):
     dimensions: Dimensions = None
     input_type: NimInputType | None = None
     user: str | None = None
+    truncate: Optional[CohereTruncate] = Field(None, description=(
+        "NVIDIA NIM's: END or none, a long text's first tokens; START, its last; NONE: a long text is refused (400)"))
+    enable_chunked_processing: ChunkedProcessing = None
+
+
+class EmbeddingUsage(Usage):
+    chunks: Optional[int] = Field(None, description="with chunked processing: the windows embedded in all")
 
 
 # A row of the hot route is a typed dict: built as cheaply as the dict it is (a model per row cost ~4 µs).
@@ -103,14 +117,14 @@ class EmbeddingResponse(Body):
     object: Literal["list"] = "list"
     data: list[Embedding]
     model: str
-    usage: Usage
+    usage: EmbeddingUsage
 
 
 class TEIEmbedRequest(Body):
     inputs: Texts
     normalize: bool = True
     truncate: bool | None = None
-    truncation_direction: Direction = "right"
+    truncation_direction: EitherDirection = "right"
     prompt_name: str | None = None
     dimensions: Dimensions = None
     model: str | None = None
@@ -127,7 +141,7 @@ class TEISimilarityInput(Body):
 
 class TEISimilarityParameters(Body):
     truncate: bool | None = None
-    truncation_direction: Direction = "right"
+    truncation_direction: EitherDirection = "right"
     prompt_name: str | None = None
 
 
