@@ -97,7 +97,7 @@ def test_a_rerankers_activation_is_applied_after_the_graph_in_one_place() -> Non
     np.testing.assert_array_equal(contract.scores(answer, Head("sigmoid"), raw=True), logits.reshape(-1))
     np.testing.assert_array_equal(contract.scores(answer, Head("identity")), logits.reshape(-1))
     np.testing.assert_array_equal(Head("sigmoid").activate(logits), activate(logits, "sigmoid"))
-    with pytest.raises(ValueError, match="unknown reranker activation 'softmax'"):
+    with pytest.raises(TritonizeError, match="unknown reranker activation 'softmax'"):
         activate(logits, "softmax")
     assert contract.rows(answer)[1] == {"logit": -18.5} and contract.summary_line({"logit": 0.75}) == "logit 0.7500"
 

@@ -12,6 +12,7 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
+from ...errors import TritonizeError
 from ...spec import TEXT_INPUT, TensorSpec
 from ...spec import Head as BaseHead
 from ..contract import TaskContract
@@ -20,6 +21,8 @@ QUERY_INPUT = "QUERY"
 OUTPUT = "logit"  # the head's logit per pair, before the CrossEncoder's activation
 ACTIVATION_PARAMETER = "activation"  # the ensemble's configuration names the activation, for clients over Triton
 Activation = Literal["sigmoid", "identity"]
+Layout = Literal["sequence-classification", "causal-lm"]
+CAUSAL = "causal-lm"
 
 
 def activate(logits: np.ndarray, activation: str) -> np.ndarray:
@@ -30,9 +33,7 @@ def activate(logits: np.ndarray, activation: str) -> np.ndarray:
         return np.exp(-np.logaddexp(0.0, -values))
     if activation == "identity":
         return values
-    raise ValueError(f"unknown reranker activation {activation!r}: sigmoid or identity")
-Layout = Literal["sequence-classification", "causal-lm"]
-CAUSAL = "causal-lm"
+    raise TritonizeError(f"unknown reranker activation {activation!r}", hint="a reranker applies sigmoid or identity")
 
 
 @dataclass(frozen=True)
