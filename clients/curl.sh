@@ -5,7 +5,7 @@
 #   clients/curl.sh "first text" "second text"
 #   echo "a text" | clients/curl.sh
 #   TOP_K=2 clients/curl.sh "great movie"          # classifiers: top-k labels
-#   QUERY="what is triton?" clients/curl.sh "doc one" "doc two"   # rerankers: one score per document
+#   QUERY="what is triton?" clients/curl.sh "doc one" "doc two"   # rerankers: one logit per document
 #   QUESTION="who lives in Berlin?" clients/curl.sh "Sarah lives in Berlin."   # extractive QA: one answer per context
 #   FORM=query clients/curl.sh "what is triton?"   # late interaction (ColBERT): each text's vectors, as a query or document
 #

@@ -1,11 +1,12 @@
 """A small client for a tritonize repository: raw strings in, task outputs out.
 
 The served ensemble takes BYTES inputs shaped [N, 1] (`TEXT`) and returns what its task declares (`embedding`;
-`logits` + `probabilities`; `indices` + `values`). The task-shaped calls (`embed`, `sparse`, `classify`, ...) are
-the tasks' own, each written once for both clients in its task's calls.py (tritonize/tasks/calls.py says how);
-they become methods of `TextClient` and `AsyncTextClient` here. `task()` asks the server's metadata which task a
-model serves. Texts may be `str` (sent as UTF-8) or `bytes` (sent untouched, so invalid UTF-8 reaches the server
-and its error can be checked). Server-side failures raise `ServerError`, which keeps Triton's own message.
+`logits` + `probabilities`; `indices` + `values`; a reranker's `logit`). The task-shaped calls (`embed`, `sparse`,
+`classify`, `rerank`, ...) are the tasks' own, each written once for both clients in its task's calls.py
+(tritonize/tasks/calls.py says how); they become methods of `TextClient` and `AsyncTextClient` here. `task()` asks
+the server's metadata which task a model serves. Texts may be `str` (sent as UTF-8) or `bytes` (sent untouched, so
+invalid UTF-8 reaches the server and its error can be checked). Server-side failures raise `ServerError`, which
+keeps Triton's own message.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from .tasks.multi_vector.calls import multi_vector_inputs
 from .tasks.contract import TaskContract
 from .tasks.question_answering.contract import OUTPUT as ANSWER
 from .tasks.rerank.calls import rerank_inputs
-from .tasks.rerank.contract import OUTPUT as SCORE
+from .tasks.rerank.contract import OUTPUT as LOGIT
 from .tasks.sparse_embedding.contract import SparseVector
 from .tasks.token_classification.contract import OUTPUT as ENTITIES
 
@@ -474,8 +475,8 @@ __all__ = [
     "ANSWER",
     "EMBEDDING",
     "ENTITIES",
+    "LOGIT",
     "PROBABILITIES",
-    "SCORE",
     "AsyncTextClient",
     "SparseVector",
     "Label",

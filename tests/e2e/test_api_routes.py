@@ -1,6 +1,6 @@
 """The request shapes retrieval stacks send besides OpenAI's and Cohere's, on the every-task API (task_stack) and,
-for a reranker whose graph returns raw logits, on an LLM reranker of its own: NVIDIA NIM's /v1/ranking, vLLM's
-/score and /classify, text-embeddings-inference's /similarity, /embed_all and /decode.
+for a causal LLM reranker without an activation, on one of its own: NVIDIA NIM's /v1/ranking, vLLM's /score and
+/classify, text-embeddings-inference's /similarity, /embed_all and /decode.
 
 Each answer equals the model's own library (CrossEncoder.predict, SentenceTransformer.encode with cos_sim, the
 text-classification pipeline, the tokenizer's decode); each refusal is a 4xx in the route family's envelope.
@@ -58,13 +58,17 @@ def tei_error(answer: dict) -> str:
     return answer["error"]
 
 
-# -- vLLM's /score and NIM's /v1/ranking on the stack's cross-encoder (its graph applies a sigmoid) ---------------
+# -- vLLM's /score and NIM's /v1/ranking on the stack's cross-encoder (a sigmoid CrossEncoder) ---------------------
 def test_score_equals_cross_encoder_predict_one_to_many_and_pairwise(task_stack) -> None:
+    """Scores as predict returns them by default; with `use_activation: false`, the model's logits."""
+    import torch
     from sentence_transformers import CrossEncoder
 
     folders, _, api = task_stack
     model = CrossEncoder(str(folders["ranker"]), device="cpu")
     expected = model.predict([(QUERY, d) for d in DOCUMENTS])
+    logits = model.predict([(QUERY, d) for d in DOCUMENTS], activation_fn=torch.nn.Identity())
+    assert np.abs(logits - expected).max() > 0.1
     for route in ("/score", "/v1/score"):
         code, _, answer = api.call("POST", route, {"model": "ranker", "text_1": QUERY, "text_2": DOCUMENTS})
         assert code == 200 and answer["model"] == "ranker", answer
@@ -79,6 +83,27 @@ def test_score_equals_cross_encoder_predict_one_to_many_and_pairwise(task_stack)
     assert code == 200 and max(abs(d["score"] - float(e)) for d, e in zip(answer["data"], pairwise)) <= TOLERANCE
     code, _, one = api.call("POST", "/score", {"model": "ranker", "text_1": [QUERY], "text_2": DOCUMENTS[1]})
     assert code == 200 and abs(one["data"][0]["score"] - float(expected[1])) <= TOLERANCE
+    for activation, want in ((False, logits), (True, expected)):
+        code, _, answer = api.call("POST", "/score", {"model": "ranker", "text_1": QUERY, "text_2": DOCUMENTS,
+                                                      "use_activation": activation})
+        assert code == 200 and max(abs(d["score"] - float(e)) for d, e in zip(answer["data"], want)) <= TOLERANCE
+
+
+def test_ranking_of_a_sigmoid_cross_encoder_is_its_logits(task_stack) -> None:
+    """NIM's `logit` is the model's own logit (predict with the identity as activation), not its sigmoid, and the
+    passages are ranked by it."""
+    import torch
+    from sentence_transformers import CrossEncoder
+
+    folders, _, api = task_stack
+    pairs = [(QUERY, d) for d in DOCUMENTS]
+    logits = CrossEncoder(str(folders["ranker"]), device="cpu").predict(pairs, activation_fn=torch.nn.Identity())
+    code, _, answer = api.call("POST", "/v1/ranking", {"model": "ranker", "query": {"text": QUERY},
+                                                       "passages": [{"text": d} for d in DOCUMENTS]})
+    assert code == 200, answer
+    jsonschema.validate(answer, NIM_RANKING)
+    assert [r["index"] for r in answer["rankings"]] == np.argsort(-logits, kind="stable").tolist()
+    assert max(abs(r["logit"] - float(logits[r["index"]])) for r in answer["rankings"]) <= TOLERANCE
 
 
 @pytest.mark.parametrize("body,status,words", [
@@ -86,7 +111,6 @@ def test_score_equals_cross_encoder_predict_one_to_many_and_pairwise(task_stack)
     ({"text_1": [], "text_2": ["x"]}, 422, "`text_1` must not be empty"),
     ({"text_1": "q", "text_2": []}, 422, "`text_2` must not be empty"),
     ({"text_1": "q", "text_2": "x", "model": "emb"}, 400, "serves rerank or multi-vector models"),
-    ({"text_1": "q", "text_2": "x", "use_activation": False}, 422, "sigmoid"),
     ({"text_1": "q", "text_2": "x", "truncate_prompt_tokens": 8}, 422, "truncate_prompt_tokens"),
 ])
 def test_score_refusals_are_openai_envelopes(task_stack, body, status, words) -> None:
@@ -96,7 +120,6 @@ def test_score_refusals_are_openai_envelopes(task_stack, body, status, words) ->
 
 
 @pytest.mark.parametrize("body,status,words", [
-    ({"query": {"text": QUERY}, "passages": [{"text": "a"}]}, 422, "sigmoid"),  # a logit that is not the model's
     ({"query": {"text": QUERY}, "passages": []}, 422, "`passages` must not be empty"),
     ({"query": {"text": ""}, "passages": [{"text": "a"}]}, 422, "empty string"),
     ({"query": {"text": QUERY}, "passages": [{"text": "a"}], "truncate": "START"}, 422, "truncate"),

@@ -2,7 +2,7 @@
 SPLADE), one local Triton, one API: every route answers what the model's own library computes.
 
 Rerank results equal `CrossEncoder.predict` in order and score (Cohere/Jina's and text-embeddings-inference's
-shapes), `/predict` equals the text-classification pipeline's probabilities, `/embed_sparse` equals
+shapes; TEI's `raw_scores` the model's logits), `/predict` equals the text-classification pipeline's probabilities, `/embed_sparse` equals
 `SparseEncoder.encode`, and entities and answers equal what the ensembles answer over gRPC.
 """
 
@@ -33,10 +33,14 @@ def test_one_api_lists_and_checks_every_model(task_stack) -> None:
 
 
 def test_rerank_equals_cross_encoder_predict_in_order_and_score(task_stack) -> None:
+    import torch
     from sentence_transformers import CrossEncoder
 
     folders, _, api = task_stack
-    expected = CrossEncoder(str(folders["ranker"]), device="cpu").predict([(QUERY, d) for d in DOCUMENTS])
+    model = CrossEncoder(str(folders["ranker"]), device="cpu")
+    expected = model.predict([(QUERY, d) for d in DOCUMENTS])
+    logits = model.predict([(QUERY, d) for d in DOCUMENTS], activation_fn=torch.nn.Identity())
+    assert np.abs(logits - expected).max() > 0.1  # the ranker's sigmoid: its logits are not its scores
     order = list(np.argsort(-expected, kind="stable"))
     for route in ("/v1/rerank", "/v2/rerank"):
         code, _, answer = api.call("POST", route, {"model": "ranker", "query": QUERY, "documents": DOCUMENTS,
@@ -49,8 +53,9 @@ def test_rerank_equals_cross_encoder_predict_in_order_and_score(task_stack) -> N
     code, _, ranks = api.call("POST", "/rerank", {"model": "ranker", "query": QUERY, "texts": DOCUMENTS, "return_text": True})
     assert code == 200 and [r["index"] for r in ranks] == order and ranks[0]["text"] == DOCUMENTS[order[0]]
     assert max(abs(r["score"] - float(expected[r["index"]])) for r in ranks) <= 1e-4
-    code, _, refused = api.call("POST", "/rerank", {"model": "ranker", "query": QUERY, "texts": DOCUMENTS, "raw_scores": True})
-    assert code == 422 and "sigmoid" in refused["error"]  # the graph's sigmoid is not inverted into logits
+    code, _, raw = api.call("POST", "/rerank", {"model": "ranker", "query": QUERY, "texts": DOCUMENTS, "raw_scores": True})
+    assert code == 200 and [r["index"] for r in raw] == order  # the sigmoid keeps the order
+    assert max(abs(r["score"] - float(logits[r["index"]])) for r in raw) <= 1e-4
     objects = [{"text": d} for d in DOCUMENTS]
     assert api.call("POST", "/v1/rerank", {"model": "ranker", "query": QUERY, "documents": objects})[2]["results"]
 
@@ -104,12 +109,11 @@ def test_schemathesis_finds_the_document_true_for_every_task(task_stack, tmp_pat
     """Every route's task served, several models behind /tokenize and /info: the document names them, and a
     request it allows is answered, whichever route it reaches. The document's bound on texts per request is
     the server's (16 here: the fuzzer's largest lists stay within what two cores answer inside Triton's queue
-    budget). The stack's reranker applies a sigmoid, so NIM's /v1/ranking, whose `logit` is the raw score,
-    refuses it; /score refuses lists of text_1 and text_2 of different lengths (vLLM's pairing, which no JSON
-    Schema of one field can say). TEI's /rerank takes `raw_scores` for the late-interaction model (MaxSim is raw)
-    and refuses it for the reranker's sigmoid: one request schema for both cannot say which model takes it."""
+    budget). /score refuses lists of text_1 and text_2 of different lengths (vLLM's pairing, which no JSON Schema
+    of one field can say). NIM's `logit`, TEI's `raw_scores` and vLLM's `use_activation: false` are served for the
+    reranker (its logits) and the late-interaction model (MaxSim is raw) alike."""
     from support.api import ANY_MODEL, REFUSING, accepting, fuzz
 
     _, _, api = task_stack
-    refusing = (*ANY_MODEL, *REFUSING, "/v1/ranking", "/score", "/rerank")
+    refusing = (*ANY_MODEL, *REFUSING, "/score")
     fuzz(api.url, tmp_path, "\n".join(accepting(r, "422") for r in refusing))

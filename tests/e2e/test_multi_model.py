@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from support import REPO_ROOT, model_zoo
+from support import tasks as support_tasks
 from support.multi_model import QUERY, RERANK, Stack, tree
 from support.stopping import stop_later
 from tritonize.cli import main
@@ -34,11 +35,9 @@ DOCUMENTS = ["Triton serves raw strings with dynamic batching.", "The quick brow
 TEXTS = ["an embedder and a reranker", "in one server", "Ünïcödé café"]
 
 
-def cross_encoder_scores(folder: Path, documents: list[str]) -> np.ndarray:
-    from sentence_transformers import CrossEncoder
-
-    pairs = [(QUERY, d) for d in documents]
-    return np.asarray(CrossEncoder(str(folder), device="cpu").predict(pairs, convert_to_numpy=True), dtype=np.float32)
+def cross_encoder_scores(folder: Path, documents: list[str], logits: bool = False) -> np.ndarray:
+    """CrossEncoder.predict of QUERY against each document (logits: with the identity as its activation)."""
+    return support_tasks.cross_encoder_scores(folder, [(QUERY, d) for d in documents], logits)
 
 
 # --------------------------------------------------------------------------- one server
@@ -167,8 +166,8 @@ def test_clients_name_the_model_where_several_are_served(served: Served, tiny_em
     assert f"serves 2 models ({s.embedder}, {RERANK}): pass --model NAME" in ambiguous.stderr
     named = run([*script, "--repository", str(s.repository), "--model", RERANK, "--query", QUERY, *DOCUMENTS])
     assert named.returncode == 0, named.stderr
-    scores = [row["score"] for row in json.loads(named.stdout)["results"]]
-    assert np.abs(np.array(scores) - cross_encoder_scores(s.reranker_source, DOCUMENTS)).max() <= ATOL
+    logits = [row["logit"] for row in json.loads(named.stdout)["results"]]  # the ensemble's answer
+    assert np.abs(np.array(logits) - cross_encoder_scores(s.reranker_source, DOCUMENTS, logits=True)).max() <= ATOL
     # A repository of one model names its model, as it always has.
     only = run([*script, "--repository", str(tiny_embedding_repo.repository), "a text"])
     assert only.returncode == 0 and json.loads(only.stdout)["model"] == s.embedder

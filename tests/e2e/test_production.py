@@ -359,16 +359,24 @@ def test_classifiers_match_the_pipeline(stack: Stack, references, zoo_id: str, p
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 @pytest.mark.parametrize("zoo_id", ["bert-cross-encoder", "qwen3-llm-reranker"])
 def test_rerankers_match_cross_encoder_predict(stack: Stack, references, zoo_id: str, protocol: str) -> None:
+    """Both variants serve the model's logits (predict with the identity as activation), and the client's sigmoid
+    of them is predict's default score."""
     folder, name = stack.folders[zoo_id], model_name(zoo_id)
-    expected = references(zoo_id, lambda: cross_encoder_scores(folder, [(QUERY, d) for d in DOCUMENTS]))
+    pairs = [(QUERY, d) for d in DOCUMENTS]
+    expected = references(zoo_id, lambda: cross_encoder_scores(folder, pairs))
+    logits = references(f"{zoo_id} logits", lambda: cross_encoder_scores(folder, pairs, logits=True))
     assert np.ptp(expected) > 1e-5  # the scores tell the documents apart
-    with stack.client(PRODUCTION_VARIANT, name, protocol) as client:
-        together = client.rerank(QUERY, DOCUMENTS)
-        alone = np.concatenate([client.rerank(QUERY, [d]) for d in DOCUMENTS])
-    worst = max(np.abs(together - expected).max(), np.abs(alone - expected).max())
-    record("vs library", f"{name} (rerank)", float(worst))
-    assert worst <= ATOL
-    assert np.corrcoef(together, expected)[0, 1] > 0.999
+    assert np.abs(logits - expected).max() > 0.1  # a sigmoid head: the logits are not the scores
+    for variant in VARIANTS:
+        with stack.client(variant, name, protocol) as client:
+            together = client.rerank(QUERY, DOCUMENTS)
+            alone = np.concatenate([client.rerank(QUERY, [d]) for d in DOCUMENTS])
+            raw = client.rerank(QUERY, DOCUMENTS, raw=True)
+        worst = max(np.abs(together - expected).max(), np.abs(alone - expected).max())
+        record("vs library", f"{name} (rerank, {variant})", float(worst))
+        record("vs library", f"{name} (rerank logits, {variant})", float(np.abs(raw - logits).max()))
+        assert worst <= ATOL and np.abs(raw - logits).max() <= ATOL
+        assert np.corrcoef(together, expected)[0, 1] > 0.999
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)

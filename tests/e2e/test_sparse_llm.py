@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import urllib.request
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,7 +18,7 @@ from support import REPO_ROOT as ROOT
 from support import model_zoo
 from support.sparse import ATOL, TEXTS, assert_same_terms, encode
 from support.stopping import stop_later
-from support.tasks import QUERY, Served
+from support.tasks import QUERY, Served, cross_encoder_scores
 from tritonize.generate import generate
 from tritonize.runtime.local import LocalRuntime
 from tritonize.spec.options import GenerateOptions
@@ -93,12 +92,6 @@ def test_curl_gets_sparse_terms(served) -> None:
         assert np.abs(vals[kept] - want[ids[kept]]).max() <= ATOL and not vals[~kept].any()
 
 
-def cross_encoder_scores(folder: Path, pairs: list[tuple[str, str]]) -> np.ndarray:
-    from sentence_transformers import CrossEncoder
-
-    return np.asarray(CrossEncoder(str(folder), device="cpu").predict(pairs, convert_to_numpy=True), dtype=np.float32)
-
-
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_llm_rerank_matches_cross_encoder_predict(served, protocol: str) -> None:
     """The pair rendered through the folder's chat template, the long document cut and the template's end restored,
@@ -111,18 +104,18 @@ def test_llm_rerank_matches_cross_encoder_predict(served, protocol: str) -> None
         together = client.rerank(QUERY, DOCUMENTS)
         alone = np.concatenate([client.rerank(QUERY, [d]) for d in DOCUMENTS])
     assert np.abs(together - expected).max() <= ATOL and np.abs(alone - expected).max() <= ATOL
-    assert ((together > 0) & (together < 1)).all()  # the CrossEncoder's sigmoid is inside the graph
+    assert ((together > 0) & (together < 1)).all()  # the CrossEncoder's sigmoid, applied to the served logits
 
 
 def test_llm_rerank_pairs_batch_across_requests(served) -> None:
     s = served[LLM_RERANKER]
     queries = [QUERY, "short", "Ünïcödé café", QUERY]
     docs = [DOCUMENTS[0], DOCUMENTS[4], DOCUMENTS[2], DOCUMENTS[1]]
-    expected = cross_encoder_scores(s.folder, list(zip(queries, docs)))
+    expected = cross_encoder_scores(s.folder, list(zip(queries, docs)), logits=True)
     with s.client("grpc") as client:
         results = client.infer_many([{"QUERY": [q], "TEXT": [d]} for q, d in zip(queries, docs)], concurrency=4)
     assert all(r.ok for r in results)
-    assert np.abs(np.array([r.outputs["score"][0, 0] for r in results]) - expected).max() <= ATOL
+    assert np.abs(np.array([r.outputs["logit"][0, 0] for r in results]) - expected).max() <= ATOL
 
 
 def test_curl_reranks_with_an_llm(served) -> None:
@@ -133,9 +126,9 @@ def test_curl_reranks_with_an_llm(served) -> None:
         capture_output=True, text=True, timeout=60,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    out = {o["name"]: o for o in json.loads(result.stdout)["outputs"]}["score"]
+    out = {o["name"]: o for o in json.loads(result.stdout)["outputs"]}["logit"]
     assert out["shape"] == [3, 1]
-    expected = cross_encoder_scores(s.folder, [(QUERY, d) for d in DOCUMENTS[:3]])
+    expected = cross_encoder_scores(s.folder, [(QUERY, d) for d in DOCUMENTS[:3]], logits=True)
     assert np.abs(np.array(out["data"], dtype=np.float32) - expected).max() <= ATOL
 
 

@@ -119,18 +119,18 @@ def test_rerank_matches_cross_encoder_predict(served, protocol: str) -> None:
     assert got.shape == (len(DOCUMENTS),)
     assert np.abs(got - expected).max() <= ATOL
     assert np.corrcoef(got, expected)[0, 1] > 0.999
-    assert ((got > 0) & (got < 1)).all()  # the CrossEncoder's sigmoid is inside the graph
+    assert ((got > 0) & (got < 1)).all()  # the CrossEncoder's sigmoid, applied by the client to the served logits
 
 
 def test_rerank_pairs_batch_across_requests_and_cut_the_document(served) -> None:
     s = served["bert-cross-encoder"]
     queries = [QUERY, "short", "Ünïcödé café", QUERY]
     docs = [DOCUMENTS[0], DOCUMENTS[4], DOCUMENTS[2], DOCUMENTS[1]]
-    expected = cross_encoder_scores(s.folder, list(zip(queries, docs)))
+    expected = cross_encoder_scores(s.folder, list(zip(queries, docs)), logits=True)
     with s.client("grpc") as client:
         results = client.infer_many([{"QUERY": [q], "TEXT": [d]} for q, d in zip(queries, docs)], concurrency=4)
     assert all(r.ok for r in results)
-    got = np.array([r.outputs["score"][0, 0] for r in results])
+    got = np.array([r.outputs["logit"][0, 0] for r in results])  # the ensemble answers the model's logit
     assert np.abs(got - expected).max() <= ATOL
     assert np.corrcoef(got, expected)[0, 1] > 0.999
 
@@ -152,9 +152,9 @@ def test_curl_reranks_with_a_query(served) -> None:
         capture_output=True, text=True, timeout=60,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    out = {o["name"]: o for o in json.loads(result.stdout)["outputs"]}["score"]
+    out = {o["name"]: o for o in json.loads(result.stdout)["outputs"]}["logit"]
     assert out["shape"] == [3, 1]
-    expected = cross_encoder_scores(s.folder, [(QUERY, d) for d in DOCUMENTS[:3]])
+    expected = cross_encoder_scores(s.folder, [(QUERY, d) for d in DOCUMENTS[:3]], logits=True)
     assert np.abs(np.array(out["data"], dtype=np.float32) - expected).max() <= ATOL
 
 
@@ -287,8 +287,8 @@ def test_client_scripts_rerank_with_a_query(served, name: str) -> None:
     assert result.returncode == 0, result.stderr
     rows = json.loads(result.stdout)["results"]
     assert [r["text"] for r in rows] == DOCUMENTS[:3]
-    expected = cross_encoder_scores(s.folder, [(QUERY, d) for d in DOCUMENTS[:3]])
-    assert np.abs(np.array([r["score"] for r in rows]) - expected).max() <= ATOL
+    expected = cross_encoder_scores(s.folder, [(QUERY, d) for d in DOCUMENTS[:3]], logits=True)
+    assert np.abs(np.array([r["logit"] for r in rows]) - expected).max() <= ATOL  # the ensemble's answer
     missing = script(*DOCUMENTS[:1])
     assert missing.returncode != 0 and "pass --query" in missing.stderr
 

@@ -61,10 +61,15 @@ def spread_qa_head(folder: Path, seed: int = 0) -> None:
     model.eval().save_pretrained(str(folder))
 
 
-def cross_encoder_scores(folder: Path, pairs: list[tuple[str, str]]) -> np.ndarray:
+def cross_encoder_scores(folder: Path, pairs: list[tuple[str, str]], logits: bool = False) -> np.ndarray:
+    """CrossEncoder.predict as it scores by default, or (logits) with the identity as its activation."""
+    import torch
     from sentence_transformers import CrossEncoder
 
-    return np.asarray(CrossEncoder(str(folder), device="cpu").predict(pairs, convert_to_numpy=True), dtype=np.float32)
+    kwargs = {"activation_fn": torch.nn.Identity()} if logits else {}
+    return np.asarray(CrossEncoder(str(folder), device="cpu").predict(pairs, convert_to_numpy=True, **kwargs),
+                      dtype=np.float32)
+
 EMBED_TEXTS = ["hello world", "Ünïcödé café — 日本語のテキスト 🚀", "a",
                " ".join(["The server keeps serving after bad input, and batching merges requests."] * 8)]
 

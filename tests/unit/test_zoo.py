@@ -55,6 +55,8 @@ def test_every_folder_is_served_exactly(entry, zoo_root: Path, tmp_path: Path) -
     assert (answers and {k: answers[k] for k in ANSWER_KEYS}) == ANSWERS.get(entry.layout, ANSWERS.get(task))
     if task == "sparse-embedding":  # the same non-zero terms as encode, none of them only by float noise at zero
         assert answers["max_abs"] <= 1e-4 and answers["borderline"] == 0 and answers["terms"]["min"] >= 1
+    if task == "rerank":
+        assert_logits_served(repo, report)
     # The container's model step: Triton's own onnxruntime backend, its outputs the first of the local config's
     # (which, as one step, also passes on the tokenizer's).
     model_dir = repo / "zoo_model"
@@ -101,6 +103,29 @@ def test_a_problem_type_not_served_is_refused_in_one_line(problem_type: str, zoo
     message = str(info.value)
     assert f"problem_type {problem_type!r}" in message and "multi_label_classification (sigmoid)" in message
     assert "\n" not in message and not (tmp_path / "repo").exists()
+
+
+def assert_logits_served(repo: Path, report: dict) -> None:
+    """A reranker's graph returns the head's logit with no activation inside; verification held it to
+    CrossEncoder.predict(activation_fn=Identity()) and, where the folder declares a sigmoid, held the head's
+    activation of it to predict's default scores; the ensemble names the activation for clients."""
+    import onnx
+
+    from tritonize.manifest import read_manifest
+
+    head = read_manifest(repo).model.head
+    graph = onnx.load(str(repo / "zoo_model" / "1" / "model.onnx"))
+    assert [o.name for o in graph.graph.output] == ["logit"] and report["output"] == "logit"
+    last = next(n for n in graph.graph.node if "logit" in n.output)  # the graph used to end in the Sigmoid
+    assert last.op_type not in ("Sigmoid", "Softmax", "Tanh", "Relu"), last.op_type
+    ensemble = parse_config((repo / "zoo" / "config.pbtxt").read_text())
+    assert ensemble.parameters["activation"].string_value == head.activation
+    forms = report.get("forms", {})
+    if head.activation == "identity":
+        assert forms == {}
+    else:
+        assert list(forms) == [f"{head.activation} score"] and forms[f"{head.activation} score"]["passed"]
+        assert forms[f"{head.activation} score"]["max_abs"] <= 1e-4
 
 
 @pytest.mark.parametrize("layout", ["sbert_ce_default_activation_function", "sentence_transformers"])
@@ -327,7 +352,7 @@ def test_an_llm_reranker_graph_has_no_cache_and_two_rows_of_its_lm_head(tmp_path
     assert json.loads((repo / "verification.json").read_text())["passed"]
     graph = onnx.load(str(repo / "zoo_model" / "1" / "model.onnx"))
     assert [i.name for i in graph.graph.input] == ["input_ids", "attention_mask"]
-    assert [o.name for o in graph.graph.output] == ["score"]
+    assert [o.name for o in graph.graph.output] == ["logit"]
     vocab = json.loads((folder / "config.json").read_text())["vocab_size"]
     assert sum(1 for t in graph.graph.initializer if vocab in t.dims) == 1
 

@@ -145,7 +145,7 @@ class RerankResponse(Body):
 class TEIRerankRequest(Body):
     query: Text
     texts: TextList
-    raw_scores: bool = False
+    raw_scores: bool = Field(False, description="true: a cross-encoder's logits, before its activation")
     return_text: bool = False
     truncate: bool | None = None
     truncation_direction: Direction = "right"
@@ -226,8 +226,7 @@ class NIMRankingRequest(Body):
 
 class NIMRanking(Body):
     index: int
-    logit: float = Field(description="the model's raw score (served for rerankers whose graph applies no "
-                                     "activation)")
+    logit: float = Field(description="the model's raw score: a cross-encoder's logit, before its activation")
 
 
 class NIMRankingResponse(Body):
@@ -248,8 +247,7 @@ class ScoreRequest(Body):
     model: str | None = None
     truncate_prompt_tokens: Optional[Literal[-1]] = Field(None, description="-1 or none: long pairs are cut at "
                                                                             "the model's max length")
-    use_activation: bool | None = Field(None, description="false: logits, for a model whose graph applies no "
-                                                          "activation")
+    use_activation: bool | None = Field(None, description="false: a cross-encoder's logits, before its activation")
 
 
 class ScoreData(Body):

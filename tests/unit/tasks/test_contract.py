@@ -78,6 +78,30 @@ def test_sparse_rows_drop_the_padding_and_keep_ids_ascending() -> None:
     assert PROTOCOLS["sparse-embedding"].summary_line(PROTOCOLS["sparse-embedding"].rows(outputs)[0]).startswith("3 terms")
 
 
+def test_a_rerankers_activation_is_applied_after_the_graph_in_one_place() -> None:
+    """The served answer is the logit; the score is the head's activation of it, as torch's sigmoid gives it even
+    where a float32 sigmoid saturates (and so could not be inverted back to the logit); raw is the logit itself."""
+    import torch
+
+    from tritonize.tasks.rerank import Head
+    from tritonize.tasks.rerank.contract import activate
+
+    contract = PROTOCOLS["rerank"]
+    logits = np.array([[-120.0], [-18.5], [-1.25], [0.0], [0.75], [18.5], [120.0]], dtype=np.float32)
+    answer = {"logit": logits}
+    sigmoid = torch.sigmoid(torch.from_numpy(logits).double()).numpy().reshape(-1)
+    scores = contract.scores(answer, Head("sigmoid"))
+    assert scores.dtype == np.float64 and np.abs(scores - sigmoid).max() <= 1e-15
+    assert np.all(np.abs(scores - sigmoid) <= 1e-12 * sigmoid)  # relative, at the small end too
+    assert np.float32(scores[-2]) == 1.0  # saturated in float32: the logit is not recoverable from the score
+    np.testing.assert_array_equal(contract.scores(answer, Head("sigmoid"), raw=True), logits.reshape(-1))
+    np.testing.assert_array_equal(contract.scores(answer, Head("identity")), logits.reshape(-1))
+    np.testing.assert_array_equal(Head("sigmoid").activate(logits), activate(logits, "sigmoid"))
+    with pytest.raises(TritonizeError, match="unknown reranker activation 'softmax'"):
+        activate(logits, "softmax")
+    assert contract.rows(answer)[1] == {"logit": -18.5} and contract.summary_line({"logit": 0.75}) == "logit 0.7500"
+
+
 def test_the_client_keeps_the_protocol_class_under_its_former_name() -> None:
     """`TextClient.task()` returns a TaskContract; code written against `tritonize.client.Answers` keeps working."""
     from tritonize import client

@@ -47,9 +47,10 @@ def refuse_truncated(answer: dict[str, np.ndarray], truncate: bool | None, model
                       f"truncate is {asked}", "truncate", status)
 
 
-# How a kind of model that ranks texts for a query scores a list of (query, text) pairs: its task's api.py
-# SCORER (a reranker reads each pair in one pass; a late-interaction model scores two texts' vectors by MaxSim).
-PairScorer = Callable[[ApiState, Request, ServedModel, list[tuple[str, str]]],
+# How a kind of model that ranks texts for a query scores a list of (query, text) pairs, and whether raw (the
+# model's logits, before any activation its task applies): its task's api.py SCORER (a reranker reads each pair
+# in one pass; a late-interaction model scores two texts' vectors by MaxSim).
+PairScorer = Callable[[ApiState, Request, ServedModel, list[tuple[str, str]], bool],
                       Awaitable[tuple[np.ndarray, dict[str, np.ndarray]]]]
 
 
@@ -67,10 +68,10 @@ def ranking() -> tuple[TaskContract, ...]:
     return tuple(scorers())
 
 
-async def scores(state: ApiState, request: Request, model: ServedModel, query: str,
-                 documents: list[str]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """The model's score of each document for the query, in the documents' order."""
-    return await scorers()[model.contract](state, request, model, [(query, d) for d in documents])
+async def scores(state: ApiState, request: Request, model: ServedModel, query: str, documents: list[str],
+                 raw: bool = False) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The model's score of each document for the query (raw: its logit), in the documents' order."""
+    return await scorers()[model.contract](state, request, model, [(query, d) for d in documents], raw)
 
 
 def ranked(values: np.ndarray, top_n: int | None) -> list[int]:

@@ -8,7 +8,7 @@ from .. import schemas as s
 from ..state import state_of
 from .families import NIM, Router
 from .inference import ranked, ranking, refuse_truncated, scores, tokens
-from .parameters import logits_only, texts_of
+from .parameters import texts_of
 from .responses import INFERS, answered, documented
 
 router = Router(NIM)
@@ -17,14 +17,13 @@ router = Router(NIM)
 @router.post("/v1/ranking", responses=documented(s.NIMError, INFERS))
 @answered
 async def nim_ranking(body: s.NIMRankingRequest, request: Request) -> s.NIMRankingResponse:
-    """Every passage by the model's logit, best first. NIM's `logit` is the raw score, so a reranker whose graph
-    applies a sigmoid is refused rather than answered with probabilities under that name."""
+    """Every passage by the model's logit, best first: NIM's `logit` is the raw score, before the activation
+    (a CrossEncoder's sigmoid) the other ranking routes apply."""
     state = state_of(request)
     model = state.catalog.find(ranking(), body.model)
     query = texts_of(body.query.text, "query.text", 1)[0]
     passages = texts_of([p.text for p in body.passages], "passages", state.settings.max_client_batch_size)
-    logits_only(model, "logit")
-    values, answer = await scores(state, request, model, query, passages)
+    values, answer = await scores(state, request, model, query, passages, raw=True)
     refuse_truncated(answer, body.truncate == "END", model, 400, body.truncate)
     used = tokens(answer)
     return s.NIMRankingResponse.model_construct(

@@ -1,4 +1,4 @@
-"""Reading a request's parameters the way every family does: texts, prompts, truncation, raw scores."""
+"""Reading a request's parameters the way every family does: texts, prompts, truncation."""
 
 from __future__ import annotations
 
@@ -66,12 +66,3 @@ def right_only(direction: str) -> None:
         raise invalid("truncation_direction left is not served: the model's tokenizer cuts long texts on the right",
                       "truncation_direction")
 
-
-def logits_only(model: ServedModel, param: str) -> None:
-    """A reranker's raw scores exist only where its graph applies no activation: a sigmoid inverted in float32
-    is not the model's logit (it saturates to 1 well before the logit is large). A head without an activation
-    (MaxSim) scores raw."""
-    activation = getattr(model.head, "activation", "identity")
-    if activation != "identity":
-        raise invalid(f"{param} is not served for {model.name}: its graph applies the CrossEncoder's "
-                      f"{activation}, and inverting it would not give the model's logits exactly", param)

@@ -3,8 +3,8 @@
 The pairs are vLLM's: `text_1` one text against each of `text_2`, or two lists of equal length paired in
 order. How a pair list is scored is one function per kind of model (each task's api.py SCORER): a
 cross-encoder or an LLM reranker scores each pair in one pass through its ensemble (the rerank task), the
-score `CrossEncoder.predict` returns; a late-interaction model encodes each text once and scores the pairs by
-MaxSim, the score its `similarity` returns.
+score `CrossEncoder.predict` returns (with `use_activation: false`, its logit); a late-interaction model
+encodes each text once and scores the pairs by MaxSim, the score its `similarity` returns.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from ..errors import invalid
 from ..state import state_of
 from .families import VLLM, Router
 from .inference import ranking, scorers, tokens
-from .parameters import logits_only, texts_of
+from .parameters import texts_of
 from .responses import INFERS, answered, documented
 
 router = Router(VLLM)
@@ -59,10 +59,8 @@ def score_pairs(body: s.ScoreRequest, limit: int) -> Pairs:
 async def score(body: s.ScoreRequest, request: Request) -> s.ScoreResponse:
     state = state_of(request)
     model = state.catalog.find(ranking(), body.model)
-    if body.use_activation is False:
-        logits_only(model, "use_activation")
     pairs = score_pairs(body, state.settings.max_client_batch_size)
-    values, answer = await scorers()[model.contract](state, request, model, pairs)
+    values, answer = await scorers()[model.contract](state, request, model, pairs, body.use_activation is False)
     used = tokens(answer)
     return s.ScoreResponse.model_construct(
         id=f"score-{uuid.uuid4().hex}", created=int(time.time()), model=model.name,

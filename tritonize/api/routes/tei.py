@@ -11,7 +11,7 @@ from ..errors import invalid
 from ..state import state_of
 from .families import TEI, Router
 from .inference import ranked, ranking, refuse_truncated, scores
-from .parameters import logits_only, prompt_of, right_only, texts_of
+from .parameters import prompt_of, right_only, texts_of
 from .responses import GUARDED, INFERS, answered, documented
 
 router = Router(TEI)
@@ -23,10 +23,8 @@ async def tei_rerank(body: s.TEIRerankRequest, request: Request) -> s.TEIRanks:
     state = state_of(request)
     model = state.catalog.find(ranking(), body.model)
     right_only(body.truncation_direction)
-    if body.raw_scores:
-        logits_only(model, "raw_scores")
     docs = texts_of(body.texts, "texts", state.settings.max_client_batch_size)
-    values, answer = await scores(state, request, model, body.query, docs)
+    values, answer = await scores(state, request, model, body.query, docs, raw=body.raw_scores)
     refuse_truncated(answer, body.truncate, model)
     return s.TEIRanks.model_construct([
         s.TEIRank.model_construct(index=i, score=float(values[i]), **({"text": docs[i]} if body.return_text else {}))

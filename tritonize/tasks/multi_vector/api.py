@@ -52,12 +52,12 @@ async def multi_vectors(state: ApiState, request: Request, model: ServedModel, t
     return vectors(answer), answer
 
 
-async def maxsim_pairs(state: ApiState, request: Request, model: ServedModel,
-                       pairs: list[tuple[str, str]]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+async def maxsim_pairs(state: ApiState, request: Request, model: ServedModel, pairs: list[tuple[str, str]],
+                       raw: bool = False) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """A late-interaction model's MaxSim of each (query, text) pair, in order: each distinct query encoded once
     as a query and each distinct text once as a document, both requests in flight together, and MaxSim here
     (the head's arithmetic, the library's `similarity`). The answer holds the documents' rows (their truncation
-    flags, by index) and every token read."""
+    flags, by index) and every token read. MaxSim has no activation: the raw score is the score."""
     queries, documents = list(dict.fromkeys(q for q, _ in pairs)), list(dict.fromkeys(d for _, d in pairs))
     (query_vectors, asked), (document_vectors, answer) = await asyncio.gather(
         multi_vectors(state, request, model, queries, QUERY),

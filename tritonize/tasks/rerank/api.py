@@ -11,31 +11,21 @@ from ...api.catalog import ServedModel
 from ...api.routes.inference import run
 from ...api.state import ApiState
 from ...api.task_routes import TaskRoutes, labelled
-from .contract import CONTRACT, Head
+from .contract import CONTRACT
 
 ROUTERS = ()  # its routes are the ranking routes, shared with the late-interaction task
 
-
-def accepts(heads: tuple[Head, ...]) -> dict[str, dict]:
-    """`raw_scores` (and vLLM's `use_activation: false`) only where no served graph applies an activation it
-    cannot undo exactly."""
-    raw = all(h.activation == "identity" for h in heads)
-    logits = "logits, for a model whose graph applies no activation"
-    return {"raw_scores": {"type": "boolean", **({} if raw else {"enum": [False]}), "description": logits},
-            "use_activation": {"anyOf": [{"type": "boolean", **({} if raw else {"enum": [True]})}, {"type": "null"}],
-                               "description": f"false: {logits}"}}
-
-
 ROUTES = TaskRoutes(CONTRACT, ("/v1/rerank", "/v2/rerank", "/rerank", "/v1/ranking", "/score", "/v1/score"),
                     lambda a, name, text: {"model": name, "query": a.sample_first, "documents": [text, "A fox."]},
-                    lambda head: labelled("reranker", ("LABEL_0",)), accepts)
+                    lambda head: labelled("reranker", ("LABEL_0",)))
 
 
-async def pair_scores(state: ApiState, request: Request, model: ServedModel,
-                      pairs: list[tuple[str, str]]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """A reranker's score of each (query, text) pair, in order (each pair in one pass), and the answer it came in."""
+async def pair_scores(state: ApiState, request: Request, model: ServedModel, pairs: list[tuple[str, str]],
+                      raw: bool = False) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """A reranker's score of each (query, text) pair, in order (each pair in one pass), and the answer it came in:
+    the head's activation of the served logit (CrossEncoder.predict's default), or with `raw` the logit itself."""
     answer = await run(state, request, model, pairs)
-    return CONTRACT.scores(answer), answer
+    return CONTRACT.scores(answer, model.head, raw), answer
 
 
 SCORER = pair_scores

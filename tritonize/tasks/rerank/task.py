@@ -1,17 +1,18 @@
-"""Reranking: (QUERY, TEXT) pairs in, one relevance `score` per pair out.
+"""Reranking: (QUERY, TEXT) pairs in, the model's `logit` per pair out.
 
 Two layouts of a sentence-transformers CrossEncoder are served, and the reference of both is
-`CrossEncoder.predict`:
+`CrossEncoder.predict`: with `activation_fn=Identity()` for the graph's logits, and as it scores by default for the
+activation (sigmoid or none, as the folder declares) that contract.py's `activate` applies after the graph, in
+the API's ranking routes and the client's `rerank`:
 
 * a sequence classifier (BERT-style rerankers, Qwen3-Reranker-seq-cls): the tokenizer step encodes each pair
   with the model's own pair template (with token_type_ids where the model has segment embeddings) and cuts the
-  document, never the query; the graph is the folder's sequence-classification model with the activation the
-  CrossEncoder applies (sigmoid or none, as the folder declares);
+  document, never the query; the graph is the folder's sequence-classification model, its one logit;
 * a causal LM scored by LogitScore (Qwen3-Reranker as sentence-transformers 6 saves it:
   `Transformer(text-generation)` -> `LogitScore`, a chat template in the folder): the tokenizer step renders
   each pair through the folder's own template (fixed parts taken at generation, serving/chat.py), and the
   graph returns the declared score at each row's last real token: the logit of the "yes" token minus that of
-  the "no" token (or the one token's logit), through the CrossEncoder's activation.
+  the "no" token (or the one token's logit).
 
 The causal graph is the decoder run once over the whole rendered pair, without a KV cache (no past key values
 in or out): every pair pays for the template's fixed tokens and the query again, as the library's own predict
@@ -28,8 +29,8 @@ from ...errors import TritonizeError
 from ...serving.chat import PARAMETER as PAIR_TEMPLATE
 from ...serving.chat import PairTemplate
 from ...spec import ModelSpec, Options, TensorSpec
-from ..task import FLOAT, Task, library_model, load_pretrained, pair_token_inputs, refuse_foreign_flags
-from .contract import CAUSAL, OUTPUT, CONTRACT, Activation, Head
+from ..task import FLOAT, AnswerForm, Task, library_model, load_pretrained, pair_token_inputs, refuse_foreign_flags
+from .contract import ACTIVATION_PARAMETER, CAUSAL, OUTPUT, CONTRACT, Activation, Head
 
 if TYPE_CHECKING:
     from ...folder import ModelFolder
@@ -77,11 +78,11 @@ def _graph_class():
     class LogitScoreGraph(torch.nn.Module):
         """The folder's causal LM without a KV cache, read at each row's last real token (right or left padding):
         the LM head's rows of the declared tokens (the model's final logit soft-capping, where it has one),
-        LogitScore's difference, then the CrossEncoder's activation."""
+        LogitScore's difference: the logit the CrossEncoder's activation reads."""
 
-        def __init__(self, model, token_ids: tuple[int, ...], activation: str):
+        def __init__(self, model, token_ids: tuple[int, ...]):
             super().__init__()
-            self.model, self.activation = model, activation
+            self.model = model
             head = model.get_output_embeddings()
             ids = torch.tensor(token_ids)
             self.register_buffer("rows", head.weight.detach()[ids].clone())
@@ -96,27 +97,25 @@ def _graph_class():
             logits = hidden[torch.arange(hidden.shape[0], device=hidden.device), last] @ self.rows.T + self.bias
             if self.softcap:
                 logits = torch.tanh(logits / self.softcap) * self.softcap
-            score = logits[:, :1] - logits[:, 1:] if logits.shape[1] == 2 else logits
-            return torch.sigmoid(score) if self.activation == "sigmoid" else score
+            return logits[:, :1] - logits[:, 1:] if logits.shape[1] == 2 else logits
 
-    class ScoreGraph(torch.nn.Module):
-        """The folder's sequence classifier; its one logit through the CrossEncoder's activation."""
+    class LogitGraph(torch.nn.Module):
+        """The folder's sequence classifier: its one logit (the activation is contract.py's, after the graph)."""
 
-        def __init__(self, model, activation: str):
+        def __init__(self, model):
             super().__init__()
-            self.model, self.activation = model, activation
+            self.model = model
 
         def forward(self, input_ids, attention_mask, token_type_ids=None):
             kwargs = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
-            logits = self.model(input_ids=input_ids, attention_mask=attention_mask, **kwargs).logits
-            return torch.sigmoid(logits) if self.activation == "sigmoid" else logits
+            return self.model(input_ids=input_ids, attention_mask=attention_mask, **kwargs).logits
 
-    return ScoreGraph, LogitScoreGraph
+    return LogitGraph, LogitScoreGraph
 
 
 class Rerank(Task):
     contract = CONTRACT
-    summary = "QUERY and TEXT in (one pair per row), `score` (FP32 [N, 1]) out"
+    summary = "QUERY and TEXT in (one pair per row), `logit` (FP32 [N, 1]) out; the score is its activation"
     serves = ("sentence-transformers CrossEncoder folders (a sequence classifier, or a causal LM with LogitScore and a "
               "chat template) and one-label *ForSequenceClassification folders")
     truncation = "only_second"  # the document is cut, never the query
@@ -156,7 +155,7 @@ class Rerank(Task):
 
     def describe(self, head: Head) -> str:  # type: ignore[override]
         if head.layout != CAUSAL:
-            return f"pairs, {head.activation} score"
+            return f"pairs, logit, {head.activation} score"
         logit = (f"logit[{head.true_token_id}] - logit[{head.false_token_id}]" if head.false_token_id >= 0
                  else f"logit[{head.true_token_id}]")
         return (f"pairs through the chat template (+{head.template_tokens} tokens each), causal LM, {logit} at the "
@@ -165,20 +164,35 @@ class Rerank(Task):
     def outputs(self, head: Head) -> tuple[TensorSpec, ...]:  # type: ignore[override]
         return (TensorSpec(OUTPUT, FLOAT, (1,)),)
 
+    def ensemble_parameters(self, head: Head) -> dict[str, str]:  # type: ignore[override]
+        """The activation, for clients that score over Triton (the client's `rerank`)."""
+        return {ACTIVATION_PARAMETER: head.activation}
+
     def load(self, spec: ModelSpec, eager: bool = True) -> Any:
         from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
         head: Head = spec.head  # type: ignore[assignment]
-        scores, logit_score = _graph_class()
+        logit, logit_score = _graph_class()
         if head.layout == CAUSAL:
             model = load_pretrained(AutoModelForCausalLM, spec, eager)
-            return logit_score(model, head.token_ids, head.activation).eval()
+            return logit_score(model, head.token_ids).eval()
         model = load_pretrained(AutoModelForSequenceClassification, spec, eager)
-        return scores(model, head.activation).eval()
+        return logit(model).eval()
 
     def reference(self, spec: ModelSpec, graph: Any, rows: list[tuple[str, ...]]) -> tuple[str, np.ndarray]:
-        scores = _cross_encoder(spec).predict([tuple(r) for r in rows], batch_size=len(rows), convert_to_numpy=True)
-        return "sentence-transformers CrossEncoder", np.asarray(scores, dtype=np.float32).reshape(len(rows), 1)
+        """The CrossEncoder's logits: its predict with the identity as the activation."""
+        import torch
+
+        return "sentence-transformers CrossEncoder", _predict(_cross_encoder(spec), rows, activation_fn=torch.nn.Identity())
+
+    def answer_forms(self, spec: ModelSpec, rows: list[tuple[str, ...]]) -> tuple[AnswerForm, ...]:
+        """The score: the head's activation of the graph's logits against `CrossEncoder.predict` as it scores by
+        default (none where the head applies no activation: the score is the logit)."""
+        head: Head = spec.head  # type: ignore[assignment]
+        if head.activation == "identity":
+            return ()
+        return (AnswerForm(f"{head.activation} score", _predict(_cross_encoder(spec), rows),
+                           lambda out: head.activate(out).astype(np.float32)),)
 
     def served_check(self, spec: ModelSpec, graph: Any, rows: list[tuple[str, ...]],
                      graph_out: list[np.ndarray]) -> dict | None:
@@ -222,6 +236,12 @@ def _cross_encoder(spec: ModelSpec) -> Any:
     from sentence_transformers import CrossEncoder
 
     return library_model(CrossEncoder, spec, max_length=spec.max_length)
+
+
+def _predict(model: Any, rows: list[tuple[str, ...]], **kwargs: Any) -> np.ndarray:
+    """CrossEncoder.predict on the rows, [rows, 1] float32."""
+    scores = model.predict([tuple(r) for r in rows], batch_size=len(rows), convert_to_numpy=True, **kwargs)
+    return np.asarray(scores, dtype=np.float32).reshape(len(rows), 1)
 
 
 def _activation(folder: ModelFolder) -> Activation:
