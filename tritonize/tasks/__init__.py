@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 # `register` adds one at run time (a package outside tritonize).
 PACKAGES: list[str] = [f"{__name__}.{package}" for package in (
     "embedding", "rerank", "multi_vector", "classification", "sparse_embedding", "token_classification",
-    "question_answering",
+    "question_answering", "image_text",
 )]
 
 

@@ -118,11 +118,12 @@ class Embedding(Task):
 
     def detect(self, folder: ModelFolder) -> bool:
         return (folder.modules is not None and not folder.is_cross_encoder and not folder.is_sparse_encoder
-                and not folder.late_interaction)
+                and not folder.late_interaction and not folder.image_text)
 
     def accepts(self, folder: ModelFolder) -> bool:
         """Its own folders, and a bare encoder; never a late-interaction model (one vector per token)."""
-        return self.detect(folder) or (folder.modules is None and folder.head_class == "" and not folder.late_interaction)
+        return self.detect(folder) or (folder.modules is None and folder.head_class == "" and not folder.late_interaction
+                                       and not folder.image_text)
 
     def _declared(self, folder: ModelFolder) -> tuple[tuple[str, ...], bool, int, int]:
         """(pooling modes, normalize, dim, Dense count) from the sentence-transformers modules."""
