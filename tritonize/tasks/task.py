@@ -229,9 +229,9 @@ class Task(abc.ABC):
                                  f"line must be for {self.name}")
         return [tuple(t.split("\t")) for t in texts]
 
-    def calibration(self, spec: ModelSpec, served: np.ndarray, source: str) -> dict | None:
+    def calibration(self, spec: ModelSpec, served: np.ndarray, source: str, graph: Path) -> dict | None:
         """What the repository records of the served graph's answers on the calibration texts (QUANTIZATION_FILE
-        beside each version's graph), for the API to read; None: nothing."""
+        beside each version's graph), for the API to read; `graph` for inputs of other kinds; None: nothing."""
         return None
 
     def int8_kept(self, fp32: np.ndarray, int8: np.ndarray) -> float:

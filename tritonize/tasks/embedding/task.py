@@ -30,6 +30,8 @@ from .options import OPTIONS, POOLINGS
 from .quantization import Calibration, ranges_of
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from ...folder import ModelFolder
 
 # sentence-transformers' pooling modes (the boolean keys of its 2.x layout, and the names of later ones).
@@ -191,7 +193,7 @@ class Embedding(Task):
     int8_figure = "top-10 retrieval overlap"
     calibrates = True
 
-    def calibration(self, spec: ModelSpec, served: np.ndarray, source: str) -> dict:
+    def calibration(self, spec: ModelSpec, served: np.ndarray, source: str, graph: Path) -> dict:
         """The per-dimension ranges int8/uint8 quantize with: of the served vectors, and of the vectors cut by
         `Head.truncate` to each declared Matryoshka size."""
         head: Head = spec.head  # type: ignore[assignment]

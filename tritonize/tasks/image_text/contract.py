@@ -8,6 +8,7 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
+from ...errors import TritonizeError
 from ...spec import IMAGE_INPUT, TEXT_INPUT, TensorSpec
 from ...spec import Head as BaseHead
 from ..contract import TaskContract
@@ -27,6 +28,18 @@ class Head(BaseHead):
     # Texts padded to the max length, with no attention mask, as the model was trained (SigLIP's processor pads
     # to "max_length"); False: padded to the longest text, masked (CLIP).
     pad_to_max: bool = False
+    # What the embeddings routes ask of an embedder's head: no declared prompts, no Matryoshka sizes.
+    prompts: ClassVar[tuple[tuple[str, str], ...]] = ()
+    dimensions: ClassVar[tuple[int, ...]] = ()
+
+    def prompt_for(self, input_type: str) -> str:
+        """"": the towers read a text as it is, whatever its input type."""
+        return ""
+
+    def truncate(self, vectors: np.ndarray, dim: int) -> np.ndarray:
+        """Refused: the towers were not trained for a shorter vector."""
+        raise TritonizeError(f"this model serves {self.dim}-value embeddings and cannot be cut to {dim} values "
+                             "(it declares no Matryoshka sizes)")
 
 
 class ImageTextContract(TaskContract):

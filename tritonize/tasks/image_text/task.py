@@ -187,6 +187,28 @@ class ImageText(Task):
         feeds[PIXEL_VALUES] = np.zeros((len(feeds["input_ids"]), 3, 1, 1), dtype=np.float32)
         return feeds
 
+    calibrates = True  # int8/uint8 embeddings, over the ranges of both towers' answers
+
+    def calibration(self, spec: ModelSpec, served: np.ndarray, source: str, graph: Path) -> dict:
+        """The per-dimension ranges int8/uint8 quantize with: of the served graph's vectors of the calibration
+        texts and of the verification images (through the served preparation), so both kinds fall inside them."""
+        import onnxruntime as ort
+
+        from ..embedding.quantization import Calibration, ranges_of
+
+        images = self.image_feeds(spec, list(verification_images().items()))
+        session = ort.InferenceSession(str(graph), providers=["CPUExecutionProvider"])
+        vectors = np.concatenate([served, session.run(None, images)[0]])
+        return Calibration(f"{source} and {len(images[PIXEL_VALUES])} images", len(vectors),
+                           {spec.head.dim: ranges_of(vectors)}).to_dict()
+
+    def image_feeds(self, spec: ModelSpec, files: list[tuple[str, bytes]]) -> dict[str, np.ndarray]:
+        """Encoded images -> the graph's inputs, as the served step makes them (one padding token each)."""
+        pixels = np.stack([preprocess_of(image_processor(spec))(decode_image(data, name)) for name, data in files])
+        n = len(files)
+        return {"input_ids": np.full((n, 1), spec.pad_token_id, dtype=np.int64),
+                "attention_mask": np.ones((n, 1), dtype=np.int64), PIXEL_VALUES: pixels}
+
     # -- verification --------------------------------------------------------
     def reference(self, spec: ModelSpec, graph: Any, rows: list[tuple[str, ...]]) -> tuple[str, np.ndarray]:
         """The library's encode of the texts: sentence-transformers' for its folders, else the model's own
