@@ -261,3 +261,51 @@ def test_cohere_refuses_a_url_and_an_input_of_two_parts(api) -> None:
     assert response.status_code == 400 and "2 parts" in response.json()["message"]
     response = post(api, "/v2/embed", {"model": NAME, "input_type": "image", "texts": ["a"]})
     assert response.status_code == 422 and "input_type image is for images" in response.json()["message"]
+
+
+# -- SigLIP ---------------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def siglip(local_options, tmp_path_factory):
+    """A tiny SigLIP (its tokenizer a tokenizers Unigram: model_zoo) generated and served in production."""
+    base = tmp_path_factory.mktemp("siglip")
+    folder = model_zoo.build_image_text(base / "siglip", "siglip")
+    repo = base / "repo"
+    generate(GenerateOptions(model=str(folder), name=NAME, output=str(repo)))
+    runtime = LocalRuntime(local_options(repo, base / "run"), quiet=True, variant="production")
+    try:
+        yield folder, repo, runtime.up()
+    finally:
+        stop_later(runtime)
+
+
+def test_siglip_answers_as_the_library_in_production(siglip) -> None:
+    """get_image_features on its processor's pixels; get_text_features on texts padded to the max length,
+    unmasked, as SiglipProcessor pads them and the model was trained."""
+    import json
+
+    import torch
+    import transformers
+
+    folder, repo, endpoint = siglip
+    report = json.loads((repo / f"{NAME}_model" / "1" / "verification.json").read_text())
+    checks = {f"export: {name}" for name in ("images", "image pixels", "image-text similarities")}
+    assert report["passed"] and checks <= set(report["others"]) and all(report["others"][c]["passed"] for c in checks)
+    assert report["others"]["export: image pixels"]["max_abs"] == 0.0  # SiglipImageProcessor repeated exactly
+    files = verification_images()
+    images = [files["png"], files["jpeg"], files["webp"], files["palette png"]]
+    model = transformers.SiglipModel.from_pretrained(folder).eval()
+    processor = transformers.AutoProcessor.from_pretrained(folder)
+    with torch.no_grad():
+        pixels = processor(images=[Image.open(io.BytesIO(b)) for b in images], return_tensors="pt")["pixel_values"]
+        want_images = model.get_image_features(pixel_values=pixels).pooler_output.numpy()
+        tokens = processor(text=TEXTS, padding="max_length", max_length=16, return_tensors="pt")
+        want_texts = model.get_text_features(input_ids=tokens["input_ids"]).pooler_output.numpy()
+    got_images = infer(endpoint, "IMAGE", images)
+    got_texts = infer(endpoint, "TEXT", [t.encode() for t in TEXTS])
+    assert got_images.shape == (4, 32) and np.abs(got_images - want_images).max() < 1e-5
+    assert np.abs(got_texts - want_texts).max() < 1e-5
+    # padding changes a SigLIP text's vector: the served texts are padded as the library pads them
+    with torch.no_grad():
+        longest = processor(text=TEXTS, padding=True, return_tensors="pt")
+        unpadded = model.get_text_features(input_ids=longest["input_ids"]).pooler_output.numpy()
+    assert np.abs(unpadded - want_texts).max() > 1e-3

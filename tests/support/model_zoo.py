@@ -1264,6 +1264,27 @@ def _clip_tokenizer(model_max_length: int):
     return transformers.CLIPTokenizer(vocab=vocab, merges=merges, model_max_length=model_max_length)
 
 
+def _siglip_tokenizer(model_max_length: int):
+    """A SigLIP-like tokenizer built locally with the tokenizers library (SigLIP's own, SiglipTokenizer, is
+    SentencePiece only, which tritonize refuses): a Unigram over a few words and the letters, lower-cased, "▁" for
+    spaces, `</s>` after each text and as padding, as SigLIP's."""
+    import transformers
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+
+    words = ["the", "cat", "a", "photo", "of", "thin", "on", "at", "in", "dog"]
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    vocab = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0)] + [("▁" + w, -2.0) for w in words]
+    vocab += [(c, -5.0) for c in letters] + [("▁" + c, -4.0) for c in letters] + [("▁", -3.0)]
+    tok = Tokenizer(models.Unigram(vocab, unk_id=2, byte_fallback=False))
+    tok.normalizer = normalizers.Sequence([normalizers.Lowercase(), normalizers.Replace(" ", "▁"),
+                                           normalizers.Prepend("▁")])
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="never")
+    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="</s>", eos_token="</s>",
+                                                unk_token="<unk>", model_max_length=model_max_length)
+
+
 def build_image_text(folder: Path, family: str = "clip", sentence_transformers: bool = False,
                      normalize: bool = False) -> Path:
     """A tiny random CLIPModel or SiglipModel with its processor (image processor and tokenizer), saved as the
@@ -1286,6 +1307,16 @@ def build_image_text(folder: Path, family: str = "clip", sentence_transformers: 
         images = transformers.CLIPImageProcessor(size={"shortest_edge": IMAGE_TEXT_SIZE},
                                                  crop_size={"height": IMAGE_TEXT_SIZE, "width": IMAGE_TEXT_SIZE})
         processor = transformers.CLIPProcessor(image_processor=images, tokenizer=tok)
+    elif family == "siglip":  # SigLIP's towers share the hidden width: its text head projects to it, its vision none
+        max_length = 16
+        tok = _siglip_tokenizer(max_length)
+        config = transformers.SiglipConfig(
+            text_config=dict(tower, vocab_size=len(tok), max_position_embeddings=max_length, projection_size=32,
+                             pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=None),
+            vision_config=dict(tower, image_size=IMAGE_TEXT_SIZE, patch_size=10))
+        model = transformers.SiglipModel(config)
+        images = transformers.SiglipImageProcessor(size={"height": IMAGE_TEXT_SIZE, "width": IMAGE_TEXT_SIZE})
+        processor = transformers.SiglipProcessor(image_processor=images, tokenizer=tok)
     else:
         raise ValueError(family)
     raw = folder / "transformers" if sentence_transformers else folder

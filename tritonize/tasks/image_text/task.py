@@ -25,7 +25,7 @@ from ...errors import TritonizeError
 from ...serving.image_text import PAD_TO_MAX
 from ...serving.images import MAX_PIXELS, MAX_PIXELS_PARAMETER, PARAMETER, PIXEL_VALUES, Preprocess, decode_image
 from ...spec import ModelSpec, Options, PrepareModel, TensorSpec
-from ...spec.names import TOKEN_INPUTS
+from ...spec.names import TOKEN_INPUTS, TOKENIZER_FILE
 from ..task import FLOAT, Task, library_model, refuse_foreign_flags
 from .contract import CONTRACT, OUTPUT, Head
 
@@ -101,6 +101,12 @@ class ImageText(Task):
     def read_head(self, folder: ModelFolder, options: Options) -> Head:
         refuse_foreign_flags(options, self.own_options, "an image-and-text model")
         family = folder.model_type
+        if family == "siglip" and not (folder.root / TOKENIZER_FILE).is_file():
+            raise TritonizeError(
+                f"SigLIP's own tokenizer in {folder.root} (SiglipTokenizer: SentencePiece, with its own lower-casing and "
+                f"punctuation stripping) has no {TOKENIZER_FILE} version in transformers, so the served step cannot "
+                "tokenize its texts as the library does",
+                hint=f"a SigLIP folder whose tokenizer is a {TOKENIZER_FILE} (the tokenizers library) is served")
         config = folder.config
         if family == "clip":
             dim = int(config.get("projection_dim") or 512)
@@ -303,6 +309,12 @@ def join_towers(text_path: Path, vision_path: Path, dim: int):
         return helper.make_graph(list(g.node), name, [], [out], initializer=list(g.initializer))
 
     inputs = [i for i in text.graph.input] + [i for i in vision.graph.input]
+    # A tower that reads no mask (SigLIP's text tower: every position, unmasked) loses the input in the trace; the
+    # graph still takes it, unread, so the served step's tensors are the same for every family.
+    traced = {i.name for i in inputs}
+    inputs[len(text.graph.input):len(text.graph.input)] = [
+        helper.make_tensor_value_info(name, TensorProto.INT64, ["batch", "sequence"])
+        for name in TOKEN_INPUTS if name not in traced]
     nodes = [
         helper.make_node("Shape", [vision.graph.input[0].name], ["pixel_height"], start=2, end=3),
         helper.make_node("Constant", [], ["one"], value=helper.make_tensor("one", TensorProto.INT64, [1], [1])),
