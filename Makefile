@@ -196,8 +196,9 @@ lock-files:
 	$(LOCK_VENV)/bin/uv pip compile --quiet pyproject.toml requirements.in --extra dev $(LOCK_UPGRADE) \
 	  --generate-hashes --python-version $(LOCK_PYTHON) --python-platform $(LOCK_PLATFORM) $(TORCH_SOURCE) \
 	  --custom-compile-command "make lock" -o $(LOCK)
-	@# The serving image adds tokenizers to NVIDIA's image: the same version the generator uses, wheels only.
-	sed -n 's/^\(tokenizers==[^ ]*\).*/\1/p' $(LOCK) | $(LOCK_VENV)/bin/uv pip compile --quiet - --no-deps \
+	@# The serving image adds tokenizers and Pillow (the image-text step decodes images) to NVIDIA's image: the
+	@# versions the generator uses, wheels only.
+	sed -n 's/^\(\(tokenizers\|pillow\)==[^ ]*\).*/\1/p' $(LOCK) | $(LOCK_VENV)/bin/uv pip compile --quiet - --no-deps \
 	  --generate-hashes --python-version $(IMAGE_PYTHON) --python-platform $(IMAGE_PLATFORM) \
 	  --custom-compile-command "make lock" -o $(IMAGE_LOCK)
 	echo "setuptools>=77" | $(LOCK_VENV)/bin/uv pip compile --quiet pyproject.toml - --extra api -c $(LOCK) \

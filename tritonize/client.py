@@ -215,17 +215,21 @@ class TextClient:
 
     def task(self) -> TaskContract:
         """The contract of the task this model serves, recognised by its outputs: its name, and how to read them."""
-        return tasks.for_outputs(self.output_names())
+        return tasks.for_outputs(*self._names())
 
     def output_names(self) -> list[str]:
         """The model's outputs, from its metadata: `embedding`, or `logits` + `probabilities`."""
+        return self._names()[0]
+
+    def _names(self) -> tuple[list[str], list[str]]:
+        """The model's outputs and inputs, from its metadata."""
         try:
             meta = self._client().get_model_metadata(self.model)
         except self._module.InferenceServerException as exc:
             raise ServerError.wrap(exc) from None
         if self.protocol == "grpc":
-            return [o.name for o in meta.outputs]
-        return [o["name"] for o in meta.get("outputs", [])]
+            return [o.name for o in meta.outputs], [i.name for i in meta.inputs]
+        return [o["name"] for o in meta.get("outputs", [])], [i["name"] for i in meta.get("inputs", [])]
 
     # -- inference --------------------------------------------------------
     def infer(self, texts: Texts, outputs: Sequence[str] | None = None, top_k: int = 0) -> dict[str, np.ndarray]:
@@ -357,16 +361,19 @@ class AsyncTextClient:
             return False
 
     async def task(self) -> TaskContract:
-        return tasks.for_outputs(await self.output_names())
+        return tasks.for_outputs(*await self._names())
 
     async def output_names(self) -> list[str]:
+        return (await self._names())[0]
+
+    async def _names(self) -> tuple[list[str], list[str]]:
         from tritonclient.utils import InferenceServerException
 
         try:
             meta = await self._get().get_model_metadata(self.model)
         except InferenceServerException as exc:
             raise ServerError.wrap(exc) from None
-        return [o.name for o in meta.outputs]
+        return [o.name for o in meta.outputs], [i.name for i in meta.inputs]
 
     async def infer(self, texts: Texts, outputs: Sequence[str] | None = None, top_k: int = 0) -> dict[str, np.ndarray]:
         """One request, as TextClient.infer (retries included)."""

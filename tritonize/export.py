@@ -226,7 +226,10 @@ def export(
     external = _parameter_bytes(graph) > external_threshold
     t = time.perf_counter()
     with phase(f"Exporting to ONNX (opset {opset})"):
-        reference = export_onnx(spec, graph, workdir / "export" / MODEL_FILE, opset, external_threshold)
+        path = workdir / "export" / MODEL_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        own = tasks.of(spec.head).export_graph(spec, graph, path, opset)
+        reference = own or export_onnx(spec, graph, path, opset, external_threshold)
     seconds["export"] = time.perf_counter() - t
     stages = {"export": reference}
     current = reference

@@ -14,7 +14,7 @@ from .errors import TritonizeError
 from .serving.batching import TOKEN_TYPE_IDS
 
 # The sentence-transformers modules that hold the transformers model (MLMTransformer: SparseEncoder's before 5.4).
-TRANSFORMER_MODULES = ("Transformer", "MLMTransformer")
+TRANSFORMER_MODULES = ("Transformer", "MLMTransformer", "CLIPModel")  # CLIPModel: a CLIP folder saved before 5.4
 # Modules only a SparseEncoder has: a folder with any of them is sparse even where its config predates model_type.
 SPARSE_MODULES = ("MLMTransformer", "SpladePooling", "SparseStaticEmbedding", "SparseAutoEncoder")
 # Late interaction (ColBERT): one vector per token, scored by MaxSim. MultiVectorEncoder's modules, PyLate's model
@@ -24,6 +24,10 @@ MULTI_VECTOR_MODEL_TYPES = ("MultiVectorEncoder", "ColBERT")  # ColBERT: PyLate'
 PYLATE_CONFIG_KEYS = ("query_prefix", "document_prefix", "query_length", "document_length", "do_query_expansion",
                       "attend_to_expansion_tokens", "skiplist_words")
 STANFORD_COLBERT = ("HF_ColBERT", "artifact.metadata")  # its architecture in config.json, its metadata file
+
+
+# Two-tower image-and-text models: a vision tower and a text tower, each with its projection.
+IMAGE_TEXT_MODEL_TYPES = ("clip", "siglip")
 
 
 def read_json(path: Path) -> dict | list:
@@ -90,6 +94,11 @@ class ModelFolder:
         if architecture in (self.config.get("architectures") or ()) or (self.root / metadata).is_file():
             return "a late-interaction model in Stanford ColBERT's layout"
         return ""
+
+    @property
+    def image_text(self) -> bool:
+        """A two-tower image-and-text model (CLIP, SigLIP), bare or in sentence-transformers' modules."""
+        return self.model_type in IMAGE_TEXT_MODEL_TYPES
 
     @property
     def module_kinds(self) -> tuple[str, ...]:

@@ -253,8 +253,9 @@ def generate(options: GenerateOptions) -> Path:
         if task.calibrates:
             with phase(f"Recording quantization ranges from {len(calibrating)} texts ({calibration_source})"):
                 rows = [(text,) for text in calibrating]
-                served = verify.run_batches(artifacts.onnx, verify.length_sorted_batches(spec, rows))
-                calibration = task.calibration(spec, served, calibration_source)
+                batches = [(part, task.graph_feeds(spec, feeds)) for part, feeds in verify.length_sorted_batches(spec, rows)]
+                served = verify.run_batches(artifacts.onnx, batches)
+                calibration = task.calibration(spec, served, calibration_source, artifacts.onnx)
         files = repository.render(repo, repository.manifest(options, repo), report, index, calibration)
         binaries = {f"{repo.model_name}/{repo.version}/{f.name}": f for f in artifacts.files_for(artifacts.onnx)}
         for python_step in repo.tokenizer_folders:

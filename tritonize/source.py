@@ -26,6 +26,7 @@ SUPPORTED_MODEL_TYPES = {
     "albert",
     "bert",
     "camembert",
+    "clip",
     "deberta",
     "deberta-v2",
     "distilbert",
@@ -40,6 +41,7 @@ SUPPORTED_MODEL_TYPES = {
     "qwen2",
     "qwen3",
     "roberta",
+    "siglip",
     "t5",
     "xlm-roberta",
 }

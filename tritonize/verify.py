@@ -64,6 +64,9 @@ class VerificationReport:
     export_seconds: dict[str, float] | None = None
     answers: dict | None = None  # the whole served answer against the model's library, where a step follows the graph
     forms: dict[str, StageResult] = field(default_factory=dict)  # declared forms of the served answer (Matryoshka)
+    # Each stage on inputs besides the texts and what joins them ("export: images", "export: image-text
+    # similarities"), where the task reads more than texts (Task.other_checks).
+    others: dict[str, StageResult] = field(default_factory=dict)
     skipped: bool = False
 
     @classmethod
@@ -75,7 +78,7 @@ class VerificationReport:
             return {"skipped": True, "passed": None}
         data = asdict(self)
         data.pop("skipped")
-        for optional in ("export_seconds", "answers", "forms"):
+        for optional in ("export_seconds", "answers", "forms", "others"):
             if not data[optional]:
                 data.pop(optional)
         return data
@@ -87,7 +90,7 @@ class VerificationReport:
         values = dict(data)
         if "variants" in values:  # written before the answer forms were called forms
             values["forms"] = values.pop("variants")
-        for key in ("stages", "forms"):
+        for key in ("stages", "forms", "others"):
             values[key] = {k: StageResult(**v) for k, v in values.get(key, {}).items()}
         return cls(**values)
 
@@ -97,7 +100,7 @@ class VerificationReport:
             [f"{n}: max-abs {r.max_abs:.2e}, cosine {r.min_cosine:.6f}"
              + (f", {r.kept['figure']} {r.kept['value']:.3f} on {r.kept['rows']} corpus texts" if r.kept else "")
              for n, r in self.stages.items()]
-            + [f"{n}: {r.metric.replace('_', '-')} {r.value:.2e}" for n, r in self.forms.items()]
+            + [f"{n}: {r.metric.replace('_', '-')} {r.value:.2e}" for n, r in [*self.forms.items(), *self.others.items()]]
         )
 
 
@@ -184,7 +187,8 @@ def verify(spec: ModelSpec, graph, stages: dict[str, Path], fp16_stages: set[str
     task = tasks.of(spec.head)
     start = time.perf_counter()
     rows = task.verification_rows()
-    feeds = tokenize(spec, rows)
+    feeds = task.graph_feeds(spec, tokenize(spec, rows))
+
     def judged(name: str, metrics: dict[str, float], kept: dict | None = None) -> StageResult:
         """A stage's (or a form of its answer's) figures under that stage's check."""
         if name == INT8_STAGE:
@@ -200,12 +204,14 @@ def verify(spec: ModelSpec, graph, stages: dict[str, Path], fp16_stages: set[str
 
     with phase(f"Verifying {len(stages)} graph(s) on {len(rows)} inputs"):
         reference_name, reference = task.reference(spec, graph, rows)
-        results = {}
+        results, others = {}, {}
         for name, path in stages.items():
             graph_out = run_onnx(path, feeds)
             served_out = task.comparable(graph_out[task.verified_output], feeds)
             kept = int8_kept(spec, stages["export"], path) if name == INT8_STAGE else None
             results[name] = judged(name, compare(reference, served_out), kept)
+            others.update({f"{name}: {what}": judged(name, compare(*pair))
+                           for what, pair in task.other_checks(spec, graph, path).items()})
         # Once, on the last stage: what gets served.
         served = task.served_check(spec, graph, rows, graph_out)
         forms = {f.name: judged(name, compare(f.reference, f.derive(served_out))) for f in task.answer_forms(spec, rows)}
@@ -220,14 +226,16 @@ def verify(spec: ModelSpec, graph, stages: dict[str, Path], fp16_stages: set[str
         stages=results,
         answers=served,
         forms=forms,
-        passed=all(r.passed for r in [*results.values(), *forms.values()]) and (served is None or served["passed"]),
+        others=others,
+        passed=all(r.passed for r in [*results.values(), *forms.values(), *others.values()]) and (served is None or served["passed"]),
         seconds=round(time.perf_counter() - start, 3),
     )
 
 
 def check(report: VerificationReport) -> None:
     """Exit non-zero, with the numbers, when a tolerance is exceeded."""
-    failed = {name: r for name, r in [*report.stages.items(), *report.forms.items()] if not r.passed}
+    failed = {name: r for name, r in [*report.stages.items(), *report.forms.items(), *report.others.items()]
+              if not r.passed}
     if report.answers and not report.answers["passed"]:
         a = report.answers
         raise TritonizeError(

@@ -1240,3 +1240,93 @@ if __name__ == "__main__":  # pragma: no cover - a manual tool
             f"  {e.id:28} {e.family:12} {e.task:22} {e.layout}" for e in ZOO))
     for name, path in build_all(Path(sys.argv[1]), sys.argv[2:] or None).items():
         print(f"{name:28} {path}")
+
+
+# -- image and text: CLIP and SigLIP ---------------------------------------------------------------------------
+IMAGE_TEXT_SIZE = 30  # the towers' input pixels (patches of 10): tiny, and a real resize and crop of every image
+
+
+def _clip_tokenizer(model_max_length: int):
+    """CLIP's own tokenizer class over a tiny byte-level vocabulary (letters and their word ends, a few merges)."""
+    import transformers
+
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    vocab: dict[str, int] = {}
+    for c in letters:
+        vocab[c] = len(vocab)
+    for c in letters:
+        vocab[c + "</w>"] = len(vocab)
+    merges = [("t", "h"), ("th", "e</w>"), ("a", "t</w>"), ("i", "n"), ("o", "n</w>")]
+    for a, b in merges:
+        vocab[a + b] = len(vocab)
+    for special in ("<|startoftext|>", "<|endoftext|>"):
+        vocab[special] = len(vocab)
+    return transformers.CLIPTokenizer(vocab=vocab, merges=merges, model_max_length=model_max_length)
+
+
+def _siglip_tokenizer(model_max_length: int):
+    """A SigLIP-like tokenizer built locally with the tokenizers library (SigLIP's own, SiglipTokenizer, is
+    SentencePiece only, which tritonize refuses): a Unigram over a few words and the letters, lower-cased, "▁" for
+    spaces, `</s>` after each text and as padding, as SigLIP's."""
+    import transformers
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+
+    words = ["the", "cat", "a", "photo", "of", "thin", "on", "at", "in", "dog"]
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    vocab = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0)] + [("▁" + w, -2.0) for w in words]
+    vocab += [(c, -5.0) for c in letters] + [("▁" + c, -4.0) for c in letters] + [("▁", -3.0)]
+    tok = Tokenizer(models.Unigram(vocab, unk_id=2, byte_fallback=False))
+    tok.normalizer = normalizers.Sequence([normalizers.Lowercase(), normalizers.Replace(" ", "▁"),
+                                           normalizers.Prepend("▁")])
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="never")
+    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="</s>", eos_token="</s>",
+                                                unk_token="<unk>", model_max_length=model_max_length)
+
+
+def build_image_text(folder: Path, family: str = "clip", sentence_transformers: bool = False,
+                     normalize: bool = False) -> Path:
+    """A tiny random CLIPModel or SiglipModel with its processor (image processor and tokenizer), saved as the
+    installed transformers saves it; `sentence_transformers`: wrapped in sentence-transformers' Transformer module
+    (and a Normalize), saved as the installed sentence-transformers saves it."""
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    folder = Path(folder)
+    tower = dict(hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=2)
+    if family == "clip":
+        max_length = 16
+        tok = _clip_tokenizer(max_length)
+        config = transformers.CLIPConfig(
+            text_config=dict(tower, vocab_size=len(tok), max_position_embeddings=max_length,
+                             eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id, pad_token_id=tok.pad_token_id),
+            vision_config=dict(tower, image_size=IMAGE_TEXT_SIZE, patch_size=10), projection_dim=24)
+        model = transformers.CLIPModel(config)
+        images = transformers.CLIPImageProcessor(size={"shortest_edge": IMAGE_TEXT_SIZE},
+                                                 crop_size={"height": IMAGE_TEXT_SIZE, "width": IMAGE_TEXT_SIZE})
+        processor = transformers.CLIPProcessor(image_processor=images, tokenizer=tok)
+    elif family == "siglip":  # SigLIP's towers share the hidden width: its text head projects to it, its vision none
+        max_length = 16
+        tok = _siglip_tokenizer(max_length)
+        config = transformers.SiglipConfig(
+            text_config=dict(tower, vocab_size=len(tok), max_position_embeddings=max_length, projection_size=32,
+                             pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=None),
+            vision_config=dict(tower, image_size=IMAGE_TEXT_SIZE, patch_size=10))
+        model = transformers.SiglipModel(config)
+        images = transformers.SiglipImageProcessor(size={"height": IMAGE_TEXT_SIZE, "width": IMAGE_TEXT_SIZE})
+        processor = transformers.SiglipProcessor(image_processor=images, tokenizer=tok)
+    else:
+        raise ValueError(family)
+    raw = folder / "transformers" if sentence_transformers else folder
+    model.eval().save_pretrained(raw)
+    processor.save_pretrained(raw)
+    if not sentence_transformers:
+        return folder
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Normalize, Transformer
+
+    modules = [Transformer(str(raw))] + ([Normalize()] if normalize else [])
+    SentenceTransformer(modules=modules, device="cpu").save(str(folder / "st"))
+    return folder / "st"

@@ -97,9 +97,10 @@ def test_the_suite_runs_from_the_lock(pins) -> None:
 
 def test_the_serving_image_adds_what_the_generator_uses(pins) -> None:
     image = read_lock(SERVING_IMAGE_LOCK)
-    assert list(image) == ["tokenizers"]
-    assert image["tokenizers"].version == pins["tokenizers"].version
-    assert image["tokenizers"].hashes
+    assert list(image) == ["pillow", "tokenizers"]  # Pillow: the image-text step decodes images
+    for name in image:
+        assert image[name].version == pins[name].version and image[name].hashes
+        assert set(image[name].hashes) <= set(pins[name].hashes)
 
 
 def test_the_api_image_installs_the_locked_versions_of_tritonize_api(pins) -> None:

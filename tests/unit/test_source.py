@@ -178,3 +178,16 @@ def _patch_modules(folder: Path, kind: str) -> None:
     modules = json.loads((folder / "modules.json").read_text())
     modules.append({"idx": 3, "name": "3", "path": "3_Dense", "type": kind})
     (folder / "modules.json").write_text(json.dumps(modules))
+
+
+def test_a_siglip_folder_without_a_tokenizers_file_is_refused_saying_why(tmp_path: Path) -> None:
+    """SigLIP's own tokenizer is SentencePiece only (SiglipTokenizer): no tokenizer.json serves its texts exactly."""
+    from support import model_zoo
+
+    folder = model_zoo.build_image_text(tmp_path / "siglip", "siglip")
+    options = GenerateOptions(model=str(folder), name="siglip", output=str(tmp_path / "repo"))
+    assert read_model(options).head.family == "siglip"  # with its tokenizer.json, served
+    (folder / "tokenizer.json").unlink()
+    with pytest.raises(TritonizeError, match="SigLIP's own tokenizer") as refused:
+        read_model(options)
+    assert "\n" not in refused.value.message

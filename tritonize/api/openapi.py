@@ -80,12 +80,24 @@ def within(accepted: dict, declared: dict) -> dict:
     return kept(accepted)
 
 
-def narrow(component: dict, fields: dict[str, dict]) -> None:
+def narrow(component: dict, fields: dict[str, dict | None], name: str = "") -> None:
     """The component's fields as `fields` says, within the values their own types take (keeping their titles
-    and defaults); a field without a null among its values and without a default becomes required."""
+    and defaults); a field without a null among its values and without a default becomes required. A key
+    `Component.field` narrows that component's field alone: None there means the field is not served (left out
+    of the document), and a schema without a null makes it required."""
     properties = component["properties"]
-    for field, accepted in fields.items():
+    for key, accepted in fields.items():
+        own, _, field = key.rpartition(".")
+        if own and own != name:
+            continue
         if field not in properties:
+            continue
+        if own and accepted is None:
+            del properties[field]
+            continue
+        if own and {"type": "null"} not in accepted.get("anyOf", ()) and accepted.get("type") != "null":
+            properties[field] = {**accepted, "title": properties[field].get("title", field)}
+            component.setdefault("required", []).append(field)
             continue
         kept = {k: properties[field][k] for k in ("default", "title") if k in properties[field]}
         properties[field] = {**within(accepted, properties[field]), **kept}
@@ -115,8 +127,11 @@ def served_document(app: FastAPI, catalog: Catalog, max_client_batch_size: int) 
             # A route several tasks serve (rerank: cross-encoders and late-interaction models) takes any of their
             # models, and a field narrowed only where every one of them narrows it alike.
             first, *others = (accepted for accepted, _ in narrowed)
-            common = {field: schema for field, schema in first.items() if all(o.get(field) == schema for o in others)}
-            narrow(components[name], {**common, "model": named(tuple(m for _, served in narrowed for m in served))})
+            common = {field: schema for field, schema in first.items()
+                      if all(field in o and o[field] == schema for o in others)}
+            narrow(components[name], {**common, "model": named(tuple(m for _, served in narrowed for m in served))},
+                   name)
+        batch_bound(components, max_client_batch_size)  # the lists the narrowing wrote, too
         if len(catalog.models) > 1:  # /tokenize and /info read any model's: which one, `model` must say
             for name in request_components(ANY_MODEL_PATHS):
                 narrow(components[name], {"model": named(catalog.models)})

@@ -69,8 +69,8 @@ def default_image(release: str = DEFAULT_TRITON_RELEASE) -> str:
 
 
 def image_pins() -> tuple[Pin, ...]:
-    """What the serving image adds to NVIDIA's (tokenizers, the version the generator uses), from its lock:
-    wheels for the image's Python, every file's hash (`make lock` refreshes it)."""
+    """What the serving image adds to NVIDIA's (tokenizers and Pillow, the versions the generator uses), from its
+    lock: wheels for the image's Python, every file's hash (`make lock` refreshes it)."""
     return tuple(read_lock(SERVING_IMAGE_LOCK).values())
 
 

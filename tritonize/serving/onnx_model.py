@@ -78,6 +78,9 @@ class OnnxRunner:
         spins = allow_spinning and threads > 1
         self.busy_session = self._session(onnx_file, threads, False) if busy_session and spins else self.session
         self.input_names = [i.name for i in self.session.get_inputs()]
+        # Inputs other than token tensors ([rows, tokens]): each row's taken whole, never cut or padded to a length
+        # (an image-and-text graph's pixels); batches whose rows differ in their shape run apart.
+        self.whole = [i.name for i in self.session.get_inputs() if len(i.shape) != 2]
         self.output_names = [o.name for o in self.session.get_outputs()]
         # Outputs with one value per token ([rows, tokens, ...]), as the configuration declares them.
         self.per_token = [name in per_token for name in self.output_names]
@@ -133,7 +136,8 @@ class OnnxRunner:
         """One group padded to its own longest row."""
         width = int(lengths[group].max())
         feeds = {
-            name: pad_rows([rows[name][r][: lengths[r]] for r in group], width, pad_value(name, self.pad_id))
+            name: np.stack([rows[name][r] for r in group]) if name in self.whole else
+            pad_rows([rows[name][r][: lengths[r]] for r in group], width, pad_value(name, self.pad_id))
             for name in self.input_names
         }
         return self.run(feeds, session)
@@ -178,6 +182,14 @@ class OnnxRunner:
     def run_grouped(self, batches: list[dict[str, np.ndarray]], busy: bool = False) -> list[list[np.ndarray]]:
         """Many requests' token tensors -> per request, one array per output, in request order; `busy`: the run
         follows the previous one at once (its multi-threaded part runs on the session that does not spin)."""
+        kinds = {tuple(b[n].shape[1:] for n in self.whole) for b in batches}
+        if len(kinds) > 1:  # rows of other shapes (images and texts) never share a run
+            answers: list = [None] * len(batches)
+            for kind in kinds:
+                mine = [k for k, b in enumerate(batches) if tuple(b[n].shape[1:] for n in self.whole) == kind]
+                for k, answer in zip(mine, self.run_grouped([batches[k] for k in mine], busy)):
+                    answers[k] = answer
+            return answers
         rows = {name: [r for b in batches for r in b[name]] for name in self.input_names}
         lengths = np.concatenate([real_lengths(b) for b in batches])
         pieces = self.plan(lengths)

@@ -18,6 +18,7 @@ class TensorSpec:
     triton_type: str  # e.g. TYPE_INT64, TYPE_FP32, TYPE_STRING
     dims: tuple[int, ...]
     label_filename: str | None = None
+    optional: bool = False  # a request may leave it out (an ensemble taking either of two inputs)
 
     @property
     def dims_text(self) -> str:

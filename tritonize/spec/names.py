@@ -24,6 +24,7 @@ from ..serving.batching import (
 
 # -- names: tensors ------------------------------------------------------------
 TEXT_INPUT = "TEXT"  # the raw strings users send, BYTES [N, 1]
+IMAGE_INPUT = "IMAGE"  # encoded image files (PNG, JPEG, WebP) users send, BYTES [N, 1]
 # What an ensemble whose first step tokenizes also returns per row (serving/batching.py says why).
 TOKEN_COUNT_OUTPUT, TRUNCATED_OUTPUT = TOKEN_COUNT, TRUNCATED
 # The request parameters the tokenizer step reads, TRUNCATION_DIRECTION, WINDOWS and WINDOW_OVERLAP, are

@@ -377,3 +377,48 @@ class Orchestrated(Pipeline):
 
     def ensemble_steps(self, repo: Planned) -> tuple[EnsembleStep, ...]:
         return (EnsembleStep(repo.first_step.name, _same(repo.text_inputs), _same(repo.outputs)),)
+
+
+@dataclass(frozen=True)
+class PrepareModel(Pipeline):
+    """prepare -> model: the first step turns each request's inputs into the graph's (texts into token tensors,
+    images into pixels: `extra_inputs`, which no tokenizer makes), and the graph's outputs are the answer. The
+    first step is a step of its own in both variants; the fused variant runs the graph on onnx_model.py, which
+    regroups rows by length and by the shape of the extra inputs."""
+
+    module: str  # the first step's served module
+    served_class: str  # the class in it that holds its logic
+    extra_inputs: tuple[TensorSpec, ...] = ()
+
+    roles: ClassVar[tuple[StepRole, ...]] = (FIRST, MODEL)
+
+    @property
+    def first_module(self) -> str:  # type: ignore[override]
+        return self.module
+
+    @property
+    def served_classes(self) -> dict[str, str]:  # type: ignore[override]
+        return {FIRST.key: self.served_class, MODEL.key: "OnnxRunner"}
+
+    @property
+    def fuses(self) -> bool:
+        return False
+
+    @property
+    def row_outputs(self) -> tuple[TensorSpec, ...]:
+        return ROW_OUTPUTS
+
+    def model_inputs(self, repo: Planned) -> tuple[TensorSpec, ...]:
+        return repo.token_inputs + self.extra_inputs
+
+    def fused_model_inputs(self, repo: Planned) -> tuple[TensorSpec, ...]:
+        return self.model_inputs(repo)
+
+    def first_outputs(self, repo: Planned) -> tuple[TensorSpec, ...]:
+        return self.model_inputs(repo) + self.row_outputs
+
+    def ensemble_steps(self, repo: Planned) -> tuple[EnsembleStep, ...]:
+        return (
+            EnsembleStep(repo.first_step.name, _same(repo.text_inputs), _same(self.first_outputs(repo))),
+            EnsembleStep(repo.model_name, _same(self.model_inputs(repo)), _same(repo.graph_outputs)),
+        )

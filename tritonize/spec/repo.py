@@ -120,6 +120,13 @@ class WarmupSample:
     batch_size: int
     length: int
 
+    def dims_of(self, tensor: TensorSpec) -> str:
+        """The sample's dims of one input: `length` tokens for a token tensor, else the declared dims with each
+        variable one at 1 (an image-and-text graph's pixels of a text row: its text branch)."""
+        if tensor.dims == (-1,):
+            return str(self.length)
+        return ", ".join(str(d if d > 0 else 1) for d in tensor.dims)
+
     @property
     def name(self) -> str:
         return f"bucket_{self.length}" + (f"_batch_{self.batch_size}" if self.batch_size > 1 else "")

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 # `register` adds one at run time (a package outside tritonize).
 PACKAGES: list[str] = [f"{__name__}.{package}" for package in (
     "embedding", "rerank", "multi_vector", "classification", "sparse_embedding", "token_classification",
-    "question_answering",
+    "question_answering", "image_text",
 )]
 
 
@@ -155,12 +155,16 @@ def choose(folder: ModelFolder, requested: str | None) -> Task:
     return task
 
 
-def for_outputs(names: list[str] | tuple[str, ...]) -> TaskContract:
-    """The contract of the task whose ensemble returns these outputs (clients read them from the server's metadata)."""
+def for_outputs(names: list[str] | tuple[str, ...], inputs: list[str] | tuple[str, ...] | None = None) -> TaskContract:
+    """The contract of the task whose ensemble returns these outputs (clients read them from the server's metadata);
+    where several tasks return the same (an embedder's and an image-text model's `embedding`), the one that takes
+    these `inputs`, else the first registered."""
     answers = set(names) - set(ROW_FIELDS)  # every tokenizing ensemble also reports its rows' tokens
-    for contract in contracts().values():
-        if set(contract.output_names) == answers:
-            return contract
+    found = [c for c in contracts().values() if set(c.output_names) == answers]
+    if inputs is not None and len(found) > 1:
+        found = [c for c in found if {t.name for t in c.text_inputs} == set(inputs)] or found
+    if found:
+        return found[0]
     raise TritonizeError(f"no task returns the outputs {sorted(names)}", hint="is this a tritonize repository?")
 
 

@@ -229,14 +229,30 @@ class Task(abc.ABC):
                                  f"line must be for {self.name}")
         return [tuple(t.split("\t")) for t in texts]
 
-    def calibration(self, spec: ModelSpec, served: np.ndarray, source: str) -> dict | None:
+    def calibration(self, spec: ModelSpec, served: np.ndarray, source: str, graph: Path) -> dict | None:
         """What the repository records of the served graph's answers on the calibration texts (QUANTIZATION_FILE
-        beside each version's graph), for the API to read; None: nothing."""
+        beside each version's graph), for the API to read; `graph` for inputs of other kinds; None: nothing."""
         return None
 
     def int8_kept(self, fp32: np.ndarray, int8: np.ndarray) -> float:
         """The share of `int8_figure` the int8 graph keeps, from both graphs' first output on the corpus rows."""
         raise NotImplementedError(f"{self.name} offers no int8")
+
+    def graph_feeds(self, spec: ModelSpec, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The graph's inputs for the verification texts, from the served tokenizer's (the graph's other inputs,
+        where it takes more than token tensors); by default the token tensors themselves."""
+        return feeds
+
+    def export_graph(self, spec: ModelSpec, graph: Any, path: Path, opset: int) -> Path | None:
+        """The task's own ONNX export of `graph` to `path`, where one traced forward cannot hold it (two towers
+        behind one `If`); None: export.py's trace of the forward."""
+        return None
+
+    def other_checks(self, spec: ModelSpec, graph: Any, path: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Besides the texts: the graph at `path` on inputs of other kinds (images) and on what joins them
+        (cross-modal similarities), by name, each as (the model library's answer, the graph's), which verification
+        compares under the stage's check; {} where the texts are all a task reads."""
+        return {}
 
     def comparable(self, out: np.ndarray, feeds: dict[str, np.ndarray]) -> np.ndarray:
         """The graph's first output as verification compares it (per-token outputs drop padded positions)."""

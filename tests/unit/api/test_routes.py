@@ -3,6 +3,8 @@ bodies' parsing, each family's error envelope, and the route table against the r
 
 from __future__ import annotations
 
+import base64
+
 import numpy as np
 import pytest
 from pydantic import ValidationError
@@ -108,3 +110,45 @@ def test_the_document_narrows_fields_one_level_down() -> None:
     """`prompt_name` of /similarity sits in `parameters`: its component is narrowed with the body's."""
     assert request_components(("/similarity",)) == {"TEISimilarityRequest", "TEISimilarityInput",
                                                     "TEISimilarityParameters"}
+
+
+def test_an_image_is_read_from_a_data_uri_or_base64_and_never_fetched() -> None:
+    from tritonize.api.routes.parameters import image_of
+
+    data = b"\x89PNG\r\n\x1a\n some bytes"
+    encoded = base64.b64encode(data).decode()
+    assert image_of(f"data:image/png;base64,{encoded}", "p") == data
+    assert image_of(f"DATA:image/jpeg;name=a.jpg;base64,{encoded}", "p") == data  # the media type is not trusted
+    assert image_of(encoded, "p") == data  # Jina's bare base64
+    refusals = [("https://example.com/cat.png", 400, "remote images are not fetched"),
+                ("http://10.0.0.1/x", 400, "remote images are not fetched"),
+                ("file:///etc/passwd", 400, "a file: URI"), ("data:image/png,rawbytes", 422, "without base64"),
+                ("data:image/png;base64,%%%", 422, "not valid base64"), ("data:image/png;base64,", 422, "no bytes"),
+                ("", 422, "data URI")]
+    for value, status, said in refusals:
+        with pytest.raises(ApiError) as refused:
+            image_of(value, "input[0].image")
+        assert refused.value.status == status and said in refused.value.message, value
+        assert refused.value.param == "input[0].image"
+
+
+def test_embedding_bodies_take_each_image_form() -> None:
+    jina = embedding_bodies.EmbeddingRequest.model_validate({"input": [{"image": "AAAA"}, {"text": "a"}, "b"]})
+    assert isinstance(jina.input[0], embedding_bodies.InputItem) and jina.input[2] == "b"
+    assert embedding_bodies.EmbeddingRequest.model_validate({"input": ["a", "b"]}).input == ["a", "b"]
+    vllm = embedding_bodies.EmbeddingRequest.model_validate(
+        {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:,"}}]}]})
+    assert vllm.input is None and vllm.messages[0].content[0].image_url.url == "data:,"
+    cohere = embedding_bodies.CohereEmbedRequest.model_validate(
+        {"inputs": [{"content": [{"type": "text", "text": "a"}]}], "input_type": "image"})
+    assert cohere.texts is None and cohere.inputs[0].content[0].text == "a"
+
+
+def test_interleaved_answers_keep_the_requests_order() -> None:
+    from tritonize.tasks.embedding.api import interleaved
+
+    images = {"embedding": np.array([[1.0], [3.0]]), "token_count": np.array([[0], [0]])}
+    texts = {"embedding": np.array([[2.0]]), "token_count": np.array([[5]])}
+    merged = interleaved(3, [([0, 2], images), ([1], texts)])
+    assert merged["embedding"].reshape(-1).tolist() == [1.0, 2.0, 3.0]
+    assert merged["token_count"].reshape(-1).tolist() == [0, 5, 0]

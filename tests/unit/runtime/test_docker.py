@@ -379,22 +379,24 @@ def test_dockerfile_builds_on_the_default_release() -> None:
     assert lines.index(base) < lines.index(froms[0])  # a build argument of FROM: the stand-in replaces it in tests
 
 
-def test_dockerfile_adds_only_pinned_tokenizers() -> None:
+def test_dockerfile_adds_only_pinned_tokenizers_and_pillow() -> None:
     text = ct.render_dockerfile()
     lines = _instructions(text)
     runs = [line for line in lines if line.startswith("RUN ")]
-    # Two: the pinned tokenizers, and the health script written from its base64.
+    # Two: the pinned packages, and the health script written from its base64.
     assert len(runs) == 2 and sum("base64 -d" in r for r in runs) == 1
     (run,) = [r for r in runs if "base64 -d" not in r]
     requirements = re.findall(r"'([^']*)'", run.split(" > /tmp/requirements.txt")[0])[1:]  # after printf's format
     pins = ct.image_pins()
-    assert [r.split()[0] for r in requirements] == ["tokenizers==" + pins[0].version] == [p.requirement for p in pins]
-    assert sorted(requirements[0].split()[1:]) == sorted(f"--hash=sha256:{h}" for h in pins[0].hashes)
+    assert [r.split()[0] for r in requirements] == [p.requirement for p in pins]
+    assert [p.name for p in pins] == ["pillow", "tokenizers"]  # Pillow: the image-text step decodes images
+    for requirement, pin in zip(requirements, pins):
+        assert sorted(requirement.split()[1:]) == sorted(f"--hash=sha256:{h}" for h in pin.hashes)
     for flag in ("--no-deps", "--require-hashes", "--only-binary=:all:", "--no-cache-dir"):
         assert flag in run
     assert run.count("pip install") == 1
     # `up` rebuilds an image whose label shows another pin.
-    assert f'{ct.LABEL_PREFIX}.pins="tokenizers=={pins[0].version}"' in text
+    assert f'{ct.LABEL_PREFIX}.pins="{ct.pins_label(pins)}"' in text and "pillow==" in ct.pins_label(pins)
     body = "\n".join(line for line in lines if "base64 -d" not in line).lower()
     for heavy in ("torch", "transformers", "onnxruntime", "apt-get", "tensorflow"):
         assert heavy not in body
@@ -420,7 +422,7 @@ def test_tokenizers_pin_is_the_generators() -> None:
     """tokenizer.json is written by this environment's tokenizers: the image carries the same release, hash-pinned."""
     import tokenizers
 
-    (pin,) = ct.image_pins()
+    (pin,) = [p for p in ct.image_pins() if p.name == "tokenizers"]
     assert pin.requirement == f"tokenizers=={tokenizers.__version__}"
     assert len(pin.hashes) >= 2 and all(re.fullmatch(r"[0-9a-f]{64}", h) for h in pin.hashes)
 

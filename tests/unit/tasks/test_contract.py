@@ -22,8 +22,11 @@ PROTOCOLS = {name: task.contract for name, task in tasks.TASKS.items()}
 def test_a_client_recognises_each_task_by_the_outputs_its_ensemble_returns(name: str) -> None:
     contract = PROTOCOLS[name]
     assert contract.name == name
-    assert tasks.for_outputs(contract.ensemble_output_names) is contract
-    assert tasks.for_outputs(contract.output_names) is contract  # an ensemble read without its row outputs
+    inputs = [t.name for t in contract.text_inputs]
+    assert tasks.for_outputs(contract.ensemble_output_names, inputs) is contract
+    assert tasks.for_outputs(contract.output_names, inputs) is contract  # an ensemble read without its row outputs
+    # without its inputs, a task that returns the same outputs may answer (an embedder's `embedding`)
+    assert tasks.for_outputs(contract.output_names).output_names == contract.output_names
 
 
 def test_outputs_no_task_returns_are_refused() -> None:
@@ -33,17 +36,22 @@ def test_outputs_no_task_returns_are_refused() -> None:
 
 @pytest.mark.parametrize("name", sorted(PROTOCOLS))
 def test_the_sample_request_is_one_kserve_row_per_text_input(name: str) -> None:
+    """Each input a text's row fills (every text input; an image-text model's TEXT alone, IMAGE being the other
+    optional input)."""
     contract = PROTOCOLS[name]
     body = json.loads(contract.sample_body("a text"))
-    assert [i["name"] for i in body["inputs"]] == [t.name for t in contract.text_inputs]
+    filled = list(contract.request([contract.row_for("a text")]))
+    assert set(filled) <= {t.name for t in contract.text_inputs}
+    assert [t.name for t in contract.text_inputs if t.name not in filled] == \
+        [t.name for t in contract.text_inputs if getattr(t, "optional", False) and t.name not in filled]
+    assert [i["name"] for i in body["inputs"]] == filled
     assert all(i["shape"] == [1, 1] and i["datatype"] == "BYTES" for i in body["inputs"])
     # One cell per input, as the task's row around one text puts them (a pair task's own text last, after its
     # query; a multi-vector text first, then its form).
     assert [i["data"] for i in body["inputs"]] == [[x] for x in contract.row_for("a text")]
     assert "a text" in contract.row_for("a text")
     assert contract.request([contract.row_for("x"), contract.row_for("y")]) == {
-        t.name: [row[i] for row in (contract.row_for("x"), contract.row_for("y"))]
-        for i, t in enumerate(contract.text_inputs)}
+        name: [row[i] for row in (contract.row_for("x"), contract.row_for("y"))] for i, name in enumerate(filled)}
 
 
 def test_triton_classification_strings_decode_to_labels_in_order() -> None:

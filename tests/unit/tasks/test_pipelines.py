@@ -22,6 +22,7 @@ from tritonize.spec import (
     ROLES,
     EnsembleStep,
     Orchestrated,
+    PrepareModel,
     RepoSpec,
     TokenizeModelPost,
 )
@@ -29,9 +30,10 @@ from tritonize.spec.options import GenerateOptions
 
 FOLDER_OF_TASK = {"embedding": "bert-st-mean", "sparse-embedding": "bert-splade", "classification": "bert-seq-cls",
                   "rerank": "bert-cross-encoder", "token-classification": "bert-token-cls",
-                  "question-answering": "bert-qa", "multi-vector": "pylate"}
+                  "question-answering": "bert-qa", "multi-vector": "pylate", "image-text": "clip"}
 # Folders outside the zoo's list, by their builder (multi-vector: model_zoo.build_multi_vector's layout).
-BUILDERS = {"multi-vector": lambda layout, root: model_zoo.build_multi_vector(root / layout, layout)}
+BUILDERS = {"multi-vector": lambda layout, root: model_zoo.build_multi_vector(root / layout, layout),
+            "image-text": lambda family, root: model_zoo.build_image_text(root / family, family)}
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +82,9 @@ def test_the_pipelines_shape_decides_the_steps_of_both_variants(specs, task: str
     if isinstance(pipeline, Orchestrated):  # the first step calls the model step itself, in both variants
         assert production == fused == [spec.first_step.name]
         assert spec.ensemble_outputs == spec.outputs
+    elif isinstance(pipeline, PrepareModel):  # the first step prepares other inputs too: a step in both variants
+        assert production == fused == [spec.first_step.name, spec.model_name]
+        assert pipeline.fused_model_inputs(spec) == pipeline.model_inputs(spec)
     else:  # the fused variant runs the tokenizer and the model as one step
         assert production == [spec.first_step.name, spec.model_name, *counting, *post]
         assert fused == [spec.model_name, *post]

@@ -4,7 +4,7 @@ the ranking of scored texts (by whichever task scores them: each task's api.py S
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import ModuleType
 
 import numpy as np
@@ -24,11 +24,22 @@ async def run(state: ApiState, request: Request, model: ServedModel,
               rows: Sequence[tuple[str, ...]], parameters: Parameters | None = None) -> dict[str, np.ndarray]:
     """One inference of these rows through the model's ensemble (the version its rollout routes to): its answers'
     outputs, with its token counts where the ensemble reports them; `parameters` reach every step."""
-    request.state.model = model.name
     contract: TaskContract = model.contract
+    return await infer_inputs(state, request, model, contract.request(rows), parameters)
+
+
+def outputs_of(state: ApiState, model: ServedModel) -> list[str]:
+    """What a route asks of the model's ensemble: its task's outputs, and token counts where it reports them."""
     extra = [o for o in (TOKEN_COUNT_OUTPUT, TRUNCATED_OUTPUT) if o in state.outputs.get(model.name, ())]
-    return await canary.infer(state, request, model, contract.request(rows), [*contract.output_names, *extra],
-                              parameters)
+    return [*model.contract.output_names, *extra]
+
+
+async def infer_inputs(state: ApiState, request: Request, model: ServedModel, inputs: Mapping[str, Sequence],
+                       parameters: Parameters | None = None) -> dict[str, np.ndarray]:
+    """One inference of these ensemble inputs (texts, or images' bytes) through the version the rollout routes to;
+    `parameters` reach every step."""
+    request.state.model = model.name
+    return await canary.infer(state, request, model, inputs, outputs_of(state, model), parameters)
 
 
 def tokens(answer: dict[str, np.ndarray]) -> int:
@@ -62,6 +73,21 @@ def scorers() -> dict[TaskContract, PairScorer]:
 @functools.lru_cache(maxsize=None)
 def _scorers(apis: tuple[ModuleType, ...]) -> dict[TaskContract, PairScorer]:
     return {m.ROUTES.contract: m.SCORER for m in apis if getattr(m, "SCORER", None)}
+
+
+# How a kind of model that embeds images makes its ensemble's inputs of a request's images (encoded files' bytes):
+# its task's api.py IMAGES. The embeddings routes serve images to the models of those tasks.
+ImageInputs = Callable[[list[bytes]], dict[str, list[bytes]]]
+
+
+def image_inputs() -> dict[TaskContract, ImageInputs]:
+    """Every task whose models embed images, by its contract."""
+    return _image_inputs(tasks.sides("api"))
+
+
+@functools.lru_cache(maxsize=None)
+def _image_inputs(apis: tuple[ModuleType, ...]) -> dict[TaskContract, ImageInputs]:
+    return {m.ROUTES.contract: m.IMAGES for m in apis if getattr(m, "IMAGES", None)}
 
 
 def ranking() -> tuple[TaskContract, ...]:

@@ -1,7 +1,10 @@
-"""Reading a request's parameters the way every family does: texts, prompts, truncation."""
+"""Reading a request's parameters the way every family does: texts, images, prompts, truncation."""
 
 from __future__ import annotations
 
+import base64
+import binascii
+import re
 from typing import Any
 
 from ...errors import TritonizeError
@@ -24,6 +27,38 @@ def texts_of(value: Any, param: str, limit: int) -> list[str]:
         raise invalid(f"`{param}` holds {len(items)} texts, over this server's limit of {limit} per request "
                       "(--max-client-batch-size)", param, 413)
     return items
+
+
+# A data URI of base64 bytes (RFC 2397): its media type is not trusted, the image step reads the file's own header.
+DATA_URI = re.compile(r"data:(?P<type>[^,;]*)(?P<params>(;[^,;]*)*?);base64,(?P<data>.*)", re.DOTALL | re.IGNORECASE)
+
+
+def image_of(value: Any, param: str) -> bytes:
+    """An image a request sends (a data URI, or bare base64 as Jina's `image`) -> the file's bytes. A URL is
+    refused: this server fetches nothing, so a client sends the bytes."""
+    if not isinstance(value, str) or not value.strip():
+        raise invalid(f"`{param}` must be an image's bytes as a data URI (data:image/png;base64,...)", param, 422)
+    value = value.strip()
+    scheme = value.split(":", 1)[0].lower() if ":" in value[:16] else ""
+    if scheme in ("http", "https"):
+        raise invalid(f"`{param}` is a URL: remote images are not fetched by this server; send the image's bytes "
+                      "as a data URI (data:image/png;base64,...)", param, 400)
+    if scheme and scheme != "data":
+        raise invalid(f"`{param}` is a {scheme}: URI: send the image's bytes as a data URI "
+                      "(data:image/png;base64,...)", param, 400)
+    if scheme:
+        found = DATA_URI.fullmatch(value)
+        if found is None:
+            raise invalid(f"`{param}` is a data URI without base64 bytes: send data:image/png;base64,...", param, 422)
+        value = found["data"]
+    try:
+        data = base64.b64decode("".join(value.split()), validate=True)
+    except (binascii.Error, ValueError):
+        raise invalid(f"`{param}` is not valid base64: send the image's bytes as a data URI "
+                      "(data:image/png;base64,...)", param, 422) from None
+    if not data:
+        raise invalid(f"`{param}` holds no bytes", param, 422)
+    return data
 
 
 def prompt_of(model: ServedModel, name: str | None) -> str:

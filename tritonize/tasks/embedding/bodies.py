@@ -1,9 +1,10 @@
-"""The embedding task's request and response bodies: OpenAI's embeddings, Cohere's embed (v2), and
-text-embeddings-inference's /embed and /similarity (tritonize/api/schemas.py says how bodies are written)."""
+"""The embedding task's request and response bodies: OpenAI's embeddings (with vLLM's `messages` and Jina's image
+items), Cohere's embed (v2: texts, images, inputs), and text-embeddings-inference's /embed and /similarity
+(tritonize/api/schemas.py says how bodies are written)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Literal, Optional, Union
 
 from pydantic import Field, RootModel
 from pydantic.json_schema import SkipJsonSchema
@@ -25,8 +26,45 @@ NimInputType = Annotated[Literal["query", "passage"], Field(
     description="NVIDIA NIM's input type: the prompt the model declares for it; without prompts, the text as it is")]
 
 
-CohereInputType = Annotated[Literal["search_query", "search_document", "classification", "clustering"], Field(
-    description="the prompt the model declares for it; without prompts, the text as it is")]
+CohereInputType = Annotated[Literal["search_query", "search_document", "classification", "clustering", "image"], Field(
+    description="the prompt the model declares for it; without prompts, the text as it is; image: images, "
+                "for a model that embeds them")]
+
+
+ImageData = Annotated[str, Field(description="an image's bytes as a data URI (data:image/png;base64,...); a URL is "
+                                             "refused: this server fetches nothing")]
+
+
+class ImageUrl(Body):
+    url: ImageData
+
+
+class ContentPart(Body):
+    """One part of a message's or an input's content: a text or an image (OpenAI's chat content parts)."""
+
+    type: Literal["text", "image_url"]
+    text: Text | None = None
+    image_url: ImageUrl | None = None
+
+
+class ChatMessage(Body):
+    """vLLM's embeddings `messages`: a chat message whose content is a text or parts."""
+
+    role: str = "user"
+    content: Union[str, Annotated[list[ContentPart], refused_beyond(minItems=1)]]
+
+
+class InputItem(Body):
+    """Jina's input item: a text or an image (base64, or a data URI)."""
+
+    text: Text | None = None
+    image: ImageData | None = None
+
+
+class CohereInput(Body):
+    """Cohere's `inputs` item: content parts, embedded as one (one text or one image each, here)."""
+
+    content: Annotated[list[ContentPart], refused_beyond(minItems=1)]
 
 
 CohereEmbeddingType = Literal["float", "int8", "uint8", "binary", "ubinary", "base64"]
@@ -45,7 +83,9 @@ ChunkedProcessing = Annotated[Optional[bool], Field(
 
 class CohereEmbedRequest(Body):
     model: str | None = None
-    texts: TextList
+    texts: TextList | None = None
+    images: Annotated[list[ImageData], refused_beyond(minItems=1)] | None = None
+    inputs: Annotated[list[CohereInput], refused_beyond(minItems=1)] | None = None
     input_type: CohereInputType | None = None
     embedding_types: Annotated[list[CohereEmbeddingType], refused_beyond(minItems=1, maxItems=6, uniqueItems=True)] = [
         "float"]
@@ -54,8 +94,6 @@ class CohereEmbedRequest(Body):
     enable_chunked_processing: ChunkedProcessing = None
     # Accepted by the types only to reach the route's own message.
     max_tokens: SkipJsonSchema[int | None] = None
-    images: SkipJsonSchema[list | None] = None
-    inputs: SkipJsonSchema[list | None] = None
 
 
 # One array per embedding type asked for: `float` is a keyword, so the typed dict's functional form.
@@ -87,7 +125,10 @@ class CohereEmbedResponse(Body):
 
 
 class EmbeddingRequest(Body):
-    input: Texts
+    """`input` (texts, or Jina's text and image items), or vLLM's `messages` (one input)."""
+
+    input: Union[Texts, Annotated[list[Union[Text, InputItem]], refused_beyond(minItems=1)], None] = None
+    messages: Annotated[list[ChatMessage], refused_beyond(minItems=1)] | None = None
     model: str | None = None
     encoding_format: EncodingFormat = "float"
     dimensions: Dimensions = None

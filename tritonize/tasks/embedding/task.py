@@ -30,6 +30,8 @@ from .options import OPTIONS, POOLINGS
 from .quantization import Calibration, ranges_of
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from ...folder import ModelFolder
 
 # sentence-transformers' pooling modes (the boolean keys of its 2.x layout, and the names of later ones).
@@ -118,11 +120,12 @@ class Embedding(Task):
 
     def detect(self, folder: ModelFolder) -> bool:
         return (folder.modules is not None and not folder.is_cross_encoder and not folder.is_sparse_encoder
-                and not folder.late_interaction)
+                and not folder.late_interaction and not folder.image_text)
 
     def accepts(self, folder: ModelFolder) -> bool:
         """Its own folders, and a bare encoder; never a late-interaction model (one vector per token)."""
-        return self.detect(folder) or (folder.modules is None and folder.head_class == "" and not folder.late_interaction)
+        return self.detect(folder) or (folder.modules is None and folder.head_class == "" and not folder.late_interaction
+                                       and not folder.image_text)
 
     def _declared(self, folder: ModelFolder) -> tuple[tuple[str, ...], bool, int, int]:
         """(pooling modes, normalize, dim, Dense count) from the sentence-transformers modules."""
@@ -190,7 +193,7 @@ class Embedding(Task):
     int8_figure = "top-10 retrieval overlap"
     calibrates = True
 
-    def calibration(self, spec: ModelSpec, served: np.ndarray, source: str) -> dict:
+    def calibration(self, spec: ModelSpec, served: np.ndarray, source: str, graph: Path) -> dict:
         """The per-dimension ranges int8/uint8 quantize with: of the served vectors, and of the vectors cut by
         `Head.truncate` to each declared Matryoshka size."""
         head: Head = spec.head  # type: ignore[assignment]
