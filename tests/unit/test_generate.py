@@ -3,25 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from support import REPO_ROOT as ROOT
+from support.cli import run_generate
 from support.tiny_models import build_classifier, build_embedding_model
 from tritonize.repository import parse_config
-
-
-def run_generate(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    env.pop("TRITONIZE_DEBUG", None)
-    return subprocess.run(
-        [sys.executable, str(ROOT / "generate.py"), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
-    )
 
 
 @pytest.fixture(scope="module")

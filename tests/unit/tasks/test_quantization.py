@@ -4,7 +4,6 @@ bit for bit, and the ranges generation records beside each version's graph."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ from sentence_transformers import SentenceTransformer
 from sentence_transformers.util import quantize_embeddings
 
 from support import REPO_ROOT
+from support.cli import run_generate
 from support.tiny_models import build_classifier, build_embedding_model
 from tritonize.generate import generate
 from tritonize.manifest import read_manifest
@@ -26,12 +26,6 @@ from tritonize.tasks.task import SENTENCES
 
 CORPUS = [f"Calibration text number {i}: triton serves raw strings, batched." for i in range(40)]
 QUERIES = ["A fox.", "Ünïcödé café", "What does the server do?", "short", "word " * 50]
-
-
-def run_generate(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, str(REPO_ROOT / "generate.py"), *args], cwd=REPO_ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
 
 
 def assert_same(ours: np.ndarray, theirs: np.ndarray) -> None:
