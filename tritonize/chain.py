@@ -97,6 +97,16 @@ class TokenChain:
         return Answer(outputs, int(mask.sum()), computed)
 
 
+    def images(self, images: list[bytes]) -> Answer:
+        """What the server answers for one request of encoded image files, where the first step reads images
+        (its `encode_images`: a model whose contract declares an `image_input`)."""
+        feeds = self.encoder.encode_images(images)
+        outs, computed = self.runner.run_or_regroup({n: feeds[n] for n in self.runner.input_names}, plain=False)
+        outputs = dict(zip(self.runner.output_names, outs))
+        outputs.update({n: feeds[n] for n in ROW_FIELDS if n in feeds})
+        return Answer(outputs, 0, computed)
+
+
 class ReaderChain:
     """A first step that windows each row and calls the model step itself (question answering)."""
 

@@ -124,6 +124,33 @@ def test_a_request_sends_images_or_texts(served) -> None:
         client.infer(NAME, tensors)
 
 
+def test_bench_sends_images_and_texts_each_checked_against_the_steps_in_process(served, tmp_path) -> None:
+    """bench --workloads images,short: JPEG files as IMAGE and texts as TEXT through the ensemble over gRPC, the
+    first answers of each checked against the repository's own steps in-process, and the first step's work per
+    image timed apart from the graph's."""
+    import json
+
+    from tritonize.cli import main
+
+    folder, endpoints = served
+    ep = endpoints["production"]
+    out = tmp_path / "results"
+    rc = main(["bench", "--repository", str(folder.parent / "repo"), "--url", ep.http, "--grpc-url", ep.grpc,
+               "--metrics-url", ep.metrics, "--requests", "12", "--warmup", "2", "--concurrency", "1,2",
+               "--workloads", "images,short", "--short-tokens", "8", "--protocols", "grpc", "--peers", "floor",
+               "--output", str(out)])
+    assert rc == 0
+    doc = json.loads((out / "bench.json").read_text())
+    assert {w: c["passed"] for w, c in doc["checks"]["triton"].items()} == {"images": True, "short": True}
+    runs = {(r["workload"], r["concurrency"]): r for r in doc["runs"]}
+    assert set(runs) == {(w, c) for w in ("images", "short") for c in (1, 2)}
+    for (workload, _), r in runs.items():
+        assert (r["completed"], r["errors"]) == (12, 0)
+        assert r["steps"]["model"]["inferences"] >= 12 and ("padding_waste" in r) == (workload == "short")
+    assert doc["image_split"]["first_ms"]["requests"] == doc["image_split"]["model_ms"]["requests"] == 12
+    assert "images" not in doc["floor"] and doc["floor"]["short"]["arrival"]["rps"] > 0
+
+
 # -- the HTTP API ---------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def api(served, tmp_path_factory):

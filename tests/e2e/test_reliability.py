@@ -46,6 +46,7 @@ from tritonize.serving.batching import ATTENTION_MASK, QUEUE_BOUND, bound_work, 
 from tritonize.serving.tokenizer import parameters
 from tritonize.spec import CONFIGS_DIR, FUSED_VARIANT, MIN_QUEUE_SIZE, PRODUCTION_VARIANT, VARIANT_CONFIGS, repo_paths
 from tritonize.spec.options import Overrides
+from tritonize.tasks.embedding import CONTRACT as EMBEDDING
 
 
 @pytest.fixture(scope="module")
@@ -509,9 +510,10 @@ def test_soak(served) -> None:
         return total
 
     rows = [(t,) for t in corpus.read_corpus()]
-    warm = load.measure(lambda: load.TritonGrpc(endpoints.grpc, name, ("TEXT",)), rows, 8, load.Bound(requests=400))
+    request = EMBEDDING.request  # a request's rows -> the embedder's TEXT input
+    warm = load.measure(lambda: load.TritonGrpc(endpoints.grpc, name, request), rows, 8, load.Bound(requests=400))
     before = rss_kb()
-    result = load.measure(lambda: load.TritonGrpc(endpoints.grpc, name, ("TEXT",)), rows, 8, load.Bound(duration_s=seconds))
+    result = load.measure(lambda: load.TritonGrpc(endpoints.grpc, name, request), rows, 8, load.Bound(duration_s=seconds))
     after = rss_kb()
     growth = (after - before) / before
     print(f"soak {seconds:g} s: {result.completed} requests, {result.errors} errors, RSS {before // 1024} -> "

@@ -1286,17 +1286,27 @@ def _siglip_tokenizer(model_max_length: int):
 
 
 def build_image_text(folder: Path, family: str = "clip", sentence_transformers: bool = False,
-                     normalize: bool = False) -> Path:
+                     normalize: bool = False, vit_b32: bool = False) -> Path:
     """A tiny random CLIPModel or SiglipModel with its processor (image processor and tokenizer), saved as the
     installed transformers saves it; `sentence_transformers`: wrapped in sentence-transformers' Transformer module
-    (and a Normalize), saved as the installed sentence-transformers saves it."""
+    (and a Normalize), saved as the installed sentence-transformers saves it. `vit_b32`: a CLIP of the real ViT-B/32
+    sizes instead (CLIPConfig's defaults: vision 768 wide, 12 layers, patches of 32 on 224 pixels; text 512 wide,
+    12 layers, 77 tokens) with random weights and CLIPImageProcessor's defaults, for the bench: what its towers
+    cost, not what they answer."""
     import torch
     import transformers
 
     torch.manual_seed(0)
     folder = Path(folder)
     tower = dict(hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=2)
-    if family == "clip":
+    if vit_b32:
+        if family != "clip" or sentence_transformers:
+            raise ValueError("vit_b32 builds a transformers CLIP")
+        tok = _clip_tokenizer(77)
+        ids = dict(eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id, pad_token_id=tok.pad_token_id)
+        model = transformers.CLIPModel(transformers.CLIPConfig(text_config=ids))
+        processor = transformers.CLIPProcessor(image_processor=transformers.CLIPImageProcessor(), tokenizer=tok)
+    elif family == "clip":
         max_length = 16
         tok = _clip_tokenizer(max_length)
         config = transformers.CLIPConfig(

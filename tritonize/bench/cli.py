@@ -60,7 +60,9 @@ def add_target_arguments(p: argparse.ArgumentParser, duration_s: float, workload
     bound.add_argument("--requests", type=int, default=None, help="requests per measurement, instead of a duration")
     p.add_argument("--warmup", type=int, default=None, help="unrecorded requests before each measurement (default: 2 x concurrency, at least 10)")
     p.add_argument("--workloads", type=choice_list(corpus.WORKLOADS), default=list(workloads),
-                   help=f"short (16 tokens), long (128 tokens), mixed (the shipped corpus) (default: {','.join(workloads)})")
+                   help=f"short (16 tokens), long (128 tokens), mixed (the shipped corpus), images ({corpus.IMAGE_SIDE}x"
+                        f"{corpus.IMAGE_SIDE} JPEG files, one a request, over gRPC: a model whose ensemble takes images) "
+                        f"(default: {','.join(workloads)})")
     p.add_argument("--corpus", type=Path, default=None, help="mixed workload file, one text per line (default: the shipped corpus)")
     p.add_argument("--short-tokens", type=int, default=d.short_tokens)
     p.add_argument("--long-tokens", type=int, default=d.long_tokens)

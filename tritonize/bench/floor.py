@@ -129,6 +129,33 @@ class Floor:
             i += 1
         return lat
 
+    def image_split(self, rows: list[Row], requests: int | None, duration_s: float | None, warmup: int = 3) -> dict:
+        """One image at a time on one thread, in this process: the first step's work (decoding and preprocessing,
+        `encode_images`) against the model step's (the graph on those pixels: the vision tower), image after image,
+        so both see the same machine. Which of the two bounds the served images, with no server around them."""
+        runner = chain.onnx_runner(self.repository, intra_op_threads=1, shards=0, name=self.name)
+        encoder = self.chain.encoder
+        first: list[float] = []
+        model: list[float] = []
+
+        def one(data: bytes) -> tuple[float, float]:
+            start = time.perf_counter()
+            feeds = encoder.encode_images([data])
+            prepared = time.perf_counter()
+            runner.run({n: feeds[n] for n in runner.input_names})
+            return (prepared - start) * 1e3, (time.perf_counter() - prepared) * 1e3
+
+        for i in range(warmup):
+            one(rows[i % len(rows)][0])
+        deadline = time.perf_counter() + duration_s if duration_s else None
+        i = 0
+        while (requests is None or i < requests) and (deadline is None or time.perf_counter() < deadline):
+            a, b = one(rows[i % len(rows)][0])
+            first.append(a)
+            model.append(b)
+            i += 1
+        return {"threads": 1, "first_ms": latency_summary(first), "model_ms": latency_summary(model)}
+
     def _batch(self, runner, chunk: list[Row], regroup: bool = False) -> tuple[int, int]:
         """One batch padded to its longest row (or regrouped as served), answered whole; (computed tokens, real tokens)."""
         answer = self.chain(chunk, runner=runner, pad_to_longest=not regroup)

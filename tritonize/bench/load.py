@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -51,19 +51,23 @@ def rows_in(item, texts: int) -> tuple[Row, ...]:
     return (item,) if texts == 1 else item
 
 
+# A request's rows -> the ensemble's inputs by name (the contract's `request`, or its `image_request` for
+# images: corpus.request_of).
+Request = Callable[[Sequence[Row]], dict[str, list]]
+
+
 class TritonGrpc(Sender):
     """The ensemble over gRPC (tritonclient.grpc.aio), through the project's AsyncTextClient;
-    `inputs` names the ensemble's text inputs, in row order; `texts` rows go in each request."""
+    `request` makes the ensemble's inputs of a request's rows; `texts` rows go in each request."""
 
-    def __init__(self, url: str, model: str, inputs: Row, timeout_s: float = DEFAULT_TIMEOUT_S, texts: int = 1):
+    def __init__(self, url: str, model: str, request: Request, timeout_s: float = DEFAULT_TIMEOUT_S, texts: int = 1):
         from ..client import AsyncTextClient
 
         self.client = AsyncTextClient(url, model, timeout_s=timeout_s)
-        self.inputs, self.texts = inputs, texts
+        self.request, self.texts = request, texts
 
     async def send(self, row) -> None:
-        rows = rows_in(row, self.texts)
-        await self.client.infer({name: [r[k] for r in rows] for k, name in enumerate(self.inputs)})
+        await self.client.infer(self.request(rows_in(row, self.texts)))
 
     async def close(self) -> None:
         await self.client.close()
@@ -98,16 +102,16 @@ class _Http(Sender):
 class TritonHttp(_Http):
     """The ensemble over Triton's KServe v2 HTTP/JSON API."""
 
-    def __init__(self, url: str, model: str, inputs: Row, timeout_s: float = DEFAULT_TIMEOUT_S, texts: int = 1):
+    def __init__(self, url: str, model: str, request: Request, timeout_s: float = DEFAULT_TIMEOUT_S, texts: int = 1):
         super().__init__(timeout_s)
         base = url if url.startswith(("http://", "https://")) else f"http://{url}"
         self.url = f"{base.rstrip('/')}/v2/models/{model}/infer"
-        self.inputs, self.texts = inputs, texts
+        self.request, self.texts = request, texts
 
     async def send(self, row) -> None:
         rows = rows_in(row, self.texts)
-        body = {"inputs": [{"name": name, "shape": [len(rows), 1], "datatype": "BYTES", "data": [r[k] for r in rows]}
-                           for k, name in enumerate(self.inputs)]}
+        body = {"inputs": [{"name": name, "shape": [len(rows), 1], "datatype": "BYTES", "data": data}
+                           for name, data in self.request(rows).items()]}
         await self._post(self.url, json.dumps(body).encode())
 
 

@@ -35,7 +35,7 @@ class BenchOptions:
     metrics_url: str = "127.0.0.1:8002"
     start_local: bool = False
     concurrency: list[int] = field(default_factory=lambda: list(DEFAULT_CONCURRENCY))
-    workloads: list[str] = field(default_factory=lambda: list(corpus.WORKLOADS))
+    workloads: list[str] = field(default_factory=lambda: list(corpus.TEXT_WORKLOADS))
     protocols: list[str] = field(default_factory=lambda: list(DEFAULT_PROTOCOLS))
     protocols_asked: bool = False  # named by the user: a protocol this model cannot take is then an error
     peers: list[str] = field(default_factory=lambda: list(ALL_PEERS))

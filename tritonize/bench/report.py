@@ -87,9 +87,10 @@ def _texts_column(runs: list[dict]) -> bool:
 
 def workload_table(document: dict, workload: str) -> Table:
     info = document["workloads"][workload]
-    tokens = info["tokens"]
+    tokens = info.get("tokens")  # none in an images workload
     table = Table(
-        title=f"{workload}: {info['description']} (tokens p50 {tokens['p50']:g}, max {tokens['max']})",
+        title=f"{workload}: {info['description']}" + (f" (tokens p50 {tokens['p50']:g}, max {tokens['max']})" if tokens
+                                                      else ""),
         title_justify="left",
     )
     roles = _step_roles(document)
@@ -241,6 +242,20 @@ def served_table(document: dict) -> Table | None:
     return table
 
 
+def image_split_table(document: dict) -> Table | None:
+    """The images workload in this process, one thread: the first step's work per image against the graph's."""
+    split = document.get("image_split")
+    if not split:
+        return None
+    table = Table(title="images, in process, one image at a time on one thread (ms per image)", title_justify="left")
+    for col in ("work", "images", "p50", "p95", "p99", "mean"):
+        table.add_column(col, justify="left" if col == "work" else "right")
+    for key, label in (("first_ms", "first step: decode, preprocess"), ("model_ms", "model step: the graph")):
+        lat = split[key]
+        table.add_row(label, str(lat["requests"]), _ms(lat["p50"]), _ms(lat["p95"]), _ms(lat["p99"]), _ms(lat["mean"]))
+    return table
+
+
 def targets_table(document: dict) -> Table | None:
     targets = document.get("targets") or []
     if not targets:
@@ -271,7 +286,8 @@ def print_tables(document: dict, console: Console) -> None:
         console.print(f"[yellow]{label_of(system)}: skipped: {reason}[/]")
     # A stand-in run's CPU is the host's around a model that costs nothing: the floor and the targets are not for it.
     tables = ([breakdown_table(document), served_table(document), *host_cpu_tables(document)] if document.get("stand_in")
-              else [breakdown_table(document), cpu_table(document), served_table(document), targets_table(document)])
+              else [breakdown_table(document), cpu_table(document), served_table(document), image_split_table(document),
+                    targets_table(document)])
     for table in tables:
         if table is not None:
             console.print(table)

@@ -70,6 +70,8 @@ class Bench:
         self.workloads = corpus.workloads_for(
             self.floor.chain, self.task, options.workloads, options.corpus_file, options.short_tokens, options.long_tokens
         )
+        # What the peers and the floor's throughput measure: texts (they read no images).
+        self.text_workloads = {k: w for k, w in self.workloads.items() if not w.images}
         self.steps = step_models(repo, manifest.name)
         self.steps[ENSEMBLE] = self.name
         self.runs: list[dict] = []
@@ -131,12 +133,13 @@ class Bench:
 
     def sender(self, protocol: str, http_url: str, grpc_url: str, stack: contextlib.ExitStack,
                meter: cpu.CpuMeter | None = None):
-        """What makes the sender of `protocol` for requests of n texts; for the API, its process is started here,
-        checked first, and its CPU measured with the server's."""
+        """What makes the sender of `protocol` for requests of n rows, each request's inputs made by `request`
+        (load.Request); for the API, its process is started here, checked first, and its CPU measured with the
+        server's."""
         if protocol == "grpc":
-            return lambda n: load.TritonGrpc(grpc_url, self.name, self.inputs, self.o.timeout_s, n)
+            return lambda n, request: load.TritonGrpc(grpc_url, self.name, request, self.o.timeout_s, n)
         if protocol == "http":
-            return lambda n: load.TritonHttp(http_url, self.name, self.inputs, self.o.timeout_s, n)
+            return lambda n, request: load.TritonHttp(http_url, self.name, request, self.o.timeout_s, n)
         from ..api.child import ApiProcess
         from ..runtime.machine import free_ports
         from .infinity import ask
@@ -150,20 +153,22 @@ class Bench:
             meter.watch(cpu.API, api.proc.pid)  # it leads its own process group
             stack.callback(meter.unwatch, cpu.API)
         self._check(API_SYSTEM, TRITON_LABELS["api"], lambda row: ask(url, self.name, row, self.o.timeout_s), check.ATOL)
-        return lambda n: load.OpenAIEmbeddings(url, self.name, self.o.timeout_s, n)
+        return lambda n, request: load.OpenAIEmbeddings(url, self.name, self.o.timeout_s, n)
 
     def measure_protocol(self, protocol: str, make, snaps, meter, served) -> None:
         label = TRITON_LABELS[protocol]
         for wname, w in self.workloads.items():
+            request = corpus.request_of(self.task.contract, w)
             for n in self.o.texts_per_request:
                 requests = load.requests_of(w.rows, n)
                 for c in self.o.concurrency:
-                    pair = c == 1 and n == 1 and protocol == self.o.protocols[0] and FLOOR in self.o.peers
+                    pair = (c == 1 and n == 1 and protocol == self.o.protocols[0] and FLOOR in self.o.peers
+                            and wname in self.text_workloads)
                     if pair:
                         self._floor_batch1(wname, w)
                     starts = [f for f in (snaps.start if snaps else None, meter.start if meter else None,
                                           served.start if served else None) if f]
-                    result = load.measure(lambda: make(n), requests, c, self.o.bound(c), lambda: [f() for f in starts])
+                    result = load.measure(lambda: make(n, request), requests, c, self.o.bound(c), lambda: [f() for f in starts])
                     # The CPU first, as the load stops: reading the counters below costs the server some.
                     used = meter.finish(result.completed, result.client_cpu_s, result.wall_s) if meter else None
                     if pair:
@@ -181,15 +186,17 @@ class Bench:
         """The floor's answers to a workload's first rows: computed once, compared with every system (the task's
         answer; the served token counts are Triton's alone, checked by its own tests)."""
         if wname not in self._expected:
-            rows = self.workloads[wname].rows[: check.ROWS]
-            answers = [self.floor.one(row).outputs for row in rows]
+            w = self.workloads[wname]
+            rows = w.rows[: check.ROWS]
+            answers = [(self.floor.chain.images(list(row)) if w.images else self.floor.one(row)).outputs for row in rows]
             self._expected[wname] = [check.one_row({n: a[n] for n in self.task.contract.output_names}) for a in answers]
         return self._expected[wname]
 
-    def _check(self, system: str, label: str, ask, atol: float | None = None) -> None:
-        """The first rows of each workload, answered by `ask(row)` and by the floor, compared: numbers within
-        `atol`, or (atol None) the embedding by cosine."""
-        for wname, w in self.workloads.items():
+    def _check(self, system: str, label: str, ask, atol: float | None = None,
+               workloads: dict[str, corpus.Workload] | None = None) -> None:
+        """The first rows of each workload (of `workloads`, where given), answered by `ask(row)` and by the floor,
+        compared: numbers within `atol`, or (atol None) the embedding by cosine."""
+        for wname, w in (self.workloads if workloads is None else workloads).items():
             rows = w.rows[: check.ROWS]
             got = []
             for row in rows:
@@ -210,8 +217,10 @@ class Bench:
         from ..client import TextClient
 
         with TextClient(grpc_url, self.name, timeout_s=self.o.timeout_s) as client:
-            self._check(TRITON_SYSTEM, "Triton", lambda row: check.one_row(
-                client.infer({name: [text] for name, text in zip(self.inputs, row)})), check.ATOL)
+            for wname, w in self.workloads.items():
+                request = corpus.request_of(self.task.contract, w)
+                self._check(TRITON_SYSTEM, "Triton", lambda row: check.one_row(client.infer(request([row]))),
+                            check.ATOL, {wname: w})
 
     def _floor_batch1(self, wname: str, w: corpus.Workload) -> None:
         """Half the floor's batch-1 measurement: one half just before Triton's concurrency-1 run, one just after.
@@ -231,13 +240,15 @@ class Bench:
         by_role = {role: deltas[model] for role, model in self.steps.items()}
         client_mean = result.summary()["latency_ms"]["mean"]
         called = [by_role[r] for r in ensemble_roles(by_role, self.task)]
-        return {
+        extra = {
             "steps": {role: d.to_dict() for role, d in by_role.items()},
             "breakdown": server_counters.overhead_breakdown(client_mean, by_role[ENSEMBLE], called),
-            # Estimated: the workload's rows, in order, batched as the graph ran them on average.
-            "padding_waste": server_counters.padding_waste(w.model_rows, graph_batch or by_role[MODEL.key].avg_batch or 1.0,
-                                                 self.floor.runner),
         }
+        if w.model_rows:  # images: no tokens, no padding
+            # Estimated: the workload's rows, in order, batched as the graph ran them on average.
+            extra["padding_waste"] = server_counters.padding_waste(
+                w.model_rows, graph_batch or by_role[MODEL.key].avg_batch or 1.0, self.floor.runner)
+        return extra
 
     def measure_peers(self) -> None:
         folder = self.source_folder()
@@ -247,8 +258,8 @@ class Bench:
             self.say(f"Starting the peer: {label}")
             log = Path(self.o.output) / ".run" / f"peer-{key}.log"
             with peers.PeerProcess(str(folder), batch, log) as url:
-                self._check(key, label, lambda row: peers.ask(url, row), check.TORCH_ATOL)
-                for wname, w in self.workloads.items():
+                self._check(key, label, lambda row: peers.ask(url, row), check.TORCH_ATOL, self.text_workloads)
+                for wname, w in self.text_workloads.items():
                     for c in self.o.concurrency:
                         before: dict = {}
                         result = load.measure(
@@ -263,7 +274,7 @@ class Bench:
 
     def measure_floor(self) -> dict:
         result, more = {}, SCALING[0]
-        for wname, w in self.workloads.items():
+        for wname, w in self.text_workloads.items():
             fixed = wname != "mixed"
             result[wname] = floor.measure(self.floor, w.rows, self.o.requests, self.o.duration_s if not self.o.requests else None,
                                           fixed, batch1=self.batch1.get(wname), ceilings=(more,))
@@ -276,6 +287,15 @@ class Bench:
                 + (f"; concurrency {more} over 1 at most {ceiling:.2f}x" if ceiling else "")
             )
         return result
+
+    def measure_image_split(self) -> dict:
+        """The images workload's in-process split: the first step's work per image against the graph's, one
+        thread each, image after image."""
+        w = self.workloads[corpus.IMAGES]
+        split = self.floor.image_split(w.rows, self.o.requests, self.o.duration_s if not self.o.requests else None)
+        self.say(f"  {'in process, one thread':<24} {corpus.IMAGES:<5} first step p50 {split['first_ms']['p50']:.1f} ms"
+                 f" (decode, preprocess), model step p50 {split['model_ms']['p50']:.1f} ms (the graph) per image")
+        return split
 
     def skip(self, system: str, reason: str) -> None:
         self.skipped[system] = reason
@@ -318,8 +338,9 @@ class Bench:
                 except infinity.Unavailable as exc:
                     self.skip(key, f"its {engine.engine} engine did not start: {exc}")
                     continue
-                self._check(key, engine.label, lambda row: infinity.ask(url, self.name, row))
-                for wname, w in self.workloads.items():
+                self._check(key, engine.label, lambda row: infinity.ask(url, self.name, row),
+                            workloads=self.text_workloads)
+                for wname, w in self.text_workloads.items():
                     for c in self.o.concurrency:
                         result = load.measure(lambda: load.OpenAIEmbeddings(url, self.name, self.o.timeout_s),
                                               w.rows, c, self.o.bound(c))
@@ -381,6 +402,9 @@ class Bench:
         if "api" in self.o.protocols and not self.api_measured():
             raise TritonizeError(f"--protocols api measures /v1/embeddings; this repository's task is {self.task.name}",
                                  hint="use --protocols grpc,http")
+        if corpus.IMAGES in self.workloads and self.o.protocols != ["grpc"]:
+            raise TritonizeError(f"the {corpus.IMAGES} workload is sent over gRPC alone (Triton's HTTP/JSON carries "
+                                 "texts, not files)", hint="add --protocols grpc")
         install = self.find_infinity()
         compared = [self.compared(Path(folder)) for folder in self.o.compare]  # refused before anything is timed
         compared += [self.compared_variant(variant) for variant in self.o.compare_variants]
@@ -388,19 +412,26 @@ class Bench:
         self.measure_triton()
         for tag, other in compared:
             self.measure_compared(tag, other)
-        if any(b in peers.PEERS for b in self.o.peers):
+        if any(b in peers.PEERS for b in self.o.peers) and self.text_workloads:
             self.measure_peers()
+        elif any(b in peers.PEERS for b in self.o.peers):
+            for key in (k for k in peers.PEERS if k in self.o.peers):
+                self.skip(key, f"it reads texts, and this run sends {corpus.IMAGES} alone")
         if install is not None:
             self.measure_infinity(install)
-        floor_results = {}
-        if FLOOR in self.o.peers:
+        floor_results, image_split = {}, {}
+        if FLOOR in self.o.peers and self.text_workloads:
             self.say("[bold]In-process floor[/] (same tokenizer and ONNX graph, no server)")
             floor_results = self.measure_floor()
+        if FLOOR in self.o.peers and corpus.IMAGES in self.workloads:
+            self.say("[bold]In-process, images[/] (the first step's work and the graph, one image at a time, no server)")
+            image_split = self.measure_image_split()
         document = {
             "meta": self.meta(started),
             "workloads": {n: w.summary() for n, w in self.workloads.items()},
             "runs": self.runs,
             "floor": floor_results,
+            **({"image_split": image_split} if image_split else {}),
             "checks": self.checks,
             "skipped": self.skipped,
             "compared": self.compared_meta,

@@ -29,7 +29,7 @@ from ..runtime.machine import free_ports
 from ..serving.batching import bucket_for, parse_buckets
 from ..serving.tokenizer import parameters
 from ..spec import CONFIG_FILE, FIRST, MODEL_FILE, PRODUCTION_VARIANT, repo_paths
-from . import cpu, load, server_counters
+from . import corpus, cpu, load, server_counters
 from .measured import measured_model, record, say_run
 from .options import BenchOptions
 from .runner import Bench
@@ -304,6 +304,9 @@ def check_options(o: BenchOptions) -> None:
     if o.peers:
         raise TritonizeError("--stand-in measures Triton alone: the peers run the real model",
                              hint="drop --peers (or pass --peers none)")
+    if corpus.IMAGES in o.workloads:
+        raise TritonizeError(f"--stand-in measures texts: its rates are rows of tokens, and no {corpus.IMAGES}",
+                             hint=f"drop {corpus.IMAGES} from --workloads")
 
 
 def run(options: BenchOptions) -> dict:
@@ -354,10 +357,11 @@ def measure_empty(bench: Bench, repo: Path) -> list[dict]:
         meter = cpu.CpuMeter(runtime.server_pid)
         snaps = server_counters.Snapshots(endpoints.http, [EMPTY, EMPTY_STEP])
         for wname, w in bench.workloads.items():
+            request = corpus.request_of(bench.task.contract, w)
             for n in o.texts_per_request:
                 requests = load.requests_of(w.rows, n)
                 for c in o.concurrency:
-                    result = load.measure(lambda: load.TritonGrpc(endpoints.grpc, EMPTY, bench.inputs, o.timeout_s, n),
+                    result = load.measure(lambda: load.TritonGrpc(endpoints.grpc, EMPTY, request, o.timeout_s, n),
                                           requests, c, o.bound(c), lambda: (snaps.start(), meter.start()))
                     used = meter.finish(result.completed, result.client_cpu_s, result.wall_s)
                     deltas = snaps.finish(expected=result.completed)

@@ -164,7 +164,7 @@ class Stress:
         manifest = measured_model(repository, model)
         self.name = model or manifest.name
         self.task = tasks.of(manifest.model.head)
-        self.inputs = tuple(t.name for t in self.task.contract.text_inputs)
+        self.request = self.task.contract.request  # a request's rows -> the ensemble's inputs
         self.http_url, self.grpc_url, self.timeout_s = http_url, grpc_url, timeout_s
         f = floor.Floor(repository, name=manifest.name)
         rows = corpus.workloads_for(f.chain, self.task, [workload], None, corpus.DEFAULT_SHORT_TOKENS,
@@ -177,7 +177,7 @@ class Stress:
         """Answers per second of a closed loop at concurrency 16 (the rate the factor multiplies), and the CPU
         per answer where a `meter` watches the server."""
         bound = load.Bound(duration_s=duration_s, warmup=2 * CAPACITY_CONCURRENCY)
-        result = load.measure(lambda: load.TritonGrpc(self.grpc_url, self.name, self.inputs, self.timeout_s),
+        result = load.measure(lambda: load.TritonGrpc(self.grpc_url, self.name, self.request, self.timeout_s),
                               self.rows, CAPACITY_CONCURRENCY, bound, meter.start if meter else None)
         if result.errors:
             raise TritonizeError(f"the capacity run had {result.errors} errors: {result.error_samples[:1]}")
@@ -208,7 +208,7 @@ class Stress:
                 row = self.rows[k % len(self.rows)]
                 start = time.perf_counter()
                 try:
-                    got = await grpc[c % channels].infer({name: [text] for name, text in zip(self.inputs, row)})
+                    got = await grpc[c % channels].infer(self.request([row]))
                 except ServerError as exc:
                     kind = "rejected" if is_unavailable(exc) else "failed"
                     getattr(outcome, kind).append((time.perf_counter() - start) * 1e3)
@@ -253,7 +253,7 @@ class Stress:
             await gate.wait()
             start = time.perf_counter()
             try:
-                got = await clients[k % channels].infer({name: [text] for name, text in zip(self.inputs, row)})
+                got = await clients[k % channels].infer(self.request([row]))
             except ServerError as exc:
                 kind = "rejected" if is_unavailable(exc) else "failed"
                 (refused if is_unavailable(exc) else failed).append((time.perf_counter() - start) * 1e3)
@@ -287,7 +287,7 @@ class Stress:
             row = self.rows[k % len(self.rows)]
             start = time.perf_counter()
             try:
-                got = await client.infer({name: [text] for name, text in zip(self.inputs, row)})
+                got = await client.infer(self.request([row]))
             except ServerError as exc:
                 ms = (time.perf_counter() - start) * 1e3
                 if is_unavailable(exc):

@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--start-local", action="store_true", help="start a local Triton on free ports for the run")
     p.add_argument("--variant", choices=tuple(VARIANT_CONFIGS), default=DEFAULT_VARIANT,
                    help="what --start-local's server serves: production (config.pbtxt) or fused (default: %(default)s)")
-    p.add_argument("--workload", type=choice_list(corpus.WORKLOADS), default=["mixed"], help="short, long or mixed")
+    p.add_argument("--workload", type=choice_list(corpus.TEXT_WORKLOADS), default=["mixed"], help="short, long or mixed")
     p.add_argument("--factor", type=float, default=DEFAULT_FACTOR, help="arrival rate over the measured capacity (default: %(default)s)")
     p.add_argument("--rate", type=float, default=None, help="arrival rate in requests/s, instead of factor x capacity")
     p.add_argument("--duration", type=float, default=DEFAULT_DURATION_S, help="seconds of open-loop load (default: %(default)s)")

@@ -119,7 +119,6 @@ class Tuner:
         manifest = read_manifest(self.repo, args.model or None)
         self.manifest = manifest
         self.task = tasks.of(manifest.model.head)
-        self.inputs = tuple(t.name for t in self.task.contract.text_inputs)
         self.name = manifest.name
         self.grid = parse_grid(args.grid)
         self.points = [Point(c) for c in grid_points(self.grid, manifest.options.to_dict())]
@@ -153,8 +152,9 @@ class Tuner:
             snaps = server_counters.Snapshots(endpoints.http, list(names.values()))
             served = server_counters.ServedCounters(endpoints.metrics, list(names.values()))
             for wname, w in self.workloads.items():
+                request = corpus.request_of(self.task.contract, w)
                 for c in self.concurrency:
-                    result = load.measure(lambda: load.TritonGrpc(endpoints.grpc, self.name, self.inputs, self.timeout_s),
+                    result = load.measure(lambda: load.TritonGrpc(endpoints.grpc, self.name, request, self.timeout_s),
                                           w.rows, c, self.bound(c), lambda: (snaps.start(), served.start()))
                     model = snaps.finish(expected=result.completed)[names["model"]]
                     # The fused step's graph runs take what its executions handed over: their batch, as bench's.

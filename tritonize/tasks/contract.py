@@ -37,6 +37,9 @@ class TaskContract(abc.ABC):
     # either version's answers, "shadow" where two versions' answers live in two spaces (vectors), so the new one
     # is only compared in the background; None where neither is served.
     rollout: ClassVar[str | None] = "canary"
+    # The ensemble's input that takes encoded image files (PNG, JPEG, WebP), where its model embeds images; None
+    # where it reads texts alone.
+    image_input: ClassVar[str | None] = None
 
     @property
     def statistics(self) -> dict[str, str]:
@@ -56,6 +59,12 @@ class TaskContract(abc.ABC):
     def request(self, rows: Sequence[tuple[str, ...]]) -> dict[str, list[str]]:
         """The ensemble's inputs for these rows (one text per text input each): a column per input."""
         return {spec.name: [row[i] for row in rows] for i, spec in enumerate(self.text_inputs)}
+
+    def image_request(self, images: Sequence[bytes]) -> dict[str, list[bytes]]:
+        """The ensemble's inputs for one request of images (encoded files' bytes); refused where it takes none."""
+        if self.image_input is None:
+            raise ValueError(f"a {self.name} model takes no images")
+        return {self.image_input: list(images)}
 
     def row_for(self, text: str) -> tuple[str, ...]:
         """A request row around one text: a pair task puts its sample first text (a query, a question) before it."""

@@ -49,6 +49,7 @@ class ImageTextContract(TaskContract):
     # Either input, per request: the ensemble's inputs are optional, and the first step refuses both or neither.
     text_inputs = (TensorSpec(IMAGE_INPUT, "TYPE_STRING", (1,), optional=True),
                    TensorSpec(TEXT_INPUT, "TYPE_STRING", (1,), optional=True))
+    image_input = IMAGE_INPUT
 
     @property
     def statistics(self) -> dict[str, str]:
@@ -58,9 +59,6 @@ class ImageTextContract(TaskContract):
     def request(self, rows):
         """Rows of texts: the TEXT input alone (an image request sends IMAGE, `image_request`)."""
         return {TEXT_INPUT: [row[-1] for row in rows]}
-
-    def image_request(self, images: list[bytes]) -> dict[str, list[bytes]]:
-        return {IMAGE_INPUT: list(images)}
 
     def row_for(self, text: str) -> tuple[str, ...]:
         return (text,)
