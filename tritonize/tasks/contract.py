@@ -97,3 +97,22 @@ def sample_body(text_inputs: tuple[TensorSpec, ...], texts: list[str] | None = N
 def json_cells(arr: np.ndarray) -> list:
     """BYTES cells holding one JSON document each (entities, an answer), decoded in order."""
     return [json.loads(c.decode("utf-8") if isinstance(c, bytes) else str(c)) for c in np.asarray(arr).reshape(-1)]
+
+
+class OneVectorPerRow:
+    """What a task that answers one float32 vector per row under `vector_output` reads of its answers (a base
+    beside TaskContract: embedders, image-text models)."""
+
+    vector_output: ClassVar[str] = "embedding"
+
+    def vectors(self, outputs: dict[str, np.ndarray]) -> np.ndarray:
+        """One float32 vector per row, as served (no copy)."""
+        return outputs[self.vector_output]
+
+    def rows(self, outputs: dict[str, np.ndarray]) -> list[dict]:
+        return [{self.vector_output: np.asarray(v, dtype=np.float32).tolist()} for v in outputs[self.vector_output]]
+
+    def summary_line(self, row: dict) -> str:
+        vec = np.asarray(row[self.vector_output])
+        head = ", ".join(f"{v:+.4f}" for v in vec[:4])
+        return f"dim {vec.size}  norm {np.linalg.norm(vec):.3f}  [{head}, ...]"

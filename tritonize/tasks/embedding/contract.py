@@ -9,7 +9,7 @@ import numpy as np
 
 from ...errors import TritonizeError
 from ...spec import Head as BaseHead
-from ..contract import TaskContract
+from ..contract import OneVectorPerRow, TaskContract
 
 OUTPUT = "embedding"
 Library = Literal["sentence-transformers", "transformers"]
@@ -88,23 +88,12 @@ def truncate_embeddings(vectors: np.ndarray, dim: int, normalize: bool) -> np.nd
     return cut / np.maximum(np.linalg.norm(cut, axis=-1, keepdims=True), 1e-12)
 
 
-class EmbeddingContract(TaskContract):
+class EmbeddingContract(OneVectorPerRow, TaskContract):
     rollout = "shadow"
     head_type = Head
     output_names = (OUTPUT,)
     output_statistics = {"tritonize_output_centroid_similarity": OUTPUT}
 
-    def vectors(self, outputs: dict[str, np.ndarray]) -> np.ndarray:
-        """One float32 vector per text, as served (no copy)."""
-        return outputs[OUTPUT]
-
-    def rows(self, outputs: dict[str, np.ndarray]) -> list[dict]:
-        return [{OUTPUT: np.asarray(v, dtype=np.float32).tolist()} for v in outputs[OUTPUT]]
-
-    def summary_line(self, row: dict) -> str:
-        vec = np.asarray(row[OUTPUT])
-        head = ", ".join(f"{v:+.4f}" for v in vec[:4])
-        return f"dim {vec.size}  norm {np.linalg.norm(vec):.3f}  [{head}, ...]"
 
 
 CONTRACT = EmbeddingContract()

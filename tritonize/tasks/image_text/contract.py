@@ -11,7 +11,7 @@ import numpy as np
 from ...errors import TritonizeError
 from ...spec import IMAGE_INPUT, TEXT_INPUT, TensorSpec
 from ...spec import Head as BaseHead
-from ..contract import TaskContract
+from ..contract import OneVectorPerRow, TaskContract
 
 OUTPUT = "embedding"
 Library = Literal["sentence-transformers", "transformers"]
@@ -42,7 +42,7 @@ class Head(BaseHead):
                              "(it declares no Matryoshka sizes)")
 
 
-class ImageTextContract(TaskContract):
+class ImageTextContract(OneVectorPerRow, TaskContract):
     rollout = "shadow"  # two versions' vectors live in two spaces
     head_type = Head
     output_names = (OUTPUT,)
@@ -67,17 +67,6 @@ class ImageTextContract(TaskContract):
         from ..contract import sample_body
 
         return sample_body(self.text_inputs[1:], [text])
-
-    def vectors(self, outputs: dict[str, np.ndarray]) -> np.ndarray:
-        """One float32 vector per row, as served (no copy)."""
-        return outputs[OUTPUT]
-
-    def rows(self, outputs: dict[str, np.ndarray]) -> list[dict]:
-        return [{OUTPUT: np.asarray(v, dtype=np.float32).tolist()} for v in outputs[OUTPUT]]
-
-    def summary_line(self, row: dict) -> str:
-        vec = np.asarray(row[OUTPUT])
-        return f"dim {vec.size}  norm {np.linalg.norm(vec):.3f}  [{', '.join(f'{v:+.4f}' for v in vec[:4])}, ...]"
 
 
 CONTRACT = ImageTextContract()
