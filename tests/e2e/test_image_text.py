@@ -1,4 +1,4 @@
-"""A tiny CLIP served end to end: one repository, one server per variant (production on the native onnxruntime
+"""A tiny CLIP and a tiny SigLIP served end to end: one repository each, one server per variant (production on the native onnxruntime
 backend, fused), images in each format and texts against the library's own encode, and bad images refused one by
 one while the server keeps serving; the HTTP API in front of the production server, called by the cohere and
 openai SDKs and plain httpx in each image form (Cohere's images and inputs, Jina's items, vLLM's messages)."""
@@ -293,19 +293,23 @@ def test_cohere_refuses_a_url_and_an_input_of_two_parts(api) -> None:
 # -- SigLIP ---------------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def siglip(local_options, tmp_path_factory):
-    """A tiny SigLIP (its tokenizer a tokenizers Unigram: model_zoo) generated and served in production."""
+    """A tiny SigLIP (its tokenizer a tokenizers Unigram: model_zoo) generated and served in both variants."""
     base = tmp_path_factory.mktemp("siglip")
     folder = model_zoo.build_image_text(base / "siglip", "siglip")
     repo = base / "repo"
     generate(GenerateOptions(model=str(folder), name=NAME, output=str(repo)))
-    runtime = LocalRuntime(local_options(repo, base / "run"), quiet=True, variant="production")
+    runtimes = {v: LocalRuntime(local_options(repo, base / f"run-{v}"), quiet=True, variant=v) for v in VARIANTS}
     try:
-        yield folder, repo, runtime.up()
+        with ThreadPoolExecutor(len(VARIANTS)) as pool:
+            ups = {v: pool.submit(r.up) for v, r in runtimes.items()}
+            endpoints = {v: up.result() for v, up in ups.items()}
+        yield folder, repo, endpoints
     finally:
-        stop_later(runtime)
+        stop_later(*runtimes.values())
 
 
-def test_siglip_answers_as_the_library_in_production(siglip) -> None:
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_siglip_answers_as_the_library(siglip, variant: str) -> None:
     """get_image_features on its processor's pixels; get_text_features on texts padded to the max length,
     unmasked, as SiglipProcessor pads them and the model was trained."""
     import json
@@ -313,7 +317,8 @@ def test_siglip_answers_as_the_library_in_production(siglip) -> None:
     import torch
     import transformers
 
-    folder, repo, endpoint = siglip
+    folder, repo, endpoints = siglip
+    endpoint = endpoints[variant]
     report = json.loads((repo / f"{NAME}_model" / "1" / "verification.json").read_text())
     checks = {f"export: {name}" for name in ("images", "image pixels", "image-text similarities")}
     assert report["passed"] and checks <= set(report["others"]) and all(report["others"][c]["passed"] for c in checks)
@@ -331,6 +336,7 @@ def test_siglip_answers_as_the_library_in_production(siglip) -> None:
     got_texts = infer(endpoint, "TEXT", [t.encode() for t in TEXTS])
     assert got_images.shape == (4, 32) and np.abs(got_images - want_images).max() < 1e-5
     assert np.abs(got_texts - want_texts).max() < 1e-5
+    assert np.abs(got_images @ got_texts.T - want_images @ want_texts.T).max() < 1e-5
     # padding changes a SigLIP text's vector: the served texts are padded as the library pads them
     with torch.no_grad():
         longest = processor(text=TEXTS, padding=True, return_tensors="pt")
