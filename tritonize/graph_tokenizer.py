@@ -477,14 +477,12 @@ def build(repo: RepoSpec, model_graph: Path, texts: list[str], work: Path, atol:
     if differs:
         raise Refused(f"the graph tokenizer's tokens differ from the served tokenizer's on {differs}")
     work.mkdir(parents=True, exist_ok=True)
-    model = onnx.load(str(model_graph))
     if repo.pipeline.first_file:  # a step of its own, before the model step's graph
-        tokenizer.ir_version = model.ir_version
         onnx.checker.check_model(tokenizer, full_check=False)
         onnx.save(tokenizer, str(work / repo.pipeline.first_file))
         return {f"{repo.first_step.name}/{repo.version}/{repo.pipeline.first_file}": work / repo.pipeline.first_file,
                 f"{repo.first_step.name}/{GRAPH_LIBRARY_FILE}": op_library(work / GRAPH_LIBRARY_FILE)}
-    composed = compose_model(tokenizer, model, names)
+    composed = compose_model(tokenizer, onnx.load(str(model_graph)), names)
     graph_file = work / GRAPH_MODEL_FILE
     onnx.save(composed, str(graph_file))
     _check_answers(graph_file, Path(model_graph), encoder, texts, atol)

@@ -101,7 +101,7 @@ def _step_layout(repo: RepoSpec, step: StepSpec, fused: str) -> list[tuple[str, 
     if step.role == MODEL:
         return [(f"{step.name}/{CONFIG_FILE}", "model/onnxruntime.pbtxt.j2", {"step": step, "ragged": False}),
                 (f"{step.name}/{fused}", "model/python.pbtxt.j2", {"step": repo.fused_model_step})]
-    template = "first/onnxruntime.pbtxt.j2" if step.role == FIRST and repo.pipeline.first_file else f"{step.role.key}/config.pbtxt.j2"
+    template = "first/onnxruntime.pbtxt.j2" if repo.pipeline.runs_graph(step.role) else f"{step.role.key}/config.pbtxt.j2"
     layout = [(f"{step.name}/{CONFIG_FILE}", template, {"step": step, "idle": False, "parameters": _parameters(repo, step, False)})]
     if repo.pipeline.idles_in_fused(step.role):
         layout.append((f"{step.name}/{fused}", template, {"step": dataclasses.replace(step, instance_count=1), "idle": True,
@@ -122,7 +122,7 @@ def served_files(repo: RepoSpec) -> dict[str, Path]:
     """Each Python step's module as model.py, and the served modules it imports, copied byte for byte."""
     return {
         f"{step.name}/{repo.version}/{target}": source
-        for step in repo.steps if not (step.role == FIRST and repo.pipeline.first_file)  # onnxruntime serves it
+        for step in repo.steps if not repo.pipeline.runs_graph(step.role)
         for target, source in serving.step_files(step.module, SERVED_ENTRY).items()
     }
 

@@ -130,6 +130,11 @@ class Pipeline(abc.ABC):
         where the fused step tokenizes, and the statistics step, whose counting the fused step does."""
         return role is STATISTICS or (role is FIRST and self.fuses)
 
+    def runs_graph(self, role: StepRole) -> bool:
+        """Whether the production step of `role` is a graph onnxruntime serves, with no Python module: the first
+        step where the pipeline declares its file (`first_file`)."""
+        return role is FIRST and self.first_file is not None
+
     @property
     def fuses(self) -> bool:
         """Whether the fused variant runs the first step and the model step as one (serving/fused_step.py); a first
