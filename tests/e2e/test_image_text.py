@@ -17,6 +17,7 @@ from tritonclient.utils import InferenceServerException
 
 from support import model_zoo
 from support.api import KEY, start_api, stop
+from support.image_server import MOVED, image_server
 from support.stopping import stop_later
 from tritonize.generate import generate
 from tritonize.runtime.local import LocalRuntime
@@ -288,6 +289,43 @@ def test_cohere_refuses_a_url_and_an_input_of_two_parts(api) -> None:
     assert response.status_code == 400 and "2 parts" in response.json()["message"]
     response = post(api, "/v2/embed", {"model": NAME, "input_type": "image", "texts": ["a"]})
     assert response.status_code == 422 and "input_type image is for images" in response.json()["message"]
+
+
+def test_a_url_on_an_allowed_host_embeds_as_its_bytes_and_other_hosts_are_refused(served, api) -> None:
+    """A second API allows the local image server's host:port; the fixture's (no host allowed) still refuses."""
+    folder, endpoints = served
+    png = verification_images()["png"]
+    with image_server({"/cat.png": png}) as host:
+        fetching = start_api(folder.parent / "repo", endpoints["production"].grpc, "--allow-image-hosts", host,
+                             key=KEY)
+        try:
+            url = f"http://{host}/cat.png"
+            inline = post(api, "/v1/embeddings", {"model": NAME, "input": [{"image": data_uri(png)}],
+                                                  "encoding_format": "float"})
+            assert inline.status_code == 200, inline.text
+            want = np.array(inline.json()["data"][0]["embedding"], dtype=np.float32)
+            jina = post(fetching, "/v1/embeddings", {"model": NAME, "input": [{"image": url}, {"image": url}],
+                                                     "encoding_format": "float"})
+            assert jina.status_code == 200, jina.text
+            for row in jina.json()["data"]:
+                np.testing.assert_array_equal(np.array(row["embedding"], dtype=np.float32), want)
+            vllm = post(fetching, "/v1/embeddings", {"model": NAME, "encoding_format": "float", "messages": [
+                {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}]}]})
+            cohere = post(fetching, "/v2/embed", {"model": NAME, "input_type": "image", "embedding_types": ["float"],
+                                                  "images": [url]})
+            assert vllm.status_code == 200 and cohere.status_code == 200, (vllm.text, cohere.text)
+            np.testing.assert_array_equal(np.array(vllm.json()["data"][0]["embedding"], dtype=np.float32), want)
+            np.testing.assert_array_equal(np.array(cohere.json()["embeddings"]["float"][0], dtype=np.float32), want)
+            other = f"localhost:{host.split(':')[1]}"  # the same server by another name: not allowed
+            refused = post(fetching, "/v2/embed", {"model": NAME, "input_type": "image", "embedding_types": ["float"],
+                                                   "images": [f"http://{other}/cat.png"]})
+            assert refused.status_code == 400 and f"not fetched from {other}" in refused.json()["message"]
+            moved = post(fetching, "/v1/embeddings", {"model": NAME, "input": [{"image": f"http://{host}{MOVED}"}]})
+            assert moved.status_code == 400 and "redirect" in moved.json()["error"]["message"]
+            default = post(api, "/v1/embeddings", {"model": NAME, "input": [{"image": url}]})
+            assert default.status_code == 400 and "--allow-image-hosts" in default.json()["error"]["message"]
+        finally:
+            stop(fetching)
 
 
 # -- SigLIP ---------------------------------------------------------------------------------------------------------

@@ -165,6 +165,7 @@ def create_app(settings: ApiSettings, catalog: Catalog | None = None) -> FastAPI
         finally:
             await state.rollouts.drain()
             await state.backend.close()
+            await state.images.close()
 
     # Swagger UI and ReDoc from the API itself (fastapi-offline's copies): the docs load where nothing outside is
     # reachable, as Triton often runs.

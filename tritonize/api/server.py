@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import TritonizeError
+from .remote_images import FETCH_TIMEOUT_S, image_hosts
 from .state import (
     API_KEY_ENV,
     DEFAULT_MAX_BODY_BYTES,
@@ -72,6 +73,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"(default: ${CHUNKED_ENV}, else off; docs/api.md)")
     p.add_argument("--chunk-overlap", type=int, default=int(os.environ.get(CHUNK_OVERLAP_ENV) or 0),
                    help=f"tokens each window shares with the one before it (default: ${CHUNK_OVERLAP_ENV}, else 0)")
+    p.add_argument("--allow-image-hosts", default="", metavar="HOST[,HOST...]",
+                   help="fetch the images a request gives by http(s) URL from these hosts (host names or host:port, "
+                        "matched exactly; a name alone is the scheme's own port): no redirects followed, "
+                        f"{FETCH_TIMEOUT_S:g} s each, a request's images no more than --max-body-bytes in all "
+                        "(default: none; a URL is refused and clients send the images' bytes)")
 
 
 def settings_from(args: argparse.Namespace) -> ApiSettings:
@@ -84,7 +90,8 @@ def settings_from(args: argparse.Namespace) -> ApiSettings:
                        api_key=api_key(args.api_key, args.api_key_file), max_body_bytes=args.max_body_bytes,
                        max_client_batch_size=args.max_client_batch_size,
                        max_concurrent_requests=args.max_concurrent_requests, workers=args.workers,
-                       chunked_processing=args.enable_chunked_processing, chunk_overlap=args.chunk_overlap)
+                       chunked_processing=args.enable_chunked_processing, chunk_overlap=args.chunk_overlap,
+                       image_hosts=image_hosts(args.allow_image_hosts))
 
 
 def serve(settings: ApiSettings) -> None:
@@ -122,9 +129,14 @@ def worker_app():
     """A worker's app, from the settings `serve` left in its environment (uvicorn imports this by name)."""
     from .app import create_app
 
-    fields = json.loads(os.environ[WORKER_SETTINGS_ENV])
-    return create_app(ApiSettings(**{**fields, "repository": Path(fields["repository"]),
-                                     "api_key": os.environ.get(API_KEY_ENV) or None}))
+    return create_app(settings_of_worker(os.environ[WORKER_SETTINGS_ENV]))
+
+
+def settings_of_worker(text: str) -> ApiSettings:
+    """worker_settings as JSON -> the settings again (JSON's lists back to tuples, the key from API_KEY_ENV)."""
+    fields = json.loads(text)
+    return ApiSettings(**{**fields, "repository": Path(fields["repository"]),
+                          "image_hosts": tuple(fields["image_hosts"]), "api_key": os.environ.get(API_KEY_ENV) or None})
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -14,6 +14,7 @@ from pydantic import BaseModel, RootModel
 
 from .backend import DEFAULT_TIMEOUT_S, TritonBackend
 from .catalog import Catalog, ServedModel
+from .remote_images import ImageFetcher
 from .rollout_routing import Rollouts
 from .schemas import TEIInfo
 from .task_routes import routes_of
@@ -42,6 +43,8 @@ class ApiSettings:
     # Where a request does not say: a text longer than the model reads is embedded as windows (docs/api.md).
     chunked_processing: bool = False
     chunk_overlap: int = 0  # tokens each window shares with the one before it
+    # The hosts (host or host:port) whose images a request may name by URL; none: only the images' bytes are taken.
+    image_hosts: tuple[str, ...] = ()
 
 
 def fields_of(value: Any) -> Any:
@@ -69,6 +72,7 @@ class ApiState:
         self.settings = settings
         self.catalog = Catalog.read(settings.repository) if catalog is None else catalog
         self.backend = TritonBackend(settings.grpc_url, settings.timeout_s)
+        self.images = ImageFetcher(settings.image_hosts, settings.max_body_bytes)
         self.outputs: dict[str, tuple[str, ...]] = {}  # what each ensemble returns, asked of Triton at start
         self._tokenizers: dict[str, Any] = {}
         self.in_flight = 0

@@ -112,7 +112,8 @@ def test_the_document_narrows_fields_one_level_down() -> None:
                                                     "TEISimilarityParameters"}
 
 
-def test_an_image_is_read_from_a_data_uri_or_base64_and_never_fetched() -> None:
+def test_an_image_is_read_from_a_data_uri_or_base64() -> None:
+    """A URL is read as a RemoteImage, refused or fetched later (test_remote_images.py)."""
     from tritonize.api.routes.parameters import image_of
 
     data = b"\x89PNG\r\n\x1a\n some bytes"
@@ -120,9 +121,7 @@ def test_an_image_is_read_from_a_data_uri_or_base64_and_never_fetched() -> None:
     assert image_of(f"data:image/png;base64,{encoded}", "p") == data
     assert image_of(f"DATA:image/jpeg;name=a.jpg;base64,{encoded}", "p") == data  # the media type is not trusted
     assert image_of(encoded, "p") == data  # Jina's bare base64
-    refusals = [("https://example.com/cat.png", 400, "remote images are not fetched"),
-                ("http://10.0.0.1/x", 400, "remote images are not fetched"),
-                ("file:///etc/passwd", 400, "a file: URI"), ("data:image/png,rawbytes", 422, "without base64"),
+    refusals = [("file:///etc/passwd", 400, "a file: URI"), ("data:image/png,rawbytes", 422, "without base64"),
                 ("data:image/png;base64,%%%", 422, "not valid base64"), ("data:image/png;base64,", 422, "no bytes"),
                 ("", 422, "data URI")]
     for value, status, said in refusals:

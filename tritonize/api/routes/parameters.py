@@ -11,6 +11,7 @@ from ...errors import TritonizeError
 from ...spec import TRUNCATION_DIRECTION
 from ..catalog import ServedModel
 from ..errors import invalid
+from ..remote_images import RemoteImage
 
 
 def texts_of(value: Any, param: str, limit: int) -> list[str]:
@@ -33,16 +34,15 @@ def texts_of(value: Any, param: str, limit: int) -> list[str]:
 DATA_URI = re.compile(r"data:(?P<type>[^,;]*)(?P<params>(;[^,;]*)*?);base64,(?P<data>.*)", re.DOTALL | re.IGNORECASE)
 
 
-def image_of(value: Any, param: str) -> bytes:
-    """An image a request sends (a data URI, or bare base64 as Jina's `image`) -> the file's bytes. A URL is
-    refused: this server fetches nothing, so a client sends the bytes."""
+def image_of(value: Any, param: str) -> bytes | RemoteImage:
+    """An image a request sends (a data URI, or bare base64 as Jina's `image`) -> the file's bytes; an http(s)
+    URL -> a RemoteImage, fetched from the hosts the operator allows, else refused (api/remote_images.py)."""
     if not isinstance(value, str) or not value.strip():
         raise invalid(f"`{param}` must be an image's bytes as a data URI (data:image/png;base64,...)", param, 422)
     value = value.strip()
     scheme = value.split(":", 1)[0].lower() if ":" in value[:16] else ""
     if scheme in ("http", "https"):
-        raise invalid(f"`{param}` is a URL: remote images are not fetched by this server; send the image's bytes "
-                      "as a data URI (data:image/png;base64,...)", param, 400)
+        return RemoteImage(value, param)
     if scheme and scheme != "data":
         raise invalid(f"`{param}` is a {scheme}: URI: send the image's bytes as a data URI "
                       "(data:image/png;base64,...)", param, 400)

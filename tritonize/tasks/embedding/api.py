@@ -18,6 +18,7 @@ from pydantic import TypeAdapter
 from ...api import schemas as s
 from ...api.catalog import ServedModel
 from ...api.errors import ApiError, invalid
+from ...api.remote_images import RemoteImage
 from ...api.routes import inference
 from ...api.routes.families import COHERE_EMBED, OPENAI, TEI, Router
 from ...api.routes.inference import infer_inputs, refuse_truncated, tokens
@@ -73,16 +74,17 @@ ROUTES = TaskRoutes(CONTRACT, ("/v1/embeddings", "/v2/embed", "/embed", "/simila
                     lambda head: {"embedding": {"pooling": head.pooling}}, accepts)
 
 
-Input = Union[str, bytes]  # a text, or an image file's bytes (parameters.image_of)
+Input = Union[str, bytes, RemoteImage]  # a text, an image file's bytes, or its URL (parameters.image_of)
 
 
 async def embed(state: ApiState, request: Request, model: ServedModel, inputs: Sequence[Input], prompt: str = "",
                 param: str = "input", parameters: dict | None = None,
                 windows: Windows | None = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """The vectors of a request's inputs in order: its texts (each after `prompt`) in one inference, its images
-    in another, both in flight together, where the model embeds images (its task's IMAGES); the answers' other
-    outputs (token counts) in the inputs' order too. `parameters` and `windows` are for texts alone."""
-    images = [i for i, x in enumerate(inputs) if isinstance(x, bytes)]
+    in another, both in flight together, where the model embeds images (its task's IMAGES), those given by URL
+    fetched first; the answers' other outputs (token counts) in the inputs' order too. `parameters` and `windows`
+    are for texts alone."""
+    images = [i for i, x in enumerate(inputs) if not isinstance(x, str)]
     if not images:
         return await embed_texts(state, request, model, list(inputs), prompt, parameters, windows)  # type: ignore[arg-type]
     image_inputs = inference.image_inputs().get(model.contract)
@@ -91,8 +93,8 @@ async def embed(state: ApiState, request: Request, model: ServedModel, inputs: S
     if parameters or windows:
         raise invalid("cutting at the start and chunked processing are for texts; this request holds images", param,
                       400)
-    texts = [i for i, x in enumerate(inputs) if not isinstance(x, bytes)]
-    pictures = [inputs[i] for i in images]
+    texts = [i for i, x in enumerate(inputs) if isinstance(x, str)]
+    pictures = await state.images.resolved([inputs[i] for i in images])
     labels = [f"{param}[{i}]" for i in images]
     parts = [embed_images(state, request, model, image_inputs(pictures), labels)]  # type: ignore[arg-type]
     if texts:

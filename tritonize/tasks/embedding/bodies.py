@@ -31,8 +31,9 @@ CohereInputType = Annotated[Literal["search_query", "search_document", "classifi
                 "for a model that embeds them")]
 
 
-ImageData = Annotated[str, Field(description="an image's bytes as a data URI (data:image/png;base64,...); a URL is "
-                                             "refused: this server fetches nothing")]
+ImageData = Annotated[str, Field(description="an image's bytes as a data URI (data:image/png;base64,...); an "
+                                             "http(s) URL only where this server allows its host "
+                                             "(--allow-image-hosts; by default none, and a URL is refused)")]
 
 
 class ImageUrl(Body):
