@@ -1,21 +1,18 @@
 """Images a request names by URL, fetched only from the hosts the operator allows (--allow-image-hosts): by
 default none, so a client's URL cannot make the server reach into the network it runs in. Fetched bytes go on as a
-data URI's bytes do: the image step in Triton decodes and checks them.
-
-httpx is imported only where hosts are allowed: the API's image (tritonize[api]) starts without it."""
+data URI's bytes do: the image step in Triton decodes and checks them."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import httpx
 
 from ..errors import TritonizeError
 from .errors import invalid
-
-if TYPE_CHECKING:
-    import httpx
 
 FETCH_TIMEOUT_S = 10.0  # each image: connecting, the answer and its whole body
 DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -34,13 +31,6 @@ def image_hosts(value: str) -> tuple[str, ...]:
     """--allow-image-hosts' HOST[,HOST...]: each a host name or host:port, as a URL writes it (lower case, IDNA,
     [IPv6]); a wildcard, a scheme, a path or a user is refused in one line."""
     entries = [x.strip() for x in value.split(",") if x.strip()]
-    if not entries:
-        return ()
-    try:
-        import httpx
-    except ImportError:
-        raise TritonizeError(f"{OPTION} fetches with httpx, which this installation lacks (pip install httpx)") \
-            from None
     hosts = []
     for entry in entries:
         try:
@@ -93,8 +83,6 @@ class ImageFetcher:
                    "hosts it fetches from); send the image's bytes as a data URI (data:image/png;base64,...)")
         if not self.hosts:
             raise invalid(refusal.format(""), image.param, 400)
-        import httpx
-
         try:
             url = httpx.URL(image.url)
         except httpx.InvalidURL as exc:
@@ -105,8 +93,6 @@ class ImageFetcher:
 
     async def fetch(self, url: httpx.URL, param: str, budget: list[int]) -> bytes:
         """One image's bytes; a redirect, a status besides 200, a failure or a body past the budget refused."""
-        import httpx
-
         host = url.netloc.decode("ascii")
         try:
             async with asyncio.timeout(FETCH_TIMEOUT_S):
@@ -137,8 +123,6 @@ class ImageFetcher:
 
     def client(self) -> httpx.AsyncClient:
         if self._client is None:
-            import httpx
-
             self._client = httpx.AsyncClient(follow_redirects=False, timeout=FETCH_TIMEOUT_S, trust_env=False)
         return self._client
 
