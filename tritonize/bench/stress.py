@@ -139,7 +139,11 @@ def refusal_cpu(at_capacity: dict, overload: dict, answered: int, refused: int) 
 
     A refusal never reaches the graph, whose threads run nicer (cpu.NICER): `normal` counts only the threads
     at normal priority, so that answers costing more or less in the overload's bigger batches do not show as
-    refusals' cost. `of_an_answer`: the server's `normal` over its whole CPU per answer at capacity."""
+    refusals' cost. `of_an_answer`: the server's `normal` over its whole CPU per answer at capacity.
+
+    The figure is a difference, and answers that cost 1% more under overload move it by `drift_ms` (that 1% of
+    the answers' normal-priority CPU, spread over the refusals): with few refusals among many answers it says
+    nothing. `resolved`: whether that move stays under 1% of an answer's CPU."""
     if not refused:
         return {}
 
@@ -155,7 +159,9 @@ def refusal_cpu(at_capacity: dict, overload: dict, answered: int, refused: int) 
     normal = per_refusal(not_nicer(at_capacity), not_nicer(overload))
     normal["server"] = round(sum(v for k, v in normal.items() if k != "client"), 3)
     served = sum(v for k, v in at_capacity["ms_per_request"].items() if k != "client")
-    return {**per, "normal": normal, "of_an_answer": round(normal["server"] / served, 4) if served else None}
+    drift = 0.01 * sum(v for k, v in not_nicer(at_capacity).items() if k != "client") * answered / refused
+    return {**per, "normal": normal, "of_an_answer": round(normal["server"] / served, 4) if served else None,
+            "drift_ms": round(drift, 3), "resolved": bool(served) and drift < 0.01 * served}
 
 
 class Stress:

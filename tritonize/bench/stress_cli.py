@@ -155,7 +155,11 @@ def print_closed(d: dict) -> None:
         if per:
             cpu.add_row("server (all but client)", "", "", str(per["server"]), str(per["normal"]["server"]))
         console.print(cpu)
-        if per.get("of_an_answer") is not None:
+        if per and not per.get("resolved"):
+            out.print(f"{d['rejected']} refusals against {d['answered']} answers: too few to tell their CPU from the "
+                      f"answers' (answers costing 1% more under overload move the figure by {per['drift_ms']} ms "
+                      "a refusal)")
+        elif per.get("of_an_answer") is not None:
             out.print(f"a refusal costs the server {per['normal']['server']} ms at normal priority: "
                       f"{100 * per['of_an_answer']:.1f}% of an answer's CPU at capacity")
     for kind, message in d["samples"].items():
