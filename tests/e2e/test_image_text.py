@@ -190,12 +190,15 @@ def test_cohere_sdk_embeds_images_and_texts_as_the_library(served, api) -> None:
     texts = client.embed(model=NAME, input_type="search_query", embedding_types=["float"], texts=TEXTS)
     assert np.abs(np.array(texts.embeddings.float_, dtype=np.float32) - want_texts).max() < 1e-5
     assert texts.texts == TEXTS and not answer.texts
+    assert answer.meta.billed_units.images == 3 and texts.meta.billed_units.images is None
+    assert texts.meta.billed_units.input_tokens > 0
     # `inputs`: one content part each, a text or an image, in order
     mixed = client.embed(model=NAME, input_type="search_document", embedding_types=["float"], inputs=[
         {"content": [{"type": "image_url", "image_url": {"url": data_uri(images[1], "jpeg")}}]},
         {"content": [{"type": "text", "text": TEXTS[0]}]}])
     got = np.array(mixed.embeddings.float_, dtype=np.float32)
     assert np.abs(got - np.stack([want_images[1], want_texts[0]])).max() < 1e-5
+    assert mixed.meta.billed_units.images == 1
 
 
 def test_cohere_sdk_gets_every_embedding_type_of_images(served, api) -> None:

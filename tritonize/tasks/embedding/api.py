@@ -389,7 +389,8 @@ async def cohere_embed(body: b.CohereEmbedRequest, request: Request) -> b.Cohere
             embeddings[kind] = base64_floats(vectors)
         else:
             embeddings[kind] = quantized(request, model, vectors, kind, "embedding_types")
-    billed = b.CohereBilledUnits.model_construct(input_tokens=tokens(answer))
+    pictures = sum(not isinstance(x, str) for x in inputs)
+    billed = b.CohereBilledUnits.model_construct(input_tokens=tokens(answer), **({"images": pictures} if pictures else {}))
     return b.CohereEmbedResponse.model_construct(
         id=str(uuid.uuid4()), embeddings=embeddings, texts=[x for x in inputs if isinstance(x, str)],
         meta=b.CohereMeta.model_construct(api_version=b.CohereApiVersion.model_construct(version=API_VERSION),

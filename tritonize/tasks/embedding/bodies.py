@@ -108,7 +108,8 @@ class CohereApiVersion(Body):
 
 
 class CohereBilledUnits(Body):
-    input_tokens: int
+    input_tokens: int = Field(description="the tokens the model read for the request's texts")
+    images: Optional[int] = Field(None, description="the images embedded, where the request held any")
 
 
 class CohereMeta(Body):
