@@ -227,6 +227,19 @@ def test_cohere_sdk_gets_every_embedding_type_of_images(served, api) -> None:
     assert raw.headers["quantization-ranges"] == calibration.label(24)
 
 
+def test_tei_embeds_and_compares_an_image_text_models_texts(served, api) -> None:
+    """text-embeddings-inference's /embed (unit vectors unless asked otherwise) and /similarity on the text tower."""
+    folder, _ = served
+    _, want = library(folder, [verification_images()["png"]], TEXTS)
+    unit = want / np.linalg.norm(want, axis=1, keepdims=True)
+    got = post(api, "/embed", {"inputs": TEXTS})
+    assert got.status_code == 200 and np.abs(np.array(got.json()) - unit).max() < 1e-5
+    raw = post(api, "/embed", {"inputs": TEXTS, "normalize": False, "model": NAME})
+    assert np.abs(np.array(raw.json()) - want).max() < 1e-5
+    similar = post(api, "/similarity", {"inputs": {"source_sentence": TEXTS[0], "sentences": TEXTS[1:]}})
+    assert np.abs(np.array(similar.json()) - unit[1:] @ unit[0]).max() < 1e-5
+
+
 def test_openai_embeddings_take_jina_items_and_vllm_messages(served, api) -> None:
     from openai import OpenAI
 

@@ -401,7 +401,7 @@ async def cohere_embed(body: b.CohereEmbedRequest, request: Request) -> b.Cohere
 @answered
 async def tei_embed(body: b.TEIEmbedRequest, request: Request) -> b.TEIEmbeddings:
     state = state_of(request)
-    model = state.catalog.find(CONTRACT, body.model)
+    model = state.catalog.find(embedders(), body.model)
     parameters = direction_of(model, body.truncation_direction)
     texts = texts_of(body.inputs, "inputs", state.settings.max_client_batch_size)
     if not body.normalize and model.head.normalize:
@@ -423,7 +423,7 @@ async def tei_similarity(body: b.TEISimilarityRequest, request: Request) -> b.TE
     the cosine of each sentence's vector with the source's (a cosine, so the graph's normalisation changes
     nothing)."""
     state = state_of(request)
-    model = state.catalog.find(CONTRACT, body.model)
+    model = state.catalog.find(embedders(), body.model)
     parameters = body.parameters or b.TEISimilarityParameters()
     cut = direction_of(model, parameters.truncation_direction, "parameters.truncation_direction")
     sentences = texts_of(body.inputs.sentences, "inputs.sentences", state.settings.max_client_batch_size)
