@@ -20,6 +20,7 @@ from support.api import KEY, start_api, stop
 from support.image_server import MOVED, image_server
 from support.stopping import stop_later
 from tritonize.generate import generate
+from tritonize.repository.rendering import parse_config
 from tritonize.runtime.local import LocalRuntime
 from tritonize.spec.options import GenerateOptions
 from tritonize.tasks.image_text.task import verification_images
@@ -373,6 +374,11 @@ def test_siglip_answers_as_the_library(siglip, variant: str) -> None:
 
     folder, repo, endpoints = siglip
     endpoint = endpoints[variant]
+    # the vision branch ran once before the server reported ready, as each token bucket's text branch did
+    config = parse_config((repo / f"{NAME}_model" / "config.pbtxt").read_text())
+    warmed = {w.name: w for w in config.model_warmup}
+    assert list(warmed["image"].inputs["pixel_values"].dims) == [3, model_zoo.IMAGE_TEXT_SIZE, model_zoo.IMAGE_TEXT_SIZE]
+    assert list(warmed["bucket_16"].inputs["pixel_values"].dims) == [3, 1, 1]
     report = json.loads((repo / f"{NAME}_model" / "1" / "verification.json").read_text())
     checks = {f"export: {name}" for name in ("images", "image pixels", "image-text similarities")}
     assert report["passed"] and checks <= set(report["others"]) and all(report["others"][c]["passed"] for c in checks)

@@ -105,6 +105,7 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str, fused_config: st
         statistics=statistics,
         first_parameters=task.first_parameters(model, names[MODEL.key], options.max_batch_size),
         ensemble_parameters=task.ensemble_parameters(model.head),
+        warmup_inputs=task.warmup_inputs(model.head),
         max_request_bytes=options.max_request_bytes,
         truncate=options.truncate,
         version=options.version or FIRST_VERSION,

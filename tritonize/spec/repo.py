@@ -119,17 +119,25 @@ class WarmupSample:
 
     batch_size: int
     length: int
+    # Dims of inputs that are not tokens, by name (the task's `warmup_inputs`: an image-and-text graph's pixels of
+    # an image, its vision branch), and what the sample is called then.
+    dims: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    label: str = ""
 
     def dims_of(self, tensor: TensorSpec) -> str:
-        """The sample's dims of one input: `length` tokens for a token tensor, else the declared dims with each
-        variable one at 1 (an image-and-text graph's pixels of a text row: its text branch)."""
+        """The sample's dims of one input: its own where it has them, `length` tokens for a token tensor, else the
+        declared dims with each variable one at 1 (an image-and-text graph's pixels of a text row: its text
+        branch)."""
+        own = dict(self.dims).get(tensor.name)
+        if own is not None:
+            return ", ".join(map(str, own))
         if tensor.dims == (-1,):
             return str(self.length)
         return ", ".join(str(d if d > 0 else 1) for d in tensor.dims)
 
     @property
     def name(self) -> str:
-        return f"bucket_{self.length}" + (f"_batch_{self.batch_size}" if self.batch_size > 1 else "")
+        return self.label or f"bucket_{self.length}" + (f"_batch_{self.batch_size}" if self.batch_size > 1 else "")
 
 
 @dataclass(frozen=True)
@@ -172,6 +180,8 @@ class RepoSpec:
     statistics: tuple[tuple[str, str], ...] = ()
     first_parameters: dict[str, str] = field(default_factory=dict)  # the task's, for the first step (whom to call)
     ensemble_parameters: dict[str, str] = field(default_factory=dict)  # the task's, for clients (a similarity)
+    # The task's own warm-up samples beyond the token buckets: (name, dims of its non-token inputs) each
+    warmup_inputs: tuple[tuple[str, tuple[tuple[str, tuple[int, ...]], ...]], ...] = ()
     max_request_bytes: int = 0  # text bytes per request, checked by the first step before it decodes; 0: no bound
     truncate: bool = True  # False: a text over the max length is refused, not truncated
     version: int = FIRST_VERSION  # the version folder of every step; the ensemble pins its steps to it
@@ -280,6 +290,7 @@ class RepoSpec:
         if self.model_inputs == self.text_inputs:  # raw strings: one row of one empty text
             return (WarmupSample(1, 1),)
         samples = tuple(WarmupSample(1, b) for b in self.buckets)
+        samples += tuple(WarmupSample(1, self.buckets[0], dims, name) for name, dims in self.warmup_inputs)
         if self.device == "gpu" and self.model_step.max_batch_size > 1:
             samples += (WarmupSample(self.model_step.max_batch_size, self.buckets[-1]),)
         return samples

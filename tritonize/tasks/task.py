@@ -196,6 +196,11 @@ class Task(abc.ABC):
         """What the ensemble's configuration tells clients about the head (none by default)."""
         return {}
 
+    def warmup_inputs(self, head: Head) -> tuple[tuple[str, tuple[tuple[str, tuple[int, ...]], ...]], ...]:
+        """Warm-up samples the model step runs beyond one row of each token bucket: (name, dims of the inputs
+        that are not tokens), where a branch of the graph no token bucket reaches must run before traffic."""
+        return ()
+
     def first_parameters(self, spec: ModelSpec, model_step: str, max_batch_size: int) -> dict[str, str]:
         """Parameters the first step needs beyond the tokenizer's (an orchestrating step: whom to call)."""
         return {}

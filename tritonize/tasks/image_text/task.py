@@ -131,6 +131,10 @@ class ImageText(Task):
     def outputs(self, head: Head) -> tuple[TensorSpec, ...]:  # type: ignore[override]
         return (TensorSpec(OUTPUT, FLOAT, (head.dim,)),)
 
+    def warmup_inputs(self, head: Head) -> tuple[tuple[str, tuple[tuple[str, tuple[int, ...]], ...]], ...]:
+        """One image of zeros: the vision branch's first run (its allocations) before the first image."""
+        return (("image", ((PIXEL_VALUES, (3, *head.image_size)),)),)
+
     def first_parameters(self, spec: ModelSpec, model_step: str, max_batch_size: int) -> dict[str, str]:
         """The folder's image processor as the served step repeats it, the pixel bound, and (SigLIP) texts padded
         to the max length."""
