@@ -6,6 +6,7 @@ openai SDKs and plain httpx in each image form (Cohere's images and inputs, Jina
 from __future__ import annotations
 
 import base64
+import json
 import io
 from concurrent.futures import ThreadPoolExecutor
 
@@ -402,3 +403,43 @@ def test_siglip_answers_as_the_library(siglip, variant: str) -> None:
         longest = processor(text=TEXTS, padding=True, return_tensors="pt")
         unpadded = model.get_text_features(input_ids=longest["input_ids"]).pooler_output.numpy()
     assert np.abs(unpadded - want_texts).max() > 1e-3
+
+
+# -- one API, three tasks -------------------------------------------------------------------------------------------
+def test_one_api_serves_an_embedder_a_reranker_and_an_image_text_model(served, stack, local_options,
+                                                                        tmp_path) -> None:
+    """The embedder-and-reranker repository with the tiny CLIP added (`generate --add`), behind one local Triton
+    and one API: each model answers its routes as its own library does, named where two embed."""
+    import shutil
+
+    from sentence_transformers import SentenceTransformer
+
+    from support.api import api_over_triton
+    from support.multi_model import QUERY
+    from support.tasks import cross_encoder_scores
+    from tritonize.cli import main
+
+    folder, _ = served
+    repo = tmp_path / "retrieval"
+    shutil.copytree(stack.repository, repo, ignore=shutil.ignore_patterns("__pycache__"))
+    assert main(["generate", "--model", str(folder), "--name", NAME, "--output", str(repo), "--add"]) == 0
+    files = verification_images()
+    want_images, want_texts = library(folder, [files["png"], files["jpeg"]], TEXTS)
+    documents = ["Triton serves raw strings.", "A fox jumps over the lazy dog."]
+    with api_over_triton(local_options(repo, tmp_path / "run"), key=KEY) as (_, api):
+        code, _, texts = api.call("POST", "/v1/embeddings", {"model": stack.embedder, "input": TEXTS})
+        assert code == 200, texts
+        want = SentenceTransformer(str(stack.embedder_source), device="cpu").encode(TEXTS)
+        assert np.abs(np.array([d["embedding"] for d in texts["data"]]) - want).max() < 1e-4
+        code, _, ranked = api.call("POST", "/v1/rerank", {"query": QUERY, "documents": documents})
+        assert code == 200, ranked
+        scores = cross_encoder_scores(stack.reranker_source, [(QUERY, d) for d in documents])
+        assert max(abs(r["relevance_score"] - scores[r["index"]]) for r in ranked["results"]) < 1e-4
+        code, _, mixed = api.call("POST", "/v1/embeddings", {"model": NAME, "input": [
+            {"image": data_uri(files["png"])}, {"text": TEXTS[0]}, {"image": data_uri(files["jpeg"], "jpeg")}]})
+        assert code == 200, mixed
+        got = np.array([d["embedding"] for d in mixed["data"]])
+        assert np.abs(got - np.stack([want_images[0], want_texts[0], want_images[1]])).max() < 1e-5
+        # two models embed here: a request that names none is told which
+        code, _, unnamed = api.call("POST", "/v1/embeddings", {"input": TEXTS})
+        assert code == 400 and NAME in json.dumps(unnamed) and stack.embedder in json.dumps(unnamed), unnamed
