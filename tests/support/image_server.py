@@ -4,9 +4,10 @@ the first file), and 404 for any other path."""
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from support.loopback import serving
 
 MOVED = "/moved"
 
@@ -33,12 +34,5 @@ def image_server(files: dict[str, bytes]) -> Iterator[str]:
         def log_message(self, *args) -> None:  # quiet
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    with serving(Handler) as address:
+        yield address

@@ -8,11 +8,11 @@ import functools
 import hashlib
 import io
 import tarfile
-import threading
 import urllib.parse
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import SimpleHTTPRequestHandler
 from pathlib import Path
 
+from support.loopback import serving
 from tritonize.runtime import native_backend
 
 
@@ -24,14 +24,8 @@ class _Quiet(SimpleHTTPRequestHandler):
 @contextlib.contextmanager
 def served(folder: Path):
     """`folder` over HTTP on 127.0.0.1; yields the base URL."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(folder)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(functools.partial(_Quiet, directory=str(folder))) as address:
+        yield f"http://{address}"
 
 
 def repack(archive: Path, target: Path, top: str, change: str | None = None) -> Path:

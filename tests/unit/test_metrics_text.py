@@ -4,14 +4,14 @@ on a page served over HTTP."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
+from support.loopback import serving
 from tritonize import metrics_text
 from tritonize.bench import server_counters
 from tritonize.runtime.base import Endpoints, activity
@@ -109,14 +109,8 @@ def served(page: str) -> Iterator[str]:
         def log_message(self, *args) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as address:
+        yield address
 
 
 def test_the_bench_and_the_drain_read_a_served_page() -> None:
