@@ -106,5 +106,6 @@ from .repo import (
     RepoSpec,
     Shape,
     TensorRTSpec,
+    WarmupInputs,
     WarmupSample,
 )

@@ -47,6 +47,8 @@ DEFAULT_GATHER_US = 2000
 
 
 Shape = tuple[int, int]  # (rows, tokens): every input of the model step is [batch, sequence]
+# A task's own warm-up samples beyond the token buckets: (name, (input, dims) of each input that is not tokens) each
+WarmupInputs = tuple[tuple[str, tuple[tuple[str, tuple[int, ...]], ...]], ...]
 
 
 @dataclass(frozen=True)
@@ -137,7 +139,7 @@ class WarmupSample:
 
     @property
     def name(self) -> str:
-        return self.label or f"bucket_{self.length}" + (f"_batch_{self.batch_size}" if self.batch_size > 1 else "")
+        return self.label or (f"bucket_{self.length}" + (f"_batch_{self.batch_size}" if self.batch_size > 1 else ""))
 
 
 @dataclass(frozen=True)
@@ -180,8 +182,7 @@ class RepoSpec:
     statistics: tuple[tuple[str, str], ...] = ()
     first_parameters: dict[str, str] = field(default_factory=dict)  # the task's, for the first step (whom to call)
     ensemble_parameters: dict[str, str] = field(default_factory=dict)  # the task's, for clients (a similarity)
-    # The task's own warm-up samples beyond the token buckets: (name, dims of its non-token inputs) each
-    warmup_inputs: tuple[tuple[str, tuple[tuple[str, tuple[int, ...]], ...]], ...] = ()
+    warmup_inputs: WarmupInputs = ()  # the task's own warm-up samples beyond the token buckets
     max_request_bytes: int = 0  # text bytes per request, checked by the first step before it decodes; 0: no bound
     truncate: bool = True  # False: a text over the max length is refused, not truncated
     version: int = FIRST_VERSION  # the version folder of every step; the ensemble pins its steps to it

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from ..spec import TOKEN_INPUTS, Head, ModelSpec, Options, Pipeline, TaskOption, TensorSpec, TokenizeModel
+from ..spec import TOKEN_INPUTS, Head, ModelSpec, Options, Pipeline, TaskOption, TensorSpec, TokenizeModel, WarmupInputs
 from .contract import TaskContract
 
 if TYPE_CHECKING:
@@ -196,7 +196,7 @@ class Task(abc.ABC):
         """What the ensemble's configuration tells clients about the head (none by default)."""
         return {}
 
-    def warmup_inputs(self, head: Head) -> tuple[tuple[str, tuple[tuple[str, tuple[int, ...]], ...]], ...]:
+    def warmup_inputs(self, head: Head) -> WarmupInputs:
         """Warm-up samples the model step runs beyond one row of each token bucket: (name, dims of the inputs
         that are not tokens), where a branch of the graph no token bucket reaches must run before traffic."""
         return ()

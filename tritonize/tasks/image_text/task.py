@@ -24,7 +24,7 @@ import numpy as np
 from ...errors import TritonizeError
 from ...serving.image_text import PAD_TO_MAX
 from ...serving.images import MAX_PIXELS, MAX_PIXELS_PARAMETER, PARAMETER, PIXEL_VALUES, Preprocess, decode_image
-from ...spec import ModelSpec, Options, PrepareModel, TensorSpec
+from ...spec import ModelSpec, Options, PrepareModel, TensorSpec, WarmupInputs
 from ...spec.names import TOKEN_INPUTS, TOKENIZER_FILE
 from ..task import FLOAT, Task, library_model, refuse_foreign_flags
 from .contract import CONTRACT, OUTPUT, Head
@@ -131,7 +131,7 @@ class ImageText(Task):
     def outputs(self, head: Head) -> tuple[TensorSpec, ...]:  # type: ignore[override]
         return (TensorSpec(OUTPUT, FLOAT, (head.dim,)),)
 
-    def warmup_inputs(self, head: Head) -> tuple[tuple[str, tuple[tuple[str, tuple[int, ...]], ...]], ...]:
+    def warmup_inputs(self, head: Head) -> WarmupInputs:
         """One image of zeros: the vision branch's first run (its allocations) before the first image."""
         return (("image", ((PIXEL_VALUES, (3, *head.image_size)),)),)
 
