@@ -191,7 +191,7 @@ def test_similarity_is_the_cosine_of_sentence_transformers_vectors(task_stack) -
     ("/similarity", {"inputs": {"source_sentence": QUERY, "sentences": []}}, 422, "must not be empty"),
     ("/similarity", {"inputs": {"source_sentence": "", "sentences": ["a"]}}, 422, "empty string"),
     ("/similarity", {"inputs": {"source_sentence": QUERY, "sentences": ["a"]}, "model": "ranker"}, 400,
-     "serves embedding models"),
+     "serves embedding or image-text models"),
     ("/similarity", {"inputs": {"source_sentence": QUERY, "sentences": ["a"]},
                      "parameters": {"truncation_direction": "middle"}}, 422, "truncation_direction"),
     ("/similarity", {"inputs": {"source_sentence": QUERY, "sentences": ["a"]},

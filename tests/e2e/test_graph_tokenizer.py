@@ -5,6 +5,8 @@ step of its own on the CPU), its model step moved to the CPU here."""
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -25,11 +27,12 @@ START_TIMEOUT_S = 120
 
 
 @pytest.fixture(scope="module")
-def served(minilm_folder, local_options, tmp_path_factory):
+def served(minilm_folder, minilm_repo, local_options, tmp_path_factory):
+    """The session's MiniLM repository (the two steps, named STEPS) copied, with the graph layouts added."""
     base = tmp_path_factory.mktemp("graphtok")
     repo = base / "repo"
-    generate(GenerateOptions(model=str(minilm_folder), name=GRAPH, output=str(repo), tokenizer="graph"))
-    generate(GenerateOptions(model=str(minilm_folder), name=STEPS, output=str(repo), add=True))
+    shutil.copytree(minilm_repo, repo, ignore=shutil.ignore_patterns("__pycache__"))
+    generate(GenerateOptions(model=str(minilm_folder), name=GRAPH, output=str(repo), tokenizer="graph", add=True))
     # What a GPU gets, in fp32 as the others: its model step's KIND_GPU made KIND_CPU, the one change (no GPU here)
     generate(GenerateOptions(model=str(minilm_folder), name=SPLIT, output=str(repo), add=True, tokenizer="graph",
                              device="gpu", precision="fp32", optimize=False))
