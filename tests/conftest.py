@@ -35,6 +35,13 @@ def tiny_embedding_repo(tmp_path_factory) -> TinyRepo:
 
 
 @pytest.fixture(scope="session")
+def tiny_python_repo(tmp_path_factory) -> TinyRepo:
+    """The tiny embedder with the Python tokenizer step (`--tokenizer python`): what Python steps do (stubs,
+    their bounds, the fused variant), where the default layout runs none."""
+    return generate_tiny(tmp_path_factory.mktemp("tiny-py"), "emb", tokenizer="python")
+
+
+@pytest.fixture(scope="session")
 def tiny_classifier_repo(tmp_path_factory) -> TinyRepo:
     return generate_tiny(tmp_path_factory.mktemp("tiny-cls"), "cls")
 

@@ -34,14 +34,17 @@ def _step(repo_dir: Path, role: StepRole, config: str, name: str | None = None) 
 
 
 def text_encoder(repo_dir: Path, name: str | None = None) -> TextEncoder:
-    """The served tokenizer of a repository's model."""
-    return TextEncoder.from_config(*_step(repo_dir, FIRST, CONFIG_FILE, name))
+    """The served tokenizer of a repository's model (its Python step's, or the one its graphs were checked with)."""
+    return served_step(repo_dir, read_manifest(repo_dir, name).pipeline, FIRST, name)
 
 
 def onnx_runner(repo_dir: Path, intra_op_threads: int | None = None, shards: int | None = None,
                 name: str | None = None) -> OnnxRunner:
-    """The fused variant's model step; `intra_op_threads` and `shards` override its configuration (the floor's layouts)."""
-    config, version_dir = _step(repo_dir, MODEL, f"{CONFIGS_DIR}/{fused_config_name(repo_dir)}.pbtxt", name)
+    """The fused variant's model step (without one, the model step's graph as its config.pbtxt describes it to the
+    chain); `intra_op_threads` and `shards` override its configuration (the floor's layouts)."""
+    fused = f"{CONFIGS_DIR}/{fused_config_name(repo_dir)}.pbtxt"
+    folder = repo_paths(repo_dir, read_manifest(repo_dir, name).name)[MODEL.key]
+    config, version_dir = _step(repo_dir, MODEL, fused if (folder / fused).is_file() else CONFIG_FILE, name)
     return OnnxRunner.from_config(config, version_dir, threads=intra_op_threads, shards=shards)
 
 
@@ -49,7 +52,12 @@ def served_step(repo_dir: Path, pipeline: Pipeline, role: StepRole, name: str | 
     """The logic of a model's Python step of `role`: the class its pipeline names (`Pipeline.served_classes`) in
     the step's served module, built from the step's config.pbtxt."""
     module = importlib.import_module(f"{__package__}.serving.{pipeline.served_module(role)}")
-    return getattr(module, pipeline.served_classes[role.key]).from_config(*_step(repo_dir, role, CONFIG_FILE, name))
+    served = getattr(module, pipeline.served_classes[role.key])
+    config, version_dir = _step(repo_dir, role, CONFIG_FILE, name)
+    if pipeline.runs_graph(role):  # a graph serves it: the Python step's class makes what the graph hands on
+        return served.from_config(config, version_dir, outputs=(*read_manifest(repo_dir, name).model.input_names,
+                                                                *ROW_FIELDS))
+    return served.from_config(config, version_dir)
 
 
 @dataclass
@@ -66,9 +74,10 @@ class TokenChain:
 
     def __init__(self, repo_dir: Path, intra_op_threads: int | None = None, shards: int | None = None,
                  name: str | None = None):
-        task = tasks.of(read_manifest(repo_dir, name).model.head)
+        manifest = read_manifest(repo_dir, name)
+        task = tasks.of(manifest.model.head)
         self.text_inputs = [t.name for t in task.contract.text_inputs]
-        self.encoder = served_step(repo_dir, task.pipeline, FIRST, name)
+        self.encoder = served_step(repo_dir, manifest.pipeline, FIRST, name)
         self.runner = onnx_runner(repo_dir, intra_op_threads, shards, name)
         self.max_length = self.encoder.max_length
         self.post = served_step(repo_dir, task.pipeline, POST, name) if POST in task.pipeline.roles else None

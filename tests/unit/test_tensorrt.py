@@ -26,7 +26,7 @@ PROFILE_FORMAT = re.compile(r"^[A-Za-z_][\w.]*:\d+(x\d+)*(,[A-Za-z_][\w.]*:\d+(x
 
 
 def _model_config(model: ModelSpec = BERT, **options) -> tuple[repository.RepoSpec, mc.ModelConfig]:
-    opts = GenerateOptions(model="/models/x", **options)
+    opts = GenerateOptions(model="/models/x", **{"tokenizer": "python", **options})
     repo = repository.plan(opts, model, "demo")
     configs = repository.validate(repository.render(repo, repository.manifest(opts, repo), PASSED))
     return repo, configs["demo_model/config.pbtxt"]
@@ -165,8 +165,13 @@ def test_one_row_batches_warm_once() -> None:
     assert all(w.batch_size == 1 for w in config.model_warmup)
 
 
-def test_only_the_production_model_step_warms_up() -> None:
-    opts = GenerateOptions(model="/models/x", device="gpu", tensorrt=True)
+@pytest.mark.parametrize("tokenizer", ["python", "graph"])
+def test_only_the_production_model_step_warms_up_and_a_tokenizer_graph(tokenizer: str) -> None:
+    """The Python steps never warm up; a first step that is a graph warms up on one real text (the empty one
+    Triton would send is a blank text, which it refuses)."""
+    opts = GenerateOptions(model="/models/x", device="gpu", tensorrt=True, tokenizer=tokenizer)
     repo = repository.plan(opts, BERT, "demo")
     configs = repository.validate(repository.render(repo, repository.manifest(opts, repo), PASSED))
-    assert [path for path, config in configs.items() if config.model_warmup] == ["demo_model/config.pbtxt"]
+    warming = [path for path, config in configs.items() if config.model_warmup]
+    assert warming == (["demo_model/config.pbtxt"] if tokenizer == "python" else
+                       ["demo_tokenizer/config.pbtxt", "demo_model/config.pbtxt"])

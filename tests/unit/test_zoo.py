@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from support import model_zoo
 from tritonize.errors import TritonizeError
@@ -37,6 +38,11 @@ ANSWERS = {"token-classification": {"reference": "transformers pipeline", "rows"
 ANSWER_KEYS = ("reference", "rows", "agree", "passed")
 
 
+# The tokenizer families the graph layout serves exactly (tests/unit/test_graph_tokenizer.py: the others are refused
+# by their kind, Unigram, or by the gate).
+GRAPH_FAMILIES = ("bert", "distilbert", "electra", "roberta", "modernbert", "qwen2", "qwen3", "gemma2", "gemma3")
+
+
 @pytest.fixture(scope="module")
 def zoo_root(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("zoo")
@@ -57,12 +63,21 @@ def test_every_folder_is_served_exactly(entry, zoo_root: Path, tmp_path: Path) -
         assert answers["max_abs"] <= 1e-4 and answers["borderline"] == 0 and answers["terms"]["min"] >= 1
     if task == "rerank":
         assert_logits_served(repo, report)
-    # The container's model step: Triton's own onnxruntime backend, its outputs the first of the local config's
-    # (which, as one step, also passes on the tokenizer's).
+    # The container's model step: Triton's own onnxruntime backend. Where the tokenizer runs in graphs (the
+    # default, where exact: one text a row, WordPiece or byte-level BPE) it takes the texts and no Python step is
+    # written; elsewhere its outputs are the first of the local config's (which, as one step, also passes on the
+    # tokenizer's).
     model_dir = repo / "zoo_model"
     container = parse_config((model_dir / "config.pbtxt").read_text())
+    assert container.platform == "onnxruntime_onnx"
+    graphs = yaml.safe_load((repo / "tritonize.yaml").read_text())["tokenizer"] == "graph"
+    assert graphs == (task in ("embedding", "classification") and entry.layout != "st-prompts"
+                      and entry.family in GRAPH_FAMILIES), entry.id
+    if graphs:
+        assert [i.name for i in container.input] == ["TEXT"] and not list(repo.rglob("*.py"))
+        return
     local = parse_config((model_dir / "configs" / "fused.pbtxt").read_text())
-    assert container.platform == "onnxruntime_onnx" and local.backend == "python"
+    assert local.backend == "python"
     graph = [(o.name, list(o.dims)) for o in container.output]
     assert [(o.name, list(o.dims)) for o in local.output][: len(graph)] == graph
 

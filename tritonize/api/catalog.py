@@ -70,8 +70,8 @@ class ServedModel:
         """Why the served ensemble cannot cut a request's texts at their start or into windows (request
         parameters the Python tokenizer step reads); None where it can."""
         if self.manifest.options.tokenizer == "graph":
-            return ("its production ensemble tokenizes inside the model's graph (--tokenizer graph), which reads "
-                    "every text from its start")
+            return ("it tokenizes in ONNX graphs, which read every text from its start (generate it with --tokenizer "
+                    "python for its Python step, which cuts as a request asks)")
         served = self.tokenizer_file.parent / "batching.py"
         try:
             reads = f'"{TRUNCATION_DIRECTION}"' in served.read_text(encoding="utf-8")

@@ -17,6 +17,7 @@ from .catalog import Catalog, ServedModel
 from .remote_images import ImageFetcher
 from .rollout_routing import Rollouts
 from .schemas import TEIInfo
+from .statistics import ApiStatistics
 from .task_routes import routes_of
 
 DEFAULT_PORT = 8080
@@ -88,6 +89,7 @@ class ApiState:
                                  lambda name: self.catalog.find_any(name).manifest.version)
         self.in_flight_gauge = Gauge("tritonize_api_in_flight", "API requests being answered", registry=self.registry,
                                      multiprocess_mode="livesum")
+        self.statistics = ApiStatistics(self.registry)
 
     def exposition(self) -> bytes:
         """The metrics in Prometheus' text format: this process's, or, with several workers (prometheus_client's

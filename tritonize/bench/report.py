@@ -69,11 +69,12 @@ def _color(document: dict, system: str) -> str | None:
 
 
 def _step_roles(document: dict) -> list[str]:
-    """The served steps of the run's repository (tokenizer, model, post), from any Triton run's statistics."""
+    """The served steps of the runs' repositories (first, model, post, statistics), from the Triton runs'
+    statistics: each role any of them has, in the order they first appear."""
+    roles: dict[str, None] = {}
     for r in document["runs"]:
-        if r.get("steps"):
-            return [k for k in r["steps"] if k != "ensemble"]
-    return []
+        roles.update((k, None) for k in r.get("steps") or {} if k != "ensemble")
+    return list(roles)
 
 
 def _sorted_runs(runs: list[dict]) -> list[dict]:
@@ -105,8 +106,9 @@ def workload_table(document: dict, workload: str) -> Table:
         steps = r.get("steps")
         if steps:
             batch = f"{model_batch(r):.1f}"
-            queue = "/".join(f"{steps[k]['queue_ms']:.2f}" for k in roles)
-            compute = "/".join(f"{steps[k]['compute_ms']:.2f}" for k in roles)
+            # a compared repository of another layout has steps the first one lacks, and the other way round
+            queue = "/".join(f"{steps[k]['queue_ms']:.2f}" if k in steps else "-" for k in roles)
+            compute = "/".join(f"{steps[k]['compute_ms']:.2f}" if k in steps else "-" for k in roles)
         else:
             server = r.get("server") or {}
             batch = f"{server['avg_batch']:.1f}" if server.get("avg_batch") else "-"

@@ -121,23 +121,15 @@ def stand_in_graph(real, sizes: Mapping[str, Sequence[int]] | None = None):
 
 
 def stand_in_after_tokenizer(composed, plain, sizes: Mapping[str, Sequence[int]] | None = None):
-    """The stand-in of a graph that tokenizes inside (graph_tokenizer.py): its tokenizer's nodes as served, then
-    a fill of the model's outputs, so the run still pays for tokenizing. `plain` is the model's graph the
-    tokenizer was put before (onnx.compose keeps its nodes last, in order); refused where they are not."""
-    from onnx import helper
+    """The stand-in of a graph that tokenizes inside (graph_tokenizer/): its tokenizer's nodes and the grouping of
+    its rows by bucket as served, with a fill of the model's outputs where the model ran, so the run still pays for
+    tokenizing. `plain` is the model's graph the served one runs; refused where it runs none."""
+    from ..graph_tokenizer.bucketed import with_model
 
-    tail = len(composed.graph.node) - len(plain.graph.node)
-    if tail <= 0 or [n.op_type for n in composed.graph.node[tail:]] != [n.op_type for n in plain.graph.node]:
-        raise TritonizeError("--stand-in cannot find the model's graph after the tokenizer's in the served graph")
-    weights = {w.name for w in plain.graph.initializer}
-    fill = stand_in_graph(plain, sizes)
-    graph = helper.make_graph(
-        list(composed.graph.node[:tail]) + list(fill.graph.node), "stand_in_after_tokenizer",
-        list(composed.graph.input), list(composed.graph.output),
-        [w for w in composed.graph.initializer if w.name not in weights])
-    model = helper.make_model(graph, opset_imports=list(composed.opset_import), producer_name="tritonize stand-in")
-    model.ir_version = composed.ir_version
-    return model
+    try:
+        return with_model(composed, stand_in_graph(plain, sizes))
+    except ValueError:
+        raise TritonizeError("--stand-in cannot find the model's graph after the tokenizer's in the served graph") from None
 
 
 def model_step_config(repo: Path, name: str):

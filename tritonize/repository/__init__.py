@@ -9,7 +9,7 @@ A repository may serve several models, each in its own folders (`spec.step_names
 """
 
 from .index import INDEX_FILES, IndexEntry, health_check, index_files, manifest, read_index, render
-from .planning import fused_config_name, joins, plan, variant_config, versions
+from .planning import fused_config_name, graph_refusal, joins, plan, variant_config, versions
 from .rendering import RenderedFile, config_as_triton_passes_it, model_files, parse_config, served_files, validate
 from .writing import (
     add_model,
@@ -25,7 +25,7 @@ from .writing import (
 
 __all__ = [
     "INDEX_FILES", "IndexEntry", "RenderedFile", "add_model", "add_version", "check_add", "check_joins", "check_output",
-    "config_as_triton_passes_it", "fused_config_name", "health_check", "index_files", "joins", "manifest",
+    "config_as_triton_passes_it", "fused_config_name", "graph_refusal", "health_check", "index_files", "joins", "manifest",
     "model_files", "parse_config", "plan", "read_index", "reconfigure", "render", "replace_file", "served_files",
     "staging_dir", "validate", "variant_config", "versions", "write",
 ]

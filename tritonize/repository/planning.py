@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import tasks
-from ..errors import TritonizeError
+from ..errors import TokenizerRefused, TritonizeError
 from ..manifest import Manifest, choose, find_manifests
 from ..spec import (
     CONFIGS_DIR,
@@ -25,13 +25,36 @@ from ..spec import (
     ModelSpec,
     RepoSpec,
     StepRole,
+    TEXT_INPUT,
     StepSpec,
     TensorRTSpec,
     default_queue_size,
     normalise_buckets,
+    served,
     step_names,
 )
 from ..spec.options import GenerateOptions
+
+
+def graph_refusal(options: GenerateOptions, model: ModelSpec) -> TokenizerRefused | None:
+    """Why this model's repository keeps the Python tokenizer step though graphs are asked for (`--tokenizer
+    graph`, the default), in one line; None where graphs serve it, or the Python step is asked for. The tokenizer
+    itself is checked later, at generation (graph_tokenizer/, the gate)."""
+    if options.tokenizer != "graph":
+        return None
+    task = tasks.of(model.head)
+    texts = tuple(t.name for t in task.contract.text_inputs)
+    try:
+        task.pipeline.in_graph()
+    except TokenizerRefused as exc:
+        return exc
+    if texts != (TEXT_INPUT,) or task.truncation_for(model.head) or task.first_parameters(model, "", 1):
+        return TokenizerRefused(f"the graph tokenizer reads one text a row; {task.name} reads "
+                                f"{', '.join(texts)} prepared by its task")
+    if not options.truncate:
+        return TokenizerRefused("the graph tokenizer truncates; --no-truncate refuses over-long texts, which only "
+                                "the Python step can")
+    return None
 
 
 def plan(options: GenerateOptions, model: ModelSpec, name: str, fused_config: str = FUSED_CONFIG_NAME) -> RepoSpec:
@@ -48,7 +71,8 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str, fused_config: st
         raise TritonizeError(f"--precision int8 is offered for {offered}, where verification measures what it "
                              f"keeps; not for {task.name}", hint="serve it in fp32")
     names = step_names(name)
-    pipeline = (task.pipeline.in_graph() if options.tokenizer == "graph" else task.pipeline).for_device(options.device)
+    refused = graph_refusal(options, model) is not None
+    pipeline = served(task.pipeline, "python" if refused else options.tokenizer, options.device)
     queue_size = (default_queue_size(options.queue_budget_ms, options.capacity_rps) if options.max_queue_size is None
                   else options.max_queue_size)
     buckets = normalise_buckets(options.buckets, model.max_length)
@@ -58,14 +82,17 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str, fused_config: st
     # graph's outputs and no served step follows it (the pipeline declares a statistics step then).
     counts_graph = any(t.name in dict(statistics).values() for t in graph_outputs)
     # Each role's instances and kind: the model step where --device puts it, every Python step on the CPU.
+    cpu = options.device == "cpu"
     placement = {
         FIRST: (options.tokenizer_instances, "KIND_CPU"),
-        MODEL: (options.model_instances or CONTAINER_MODEL_INSTANCES, "KIND_GPU" if options.device == "gpu" else "KIND_CPU"),
+        MODEL: (options.model_instances or (pipeline.cpu_model_step.instances if cpu else CONTAINER_MODEL_INSTANCES),
+                "KIND_CPU" if cpu else "KIND_GPU"),
         POST: (1, "KIND_CPU"),
         STATISTICS: (STATISTICS_INSTANCES, "KIND_CPU"),
     }
-    # No queue bound of its own for a statistics step: what reaches it was admitted, and its graph has run.
-    unbounded = {STATISTICS}
+    # No queue bound of its own for a statistics step: what reaches it was admitted, and its graph has run; none
+    # for a model step whose CPU run keeps its queue unbounded (`CpuModelStep.bounded`).
+    unbounded = {STATISTICS} | ({MODEL} if cpu and not pipeline.cpu_model_step.bounded else set())
 
     def step(role: StepRole) -> StepSpec:
         instances, kind = placement[role]
@@ -80,6 +107,7 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str, fused_config: st
             kind=kind,  # type: ignore[arg-type]
             max_queue_size=bound,
             max_queue_wait_us=1000 * options.queue_budget_ms if bound else 0,
+            batches=pipeline.first_batches or role is not FIRST,
         )
 
     return RepoSpec(

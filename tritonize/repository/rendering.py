@@ -32,6 +32,7 @@ from ..spec import (
     QUANTIZATION_FILE,
     SERVED_ENTRY,
     VERIFICATION_FILE,
+    WARMUP_TEXT_FILE,
     RepoSpec,
     StepSpec,
 )
@@ -73,12 +74,12 @@ def model_files(repo: RepoSpec, report: VerificationReport, calibration: dict | 
     output statistics of one model's folders: the ensemble's, then each step's as its role lays it out."""
     fused = f"{CONFIGS_DIR}/{repo.fused_config_name}.pbtxt"
     common = {"repo": repo, "fused_config_name": repo.fused_config_name, "model_file": MODEL_FILE,
-              "manifest_file": MANIFEST_FILE, "statistics_file": STATISTICS_FILE}
+              "manifest_file": MANIFEST_FILE, "statistics_file": STATISTICS_FILE, "warmup_text": WARMUP_TEXT_FILE}
     m, e = repo.model_name, repo.name
-    layout = [
-        (f"{e}/{CONFIG_FILE}", "ensemble/config.pbtxt.j2", {"steps": repo.ensemble_steps, "fused_note": False}),
-        (f"{e}/{fused}", "ensemble/config.pbtxt.j2", {"steps": repo.fused_ensemble_steps, "fused_note": repo.pipeline.fuses}),
-    ]
+    layout = [(f"{e}/{CONFIG_FILE}", "ensemble/config.pbtxt.j2", {"steps": repo.ensemble_steps, "fused_note": False})]
+    if repo.pipeline.has_fused_variant:
+        layout.append((f"{e}/{fused}", "ensemble/config.pbtxt.j2",
+                       {"steps": repo.fused_ensemble_steps, "fused_note": repo.pipeline.fuses}))
     for step in repo.steps:
         layout += _step_layout(repo, step, fused)
     # Each version keeps the report of its own graph; the one in the index is the served version's.
@@ -99,11 +100,12 @@ def _step_layout(repo: RepoSpec, step: StepSpec, fused: str) -> list[tuple[str, 
     """One step's configs: the model step's production and fused configs; any other step's config from
     templates/<role>/, and where it idles in the fused variant (`Pipeline.idles_in_fused`), a copy in one instance."""
     if step.role == MODEL:
-        return [(f"{step.name}/{CONFIG_FILE}", "model/onnxruntime.pbtxt.j2", {"step": step, "ragged": False}),
-                (f"{step.name}/{fused}", "model/python.pbtxt.j2", {"step": repo.fused_model_step})]
+        return [(f"{step.name}/{CONFIG_FILE}", "model/onnxruntime.pbtxt.j2", {"step": step, "ragged": False})] + (
+            [(f"{step.name}/{fused}", "model/python.pbtxt.j2", {"step": repo.fused_model_step})]
+            if repo.pipeline.has_fused_variant else [])
     template = "first/onnxruntime.pbtxt.j2" if repo.pipeline.runs_graph(step.role) else f"{step.role.key}/config.pbtxt.j2"
     layout = [(f"{step.name}/{CONFIG_FILE}", template, {"step": step, "idle": False, "parameters": _parameters(repo, step, False)})]
-    if repo.pipeline.idles_in_fused(step.role):
+    if repo.pipeline.has_fused_variant and repo.pipeline.idles_in_fused(step.role):
         layout.append((f"{step.name}/{fused}", template, {"step": dataclasses.replace(step, instance_count=1), "idle": True,
                                                           "parameters": _parameters(repo, step, True)}))
     return layout
@@ -122,7 +124,7 @@ def served_files(repo: RepoSpec) -> dict[str, Path]:
     """Each Python step's module as model.py, and the served modules it imports, copied byte for byte."""
     return {
         f"{step.name}/{repo.version}/{target}": source
-        for step in repo.steps if not repo.pipeline.runs_graph(step.role)
+        for step in repo.steps if repo.pipeline.runs_python(step.role)
         for target, source in serving.step_files(step.module, SERVED_ENTRY).items()
     }
 

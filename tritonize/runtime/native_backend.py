@@ -16,20 +16,19 @@ configs are served and tested; a GPU deployment runs NVIDIA's image).
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import os
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import TritonizeError
-from ..paths import PACKAGE_DIR
+from ..paths import PACKAGE_DIR, find_program
+from . import sources as release
+from .sources import STAMP, read_stamp, sha256, tree_digest
 
 RELEASE = "r24.10"  # the release of the wheel's server, Triton 2.51
 # Each repository of triton-inference-server at the commit RELEASE names, as a tar.gz of that commit's tree: a
@@ -54,15 +53,14 @@ HEADERS = ("libonnxruntime-dev_1.21.0+dfsg-1_amd64.deb",
 # and `{debian}/pool/main/o/onnxruntime/<deb>` (stand-ins for both are served in the tests).
 GITHUB = "https://github.com"
 DEBIAN = "https://deb.debian.org/debian"
-FETCH_TIMEOUT_S = 30.0
 HEADER = "onnxruntime_c_api.h"
 GOOGLETEST_SOURCE = Path("/usr/src/googletest")
 TARGET = "triton-onnxruntime-backend"
+WHAT = "the onnxruntime backend"
 
 BACKEND_LIBRARY = "libtriton_onnxruntime.so"
 ONNXRUNTIME_SONAME = "libonnxruntime.so.1"  # what the backend links; a copy of the wheel's library under that name
 SERVER_LIBRARY = "libtritonserver.so"  # what the backend links; the wheel renamed its copy (linked at serve time)
-STAMP = "build.json"
 ENV = "TRITONIZE_ONNXRUNTIME_BACKEND"  # a built backend folder elsewhere
 DEFAULT_ROOT = PACKAGE_DIR.parent / "build" / "onnxruntime-backend"
 SOURCE_HINT = ("on a machine that reaches GitHub and Debian the sources are fetched; elsewhere give the folder holding "
@@ -83,14 +81,6 @@ def onnxruntime_library() -> Path:
     return found[-1]
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def build_dir(root: Path = DEFAULT_ROOT) -> Path:
     """Where the backend built against this onnxruntime lives."""
     import onnxruntime
@@ -100,7 +90,7 @@ def build_dir(root: Path = DEFAULT_ROOT) -> Path:
 
 def _expected_stamp() -> dict:
     return {"release": RELEASE, "sources": {r: c for r, (c, _) in SOURCES.items()},
-            "onnxruntime": _sha256(onnxruntime_library())}
+            "onnxruntime": sha256(onnxruntime_library())}
 
 
 @dataclass(frozen=True)
@@ -134,67 +124,10 @@ def find(directory: Path | None = None) -> NativeBackend:
             f"no native onnxruntime backend in {backend.directory}: the production configs need it on this server",
             hint="build it with `make backend` (about 20 s), or serve the fused step with --variant fused",
         )
-    if directory is None and not os.environ.get(ENV) and _read_stamp(backend.directory) != _expected_stamp():
+    if directory is None and not os.environ.get(ENV) and read_stamp(backend.directory) != _expected_stamp():
         raise TritonizeError(f"the backend in {backend.directory} was built for other sources or another "
                              f"onnxruntime library", hint="rebuild it with `make backend`")
     return backend
-
-
-def _read_stamp(directory: Path) -> dict | None:
-    try:
-        return json.loads((directory / STAMP).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def tree_digest(archive: Path) -> str:
-    """sha256 of a source archive's tree: each file's path below the top folder, whether it is executable and the
-    sha256 of its bytes, and each link's target, sorted. The top folder's name, the archive's own metadata and
-    its compression do not count, so `git archive` and GitHub's archive of one commit agree."""
-    entries = []
-    with tarfile.open(archive) as tar:
-        for member in tar:
-            _, _, path = member.name.partition("/")
-            if not path.strip("/"):
-                continue
-            if member.isfile():
-                data = tar.extractfile(member).read()
-                entries.append(f"{path}\0{'x' if member.mode & 0o111 else '-'}\0{hashlib.sha256(data).hexdigest()}")
-            elif member.issym():
-                entries.append(f"{path}\0l\0{member.linkname}")
-    return hashlib.sha256("\n".join(sorted(entries)).encode()).hexdigest()
-
-
-def _held(path: Path, expected: str, measure, what: str) -> Path:
-    got = measure(path)
-    if got != expected:
-        raise TritonizeError(f"{path} has {what} {got}, not the release's {expected}", hint=SOURCE_HINT)
-    return path
-
-
-def _local(sources: Path, name: str) -> Path:
-    path = sources / name
-    if not path.is_file():
-        raise TritonizeError(f"no {name} in {sources}", hint=SOURCE_HINT)
-    return path
-
-
-def _download(url: str, target: Path, say) -> Path:
-    """url into target (whole or not at all)."""
-    import urllib.error
-    import urllib.request
-
-    say(f"fetching {url}")
-    partial = target.with_name(target.name + ".part")
-    try:
-        with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT_S) as response, partial.open("wb") as out:
-            shutil.copyfileobj(response, out, 1 << 20)
-    except (urllib.error.URLError, OSError) as exc:
-        partial.unlink(missing_ok=True)
-        reason = getattr(exc, "reason", exc)
-        raise TritonizeError(f"could not fetch {url}: {reason}", hint=SOURCE_HINT) from None
-    partial.replace(target)
-    return target
 
 
 def fetch_sources(cache: Path, github: str = GITHUB, debian: str = DEBIAN, say=print) -> Path:
@@ -204,43 +137,46 @@ def fetch_sources(cache: Path, github: str = GITHUB, debian: str = DEBIAN, say=p
     for repo, (commit, digest) in SOURCES.items():
         target = cache / f"triton-{repo}-{RELEASE}.tar.gz"
         if not (target.is_file() and tree_digest(target) == digest):
-            _download(f"{github.rstrip('/')}/triton-inference-server/{repo}/archive/{commit}.tar.gz", target, say)
-    name, sha256 = HEADERS
+            release.download(f"{github.rstrip('/')}/triton-inference-server/{repo}/archive/{commit}.tar.gz", target,
+                             say, SOURCE_HINT)
+    name, digest = HEADERS
     target = cache / name
-    if not (target.is_file() and _sha256(target) == sha256):
-        _download(f"{debian.rstrip('/')}/pool/main/o/onnxruntime/{name}", target, say)
+    if not (target.is_file() and sha256(target) == digest):
+        release.download(f"{debian.rstrip('/')}/pool/main/o/onnxruntime/{name}", target, say, SOURCE_HINT)
     return cache
 
 
-def _extract(archive: Path, repo: str, into: Path) -> None:
-    """The archive's tree into `into/<repo>/`, whatever its top folder is called."""
-    with tarfile.open(archive) as tar:
-        members = []
-        for member in tar.getmembers():
-            _, _, path = member.name.partition("/")
-            if path.strip("/"):
-                member.name = f"{repo}/{path}"
-                members.append(member)
-        tar.extractall(into, members=members, filter="data")
+def cmake_program() -> str:
+    """The lock's CMake (PyPI's `cmake`, beside this interpreter): the operator library needs 3.28 or later, which
+    Debian 12 does not have, and one CMake builds both."""
+    cmake = find_program("cmake")
+    if cmake is None:
+        raise TritonizeError("building needs CMake 3.28 or later, which the lock installs",
+                             hint="make install (or: pip install 'cmake>=3.28')")
+    return cmake
+
+
+def headers_package(sources: Path) -> Path:
+    """Debian's package of onnxruntime's headers in a sources folder, held to its sha256."""
+    return release.held(release.local(sources, HEADERS[0], SOURCE_HINT), HEADERS[1], sha256, "sha256", SOURCE_HINT)
+
+
+def unpack_headers(deb: Path, into: Path) -> Path:
+    """The folder of onnxruntime's headers (onnxruntime_c_api.h and the C++ ones) from Debian's package."""
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(into)], check=True)
+    header = next(into.rglob(HEADER), None)
+    if header is None:
+        raise TritonizeError(f"{deb.name} holds no {HEADER}", hint=SOURCE_HINT)
+    return header.parent
 
 
 def _missing_tools() -> list[str]:
-    missing = [tool for tool, found in (("cmake", shutil.which("cmake")), ("g++", shutil.which("g++"))) if not found]
+    missing = [tool for tool in ("g++",) if not shutil.which(tool)]
     if not Path("/usr/include/rapidjson/document.h").is_file():
         missing.append("rapidjson-dev")
     if not (GOOGLETEST_SOURCE / "CMakeLists.txt").is_file():
         missing.append("googletest")
     return missing
-
-
-def _run(cmd: list[str], log: Path) -> None:
-    with log.open("a") as out:
-        out.write("$ " + " ".join(cmd) + "\n")
-        out.flush()
-        if subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT).returncode != 0:
-            tail = log.read_text(errors="replace").splitlines()[-15:]
-            raise TritonizeError(f"{cmd[0]} failed building the onnxruntime backend; the log's end:\n"
-                                 + "\n".join(tail), hint=f"the whole log: {log}")
 
 
 def build(sources: Path | None, root: Path = DEFAULT_ROOT, jobs: int | None = None, force: bool = False,
@@ -249,7 +185,7 @@ def build(sources: Path | None, root: Path = DEFAULT_ROOT, jobs: int | None = No
     folder `sources`, or (None) fetched from upstream."""
     target = build_dir(root)
     stamp = _expected_stamp()
-    if not force and _read_stamp(target) == stamp and (target / BACKEND_LIBRARY).is_file():
+    if not force and read_stamp(target) == stamp and (target / BACKEND_LIBRARY).is_file():
         say(f"onnxruntime backend up to date in {target}")
         return NativeBackend(target)
     missing = _missing_tools()
@@ -258,27 +194,25 @@ def build(sources: Path | None, root: Path = DEFAULT_ROOT, jobs: int | None = No
                              hint=f"sudo apt-get install {' '.join(missing)}  (make system-deps does it as root)")
     root = Path(root)
     sources = Path(sources) if sources else fetch_sources(root / SOURCES_CACHE, github, debian, say)
-    archives = {repo: _held(_local(sources, f"triton-{repo}-{RELEASE}.tar.gz"), digest, tree_digest, "tree digest")
+    archives = {repo: release.held(release.local(sources, f"triton-{repo}-{RELEASE}.tar.gz", SOURCE_HINT), digest,
+                                   tree_digest, "tree digest", SOURCE_HINT)
                 for repo, (_, digest) in SOURCES.items()}
-    headers_deb = _held(_local(sources, HEADERS[0]), HEADERS[1], _sha256, "sha256")
+    headers_deb = headers_package(sources)
     start = time.monotonic()
     say(f"building Triton's onnxruntime backend ({RELEASE}) against {onnxruntime_library().name} ...")
     root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="ort-backend-", dir=root) as tmp:
         work = Path(tmp)
         for repo, archive in archives.items():
-            _extract(archive, repo, work / "src")
-        subprocess.run(["dpkg-deb", "-x", str(headers_deb), str(work / "headers")], check=True)
-        header = next((work / "headers").rglob(HEADER), None)
-        if header is None:
-            raise TritonizeError(f"{headers_deb.name} holds no {HEADER}", hint=SOURCE_HINT)
+            release.extract(archive, repo, work / "src")
+        header = unpack_headers(headers_deb, work / "headers") / HEADER
         lib = work / "lib"
         lib.mkdir()
         shutil.copy2(onnxruntime_library(), lib / ONNXRUNTIME_SONAME)
         (lib / "libonnxruntime.so").symlink_to(ONNXRUNTIME_SONAME)  # what the linker looks for
         src, out, log = work / "src", work / "build", root / "build.log"
         log.write_text("")
-        _run(["cmake", "-S", str(src / "onnxruntime_backend"), "-B", str(out), "-DCMAKE_BUILD_TYPE=Release",
+        release.run_logged([cmake_program(), "-S", str(src / "onnxruntime_backend"), "-B", str(out), "-DCMAKE_BUILD_TYPE=Release",
               "-DTRITON_ENABLE_GPU=OFF", "-DTRITON_ENABLE_ONNXRUNTIME_TENSORRT=OFF",
               "-DTRITON_ENABLE_ONNXRUNTIME_OPENVINO=OFF",
               f"-DTRITON_ONNXRUNTIME_INCLUDE_PATHS={header.parent}", f"-DTRITON_ONNXRUNTIME_LIB_PATHS={lib}",
@@ -286,13 +220,14 @@ def build(sources: Path | None, root: Path = DEFAULT_ROOT, jobs: int | None = No
               "-DFETCHCONTENT_FULLY_DISCONNECTED=ON", f"-DFETCHCONTENT_SOURCE_DIR_REPO-COMMON={src / 'common'}",
               f"-DFETCHCONTENT_SOURCE_DIR_REPO-CORE={src / 'core'}",
               f"-DFETCHCONTENT_SOURCE_DIR_REPO-BACKEND={src / 'backend'}",
-              f"-DFETCHCONTENT_SOURCE_DIR_GOOGLETEST={GOOGLETEST_SOURCE}"], log)
-        _run(["cmake", "--build", str(out), "--target", TARGET, "-j", str(jobs or os.cpu_count() or 1)], log)
+              f"-DFETCHCONTENT_SOURCE_DIR_GOOGLETEST={GOOGLETEST_SOURCE}"], log, WHAT)
+        release.run_logged([cmake_program(), "--build", str(out), "--target", TARGET, "-j",
+                            str(jobs or os.cpu_count() or 1)], log, WHAT)
         staged = work / "staged"
         staged.mkdir()
         shutil.copy2(out / BACKEND_LIBRARY, staged / BACKEND_LIBRARY)
         shutil.copy2(lib / ONNXRUNTIME_SONAME, staged / ONNXRUNTIME_SONAME)
-        (staged / STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
+        release.write_stamp(staged, stamp)
         shutil.rmtree(target, ignore_errors=True)
         staged.rename(target)
     say(f"built {target / BACKEND_LIBRARY} in {time.monotonic() - start:.1f}s")
@@ -304,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="build the backend for the installed onnxruntime (a no-op when up to date)")
     b.add_argument("--sources", type=Path, default=None,
-                   help="the folder of release archives (see SOURCES); default: fetch them from upstream")
+                   help="the folder of the backend's release archives and the headers' .deb (see SOURCES); default: "
+                        "fetch them from upstream")
     b.add_argument("--github", default=GITHUB, help="where the release archives are fetched from (default: %(default)s)")
     b.add_argument("--debian", default=DEBIAN, help="the Debian mirror of the headers' package (default: %(default)s)")
     b.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="where built backends are kept (default: %(default)s)")

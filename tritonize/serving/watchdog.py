@@ -23,6 +23,10 @@ then exits with Triton's status, so `docker stop` never restarts anything.
 Each restart is one line on stdout that starts with RESTART_LINE, so the
 container's log counts them.
 
+Triton runs with the library path extended by every folder of its model repository that holds the tokenizer
+graphs' operator library (OPERATOR_LIBRARY, which their configs name by its bare name), wherever the repository
+is mounted and whatever the working directory (`operator_library_path`).
+
 Standard library only: it runs in the serving image beside health.py and procfs.py
 (`python3 /opt/tritonize/watchdog.py [options] -- tritonserver ...`).
 """
@@ -50,6 +54,7 @@ RESTART_LINE = "tritonize-watchdog: restarting"
 POLL_S = 0.5  # how often the process group is read
 SETTLE_S = 1.0  # a zombie still there this much later is a dead process, not one being reaped
 KILL_AFTER_S = 5.0  # SIGTERM to SIGKILL when the watchdog stops a failed Triton (a dead stub makes it wait 30 s)
+OPERATOR_LIBRARY = "libortextensions.so"  # spec.GRAPH_LIBRARY_FILE (this file is served alone: no import of spec)
 
 
 def say(message: str) -> None:
@@ -62,6 +67,18 @@ def http_url(command: list[str]) -> str:
     address = flags.get("http-address", "127.0.0.1")
     address = "127.0.0.1" if address in ("0.0.0.0", "::", "") else address
     return f"http://{address}:{flags.get('http-port', '8000')}"
+
+
+def operator_library_path(command: list[str], environ: dict[str, str]) -> dict[str, str]:
+    """`environ` with LD_LIBRARY_PATH led by each model folder of the command's repositories (its
+    --model-repository flags) that holds OPERATOR_LIBRARY; unchanged where none does."""
+    repositories = [arg.split("=", 1)[1] for arg in command if arg.startswith("--model-repository=")]
+    folders = sorted({os.path.join(root, model) for root in repositories if os.path.isdir(root)
+                      for model in os.listdir(root) if os.path.isfile(os.path.join(root, model, OPERATOR_LIBRARY))})
+    if not folders:
+        return dict(environ)
+    paths = [*folders, *(p for p in environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p)]
+    return {**environ, "LD_LIBRARY_PATH": os.pathsep.join(paths)}
 
 
 class Watchdog:
@@ -87,7 +104,8 @@ class Watchdog:
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self.forward)
         signal.signal(signal.SIGINT, self.forward)
-        self.child = subprocess.Popen(self.command, start_new_session=True)
+        self.child = subprocess.Popen(self.command, start_new_session=True,
+                                      env=operator_library_path(self.command, dict(os.environ)))
         started, passed, failures = time.monotonic(), False, 0
         next_check, suspects = started + self.interval_s, set()
         while not self.stopping.wait(POLL_S):

@@ -48,18 +48,29 @@ VARIANT_CONFIGS: dict[str, str | None] = {PRODUCTION_VARIANT: None, FUSED_VARIAN
 DEFAULT_VARIANT = FUSED_VARIANT  # what the local server serves unless told
 FIRST_VERSION = 1  # a new repository's version folders are 1/
 MODEL_FILE = "model.onnx"
-# The tokenizer inside the graph (`generate --tokenizer graph`, tritonize/graph_tokenizer.py): the model step's
-# production graph, raw strings in, beside MODEL_FILE (which the fused step and verification run); and the
-# onnxruntime-extensions operator library it needs, in the model step's folder (every version's), named in its
-# config by the path from the server's working directory, where GRAPH_LIBRARY_ROOT is the repository (the local
-# runtime links it there).
+# The tokenizer as graphs (`generate --tokenizer graph`, the default where it is exact: tritonize/graph_tokenizer/):
+# on a CPU the model step's production graph takes the texts (GRAPH_MODEL_FILE, beside MODEL_FILE, which
+# verification and the in-process chain run) behind a first step whose graph checks each request's texts
+# (TEXTS_GRAPH_FILE); on a GPU the first step's graph checks and tokenizes (TOKENIZER_GRAPH_FILE) and the model step
+# keeps MODEL_FILE (spec/pipeline.py says why). Each step whose graph uses onnxruntime-extensions' operators names
+# their library (GRAPH_LIBRARY_FILE) by its bare name, which every server tritonize starts finds
+# (runtime/operator_library.py), and ships a copy in its folder.
 GRAPH_MODEL_FILE = "model_text.onnx"
-# On a GPU the tokenizer's graph is a step of its own on the CPU instead, in the first step's folder (beside the
-# library), and the model step keeps MODEL_FILE (spec/pipeline.py's TokenizeGraphStep says why).
+TEXTS_GRAPH_FILE = "texts.onnx"
 TOKENIZER_GRAPH_FILE = "tokenizer.onnx"
 GRAPH_LIBRARY_FILE = "libortextensions.so"
-GRAPH_LIBRARY_ROOT = "models"
-TOKENIZER_LAYOUTS: tuple[str, ...] = ("python", "graph")  # --tokenizer: a Python step, or inside the model's graph
+# A first step that checks texts cannot warm up on Triton's empty string (a blank text, which it refuses): it warms
+# up on this file of its folder's warmup/ (one BYTES element: its length, 4 bytes little-endian, then the text).
+WARMUP_DIR, WARMUP_TEXT_FILE = "warmup", "one_text"
+WARMUP_TEXT = "Triton serves raw strings."
+
+
+def checked_text(name: str) -> str:
+    """The ensemble's name for a text input once the first step has checked it (TEXT -> TEXT_CHECKED)."""
+    return f"{name}_CHECKED"
+
+
+TOKENIZER_LAYOUTS: tuple[str, ...] = ("graph", "python")  # --tokenizer: graphs where exact (the default), or a Python step
 TOKENIZER_FILE = "tokenizer.json"
 LABELS_FILE = "labels.txt"
 MANIFEST_FILE = "tritonize.yaml"

@@ -88,9 +88,10 @@ class GenerateOptions:
     # a file of texts (pairs: the two texts of a line split by a tab) whose answers are the output statistics'
     # baseline: their bounds and the shares drift compares with (None: the verification texts and the corpus)
     baseline: str | None = None
-    # Where the production configs tokenize: "python", a Python step before the model step; "graph", inside the
-    # model step's ONNX graph (onnxruntime-extensions), where that is exact (graph_tokenizer.py), else "python".
-    tokenizer: str = "python"
+    # Where the repository tokenizes: "graph", in ONNX graphs onnxruntime serves (onnxruntime-extensions' operators;
+    # no Python per request), where that is exact (graph_tokenizer/), else "python" with the reason in one line;
+    # "python", a Python step before the model step.
+    tokenizer: str = "graph"
     output: str = "triton_repo"
     device: str = "cpu"
     # None: the device's (device_defaults), filled in at construction, so what is written back is what was resolved

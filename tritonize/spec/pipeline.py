@@ -19,13 +19,31 @@ from .names import (
     STATISTICS,
     STATISTICS_MODULE,
     TOKEN_EXTRAS,
+    TEXTS_GRAPH_FILE,
     TOKENIZER_GRAPH_FILE,
     TOKEN_INPUTS,
+    checked_text,
     StepRole,
     graph_tensor,
 )
 
 InstanceKind = Literal["KIND_CPU", "KIND_GPU"]
+
+
+@dataclass(frozen=True)
+class CpuModelStep:
+    """How the production model step runs on a CPU: its instances (where --model-instances does not say),
+    onnxruntime's threads in each (0: one per core) and whether Triton bounds its queue."""
+
+    instances: int
+    threads: int
+    bounded: bool
+
+
+# Two instances of one thread each behind a bounded queue: a second instance waits while the first runs, so Triton
+# 2.51's batcher, which loses a wake-up on a bounded queue (docs/benchmark.md, the 500 ms stalls), is rarely left
+# waiting on the busy one; and each instance's one thread leaves the other core to the steps beside it.
+SHARED_CORES = CpuModelStep(instances=2, threads=1, bounded=True)
 
 
 @dataclass(frozen=True)
@@ -40,6 +58,7 @@ class StepSpec:
     instance_count: int
     kind: InstanceKind
     max_queue_size: int = 0  # 0: no bound
+    batches: bool = True  # Triton's dynamic batcher merges its requests; False: each runs on its own
     # With a bound, a request waiting longer than this is refused (Triton's default_timeout_microseconds): the
     # requests a bound admits wait about the budget whatever their length; the size alone let 512 queued
     # 128-token requests wait 12.9 s (p50) at 4 x capacity on the production configs, 4.2 s with it (of which a
@@ -130,6 +149,11 @@ class Pipeline(abc.ABC):
         where the fused step tokenizes, and the statistics step, whose counting the fused step does."""
         return role is STATISTICS or (role is FIRST and self.fuses)
 
+    def runs_python(self, role: StepRole) -> bool:
+        """Whether the step of `role` runs a served Python module (as model.py) in a variant the repository has:
+        the model step only in the fused variant."""
+        return self.has_fused_variant if role is MODEL else not self.runs_graph(role)
+
     def runs_graph(self, role: StepRole) -> bool:
         """Whether the production step of `role` is a graph onnxruntime serves, with no Python module: the first
         step where the pipeline declares its file (`first_file`)."""
@@ -193,6 +217,12 @@ class Pipeline(abc.ABC):
         return repo.graph_outputs
 
     model_file: ClassVar[str] = MODEL_FILE  # the production model step's graph
+    # Whether the repository has a fused variant (configs/<fused>.pbtxt: the model step a Python step); without
+    # one, both variants serve the production configs.
+    has_fused_variant: ClassVar[bool] = True
+    # Whether the first step batches requests (Triton's dynamic batcher) or runs each on its own.
+    first_batches: ClassVar[bool] = True
+    cpu_model_step: ClassVar[CpuModelStep] = SHARED_CORES
     model_libraries: ClassVar[tuple[str, ...]] = ()  # operator libraries it loads, in its folder
     # Where the production first step is a graph onnxruntime serves (no Python): its file, and the operator
     # libraries it loads, in its folder.
@@ -275,21 +305,49 @@ class TokenizeModel(Pipeline):
 
 
 @dataclass(frozen=True)
-class TokenizeInGraph(TokenizeModel):
-    """tokenize -> model as one graph: the production model step takes the raw strings and tokenizes inside its
-    ONNX graph (graph_tokenizer.py), returning the row outputs besides the graph's; the ensemble is that step.
-    The fused variant keeps the fused Python step, on MODEL_FILE."""
+class GraphTokenized(TokenizeModel):
+    """tokenize -> model with no Python where it serves: the first step is a graph onnxruntime runs on the CPU,
+    each request on its own (`first_batches`), so that a request it refuses (serving/texts.py's checks, made by
+    the graph: graph_tokenizer/texts.py) fails alone; and the model step is a graph. No statistics step (the
+    answers' statistics are counted where they are read: the HTTP API), and no fused variant: both variants serve
+    the production configs."""
 
+    first_libraries: ClassVar[tuple[str, ...]] = (GRAPH_LIBRARY_FILE,)
+    roles: ClassVar[tuple[StepRole, ...]] = (FIRST, MODEL)
+    has_fused_variant: ClassVar[bool] = False
+    first_batches: ClassVar[bool] = False
+
+    def tokenizer_folders(self, repo: Planned) -> tuple[StepSpec, ...]:
+        """The first step's, where the API and the in-process chain read the tokenizer."""
+        return (repo.first_step,)
+
+    def in_graph(self) -> Pipeline:
+        return self
+
+
+@dataclass(frozen=True)
+class TokenizeInGraph(GraphTokenized):
+    """texts -> tokenize and model as one graph, on the CPU: the first step checks each request's texts and hands
+    them on; the model step tokenizes inside its ONNX graph and runs the model once per bucket its batch's rows
+    fall in (graph_tokenizer/bucketed.py), returning the row outputs besides the graph's."""
+
+    first_file: ClassVar[str | None] = TEXTS_GRAPH_FILE
     model_file: ClassVar[str] = GRAPH_MODEL_FILE
     model_libraries: ClassVar[tuple[str, ...]] = (GRAPH_LIBRARY_FILE,)
-    # No Python on its production path, so no step counts the output statistics there (the fused variant does).
-    roles: ClassVar[tuple[StepRole, ...]] = (FIRST, MODEL)
+    # One instance on every core, its queue unbounded: nothing beside it needs a core (its texts step costs about
+    # 15 µs a request), a lone text runs on every core, and with no bound Triton's batcher prefetches and loses no
+    # wake-up. MiniLM, two cores, one run (docs/benchmark.md): 16-token texts at concurrency 1/4/16 273/420/705
+    # req/s against 164/356/539 with two bounded one-thread instances, 128-token 89/108/104 against 51/100/101;
+    # two instances on every core, each run stealing the other's cores, 110/215/387 and 50/67/77.
+    cpu_model_step: ClassVar[CpuModelStep] = CpuModelStep(instances=1, threads=0, bounded=False)
+
+    def first_outputs(self, repo: Planned) -> tuple[TensorSpec, ...]:
+        return tuple(TensorSpec(checked_text(t.name), t.triton_type, t.dims) for t in repo.text_inputs)
 
     def ensemble_steps(self, repo: Planned) -> tuple[EnsembleStep, ...]:
-        return (EnsembleStep(repo.model_name, _same(repo.text_inputs), _same(self.model_outputs(repo))),)
-
-    def fused_ensemble_steps(self, repo: Planned) -> tuple[EnsembleStep, ...]:
-        return TokenizeModel().fused_ensemble_steps(repo)
+        checked = {t.name: checked_text(t.name) for t in repo.text_inputs}
+        return (EnsembleStep(repo.first_step.name, _same(repo.text_inputs), {c: c for c in checked.values()}),
+                EnsembleStep(repo.model_name, checked, _same(self.model_outputs(repo))))
 
     def model_inputs(self, repo: Planned) -> tuple[TensorSpec, ...]:
         return repo.text_inputs
@@ -297,17 +355,15 @@ class TokenizeInGraph(TokenizeModel):
     def model_outputs(self, repo: Planned) -> tuple[TensorSpec, ...]:
         return repo.graph_outputs + self.row_outputs
 
-    def in_graph(self) -> Pipeline:
-        return self
-
     def for_device(self, device: str) -> Pipeline:
         return TokenizeGraphStep() if device == "gpu" else self
 
 
 @dataclass(frozen=True)
-class TokenizeGraphStep(TokenizeModel):
-    """tokenize -> model, the tokenizer's graph a step of its own on the CPU (onnxruntime, no Python) before the
-    model step on the GPU: how a GPU serves `--tokenizer graph`.
+class TokenizeGraphStep(GraphTokenized):
+    """tokenize -> model, the tokenizer's graph (the texts' checks first) a step of its own on the CPU before the
+    model step on the GPU: how a GPU serves the graph tokenizer. Each request is tokenized on its own and padded
+    to its bucket, so the model step batches requests of one bucket, as behind the Python tokenizer step.
 
     In one graph, onnxruntime's CUDA provider takes the tokenizer's integer operators (the string operators stay
     on the CPU, with a copy at each crossing), and its Compress fails on an empty condition ("CUDA failure 1:
@@ -316,12 +372,6 @@ class TokenizeGraphStep(TokenizeModel):
     """
 
     first_file: ClassVar[str | None] = TOKENIZER_GRAPH_FILE
-    first_libraries: ClassVar[tuple[str, ...]] = (GRAPH_LIBRARY_FILE,)
-    # No Python on its production path, so no step counts the output statistics there (the fused variant does).
-    roles: ClassVar[tuple[StepRole, ...]] = (FIRST, MODEL)
-
-    def in_graph(self) -> Pipeline:
-        return self
 
 
 @dataclass(frozen=True)
@@ -427,3 +477,10 @@ class PrepareModel(Pipeline):
             EnsembleStep(repo.first_step.name, _same(repo.text_inputs), _same(self.first_outputs(repo))),
             EnsembleStep(repo.model_name, _same(self.model_inputs(repo)), _same(repo.graph_outputs)),
         )
+
+
+def served(pipeline: Pipeline, tokenizer: str, device: str) -> Pipeline:
+    """A task's pipeline as a repository serves it, on `device`: with the tokenizer in graphs where `tokenizer`
+    is "graph" (planning asks `repository.planning.graph_refusal` first, and serves the Python step where it
+    refuses), else as the task declares it."""
+    return (pipeline.in_graph() if tokenizer == "graph" else pipeline).for_device(device)

@@ -14,7 +14,6 @@ from .names import (
     FIRST,
     FIRST_VERSION,
     FUSED_CONFIG_NAME,
-    GRAPH_LIBRARY_ROOT,
     MODEL,
     MODEL_FILE,
     POST,
@@ -33,10 +32,11 @@ Precision = Literal["fp32", "fp16", "int8"]
 CONTAINER_MODEL_INSTANCES = 2
 FUSED_STEP_INSTANCES = 1
 
-# onnxruntime's threads per model-step instance on the native backend, CPU: one. Two instances with
-# onnxruntime's default pools (a thread per core each) oversubscribe the cores the tokenizer stubs share. MiniLM,
-# gRPC, two cores, paired runs in one bench (docs/benchmark.md): 16-token texts at concurrency 16 346 req/s
-# against 260 with the default pools, mixed lengths 118 against 74. A GPU instance's threads only feed the GPU.
+# onnxruntime's threads per instance of a step on the native backend beside Python steps, CPU: one. Two instances
+# with onnxruntime's default pools (a thread per core each) oversubscribe the cores the tokenizer stubs share.
+# MiniLM, gRPC, two cores, paired runs in one bench (docs/benchmark.md): 16-token texts at concurrency 16 346 req/s
+# against 260 with the default pools, mixed lengths 118 against 74. The model step's are its pipeline's
+# (`Pipeline.cpu_model_step`); a GPU instance's threads only feed the GPU.
 CPU_INTRA_OP_THREADS = 1
 
 # How long the fused step's next run may wait for the clients the previous run answered (serving/fused_step.py);
@@ -256,14 +256,14 @@ class RepoSpec:
 
     @property
     def model_libraries(self) -> tuple[str, ...]:
-        """The operator libraries the production model step loads, by their path from the server's working
-        directory (GRAPH_LIBRARY_ROOT: the repository)."""
-        return tuple(f"{GRAPH_LIBRARY_ROOT}/{self.model_name}/{f}" for f in self.pipeline.model_libraries)
+        """The operator libraries the production model step loads, by bare name (runtime/operator_library.py:
+        every server tritonize starts finds them)."""
+        return self.pipeline.model_libraries
 
     @property
     def first_libraries(self) -> tuple[str, ...]:
         """The operator libraries a first step served by onnxruntime loads, as `model_libraries`."""
-        return tuple(f"{GRAPH_LIBRARY_ROOT}/{self.first_step.name}/{f}" for f in self.pipeline.first_libraries)
+        return self.pipeline.first_libraries
 
     @property
     def first_graph_parameters(self) -> dict[str, str]:
@@ -273,8 +273,10 @@ class RepoSpec:
 
     @property
     def model_parameters(self) -> dict[str, str]:
-        """The native onnxruntime backend's settings of the model step (its config.pbtxt)."""
-        return {"intra_op_thread_count": str(CPU_INTRA_OP_THREADS)} if self.device == "cpu" else {}
+        """The native onnxruntime backend's settings of the model step (its config.pbtxt); without a fused variant,
+        also its graph's runner settings, which the in-process chain reads (the backend ignores them)."""
+        threads = {"intra_op_thread_count": str(self.pipeline.cpu_model_step.threads)} if self.device == "cpu" else {}
+        return threads if self.pipeline.has_fused_variant else threads | self.runner_parameters
 
     @property
     def model_warmup(self) -> tuple[WarmupSample, ...]:
@@ -332,8 +334,9 @@ class RepoSpec:
         return self.pipeline.fused_model_outputs(self)
 
     @property
-    def fused_model_parameters(self) -> dict[str, str]:
-        runner = {
+    def runner_parameters(self) -> dict[str, str]:
+        """How serving/onnx_model.py runs MODEL_FILE: the fused step, or the in-process chain."""
+        return {
             "onnx_file": MODEL_FILE,
             "intra_op_threads": str(self.fused_runtime.intra_op_threads),
             "allow_spinning": str(int(self.fused_runtime.allow_spinning)),
@@ -341,6 +344,10 @@ class RepoSpec:
             "buckets": ",".join(map(str, self.buckets)),
             "pad_id": str(self.pad_token_id),
         }
+
+    @property
+    def fused_model_parameters(self) -> dict[str, str]:
+        runner = self.runner_parameters
         if not self.pipeline.fuses:
             return runner
         return runner | self.first_step_parameters | {METRICS_MODEL: self.first_step.name,

@@ -21,7 +21,7 @@ from tritonize.spec.options import GenerateOptions
 def served(tmp_path_factory) -> ServedModel:
     base = tmp_path_factory.mktemp("catalog")
     model = build_embedding_model(base / "tiny")
-    repo = generate(GenerateOptions(model=str(model), name="tiny", output=str(base / "repo")))
+    repo = generate(GenerateOptions(model=str(model), name="tiny", output=str(base / "repo"), tokenizer="python"))
     (found,) = Catalog.read(repo).models
     return found
 
@@ -41,8 +41,8 @@ def test_a_graph_that_tokenizes_or_an_earlier_step_is_refused_in_one_line(served
     with pytest.raises(ApiError) as refused:
         cut_at_start(graph, "truncate", "START")
     assert refused.value.status == 400 and refused.value.message == (
-        "truncate START is not served for tiny: its production ensemble tokenizes inside the model's graph "
-        "(--tokenizer graph), which reads every text from its start")
+        "truncate START is not served for tiny: it tokenizes in ONNX graphs, which read every text from its start "
+        "(generate it with --tokenizer python for its Python step, which cuts as a request asks)")
     earlier = tmp_path / "repo"
     shutil.copytree(served.repository, earlier)
     step = earlier / "tiny_tokenizer" / "1" / "batching.py"

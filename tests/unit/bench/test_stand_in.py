@@ -48,9 +48,11 @@ def test_the_stand_in_takes_and_answers_what_the_real_graph_does(fixture, reques
 
 
 def test_a_graph_that_tokenizes_keeps_its_tokenizer_and_fills_only_the_models_outputs(minilm_folder) -> None:
-    """`--tokenizer graph`: the stand-in runs the served graph's tokenizer nodes (the run still pays for
-    tokenizing) and fills the model's outputs; the row outputs (tokens, truncated) are the real graph's."""
+    """The graph layout: the stand-in runs the served graph's tokenizer nodes and its grouping of rows by bucket
+    (the run still pays for both) and fills the model's outputs; the row outputs (tokens, truncated) are the real
+    graph's."""
     from tritonize import graph_tokenizer as gt
+    from tritonize.graph_tokenizer.bucketed import bucketed
     from tritonize.spec import default_buckets
 
     ids, mask = (helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "sequence"])
@@ -64,9 +66,8 @@ def test_a_graph_that_tokenizes_keeps_its_tokenizer_and_fills_only_the_models_ou
         [onnx.numpy_helper.from_array(np.array([1], np.int64), "axes"),
          onnx.numpy_helper.from_array(np.array([1, 4], np.int64), "reps")]),
         opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    tokenizer = gt.tokenizer_graph(gt.WordPiece.read(minilm_folder / "tokenizer.json"), 32, default_buckets(32), 0,
-                                   False)
-    real = gt.compose_model(tokenizer, plain, ("input_ids", "attention_mask"))
+    tokenizer = gt.tokenizer_graph(minilm_folder / "tokenizer.json", 32, default_buckets(32), 0, False)
+    real = gt.compose_model(tokenizer, bucketed(plain, default_buckets(32)), ("input_ids", "attention_mask"))
     stand = stand_in.stand_in_after_tokenizer(real, plain)
     assert signature(stand) == signature(real) and not stand.graph.initializer
     texts = np.array([["a short text"], ["a much longer text about nothing at all " * 8]], dtype=object)
@@ -76,11 +77,8 @@ def test_a_graph_that_tokenizes_keeps_its_tokenizer_and_fills_only_the_models_ou
     assert np.array_equal(want["tokens"], got["tokens"])
     assert got["embedding"].shape == (2, 4) and np.all(got["embedding"] == np.float32(stand_in.FLOAT_FILL))
     assert not np.all(want["embedding"] == np.float32(stand_in.FLOAT_FILL))
-    other = onnx.ModelProto()
-    other.CopyFrom(plain)
-    other.graph.node[0].op_type = "Sub"
     with pytest.raises(TritonizeError, match="cannot find the model's graph after the tokenizer's"):
-        stand_in.stand_in_after_tokenizer(real, other)
+        stand_in.stand_in_after_tokenizer(gt.compose_model(tokenizer, plain, ("input_ids", "attention_mask")), plain)
 
 
 def _graph(outputs: list) -> onnx.ModelProto:
@@ -117,15 +115,11 @@ def test_the_empty_ensemble_takes_the_models_texts_and_is_batched_as_its_model_s
 
 
 def test_the_empty_step_loads_no_operator_library_its_model_step_needs(tiny_embedding_repo, tmp_path) -> None:
-    """A model step that tokenizes in its graph names the extensions' library; the empty step's fill graph needs
-    none, and the path (relative to the real repository) would not load beside it."""
-    import shutil
-
-    repo = tmp_path / "repo"
-    shutil.copytree(tiny_embedding_repo.repository, repo)
+    """A model step that tokenizes in its graph (the default) names the extensions' library; the empty step's
+    fill graph needs none."""
+    repo = tiny_embedding_repo.repository
     config = repo_paths(repo, tiny_embedding_repo.name)["model"] / CONFIG_FILE
-    config.write_text(config.read_text() + '\nmodel_operations { op_library_filename: "models/x/libortextensions.so" }\n')
-    assert parse_config(config.read_text()).model_operations.op_library_filename
+    assert parse_config(config.read_text()).model_operations.op_library_filename == ["libortextensions.so"]
     empty = stand_in.write_empty(repo, tmp_path / "empty", tiny_embedding_repo.name)
     assert not parse_config((empty / stand_in.EMPTY_STEP / CONFIG_FILE).read_text()).HasField("model_operations")
 

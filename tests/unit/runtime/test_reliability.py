@@ -69,10 +69,24 @@ def test_backoff_is_exponential_with_full_jitter() -> None:
     assert not is_unavailable(ServerError("bad", "StatusCode.INVALID_ARGUMENT"))
 
 
-def test_every_batching_step_gets_a_bounded_queue(tiny_embedding_repo, tmp_path) -> None:
+def test_a_graph_layouts_steps_keep_no_triton_queue_bound(tiny_embedding_repo) -> None:
+    """The default layout: the texts step runs each request on its own, and the model step's queue is unbounded
+    (one instance on every core: a bounded queue with one instance stalls Triton 2.51's batcher, spec/pipeline.py);
+    tune's capacity and the queue budget bound nothing there."""
+    repo = tiny_embedding_repo.repository
+    name = tiny_embedding_repo.name
+    texts = parse_config((repo / f"{name}_tokenizer" / "config.pbtxt").read_text())
+    model = parse_config((repo / f"{name}_model" / "config.pbtxt").read_text())
+    assert not texts.HasField("dynamic_batching")
+    assert model.HasField("dynamic_batching") and not model.dynamic_batching.HasField("default_queue_policy")
+    assert texts.parameters["max_request_bytes"].string_value == str(2 * 1024 * 1024)
+
+
+def test_every_batching_step_gets_a_bounded_queue(tiny_python_repo, tmp_path) -> None:
+    """The Python tokenizer step's layout: each batching step bounds its queue."""
     reject = 0  # ModelQueuePolicy.REJECT
     repo = tmp_path / "repo"
-    shutil.copytree(tiny_embedding_repo.repository, repo)
+    shutil.copytree(tiny_python_repo.repository, repo)
     name = read_manifest(repo).name
 
     waits: dict[str, int] = {}  # each Triton policy's time bound, microseconds

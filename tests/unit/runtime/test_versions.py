@@ -24,7 +24,7 @@ def test_a_version_joins_beside_the_served_one_and_never_rewrites_one(tiny_embed
     ranges = [(repo / f"{name}_model/{v}/quantization.json").read_text() for v in (1, 2)]
     assert ranges[0] != ranges[1]  # each version keeps the quantization ranges of its own graph
     ensemble = parse_config((repo / name / "config.pbtxt").read_text())
-    assert [s.model_version for s in ensemble.ensemble_scheduling.step] == [2, 2, 2]  # tokenizer, model, statistics
+    assert [s.model_version for s in ensemble.ensemble_scheduling.step] == [2, 2]  # the texts step, the model step
     assert list(ensemble.version_policy.specific.versions) == [2]
     manifest = read_manifest(repo)
     assert manifest.options.version == 2 and manifest.model.source == str(second_model)

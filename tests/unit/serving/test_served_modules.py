@@ -34,7 +34,8 @@ IDS, MASK = batching.INPUT_IDS, batching.ATTENTION_MASK
 def repo(tmp_path_factory) -> Path:
     base = tmp_path_factory.mktemp("steps")
     model = build_embedding_model(base / "tiny", max_length=64)
-    return generate(GenerateOptions(model=str(model), name="tiny", output=str(base / "repo"), buckets=[8, 16, 32]))
+    return generate(GenerateOptions(model=str(model), name="tiny", output=str(base / "repo"), buckets=[8, 16, 32],
+                                    tokenizer="python"))
 
 
 @pytest.fixture(scope="module")
@@ -625,7 +626,8 @@ def test_per_token_outputs_come_back_at_each_requests_width(tmp_path: Path) -> N
     from support import model_zoo
 
     folder = model_zoo.build("bert-token-cls", tmp_path / "zoo")
-    repo = generate(GenerateOptions(model=str(folder), name="tok", output=str(tmp_path / "repo"), buckets=[8, 16, 64]))
+    repo = generate(GenerateOptions(model=str(folder), name="tok", output=str(tmp_path / "repo"), buckets=[8, 16, 64],
+                                    tokenizer="python"))
     encoder, runner = chain.text_encoder(repo), chain.onnx_runner(repo)
     assert runner.per_token == [True]  # logits [rows, tokens, labels]
     batches = [encoder.encode([t]) for t in ("Sarah", "Sarah lives in Berlin and works in Paris every day", "a b")]

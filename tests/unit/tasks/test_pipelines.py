@@ -42,9 +42,30 @@ def specs(tmp_path_factory) -> dict[str, RepoSpec]:
     out = {}
     for task, entry in FOLDER_OF_TASK.items():
         folder = BUILDERS.get(task, model_zoo.build)(entry, root)
-        options = GenerateOptions(model=str(folder), name=entry.replace("-", "_"), output=str(root / "repo"))
+        options = GenerateOptions(model=str(folder), name=entry.replace("-", "_"), output=str(root / "repo"),
+                                  tokenizer="python")
         out[task] = planning.plan(options, read_model(options), options.name)
     return out
+
+
+@pytest.mark.parametrize("task", sorted(FOLDER_OF_TASK))
+@pytest.mark.parametrize("device", ["cpu", "gpu"])
+def test_the_graph_layout_is_wired_where_planning_allows_it_and_refused_in_one_line_elsewhere(
+        specs, task: str, device: str) -> None:
+    """The default asks for the tokenizer in graphs: tasks of one text a row, tokenized and then the graph alone,
+    get it (a texts step and the tokenizing model step on a CPU, a tokenizer step on a GPU), every tensor wired;
+    every other task keeps its Python step, and planning says why in one line."""
+    python = specs[task]
+    options = GenerateOptions(model=python.model.source, name=python.name, device=device, tokenizer="graph")
+    refusal = planning.graph_refusal(options, python.model)
+    spec = planning.plan(options, python.model, python.name)
+    if task in ("embedding", "classification"):
+        assert refusal is None and spec.pipeline.graph_tokenizes and not spec.pipeline.has_fused_variant
+        assert wiring_errors(spec, spec.pipeline.ensemble_steps(spec)) == []
+        assert [r.key for r in spec.pipeline.roles] == ["first", "model"] and spec.statistics_step is None
+    else:
+        assert refusal is not None and "\n" not in str(refusal)
+        assert spec.pipeline is python.pipeline
 
 
 def test_every_task_is_planned_here() -> None:

@@ -33,9 +33,11 @@ async def infer(state: ApiState, request: Request, model: ServedModel, inputs: M
         else:
             state.rollouts.record(model.name, target, True, time.perf_counter() - start)
             request.state.version = str(target.version)
+            state.statistics.observe(model, str(target.version), answer)
             return answer
     request.state.version = str(target.version)
     start = time.perf_counter()
     answer = await state.backend.infer(model, inputs, outputs, parameters=parameters)
     state.rollouts.record(model.name, target, True, time.perf_counter() - start)
+    state.statistics.observe(model, str(target.version), answer)
     return answer

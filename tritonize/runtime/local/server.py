@@ -15,7 +15,7 @@ from rich.markup import escape
 
 from ...console import err
 from ...errors import TritonizeError
-from ...spec import GRAPH_LIBRARY_ROOT
+from ...spec import CONFIG_FILE, CONFIGS_DIR, GRAPH_LIBRARY_FILE
 from .. import machine, native_backend
 from ..base import METRICS_CONFIG, Endpoints, ServerOptions, wait_ready
 from ..instance import ADMIN_HEADER, LOG_FILE, STUB_NAME, Instance, admin_key, dead_stubs, forget, spawn, start_failure, stop
@@ -24,6 +24,29 @@ from .wheel import TritonInstall, server_library
 # APIs that change the server or read beyond inference (log settings, traces, the repository's load/unload,
 # shared-memory registration): restricted to clients that send ADMIN_HEADER with the instance's key.
 RESTRICTED_APIS = ("logging", "trace", "model-repository", "shared-memory")
+
+
+def needs_native(repository: Path, config_name: str | None) -> bool:
+    """Whether a server of `repository` selecting `config_name` (None: each model's config.pbtxt) loads a config
+    on Triton's onnxruntime backend: every production config of a model step, and a model without a config of
+    that name (Triton then loads its config.pbtxt: a repository that tokenizes in its graphs has no fused one)."""
+    if config_name is None:
+        return True
+    for config in Path(repository).glob(f"*/{CONFIG_FILE}"):
+        if not (config.parent / CONFIGS_DIR / f"{config_name}.pbtxt").is_file() and \
+                'platform: "onnxruntime_onnx"' in config.read_text(encoding="utf-8"):
+            return True
+    return False
+
+
+def operator_library_of(repository: Path) -> Path | None:
+    """The operator library the repository's tokenizer graphs ship (each such step's folder holds a copy), or None;
+    copies that differ are refused, as a server finds one by its name."""
+    copies = sorted(Path(repository).glob(f"*/{GRAPH_LIBRARY_FILE}"))
+    if len({c.read_bytes() for c in copies}) > 1:
+        raise TritonizeError(f"the models of {repository} carry different {GRAPH_LIBRARY_FILE} ({copies[0].parent.name}, "
+                             f"{copies[-1].parent.name}), and a server loads one", hint="generate one of them again")
+    return copies[0] if copies else None
 
 
 class TritonProcess:
@@ -70,9 +93,11 @@ class TritonProcess:
         return cmd
 
     def prepare_backend(self, install: TritonInstall) -> Path:
-        """A backend directory with the Python backend and the stub for this interpreter, and for the production
-        configs the native onnxruntime backend."""
-        native = native_backend.find(self.onnxruntime_backend) if self.config_name is None else None
+        """A backend directory with the Python backend and the stub for this interpreter, and where a config it
+        serves runs on onnxruntime, the native onnxruntime backend, with the operator library the repository's
+        tokenizer graphs name beside it (found there through libonnxruntime's RUNPATH, $ORIGIN)."""
+        repository = Path(self.options.repository)
+        native = native_backend.find(self.onnxruntime_backend) if needs_native(repository, self.config_name) else None
         backends = self.directory / "backends"
         target = backends / "python"
         shutil.rmtree(backends, ignore_errors=True)
@@ -82,17 +107,11 @@ class TritonProcess:
                 shutil.copy2(item, target / item.name)
         shutil.copy2(install.stub, target / STUB_NAME)
         if native:
-            native.lay_out(backends / "onnxruntime", server_library(install))
-        self._link_repository()
+            onnxruntime = native.lay_out(backends / "onnxruntime", server_library(install))
+            library = operator_library_of(repository)
+            if library is not None:
+                shutil.copy2(library, onnxruntime / GRAPH_LIBRARY_FILE)
         return backends
-
-    def _link_repository(self) -> None:
-        """models/ in the server's working directory: the repository, where model steps that tokenize inside
-        their graph find their operator library (their configs name it by that path, so the repository moves)."""
-        link = self.directory / GRAPH_LIBRARY_ROOT
-        if link.is_symlink() or link.is_file():
-            link.unlink()
-        link.symlink_to(Path(self.options.repository).resolve(), target_is_directory=True)
 
     @staticmethod
     def env(install: TritonInstall) -> dict[str, str]:

@@ -1,0 +1,80 @@
+"""The texts step of a repository that tokenizes in its graphs: each request's texts checked as the Python
+tokenizer step checks them (serving/texts.py) and handed on unchanged.
+
+It runs each request on its own (no batching), so a request it refuses fails alone: the graph after it batches
+requests together, and a graph fails its whole batch or none of it. Checked in the order of serving/texts.py: the
+request's bytes of text against the bound, each text's UTF-8, blank texts. A refusal is onnxruntime's failure of the
+node named for it, so the error the client gets says what was refused and what to send.
+"""
+
+from __future__ import annotations
+
+import onnx
+from onnx import TensorProto, helper
+
+from ..spec import checked_text
+from .nodes import DOMAIN, TEXT, const, re2_range, text
+
+OPSET = 20  # RegexFullMatch
+OUTPUT = checked_text(TEXT)  # the texts, handed on to the model step
+TOO_LARGE = ("the request carries more bytes of text than this server's limit of {limit} bytes per request: send "
+             "fewer or shorter texts per request, or raise the limit (tritonize generate --max-request-bytes)")
+NOT_UTF8 = "TEXT holds a text that is not valid UTF-8: send UTF-8 encoded text"
+BLANK = "TEXT holds an empty or blank text: send at least one non-blank character"
+REFUSALS = (TOO_LARGE, NOT_UTF8, BLANK)
+
+
+def _blank_class() -> str:
+    """What Python's str.strip() strips (the Python step's blank test), as an RE2 class."""
+    codes = [c for c in range(0x110000) if chr(c).isspace()]
+    ranges, first = [], None
+    for k, code in enumerate(codes):
+        first = code if first is None else first
+        if k + 1 == len(codes) or codes[k + 1] != code + 1:
+            ranges.append(re2_range(first, code))
+            first = None
+    return "[" + "".join(ranges) + "]"
+
+
+def _refuse_if(flags: str, after: str, message: str, key: str) -> list[onnx.NodeProto]:
+    """A node, named `message`, that fails where any of the BOOL `flags` holds (it reads index 1 of a one-element
+    tensor), and only once the check `after` passed (its index adds that check's zero): checks refuse in order."""
+    return [helper.make_node("Cast", [flags], [f"t/{key}_n"], to=TensorProto.INT64),
+            helper.make_node("ReduceMax", [f"t/{key}_n", "t/zero_1"], [f"t/{key}_any"], keepdims=1),
+            helper.make_node("Add", [f"t/{key}_any", after], [f"t/{key}_at"]),
+            helper.make_node("Gather", ["t/one_zero", f"t/{key}_at"], [f"t/{key}_passed"], name=message)]
+
+
+def texts_graph(max_request_bytes: int) -> onnx.ModelProto:
+    """TEXT [N, 1] -> TEXT_CHECKED [N, 1], the same strings, where the request passes every check."""
+    nodes = [const("t/one_zero", [0]), const("t/zero_1", [0]), const("t/flat", [-1]), const("t/zero_s", 0),
+             const("t/one_s", 1), helper.make_node("Reshape", [TEXT, "t/flat"], ["t/texts"])]
+    passed = "t/one_zero"  # [0] once every check before passed
+    if max_request_bytes:  # the whole request's bytes: the end of each text's one part, summed (none: empty)
+        nodes += [
+            text("t/whole", "(?s)\\C+", ()),
+            helper.make_node("StringRegexSplitWithOffsets", ["t/texts", "t/whole", "t/whole"],
+                             ["t/parts", "t/begins", "t/ends", "t/rows"], domain=DOMAIN),
+            helper.make_node("ReduceSum", ["t/ends", "t/zero_1"], ["t/bytes"], keepdims=1),
+            const("t/limit", [max_request_bytes]),
+            helper.make_node("Greater", ["t/bytes", "t/limit"], ["t/too_large"]),
+            *_refuse_if("t/too_large", passed, TOO_LARGE.format(limit=max_request_bytes), "size"),
+        ]
+        passed = "t/size_passed"
+    nodes += [
+        helper.make_node("RegexFullMatch", ["t/texts"], ["t/utf8"], pattern="(?s).*"),  # RE2 matches UTF-8 alone
+        helper.make_node("Not", ["t/utf8"], ["t/not_utf8"]),
+        *_refuse_if("t/not_utf8", passed, NOT_UTF8, "utf8"),
+        helper.make_node("RegexFullMatch", ["t/texts"], ["t/blank"], pattern=f"{_blank_class()}*"),
+        *_refuse_if("t/blank", "t/utf8_passed", BLANK, "blank"),
+        # the texts come out through the last check, so that no check is left out of the graph
+        helper.make_node("Shape", ["t/texts"], ["t/n"]),
+        helper.make_node("Squeeze", ["t/n"], ["t/n_s"]),
+        helper.make_node("Range", ["t/zero_s", "t/n_s", "t/one_s"], ["t/rows_at"]),
+        helper.make_node("Add", ["t/rows_at", "t/blank_passed"], ["t/rows_checked"]),
+        helper.make_node("Gather", [TEXT, "t/rows_checked"], [OUTPUT], axis=0),
+    ]
+    graph = helper.make_graph(nodes, "texts", [helper.make_tensor_value_info(TEXT, TensorProto.STRING, ["batch", 1])],
+                              [helper.make_tensor_value_info(OUTPUT, TensorProto.STRING, ["batch", 1])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(DOMAIN, 1)],
+                             ir_version=9)
