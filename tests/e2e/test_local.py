@@ -199,22 +199,24 @@ def test_curl_sends_plain_json(emb, cls, emb_reference, cls_reference) -> None:
         text=True,
         timeout=60,
     )
-    assert bad.returncode != 0 and "is empty" in json.loads(bad.stdout)["error"]
+    assert bad.returncode != 0 and "empty or blank text" in json.loads(bad.stdout)["error"]
 
 
 # -- bad input: a clear error or a correct answer, and the server keeps serving --
 
 
+# The default repository checks texts in its texts step, a graph (docs/options.md): its refusals name the
+# check, not the row; the Python step's name the row (tests/e2e/test_reliability.py serves it too).
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_empty_string_is_rejected(emb, protocol) -> None:
-    with emb.client(protocol) as client, pytest.raises(ServerError, match=r"TEXT\[0\] is empty"):
+    with emb.client(protocol) as client, pytest.raises(ServerError, match=r"TEXT holds an empty or blank text: send"):
         client.embed([""])
     still_serving(emb, protocol)
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_invalid_utf8_is_rejected(emb, protocol) -> None:
-    with emb.client(protocol) as client, pytest.raises(ServerError, match=r"TEXT\[1\] is not valid UTF-8"):
+    with emb.client(protocol) as client, pytest.raises(ServerError, match=r"TEXT holds a text that is not valid UTF-8"):
         client.embed(["fine", b"caf\xe9 \xff\xfe"])
     still_serving(emb, protocol)
 
@@ -225,7 +227,7 @@ def test_a_long_text_is_truncated_and_a_huge_request_refused(emb, protocol) -> N
     the request bound (2 MiB of text) the request is refused by size, before it is decoded (docs/reliability.md)."""
     with emb.client(protocol) as client:
         got = client.embed([LONG_2500, LONG_10K])
-        with pytest.raises(ServerError, match=r"the request carries 2097153 bytes of text, over this server's limit "
+        with pytest.raises(ServerError, match=r"the request carries more bytes of text than this server's limit "
                                               r"of 2097152 bytes per request"):
             client.embed(["x" * (1024 * 1024), "y" * (1024 * 1024 + 1)])
     assert_close(got, st_embed(emb.source, [LONG_2500, LONG_10K]))
@@ -265,7 +267,7 @@ def test_bad_requests_fail_alone_inside_busy_batches(emb) -> None:
     reference = st_embed(emb.source, TEXTS)
     for i, res in enumerate(results):
         if i % 6 == 0:
-            assert res.error is not None and "is empty" in str(res.error)
+            assert res.error is not None and "empty or blank text" in str(res.error)
         else:
             assert res.ok, res.error
             assert_close(res.outputs["embedding"], reference[i % len(TEXTS)][None])
@@ -279,8 +281,8 @@ def test_concurrent_mixed_lengths_are_batched(emb) -> None:
     texts = [" ".join(words[j % len(words)] for j in range(1 + (i * 7) % 60)) for i in range(96)]
     steps = [f"{emb.name}_tokenizer", f"{emb.name}_model"]
     before = {m: model_stats(emb.endpoints, m) for m in steps}
-    # The local server runs tokenizer and model as one step (serving/fused_step.py): the tokenizer step idles.
-    tokenizer, fused = steps
+    # The texts step runs each request on its own; the model step batches texts of any length together.
+    texts_step, model = steps
 
     async def fire() -> list:
         async with AsyncTextClient(emb.endpoints.grpc, emb.name) as client:
@@ -291,30 +293,35 @@ def test_concurrent_mixed_lengths_are_batched(emb) -> None:
     got = np.concatenate([r.outputs["embedding"] for r in results])
     assert_close(got, st_embed(emb.source, texts))
 
-    assert model_stats(emb.endpoints, tokenizer) == before[tokenizer]
-    inferences, executions = (a - b for a, b in zip(model_stats(emb.endpoints, fused), before[fused]))
-    print(f"{fused}: {executions} batches for {inferences} requests")
+    checked = [a - b for a, b in zip(model_stats(emb.endpoints, texts_step), before[texts_step])]
+    assert checked == [len(texts), len(texts)]
+    inferences, executions = (a - b for a, b in zip(model_stats(emb.endpoints, model), before[model]))
+    print(f"{model}: {executions} batches for {inferences} requests")
     assert inferences == len(texts)
     assert executions < len(texts), f"{executions} batches for {len(texts)} requests"
 
 
-def test_the_graph_runs_nicer_than_the_step_that_admits_requests(emb) -> None:
-    """In the one step's stub the graph's threads (the worker, onnxruntime's) run GRAPH_NICE steps nicer than
-    its main thread, which admits and refuses requests in execute(): under overload refusals keep their core."""
+def test_the_graph_runs_nicer_than_the_step_that_admits_requests(tiny_python_repo, local_options, tmp_path) -> None:
+    """In the fused step's stub (the Python tokenizer step's layout) the graph's threads (the worker,
+    onnxruntime's) run GRAPH_NICE steps nicer than its main thread, which admits and refuses requests in
+    execute(): under overload refusals keep their core."""
     from tritonize.serving.fused_step import GRAPH_NICE
     from tritonize.serving.procfs import stat_fields
 
-    with emb.client("grpc") as client:
-        assert np.isfinite(client.infer(["a text"])["embedding"]).all()
-    stubs = [p for p in group_processes(emb.pid)
-             if f"{emb.name}_model" in Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")]
-    assert len(stubs) == 1, stubs
-
-    tasks = {int(t.name): int(stat_fields(t / "stat")[16]) for t in Path(f"/proc/{stubs[0]}/task").iterdir()}  # nice
-    main = tasks[stubs[0]]
-    nicer = [tid for tid, n in tasks.items() if n == min(19, main + GRAPH_NICE)]
-    assert len(nicer) >= (2 if (os.cpu_count() or 1) > 1 else 1), tasks  # the worker, onnxruntime's helpers
-    assert main < min(19, main + GRAPH_NICE), tasks
+    emb = serve(tiny_python_repo, local_options, tmp_path / "run")
+    try:
+        with emb.client("grpc") as client:
+            assert np.isfinite(client.infer(["a text"])["embedding"]).all()
+        stubs = [p for p in group_processes(emb.pid)
+                 if f"{emb.name}_model" in Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")]
+        assert len(stubs) == 1, stubs
+        tasks = {int(t.name): int(stat_fields(t / "stat")[16]) for t in Path(f"/proc/{stubs[0]}/task").iterdir()}
+        main = tasks[stubs[0]]
+        nicer = [tid for tid, n in tasks.items() if n == min(19, main + GRAPH_NICE)]
+        assert len(nicer) >= (2 if (os.cpu_count() or 1) > 1 else 1), tasks  # the worker, onnxruntime's helpers
+        assert main < min(19, main + GRAPH_NICE), tasks
+    finally:
+        stop_later(emb.runtime)
 
 
 def test_threaded_http_client(emb) -> None:
@@ -361,7 +368,7 @@ def test_client_script_prints_labels_and_errors(cls, cls_reference) -> None:
     assert all(len(r["labels"]) == 2 for r in rows)
 
     bad = script("http_client.py", "--url", cls.endpoints.http, "--model", cls.name, "")
-    assert bad.returncode == 1 and "is empty" in bad.stderr
+    assert bad.returncode == 1 and "empty or blank text" in bad.stderr
 
 
 # -- stop ----------------------------------------------------------------------

@@ -86,16 +86,15 @@ def test_up_status_logs_down_leaves_no_process(tiny_embedding_repo, local_option
         pid = runtime.server_pid
         assert http_get(f"{endpoints.http}/v2/health/ready")[0] == 200
         assert endpoints.http == f"http://127.0.0.1:{options.http_port}"
-        # The model step (tokenizer and graph in one, one instance that pipelines), and one each of the idle
-        # tokenizer and statistics steps (the production ensemble's).
-        assert len(stub_processes(pid)) == 3
+        # The default layout: the texts step and the model step are graphs on the onnxruntime backend, so no
+        # Python stub runs at all.
+        assert stub_processes(pid) == []
 
         status = runtime.status()
         assert status.running and status.ready
         states = {m.name: m.state for m in status.models}
         name = tiny_embedding_repo.name
-        assert states == {name: "READY", f"{name}_tokenizer": "READY", f"{name}_model": "READY",
-                          f"{name}_statistics": "READY"}
+        assert states == {name: "READY", f"{name}_tokenizer": "READY", f"{name}_model": "READY"}
         assert "Started GRPCInferenceService" in runtime.logs()
         assert len(runtime.logs(tail=3).splitlines()) <= 3
 
@@ -126,10 +125,10 @@ def test_context_manager_stops_the_server(tiny_classifier_repo, local_options, t
     assert machine.port_in_use("127.0.0.1", options.http_port) is False
 
 
-def test_failed_model_load_shows_the_servers_error(tiny_embedding_repo, local_options, tmp_path) -> None:
+def test_failed_model_load_shows_the_servers_error(tiny_python_repo, local_options, tmp_path) -> None:
     repo = tmp_path / "broken"
-    shutil.copytree(tiny_embedding_repo.repository, repo)
-    model_py = repo / f"{tiny_embedding_repo.name}_model" / "1" / "model.py"
+    shutil.copytree(tiny_python_repo.repository, repo)
+    model_py = repo / f"{tiny_python_repo.name}_model" / "1" / "model.py"
     model_py.write_text(model_py.read_text() + "\nimport module_that_does_not_exist_xyz\n")
     runtime = LocalRuntime(local_options(repo, tmp_path / "run"), quiet=True)
     with pytest.raises(TritonizeError) as info:
@@ -180,7 +179,7 @@ def test_deploy_local_cli(tiny_embedding_repo, local_options, tmp_path) -> None:
     assert deploy("status", *flags).returncode == 1
 
 
-def test_a_repository_with_the_earlier_fused_config_name_is_still_served_and_read(tiny_embedding_repo, local_options,
+def test_a_repository_with_the_earlier_fused_config_name_is_still_served_and_read(tiny_python_repo, local_options,
                                                                                    tmp_path) -> None:
     """Repositories written before the fused variant's configs were named configs/fused.pbtxt hold
     configs/local.pbtxt: the fused variant is served from those (not from config.pbtxt, which Triton falls back to
@@ -195,24 +194,24 @@ def test_a_repository_with_the_earlier_fused_config_name_is_still_served_and_rea
     from tritonize.spec.options import Overrides
 
     repo = tmp_path / "earlier"
-    shutil.copytree(tiny_embedding_repo.repository, repo)
+    shutil.copytree(tiny_python_repo.repository, repo)
     renamed = list(repo.glob(f"*/{CONFIGS_DIR}/{FUSED_CONFIG_NAME}.pbtxt"))
     assert len(renamed) == 4  # the ensemble, the idle tokenizer and statistics steps, and the fused step
     for config in renamed:
         config.rename(config.with_name(f"{EARLIER_FUSED_CONFIG_NAME}.pbtxt"))
     assert repository.variant_config(repo, FUSED_VARIANT) == EARLIER_FUSED_CONFIG_NAME
-    expected = chain.in_process(tiny_embedding_repo.repository)([("hello",)]).outputs["embedding"]
+    expected = chain.in_process(tiny_python_repo.repository)([("hello",)]).outputs["embedding"]
     np.testing.assert_allclose(chain.in_process(repo)([("hello",)]).outputs["embedding"], expected, atol=1e-6)
 
     repository.reconfigure(repo, Overrides(gather_us=0))
     assert not list(repo.glob(f"*/{CONFIGS_DIR}/{FUSED_CONFIG_NAME}.pbtxt"))
-    step = repo / f"{tiny_embedding_repo.name}_model" / CONFIGS_DIR / f"{EARLIER_FUSED_CONFIG_NAME}.pbtxt"
+    step = repo / f"{tiny_python_repo.name}_model" / CONFIGS_DIR / f"{EARLIER_FUSED_CONFIG_NAME}.pbtxt"
     assert 'key: "gather_us" value: { string_value: "0" }' in step.read_text()
 
     runtime = LocalRuntime(local_options(repo, tmp_path / "run"), quiet=True)
     with runtime as endpoints:
         assert runtime.config_name == EARLIER_FUSED_CONFIG_NAME
-        status, body = http_get(f"{endpoints.http}/v2/models/{tiny_embedding_repo.name}_model/config")
+        status, body = http_get(f"{endpoints.http}/v2/models/{tiny_python_repo.name}_model/config")
         assert status == 200 and json.loads(body)["backend"] == "python"  # the fused step, not onnxruntime's
-        with TextClient(endpoints.grpc, tiny_embedding_repo.name) as client:
+        with TextClient(endpoints.grpc, tiny_python_repo.name) as client:
             np.testing.assert_allclose(client.embed(["hello"]), expected, atol=1e-5)

@@ -132,14 +132,33 @@ def test_a_batch_of_two_texts_is_two_rows_never_a_pair(minilm) -> None:
 
 def test_the_whole_batch_goes_in_one_pass_without_a_loop_or_a_large_pattern(minilm) -> None:
     """What keeps the in-graph tokenizer cheap a row: no Loop over texts or pieces, and no pattern the extensions
-    would compile large on every call (the class of all dropped characters cost ~200 µs a call)."""
+    would compile large on every call (the class of all dropped characters cost ~200 µs a call). The one If is
+    the exact prefix's: the whole texts, tokenized again where a cut text's prefix was not truncated."""
     graph, _ = minilm
-    ops = {n.op_type for n in graph.graph.node}
-    assert "Loop" not in ops and "If" not in ops and "WordpieceTokenizer" in ops
-    constants = {n.output[0]: n.attribute[0].t for n in graph.graph.node if n.op_type == "Constant"}
-    patterns = [constants[i].string_data[0] for n in graph.graph.node if n.op_type.startswith("StringRegex")
+    (branching,) = [n for n in graph.graph.node if n.op_type == "If"]
+    then = next(a.g for a in branching.attribute if a.name == "then_branch")
+    nodes = list(graph.graph.node) + list(then.node)
+    ops = {n.op_type for n in nodes}
+    assert "Loop" not in ops and "WordpieceTokenizer" in ops
+    constants = {n.output[0]: n.attribute[0].t for n in nodes if n.op_type == "Constant"}
+    patterns = [constants[i].string_data[0] for n in nodes if n.op_type.startswith("StringRegex")
                 for i in n.input[1:] if i in constants]
     assert patterns and max(len(p) for p in patterns) < 1000
+
+
+def test_a_long_text_is_read_from_its_exact_prefix_unless_the_prefix_is_not_truncated(minilm) -> None:
+    """A 2 MB text: the prefix serves (its tokens reach the max length), the answer the whole text's. A text of
+    long words the vocabulary cannot split: its prefix holds few tokens, so the batch is tokenized whole."""
+    from tritonize.graph_tokenizer.prefix import cut_pattern
+
+    graph, encoder = minilm
+    huge = ("short words " * 200_000)[:2_000_000]
+    words = ("x" * 200 + " ") * 60
+    assert gt.first_difference(graph, encoder, [huge, words, "a short text"], TOKENS + ROW_FIELDS) is None
+    import re
+
+    cut = re.fullmatch(cut_pattern(16 * MAX_LENGTH), huge, flags=re.DOTALL)
+    assert cut and len(cut.group(1)) == 16 * MAX_LENGTH + 1  # "short words ": the first space at or after it
 
 
 def test_the_texts_own_marks_stay_in_their_row(minilm) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from ..client import build_request, split_url
+from ..serving.texts import graph_refusal
 from .catalog import ServedModel
 from .errors import ApiError
 
@@ -103,6 +104,8 @@ def triton_error(exc) -> ApiError:
     """Triton's own message kept, under the status its gRPC code means."""
     status = STATUS.get(str(exc.status()), 424)
     message = (exc.message() or str(exc)).strip()
+    if graph_refusal(message):  # a texts step's refusal (a graph's node failing by design): the sender's error
+        status = 422
     if str(exc.status()) in ("StatusCode.UNAVAILABLE",) and "queue" not in message.lower():
         status = 503  # nothing listens: the server is down, not busy
     return ApiError(status, f"Triton: {message}")

@@ -25,12 +25,13 @@ from onnx import TensorProto, compose, helper
 
 from ..errors import TokenizerRefused as Refused
 from ..serving.batching import ATTENTION_MASK, INPUT_IDS, ROW_FIELDS, TOKEN_COUNT, TRUNCATED
-from ..serving.tokenizer import TextEncoder
+from ..serving.tokenizer import TextEncoder, exact_prefixes
 from ..spec import (GRAPH_LIBRARY_FILE, GRAPH_MODEL_FILE, TOKENIZER_GRAPH_FILE, WARMUP_DIR, WARMUP_TEXT,
                     WARMUP_TEXT_FILE, RepoSpec)
 from .bpe import ByteLevelBPE, bpe_nodes
 from .bucketed import bucketed
 from .frame import TOKEN_TYPE_IDS, Template, frame_nodes
+from .prefix import with_prefix_cut
 from .gate import ADVERSARIAL_TEXTS, CORPUS, checked_texts, first_difference, session
 from .nodes import DOMAIN, OPSET, TEXT, prefixed, sort_nodes
 from .texts import OUTPUT as CHECKED
@@ -67,9 +68,11 @@ def tokenizer_graph(tokenizer_file: str | Path, max_length: int, buckets: tuple[
     truncated [N, 1] BOOL: the whole batch in one pass, each row on its own."""
     from tokenizers import Tokenizer
 
-    return assemble(family_nodes(Path(tokenizer_file), Path(folder) if folder else None),
-                    Template.of(Tokenizer.from_file(str(tokenizer_file))),
-                    max_length, buckets, pad_id, with_token_types)
+    graph = assemble(family_nodes(Path(tokenizer_file), Path(folder) if folder else None),
+                     Template.of(Tokenizer.from_file(str(tokenizer_file))), max_length, buckets, pad_id, with_token_types)
+    if exact_prefixes(json.loads(Path(tokenizer_file).read_text(encoding="utf-8"))):
+        return with_prefix_cut(graph, max_length)
+    return graph
 
 
 def assemble(family: list[onnx.NodeProto], template: Template, max_length: int, buckets: tuple[int, ...],
@@ -93,17 +96,19 @@ def compose_model(tokenizer: onnx.ModelProto, model: onnx.ModelProto, token_inpu
     """The tokenizer graph, then the model's: raw strings in, the model's outputs and the row outputs out."""
     model_opset = {o.domain: o.version for o in model.opset_import}
     tokenizer = onnx.version_converter.convert_version(tokenizer, model_opset.get("", OPSET)) \
-        if model_opset.get("", OPSET) != OPSET else tokenizer
+        if model_opset.get("", OPSET) != OPSET else onnx.ModelProto.FromString(tokenizer.SerializeToString())
     tokenizer.ir_version = model.ir_version
     del tokenizer.opset_import[:]
     tokenizer.opset_import.extend([helper.make_opsetid("", model_opset.get("", OPSET)), helper.make_opsetid(DOMAIN, 1)])
     # onnxruntime's fusions write com.microsoft nodes without importing their domain; the merged model's check wants it
     tokenizer.opset_import.extend(helper.make_opsetid(domain, 1) for domain in sorted({n.domain for n in model.graph.node})
                                   if domain not in model_opset and domain not in ("", DOMAIN))
-    merged = compose.merge_models(
-        tokenizer, model, io_map=[(n, n) for n in token_inputs],
-        outputs=[o.name for o in model.graph.output] + list(ROW_FIELDS),
-    )
+    # The tokenizer's outputs the model does not read go, but not their nodes: an If's branches read tensors no
+    # node lists as an input, which onnx.compose's pruning would cut away.
+    kept = [o for o in tokenizer.graph.output if o.name in (*token_inputs, *ROW_FIELDS)]
+    del tokenizer.graph.output[:]
+    tokenizer.graph.output.extend(kept)
+    merged = compose.merge_models(tokenizer, model, io_map=[(n, n) for n in token_inputs])
     onnx.checker.check_model(merged, full_check=False)
     return merged
 

@@ -44,6 +44,8 @@ ADVERSARIAL_TEXTS: tuple[str, ...] = (
     "url https://example.com/a?b=c&d=e#f and mail someone@example.org",
     "code: def f(x):\n    return x ** 2  # squared\n\t}",
     "a" * 300,
+    ("x" * 200 + " ") * 60 + "long words the vocabulary cannot split: a few tokens a 200-character word",
+    "short words " * 2000 + "read from an exact prefix",
     "supercalifragilisticexpialidocious " * 5,
     " ".join(["word"] * 600),
     "Accentuée " * 400,

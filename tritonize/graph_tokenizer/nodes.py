@@ -46,12 +46,22 @@ def rows_in() -> list[onnx.NodeProto]:
             helper.make_node("Shape", [TEXTS], [N_ROWS])]
 
 
+def reads(node: onnx.NodeProto) -> set[str]:
+    """What a node reads: its inputs, and what the graphs of its attributes (an If's branches) read from outside."""
+    found = {i for i in node.input if i}
+    for attribute in node.attribute:
+        for graph in ([attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else list(attribute.graphs)):
+            inner = {o for n in graph.node for o in n.output} | {i.name for i in graph.input}
+            found |= {x for n in graph.node for x in reads(n) if x not in inner}
+    return found
+
+
 def sort_nodes(nodes: list[onnx.NodeProto], given: tuple[str, ...] = (TEXT,)) -> list[onnx.NodeProto]:
     """The nodes in an order where each reads only what earlier ones wrote (ONNX asks it of a graph)."""
     written = set(given)
     done, left = [], list(nodes)
     while left:
-        ready = [n for n in left if all(i in written for i in n.input if i)]
+        ready = [n for n in left if all(i in written for i in reads(n))]
         if not ready:
             raise ValueError(f"the tokenizer graph reads what no node writes: {left[0].input}")
         done += ready

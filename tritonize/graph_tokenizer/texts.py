@@ -12,16 +12,13 @@ from __future__ import annotations
 import onnx
 from onnx import TensorProto, helper
 
+from ..serving.texts import GRAPH_REFUSALS
 from ..spec import checked_text
 from .nodes import DOMAIN, TEXT, const, re2_range, text
 
 OPSET = 20  # RegexFullMatch
 OUTPUT = checked_text(TEXT)  # the texts, handed on to the model step
-TOO_LARGE = ("the request carries more bytes of text than this server's limit of {limit} bytes per request: send "
-             "fewer or shorter texts per request, or raise the limit (tritonize generate --max-request-bytes)")
-NOT_UTF8 = "TEXT holds a text that is not valid UTF-8: send UTF-8 encoded text"
-BLANK = "TEXT holds an empty or blank text: send at least one non-blank character"
-REFUSALS = (TOO_LARGE, NOT_UTF8, BLANK)
+TOO_LARGE, NOT_UTF8, BLANK = (GRAPH_REFUSALS[k] for k in ("too_large", "invalid_utf8", "empty"))
 
 
 def _blank_class() -> str:

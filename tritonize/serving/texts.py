@@ -17,6 +17,25 @@ from typing import Any
 import numpy as np
 
 
+# What a repository that tokenizes in graphs refuses in its texts step (graph_tokenizer/texts.py), by reason: the
+# words of the refusals below, without a row's index (a graph names none). The text is the name of the graph node
+# that fails, so it comes back inside onnxruntime's error; `graph_refusal` finds it there.
+GRAPH_REFUSALS = {
+    "too_large": ("the request carries more bytes of text than this server's limit of {limit} bytes per request: send "
+                  "fewer or shorter texts per request, or raise the limit (tritonize generate --max-request-bytes)"),
+    "invalid_utf8": "TEXT holds a text that is not valid UTF-8: send UTF-8 encoded text",
+    "empty": "TEXT holds an empty or blank text: send at least one non-blank character",
+}
+
+
+def graph_refusal(message: str) -> str | None:
+    """The reason a texts step refused a request, where its error `message` holds one (None: another error)."""
+    for reason, words in GRAPH_REFUSALS.items():
+        if words.split("{", 1)[0] in message:
+            return reason
+    return None
+
+
 class InvalidText(ValueError):
     """A request's text cannot be used: reported to that request only, as INVALID_ARG; `reason` is what the
     step counts it under (serving/metrics.py)."""
