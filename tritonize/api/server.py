@@ -44,10 +44,12 @@ def api_key(value: str | None, key_file: Path | None) -> str | None:
 WORKERS_ENV = "TRITONIZE_API_WORKERS"  # --workers where no flag is given (compose sets it from API_WORKERS)
 # --enable-chunked-processing and --chunk-overlap where no flag is given ("1"/"true" turns chunking on).
 CHUNKED_ENV, CHUNK_OVERLAP_ENV = "TRITONIZE_API_CHUNKED_PROCESSING", "TRITONIZE_API_CHUNK_OVERLAP"
+COALESCE_ENV = "TRITONIZE_API_COALESCE"  # --coalesce where no flag is given ("0"/"false" turns it off)
 
 
-def env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+def env_flag(name: str, default: bool = False) -> bool:
+    value = os.environ.get(name, "").strip().lower()
+    return value in ("1", "true", "yes", "on") if value else default
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -73,6 +75,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"(default: ${CHUNKED_ENV}, else off; docs/api.md)")
     p.add_argument("--chunk-overlap", type=int, default=int(os.environ.get(CHUNK_OVERLAP_ENV) or 0),
                    help=f"tokens each window shares with the one before it (default: ${CHUNK_OVERLAP_ENV}, else 0)")
+    p.add_argument("--coalesce", action=argparse.BooleanOptionalAction, default=env_flag(COALESCE_ENV, True),
+                   help="send requests to one model that arrive together to Triton as one request of many rows, "
+                        "each answered with its own rows (a request that finds the model idle does not wait; "
+                        f"docs/api.md) (default: ${COALESCE_ENV}, else on)")
     p.add_argument("--allow-image-hosts", default="", metavar="HOST[,HOST...]",
                    help="fetch the images a request gives by http(s) URL from these hosts (host names or host:port, "
                         "matched exactly; a name alone is the scheme's own port): no redirects followed, "
@@ -91,7 +97,8 @@ def settings_from(args: argparse.Namespace) -> ApiSettings:
                        max_client_batch_size=args.max_client_batch_size,
                        max_concurrent_requests=args.max_concurrent_requests, workers=args.workers,
                        chunked_processing=args.enable_chunked_processing, chunk_overlap=args.chunk_overlap,
-                       image_hosts=image_hosts(args.allow_image_hosts))
+                       image_hosts=image_hosts(args.allow_image_hosts), coalesce=args.coalesce)
+
 
 
 def serve(settings: ApiSettings) -> None:
