@@ -45,9 +45,10 @@ Dimensions = Annotated[Optional[Annotated[int, refused_beyond(minimum=1)]], Fiel
 
 
 class Body(BaseModel):
-    """Unknown fields are ignored, as the services these shapes come from ignore them."""
+    """Unknown fields are ignored, as the services these shapes come from ignore them. Types are strict: a value
+    of another JSON type is refused, never coerced (`"truncate": 0` is not false, `"top_n": "3"` is not 3)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
 
 
 # -- errors -------------------------------------------------------------------------------------------------------

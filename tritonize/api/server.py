@@ -100,6 +100,12 @@ def settings_from(args: argparse.Namespace) -> ApiSettings:
                        image_hosts=image_hosts(args.allow_image_hosts), coalesce=args.coalesce)
 
 
+# How the API runs on uvicorn: its event loop and HTTP parser in C where installed (uvloop, httptools: the api
+# extra), no access log, and no rewriting of the client's address from proxy headers (nothing here reads it).
+# The bench's empty endpoint runs the same way (bench/asgi_floor.py).
+UVICORN = {"loop": "auto", "http": "auto", "log_level": "warning", "access_log": False,
+           "proxy_headers": False, "timeout_graceful_shutdown": 10}
+
 
 def serve(settings: ApiSettings) -> None:
     """One process, or `workers` processes that uvicorn starts on one socket (and starts again if one dies)."""
@@ -107,8 +113,7 @@ def serve(settings: ApiSettings) -> None:
 
     from .app import create_app
 
-    run = {"host": settings.host, "port": settings.port, "log_level": "warning", "access_log": False,
-           "timeout_graceful_shutdown": 10}
+    run = {**UVICORN, "host": settings.host, "port": settings.port}
     if settings.workers == 1:
         uvicorn.run(create_app(settings), **run)
         return
