@@ -75,7 +75,8 @@ class TritonBackend:
         name = ensemble or model.name
         if rows <= size:
             whole = request_parameters(parameters, 0, rows)
-            if self.coalescer is not None and model.name in self.coalesced and not per_row(parameters):
+            # A request that fills a batch alone gains nothing from a lane.
+            if rows < size and self.coalescer is not None and model.name in self.coalesced and not per_row(parameters):
                 return await self.coalescer.infer(name, inputs, outputs, whole, size,
                                                   int(model.manifest.options.max_request_bytes or 0))
             return await self._infer_once(name, inputs, outputs, whole)

@@ -66,9 +66,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-concurrent-requests", type=int, default=DEFAULT_MAX_CONCURRENT,
                    help="requests in flight before 429, over all workers (default: %(default)s)")
     p.add_argument("--workers", type=int, default=os.environ.get(WORKERS_ENV) or 1,
-                   help="processes answering on the one port: one spends 0.6-0.7 ms of a core on a single-text "
-                        "request (docs/benchmark.md), so past about 1,500 requests/s it needs more; metrics are "
-                        f"summed over them (default: ${WORKERS_ENV}, else 1)")
+                   help="processes answering on the one port: one spends about 0.17-0.3 ms of a core on a "
+                        "single-text request under load (docs/api.md), so past a few thousand requests/s it needs "
+                        f"more; metrics are summed over them (default: ${WORKERS_ENV}, else 1)")
     p.add_argument("--enable-chunked-processing", action=argparse.BooleanOptionalAction, default=env_flag(CHUNKED_ENV),
                    help="embed a text longer than the model reads as max-length windows, pooled by their tokens, where "
                         "a request does not say (its `enable_chunked_processing`); off: such a text is cut at its end "
