@@ -29,17 +29,23 @@ ANY_MODEL_PATHS = ("/tokenize", "/decode", "/info")  # routes of no one task: th
 DECODE_PATH = "/decode"
 
 
+def mark(node: Any, chosen: Callable[[dict], bool], key: str, value: Any) -> None:
+    """`key: value` on every schema node, however deep, that `chosen` picks."""
+    if isinstance(node, dict):
+        if chosen(node):
+            node[key] = value
+        for child in node.values():
+            mark(child, chosen, key, value)
+    elif isinstance(node, list):
+        for child in node:
+            mark(child, chosen, key, value)
+
+
 def batch_bound(node: Any, limit: int) -> None:
     """`maxItems` on every list of texts (or pairs) a request carries: those are the arrays that declare
     `minItems: 1` and no bound of their own."""
-    if isinstance(node, dict):
-        if node.get("type") == "array" and node.get("minItems") == 1 and "maxItems" not in node:
-            node["maxItems"] = limit
-        for value in node.values():
-            batch_bound(value, limit)
-    elif isinstance(node, list):
-        for value in node:
-            batch_bound(value, limit)
+    mark(node, lambda n: n.get("type") == "array" and n.get("minItems") == 1 and "maxItems" not in n, "maxItems",
+         limit)
 
 
 def request_components(paths: tuple[str, ...]) -> set[str]:
@@ -175,11 +181,4 @@ def vocabulary_size(model: ServedModel) -> int:
 
 def within_vocabulary(node: Any, largest: int) -> None:
     """`maximum` on every token id a schema node holds (the integers that declare `minimum: 0`)."""
-    if isinstance(node, dict):
-        if node.get("type") == "integer" and node.get("minimum") == 0:
-            node["maximum"] = largest
-        for value in node.values():
-            within_vocabulary(value, largest)
-    elif isinstance(node, list):
-        for value in node:
-            within_vocabulary(value, largest)
+    mark(node, lambda n: n.get("type") == "integer" and n.get("minimum") == 0, "maximum", largest)
