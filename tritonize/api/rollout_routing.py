@@ -202,8 +202,7 @@ class Rollouts:
     def mirror(self, model: str, vectors: np.ndarray,
                candidate_vectors: Callable[[str], Awaitable[np.ndarray]]) -> None:
         """Mirror this request to the model's shadow with its share's probability, in the background: the caller
-        already has its answer, and never sees the shadow's."""
-        self.refresh()
+        already has its answer, and never sees the shadow's. The state is as `target` read it for this request."""
         rollout = self.by_model.get(model)
         if rollout is None or rollout.kind != SHADOW or not self.routed(rollout) or random.random() * 100 >= rollout.percent:
             return
