@@ -165,7 +165,10 @@ def test_bench_rerank_measures_each_ranker_and_what_late_interaction_is_made_of(
 def test_bench_stand_in_measures_the_host_cpu_around_a_model_that_costs_nothing(tiny_embedding_repo, native_backend,
                                                                                 tmp_path, capsys) -> None:
     """The production variant with the model step's graph replaced, over gRPC and the API, one text and eight to a
-    request, then the empty ensemble: every figure adds up, and the stand-in's own share is small."""
+    request, then the empty ensemble and the empty ASGI endpoint: every figure adds up, and the stand-in's own
+    share is small; a request the API refuses is measured with the API up, against a served one."""
+    from tritonize.bench import api_costs
+    from tritonize.bench.asgi_floor import LABEL
     from tritonize.bench.cpu import API, CLIENT, SERVER
     from tritonize.bench.stand_in import EMPTY_SYSTEM, h100_rows_per_s
 
@@ -175,12 +178,23 @@ def test_bench_stand_in_measures_the_host_cpu_around_a_model_that_costs_nothing(
                "--protocols", "grpc,api", "--output", str(out)])
     assert rc == 0
     doc = json.loads((out / "bench.json").read_text())
-    assert doc["meta"]["variant"] == "production" and doc["targets"] == []
+    assert doc["meta"]["variant"] == "production"
     assert all(c["passed"] for by in doc["checks"].values() for c in by.values())  # answered as the in-process chain
-    shapes = {(r["system"], r["texts_per_request"]) for r in doc["runs"] + doc["empty"]}
-    assert shapes == {(s, n) for s in ("triton-grpc", "triton-api", EMPTY_SYSTEM) for n in (1, 8)}
+    served = [r for r in doc["runs"] if r["system"] != api_costs.REFUSED_SYSTEM]
+    shapes = {(r["system"], r["texts_per_request"]) for r in served + doc["empty"] + doc["api_floor"]}
+    assert shapes == {(s, n) for s in ("triton-grpc", "triton-api", EMPTY_SYSTEM, api_costs.FLOOR_SYSTEM) for n in (1, 8)}
+    (refused,) = [r for r in doc["runs"] if r["system"] == api_costs.REFUSED_SYSTEM]
+    assert refused["completed"] == 60 and refused["errors"] == 0  # each answered 422, as the sender expects
+    assert 0 < refused["host_cpu"]["us_per_request"][API]
+    # At concurrency 4 only the refusal's target has its runs; it compares the API's CPU alone.
+    (target,) = doc["targets"]
+    single = next(r for r in served if r["system"] == "triton-api" and r["texts_per_request"] == 1)
+    assert target["value"] == pytest.approx(refused["host_cpu"]["us_per_request"][API]
+                                            / single["host_cpu"]["us_per_request"][API], abs=0.001)
+    for r in doc["api_floor"]:
+        assert r["completed"] == 60 and set(r["host_cpu"]["us_per_row"]) == {LABEL, CLIENT}
     name = tiny_embedding_repo.name
-    for r in doc["runs"] + doc["empty"]:
+    for r in served + doc["empty"]:
         assert r["completed"] == 60 and r["errors"] == 0, r
         h, n = r["host_cpu"], r["texts_per_request"]
         server = [k for k in h["us_per_row"] if k != CLIENT]

@@ -9,14 +9,17 @@ from __future__ import annotations
 import contextlib
 import secrets
 import time
+from collections.abc import Iterable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.routing import BaseRoute
+from starlette.types import Message, Receive, Scope, Send
 
 from .. import __version__
+from . import dispatch
 from .catalog import Catalog
 from .errors import ApiError
 from .openapi import served_document
@@ -25,7 +28,6 @@ from .routes.families import Envelope
 from .state import ApiSettings, ApiState, json_response
 
 OPEN_PATHS = frozenset({"/health"})  # answered without a key: probes send none
-VERSION_HEADER = b"x-model-version"  # the version of the model that answered
 DRAIN_CAP = 64 * 1024 * 1024  # a refused body up to this size is read to its end before the 413
 
 
@@ -41,61 +43,80 @@ def error_response(path: str, error: ApiError, by_path: dict[str, Envelope]):
 
 class Guard:
     """Pure ASGI, before any body is parsed: the key, the body-size bound, the in-flight bound, and a
-    count and a latency for every answer (by route, model and status)."""
+    count and a latency for every answer (by route, model and status). A POST route's request is then answered
+    here (api/dispatch.py); any other goes to FastAPI."""
 
-    def __init__(self, app: ASGIApp, state: ApiState):
+    def __init__(self, app: FastAPI, state: ApiState, routes: Iterable[BaseRoute]):
         self.app, self.state = app, state
         settings = state.settings
         self.key = settings.api_key.encode() if settings.api_key else None
         self.max_body = settings.max_body_bytes
+        self.endpoints = dispatch.endpoints(routes)
+        self.metrics: dict[tuple[str, str, str, str], tuple] = {}  # each label set's counter and histogram
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        start, status = time.perf_counter(), 500
+        try:
+            status = await self.serve(scope, receive, send)
+        finally:
+            self.record(scope, status, time.perf_counter() - start)
+
+    async def serve(self, scope: Scope, receive: Receive, send: Send) -> int:
+        """The request answered; its status."""
         path, state = scope["path"], self.state
-        start, status = time.perf_counter(), [500]
+        headers = dict(scope["headers"])
+        kind = state.envelopes.get(path, "openai")
+        refusal = self.refuse(scope, headers)
+        if refusal:
+            if refusal.status == 413:
+                await drain(receive, DRAIN_CAP)
+            return await dispatch.refuse(send, refusal, kind)
+        endpoint = self.endpoints.get(path) if scope["method"] == "POST" else None
+        if endpoint is not None or (b"content-length" not in headers and scope["method"] in ("POST", "PUT", "PATCH")):
+            body = await self.read_bounded(receive)
+            if isinstance(body, ApiError):
+                return await dispatch.refuse(send, body, kind)
+            receive = replay(body)
+        state.in_flight += 1
+        state.in_flight_gauge.inc()
+        try:
+            if endpoint is not None:
+                return await dispatch.answer(endpoint, self.app, scope, receive, send, body,
+                                             headers.get(b"content-type"), kind)
+            return await self.through_fastapi(scope, receive, send)
+        finally:
+            state.in_flight -= 1
+            state.in_flight_gauge.dec()
+
+    async def through_fastapi(self, scope: Scope, receive: Receive, send: Send) -> int:
+        status = [500]
 
         async def sending(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status[0] = message["status"]
                 version = (scope.get("state") or {}).get("version")
                 if version:  # which version answered: during a canary, either of two
-                    message = {**message, "headers": [*message.get("headers", []), (VERSION_HEADER, version.encode())]}
+                    message = {**message, "headers": [*message.get("headers", []),
+                                                      (dispatch.VERSION_HEADER, version.encode())]}
             await send(message)
 
-        try:
-            refusal = self.refuse(scope)
-            if refusal:
-                if refusal.status == 413:
-                    await drain(receive, DRAIN_CAP)
-                await error_response(path, refusal, state.envelopes)(scope, receive, sending)
-                return
-            if b"content-length" not in dict(scope["headers"]) and scope["method"] in ("POST", "PUT", "PATCH"):
-                body = await self.read_bounded(receive)
-                if isinstance(body, ApiError):
-                    await error_response(path, body, state.envelopes)(scope, receive, sending)
-                    return
-                receive = replay(body)
-            state.in_flight += 1
-            state.in_flight_gauge.inc()
-            try:
-                await self.app(scope, receive, sending)
-            finally:
-                state.in_flight -= 1
-                state.in_flight_gauge.dec()
-        finally:
-            route = path if path in self.routes else "unmatched"
-            served = scope.get("state") or {}
-            model, version = served.get("model", ""), served.get("version", "")
-            state.requests.labels(route, model, version, str(status[0])).inc()
-            state.latency.labels(route, model, version).observe(time.perf_counter() - start)
+        await self.app(scope, receive, sending)
+        return status[0]
 
-    @property
-    def routes(self) -> frozenset[str]:
-        return self.state.route_paths
+    def record(self, scope: Scope, status: int, seconds: float) -> None:
+        """The answer's count and latency, by route (the app's own, else "unmatched"), model, version, status."""
+        served = scope.get("state") or {}
+        key = (scope["path"] if scope["path"] in self.state.route_paths else "unmatched", served.get("model", ""),
+               served.get("version", ""), str(status))
+        children = self.metrics.get(key)
+        if children is None:
+            children = self.metrics[key] = (self.state.requests.labels(*key), self.state.latency.labels(*key[:3]))
+        children[0].inc()
+        children[1].observe(seconds)
 
-    def refuse(self, scope: Scope) -> ApiError | None:
-        headers = dict(scope["headers"])
+    def refuse(self, scope: Scope, headers: dict[bytes, bytes]) -> ApiError | None:
         if self.key and scope["path"] not in OPEN_PATHS:
             given = headers.get(b"authorization", b"")
             scheme, _, token = given.partition(b" ")
@@ -114,7 +135,7 @@ class Guard:
                              "(--max-body-bytes)", code="payload_too_large")
 
     async def read_bounded(self, receive: Receive) -> bytes | ApiError:
-        """A body sent without Content-Length (chunked) is read here, and refused once over the bound."""
+        """The body, refused once over the bound (a body sent without Content-Length, chunked, is counted here)."""
         chunks, size, more = [], 0, True
         while more:
             message = await receive()
@@ -126,7 +147,7 @@ class Guard:
                 await drain(receive, DRAIN_CAP)
                 return self.too_large(size)
             more = message.get("more_body", False)
-        return b"".join(chunks)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 async def drain(receive: Receive, cap: int) -> None:
@@ -187,15 +208,7 @@ def create_app(settings: ApiSettings, catalog: Catalog | None = None) -> FastAPI
 
     @app.exception_handler(RequestValidationError)
     async def invalid_body(request: Request, exc: RequestValidationError):
-        first = exc.errors()[0] if exc.errors() else {}
-        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
-        message = f"{where}: {first.get('msg', 'invalid')}" if where else str(first.get("msg", "invalid body"))
-        if first.get("type") == "json_invalid":
-            message = "the body is not valid JSON"
-        elif first.get("type") in ("model_attributes_type", "dict_type") and not where:
-            message = "the body must be a JSON object (Content-Type: application/json)"
-        refusal = ApiError(422, message, where or None, "invalid_request")
-        return error_response(request.url.path, refusal, state.envelopes)
+        return error_response(request.url.path, dispatch.validation_refusal(list(exc.errors())), state.envelopes)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
@@ -210,4 +223,4 @@ def create_app(settings: ApiSettings, catalog: Catalog | None = None) -> FastAPI
     async def unexpected(request: Request, exc: Exception):
         return error_response(request.url.path, ApiError(500, f"{type(exc).__name__}: {exc}"), state.envelopes)
 
-    return Guard(app, state)  # type: ignore[return-value]
+    return Guard(app, state, [route for router in served for route in router.routes])  # type: ignore[return-value]

@@ -1,8 +1,8 @@
 """Triton over one shared gRPC channel (tritonclient's asyncio client), its failures as ApiErrors.
 
-Each API request is one Triton request carrying all its texts, so Triton's dynamic batching still merges
-requests from many clients; only a request with more texts than the ensemble's max batch size is split, and
-its pieces go out together.
+Requests to one ensemble that arrive together go out as one Triton request of many rows (api/coalesce.py), where
+every output the ensemble answers has one shape a row (a row's answer is then the same in any batch); a request
+with more rows than the ensemble's max batch size is split, and its pieces go out together.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import numpy as np
 from ..client import build_request, split_url
 from ..serving.texts import graph_refusal
 from .catalog import ServedModel
+from .coalesce import Coalescer, TritonFailure
 from .errors import ApiError
 
 # Triton's gRPC status -> the status the API answers. UNAVAILABLE is a full queue (the server sheds load).
@@ -36,13 +37,20 @@ def request_parameters(parameters: Parameters | None, lo: int, hi: int) -> dict[
     return {k: v if isinstance(v, str) else ",".join(map(str, v[lo:hi])) for k, v in parameters.items()}
 
 
+def per_row(parameters: Parameters | None) -> bool:
+    """Whether a request's parameters hold a value per row (they then travel with those rows alone)."""
+    return any(not isinstance(v, str) for v in (parameters or {}).values())
+
+
 class TritonBackend:
     """One asyncio gRPC client for the whole process; opened in the app's lifespan."""
 
-    def __init__(self, grpc_url: str, timeout_s: float = DEFAULT_TIMEOUT_S):
+    def __init__(self, grpc_url: str, timeout_s: float = DEFAULT_TIMEOUT_S, coalesce: bool = True):
         self.url, _ = split_url(grpc_url, "grpc")
         self.timeout_s = timeout_s
         self._client = None
+        self.coalescer = Coalescer(self._infer_once) if coalesce else None
+        self.coalesced: set[str] = set()  # the models whose every output has one shape a row (output_names)
 
     async def open(self) -> None:
         import tritonclient.grpc.aio as grpcclient
@@ -50,6 +58,8 @@ class TritonBackend:
         self._client = grpcclient.InferenceServerClient(self.url)
 
     async def close(self) -> None:
+        if self.coalescer is not None:
+            await self.coalescer.close()
         if self._client is not None:
             await self._client.close()
             self._client = None
@@ -65,7 +75,12 @@ class TritonBackend:
         size = model.max_batch_size
         name = ensemble or model.name
         if rows <= size:
-            return await self._infer_once(name, inputs, outputs, request_parameters(parameters, 0, rows))
+            whole = request_parameters(parameters, 0, rows)
+            # A request that fills a batch alone gains nothing from a lane.
+            if rows < size and self.coalescer is not None and model.name in self.coalesced and not per_row(parameters):
+                return await self.coalescer.infer(name, inputs, outputs, whole, size,
+                                                  int(model.manifest.options.max_request_bytes or 0))
+            return await self._infer_once(name, inputs, outputs, whole)
         parts = await asyncio.gather(*(
             self._infer_once(name, {k: v[lo:lo + size] for k, v in inputs.items()}, outputs,
                              request_parameters(parameters, lo, lo + size))
@@ -88,7 +103,8 @@ class TritonBackend:
         return {o: result.as_numpy(o) for o in outputs}
 
     async def output_names(self, name: str) -> tuple[str, ...] | None:
-        """The ensemble's outputs from its metadata; None when Triton does not answer."""
+        """The ensemble's outputs from its metadata; None when Triton does not answer. Where each has one shape
+        a row (no axis but the batch's of variable size), its requests are coalesced."""
         from tritonclient.utils import InferenceServerException
 
         if self._client is None:
@@ -97,15 +113,20 @@ class TritonBackend:
             meta = await self._client.get_model_metadata(name, client_timeout=5.0)
         except InferenceServerException:
             return None
+        if all(d > 0 for o in meta.outputs for d in list(o.shape)[1:]):
+            self.coalesced.add(name)
+        else:
+            self.coalesced.discard(name)
         return tuple(o.name for o in meta.outputs)
 
 
-def triton_error(exc) -> ApiError:
+def triton_error(exc) -> TritonFailure:
     """Triton's own message kept, under the status its gRPC code means."""
-    status = STATUS.get(str(exc.status()), 424)
+    code = str(exc.status())
+    status = STATUS.get(code, 424)
     message = (exc.message() or str(exc)).strip()
     if graph_refusal(message):  # a texts step's refusal (a graph's node failing by design): the sender's error
         status = 422
-    if str(exc.status()) in ("StatusCode.UNAVAILABLE",) and "queue" not in message.lower():
+    if code == "StatusCode.UNAVAILABLE" and "queue" not in message.lower():
         status = 503  # nothing listens: the server is down, not busy
-    return ApiError(status, f"Triton: {message}")
+    return TritonFailure(status, f"Triton: {message}", grpc_status=code)

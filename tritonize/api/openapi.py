@@ -4,9 +4,11 @@ refuses besides.
 The models say what every deployment refuses (empty texts, token ids); a running server also refuses more texts
 than --max-client-batch-size (413), a model it does not serve or of another task (404, 400), no `model` where
 several could answer (400), and what its models do not declare: a Matryoshka size, a prompt name, an input type
-no declared prompt serves, `normalize: false` for a graph that normalises. Those are written here into the document /openapi.json
-serves, so that a request the document allows is one the server answers. A route whose task is not served
-keeps the models' schema: it answers 424, as documented.
+no declared prompt serves, `normalize: false` for a graph that normalises, a token id beyond the vocabulary. Those
+are written here into the document /openapi.json serves, so that a request the document allows is one the server
+answers. The document lists the routes the served models' tasks answer (their union, where several are served)
+and the routes of no one task; a route of a task not served here is left out (it still answers 424, naming what
+is served).
 """
 
 from __future__ import annotations
@@ -24,19 +26,26 @@ from .routes import routers
 from .task_routes import task_routes
 
 ANY_MODEL_PATHS = ("/tokenize", "/decode", "/info")  # routes of no one task: they read any model
+DECODE_PATH = "/decode"
+
+
+def mark(node: Any, chosen: Callable[[dict], bool], key: str, value: Any) -> None:
+    """`key: value` on every schema node, however deep, that `chosen` picks."""
+    if isinstance(node, dict):
+        if chosen(node):
+            node[key] = value
+        for child in node.values():
+            mark(child, chosen, key, value)
+    elif isinstance(node, list):
+        for child in node:
+            mark(child, chosen, key, value)
 
 
 def batch_bound(node: Any, limit: int) -> None:
     """`maxItems` on every list of texts (or pairs) a request carries: those are the arrays that declare
     `minItems: 1` and no bound of their own."""
-    if isinstance(node, dict):
-        if node.get("type") == "array" and node.get("minItems") == 1 and "maxItems" not in node:
-            node["maxItems"] = limit
-        for value in node.values():
-            batch_bound(value, limit)
-    elif isinstance(node, list):
-        for value in node:
-            batch_bound(value, limit)
+    mark(node, lambda n: n.get("type") == "array" and n.get("minItems") == 1 and "maxItems" not in n, "maxItems",
+         limit)
 
 
 def request_components(paths: tuple[str, ...]) -> set[str]:
@@ -132,13 +141,44 @@ def served_document(app: FastAPI, catalog: Catalog, max_client_batch_size: int) 
             narrow(components[name], {**common, "model": named(tuple(m for _, served in narrowed for m in served))},
                    name)
         batch_bound(components, max_client_batch_size)  # the lists the narrowing wrote, too
-        if len(catalog.models) > 1:  # /tokenize and /info read any model's: which one, `model` must say
-            for name in request_components(ANY_MODEL_PATHS):
-                narrow(components[name], {"model": named(catalog.models)})
-            for operation in (op for path in ANY_MODEL_PATHS for op in schema["paths"].get(path, {}).values()):
-                for parameter in operation.get("parameters", ()):
-                    if parameter["name"] == "model":
-                        parameter.update(required=True, schema=named(catalog.models))
+        answered = {p for routes in task_routes() if catalog.of_task(routes.contract) for p in routes.paths}
+        for path in {p for routes in task_routes() for p in routes.paths} - answered:
+            schema["paths"].pop(path, None)
+        any_model(schema, components, catalog)
         return schema
 
     return openapi
+
+
+def any_model(schema: dict, components: dict, catalog: Catalog) -> None:
+    """The routes that read any model's tokenizer: the prompt names every model declares, token ids within the
+    largest vocabulary, and, with several models, which one (`model` required)."""
+    if not catalog.models:
+        return
+    for name in request_components(("/tokenize",)):
+        common = set.intersection(*(set(m.prompts) for m in catalog.models))
+        narrow(components[name], {"prompt_name": {"anyOf": [{"type": "string", "enum": ["", *sorted(common)]},
+                                                             {"type": "null"}],
+                                                   "description": "a prompt every served model declares"}})
+    vocabulary = max(vocabulary_size(m) for m in catalog.models)
+    for name in request_components((DECODE_PATH,)):
+        within_vocabulary(components[name]["properties"]["ids"], vocabulary - 1)
+    if len(catalog.models) > 1:  # which model's tokenizer: `model` must say
+        for name in request_components(ANY_MODEL_PATHS):
+            narrow(components[name], {"model": named(catalog.models)})
+        for operation in (op for path in ANY_MODEL_PATHS for op in schema["paths"].get(path, {}).values()):
+            for parameter in operation.get("parameters", ()):
+                if parameter["name"] == "model":
+                    parameter.update(required=True, schema=named(catalog.models))
+
+
+def vocabulary_size(model: ServedModel) -> int:
+    """The ids the served tokenizer file decodes: its vocabulary, added tokens included."""
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(model.tokenizer_file)).get_vocab_size(with_added_tokens=True)
+
+
+def within_vocabulary(node: Any, largest: int) -> None:
+    """`maximum` on every token id a schema node holds (the integers that declare `minimum: 0`)."""
+    mark(node, lambda n: n.get("type") == "integer" and n.get("minimum") == 0, "maximum", largest)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
 import time
 from collections import deque
@@ -78,6 +79,7 @@ class Rollouts:
         from prometheus_client import Counter, Gauge, Histogram
 
         self.repository = Path(repository)
+        self._file = str(rollout_file(self.repository))  # stat'ed per request: a string, no Path built each time
         self.served = served  # a model's version where no rollout is in progress
         self.by_model: dict[str, Rollout] = {}
         self.tallies: dict[tuple[str, int], Tally] = {}
@@ -104,7 +106,7 @@ class Rollouts:
     # -- the state file ---------------------------------------------------------------------------------------------
     def refresh(self) -> None:
         try:
-            stamp = rollout_file(self.repository).stat().st_mtime_ns
+            stamp = os.stat(self._file).st_mtime_ns
         except OSError:
             stamp = None
         if stamp == self._stamp:
@@ -200,8 +202,7 @@ class Rollouts:
     def mirror(self, model: str, vectors: np.ndarray,
                candidate_vectors: Callable[[str], Awaitable[np.ndarray]]) -> None:
         """Mirror this request to the model's shadow with its share's probability, in the background: the caller
-        already has its answer, and never sees the shadow's."""
-        self.refresh()
+        already has its answer, and never sees the shadow's. The state is as `target` read it for this request."""
         rollout = self.by_model.get(model)
         if rollout is None or rollout.kind != SHADOW or not self.routed(rollout) or random.random() * 100 >= rollout.percent:
             return

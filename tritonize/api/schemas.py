@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, RootModel
 from pydantic.json_schema import SkipJsonSchema, WithJsonSchema
 from typing_extensions import TypedDict
 
@@ -27,8 +27,15 @@ def refused_beyond(**schema) -> Field:
     return Field(json_schema_extra=schema)
 
 
-# A text holds a character that is not white space: Triton's tokenizer step refuses a blank one (422).
-Text = Annotated[str, refused_beyond(minLength=1, pattern=r"\S")]
+def whole(value: object) -> object:
+    """JSON Schema's integer is a number without a fraction: 3.0 is 3 (a string or a boolean never is)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+Integer = Annotated[int, BeforeValidator(whole)]  # a request's integer, strict otherwise (bounds go before `whole`)
+# A text holds a character that is not white space: neither JSON Schema's (ECMAScript's \s) nor Python's, which the
+# tokenizer step strips (routes.parameters.blank refuses the others with 422).
+Text = Annotated[str, refused_beyond(minLength=1, pattern=r"[^\s\u001c-\u001f\u0085]")]
 TextList = Annotated[list[Text], refused_beyond(minItems=1)]
 TokenIds = list[int]
 Texts = Union[Text, Annotated[list[Union[Text, SkipJsonSchema[TokenIds]]], refused_beyond(minItems=1)],
@@ -40,14 +47,15 @@ Direction = Annotated[Literal["right", "left", "Right", "Left"],
 EitherDirection = Annotated[Literal["right", "left", "Right", "Left"], Field(
     description="which end of a long text is cut: right keeps its first tokens, left its last (as the tokenizer "
                 "cuts with truncation_side left)")]
-Dimensions = Annotated[Optional[Annotated[int, refused_beyond(minimum=1)]], Field(
+Dimensions = Annotated[Optional[Annotated[Integer, refused_beyond(minimum=1)]], Field(
     description="Matryoshka models only, at a size declared at generation")]
 
 
 class Body(BaseModel):
-    """Unknown fields are ignored, as the services these shapes come from ignore them."""
+    """Unknown fields are ignored, as the services these shapes come from ignore them. Types are strict: a value
+    of another JSON type is refused, never coerced (`"truncate": 0` is not false, `"top_n": "3"` is not 3)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
 
 
 # -- errors -------------------------------------------------------------------------------------------------------
@@ -106,7 +114,7 @@ class RerankRequest(Body):
     query: Text
     documents: Annotated[list[Union[Text, Document]], refused_beyond(minItems=1)]
     model: str | None = None
-    top_n: int | None = Field(None, ge=1)
+    top_n: Optional[Annotated[int, Field(ge=1), BeforeValidator(whole)]] = None
     return_documents: bool = False
 
 
@@ -245,8 +253,8 @@ class ScoreRequest(Body):
     data_1: Union[Text, TextList, None] = None
     data_2: Union[Text, TextList, None] = None
     model: str | None = None
-    truncate_prompt_tokens: Optional[Literal[-1]] = Field(None, description="-1 or none: long pairs are cut at "
-                                                                            "the model's max length")
+    truncate_prompt_tokens: Optional[Annotated[Literal[-1], BeforeValidator(whole)]] = Field(
+        None, description="-1 or none: long pairs are cut at the model's max length")
     use_activation: bool | None = Field(None, description="false: a cross-encoder's logits, before its activation")
 
 
@@ -265,7 +273,8 @@ class ScoreResponse(Body):
     usage: Usage
 
 
-TokenId = Annotated[int, Field(ge=0)]
+TokenId = Annotated[int, Field(ge=0, description="an id of the model's vocabulary (one beyond it is refused, 422)"),
+                    BeforeValidator(whole)]
 
 
 class TEIDecodeRequest(Body):

@@ -44,10 +44,12 @@ def api_key(value: str | None, key_file: Path | None) -> str | None:
 WORKERS_ENV = "TRITONIZE_API_WORKERS"  # --workers where no flag is given (compose sets it from API_WORKERS)
 # --enable-chunked-processing and --chunk-overlap where no flag is given ("1"/"true" turns chunking on).
 CHUNKED_ENV, CHUNK_OVERLAP_ENV = "TRITONIZE_API_CHUNKED_PROCESSING", "TRITONIZE_API_CHUNK_OVERLAP"
+COALESCE_ENV = "TRITONIZE_API_COALESCE"  # --coalesce where no flag is given ("0"/"false" turns it off)
 
 
-def env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+def env_flag(name: str, default: bool = False) -> bool:
+    value = os.environ.get(name, "").strip().lower()
+    return value in ("1", "true", "yes", "on") if value else default
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -64,15 +66,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-concurrent-requests", type=int, default=DEFAULT_MAX_CONCURRENT,
                    help="requests in flight before 429, over all workers (default: %(default)s)")
     p.add_argument("--workers", type=int, default=os.environ.get(WORKERS_ENV) or 1,
-                   help="processes answering on the one port: one spends 0.6-0.7 ms of a core on a single-text "
-                        "request (docs/benchmark.md), so past about 1,500 requests/s it needs more; metrics are "
-                        f"summed over them (default: ${WORKERS_ENV}, else 1)")
+                   help="processes answering on the one port: one spends about 0.17-0.3 ms of a core on a "
+                        "single-text request under load (docs/api.md), so past a few thousand requests/s it needs "
+                        f"more; metrics are summed over them (default: ${WORKERS_ENV}, else 1)")
     p.add_argument("--enable-chunked-processing", action=argparse.BooleanOptionalAction, default=env_flag(CHUNKED_ENV),
                    help="embed a text longer than the model reads as max-length windows, pooled by their tokens, where "
                         "a request does not say (its `enable_chunked_processing`); off: such a text is cut at its end "
                         f"(default: ${CHUNKED_ENV}, else off; docs/api.md)")
     p.add_argument("--chunk-overlap", type=int, default=int(os.environ.get(CHUNK_OVERLAP_ENV) or 0),
                    help=f"tokens each window shares with the one before it (default: ${CHUNK_OVERLAP_ENV}, else 0)")
+    p.add_argument("--coalesce", action=argparse.BooleanOptionalAction, default=env_flag(COALESCE_ENV, True),
+                   help="send requests to one model that arrive together to Triton as one request of many rows, "
+                        "each answered with its own rows (a request that finds the model idle does not wait; "
+                        f"docs/api.md) (default: ${COALESCE_ENV}, else on)")
     p.add_argument("--allow-image-hosts", default="", metavar="HOST[,HOST...]",
                    help="fetch the images a request gives by http(s) URL from these hosts (host names or host:port, "
                         "matched exactly; a name alone is the scheme's own port): no redirects followed, "
@@ -91,7 +97,14 @@ def settings_from(args: argparse.Namespace) -> ApiSettings:
                        max_client_batch_size=args.max_client_batch_size,
                        max_concurrent_requests=args.max_concurrent_requests, workers=args.workers,
                        chunked_processing=args.enable_chunked_processing, chunk_overlap=args.chunk_overlap,
-                       image_hosts=image_hosts(args.allow_image_hosts))
+                       image_hosts=image_hosts(args.allow_image_hosts), coalesce=args.coalesce)
+
+
+# How the API runs on uvicorn: its event loop and HTTP parser in C where installed (uvloop, httptools: the api
+# extra), no access log, and no rewriting of the client's address from proxy headers (nothing here reads it).
+# The bench's empty endpoint runs the same way (bench/asgi_floor.py).
+UVICORN = {"loop": "auto", "http": "auto", "log_level": "warning", "access_log": False,
+           "proxy_headers": False, "timeout_graceful_shutdown": 10}
 
 
 def serve(settings: ApiSettings) -> None:
@@ -100,8 +113,7 @@ def serve(settings: ApiSettings) -> None:
 
     from .app import create_app
 
-    run = {"host": settings.host, "port": settings.port, "log_level": "warning", "access_log": False,
-           "timeout_graceful_shutdown": 10}
+    run = {**UVICORN, "host": settings.host, "port": settings.port}
     if settings.workers == 1:
         uvicorn.run(create_app(settings), **run)
         return

@@ -46,6 +46,8 @@ class ApiSettings:
     chunk_overlap: int = 0  # tokens each window shares with the one before it
     # The hosts (host or host:port) whose images a request may name by URL; none: only the images' bytes are taken.
     image_hosts: tuple[str, ...] = ()
+    # Requests to one model that arrive together go to Triton as one request (api/coalesce.py).
+    coalesce: bool = True
 
 
 def fields_of(value: Any) -> Any:
@@ -72,7 +74,7 @@ class ApiState:
 
         self.settings = settings
         self.catalog = Catalog.read(settings.repository) if catalog is None else catalog
-        self.backend = TritonBackend(settings.grpc_url, settings.timeout_s)
+        self.backend = TritonBackend(settings.grpc_url, settings.timeout_s, settings.coalesce)
         self.images = ImageFetcher(settings.image_hosts, settings.max_body_bytes)
         self.outputs: dict[str, tuple[str, ...]] = {}  # what each ensemble returns, asked of Triton at start
         self._tokenizers: dict[str, Any] = {}

@@ -18,7 +18,9 @@ from .options import ALL_PEERS, DEFAULT_CONCURRENCY, DEFAULT_PROTOCOLS, BenchOpt
 from .runner import Bench, is_triton
 
 PEER_CHOICES = ALL_PEERS
-PROTOCOLS = ("grpc", "http", "api")  # api: `tritonize api`'s /v1/embeddings in front of the same server (embedders)
+# api: `tritonize api`'s /v1/embeddings in front of the same server (embedders); api-uncoalesced: the same with
+# --no-coalesce, each request sent to Triton alone
+PROTOCOLS = ("grpc", "http", "api", "api-uncoalesced")
 JSON_NAME, CHART_NAME = "bench.json", "bench.png"
 
 
@@ -82,7 +84,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"comma-separated (default: {','.join(map(str, DEFAULT_CONCURRENCY))}; with --stand-in "
                         f"{','.join(map(str, stand_in.CONCURRENCY))})")
     p.add_argument("--protocols", type=choice_list(PROTOCOLS), default=None,
-                   help=f"grpc,http,api (default: {','.join(DEFAULT_PROTOCOLS)}; with --stand-in "
+                   help=f"grpc,http,api,api-uncoalesced (default: {','.join(DEFAULT_PROTOCOLS)}; with --stand-in "
                         f"{','.join(stand_in.PROTOCOLS)}, api where the model is an embedder); api starts "
                         "`tritonize api` over gRPC, embedding models only")
     p.add_argument("--stand-in", action="store_true",

@@ -103,7 +103,7 @@ class CpuMeter:
     the measurement are reported as the model's share of the server (every other thread of the server does far
     less: gRPC, HTTP, the ensemble's scheduling)."""
 
-    server_pid: int
+    server_pid: int | None  # None: only the watched groups (a server that is not Triton)
     cores: int = field(default_factory=lambda: os.cpu_count() or 1)
     model_threads: int = 0
     # Other process groups that serve the measured requests, by label (the HTTP API: `watch(API, pid)`).
@@ -120,13 +120,13 @@ class CpuMeter:
         self.watched.pop(label, None)
 
     def _read(self) -> dict[str, float]:
-        totals = group_cpu_s(self.server_pid)
+        totals = group_cpu_s(self.server_pid) if self.server_pid else {}
         for label, pgid in self.watched.items():
             totals[label] = totals.get(label, 0.0) + process_group_cpu_s(pgid)
         return totals
 
     def start(self) -> None:
-        self._start_nicer = group_cpu_s(self.server_pid, nicer=True)
+        self._start_nicer = group_cpu_s(self.server_pid, nicer=True) if self.server_pid else {}
         self._start, self._t0 = self._read(), time.perf_counter()
         self._threads = thread_cpu_s(self.server_pid) if self.model_threads else {}
 
@@ -134,7 +134,8 @@ class CpuMeter:
         """Call it as soon as the load stops: what the server does after (statistics, metrics) is not the requests'."""
         wall = wall_s or (time.perf_counter() - self._t0)
         end = self._read()
-        nicer = {k: v - self._start_nicer.get(k, 0.0) for k, v in group_cpu_s(self.server_pid, nicer=True).items()}
+        nicer = {k: v - self._start_nicer.get(k, 0.0)
+                 for k, v in (group_cpu_s(self.server_pid, nicer=True) if self.server_pid else {}).items()}
         used = {k: max(0.0, v - self._start.get(k, 0.0)) for k, v in end.items()}
         used[CLIENT] = client_cpu_s
         per_request = {k: round(1e3 * v / completed, 3) for k, v in used.items()} if completed else {}

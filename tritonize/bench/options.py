@@ -9,7 +9,10 @@ from pathlib import Path
 from ..spec import DEFAULT_VARIANT
 from . import corpus, infinity, load, peers
 
-TRITON_LABELS = {"grpc": "Triton gRPC", "http": "Triton HTTP", "api": "API /v1/embeddings"}
+TRITON_LABELS = {"grpc": "Triton gRPC", "http": "Triton HTTP", "api": "API /v1/embeddings",
+                 "api-uncoalesced": "API, no coalescing"}
+# The API's protocols: `tritonize api` in front of the measured server, and with --no-coalesce (each request alone).
+API_PROTOCOLS = {"api": (), "api-uncoalesced": ("--no-coalesce",)}
 API_SYSTEM = "triton-api"  # `tritonize api` in front of the measured server, its answers checked on their own
 TRITON_SYSTEM = "triton"  # the checks: one for both protocols, the same server
 FLOOR = "floor"

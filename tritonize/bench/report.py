@@ -14,7 +14,8 @@ from .peers import PEERS
 from .cpu import API, CLIENT, NATIVE_MODEL, SERVER
 from .server_counters import GRAPH_BATCH
 
-SYSTEM_ORDER = ("triton-grpc", "triton-http", "triton-api", "doc", "doc-batched", *infinity.ENGINES)
+SYSTEM_ORDER = ("triton-grpc", "triton-http", "triton-api", "triton-api-uncoalesced", "triton-api-refused",
+                "api-floor", "doc", "doc-batched", *infinity.ENGINES)
 COLORS = {"triton-grpc": "#76b900", "triton-http": "#2a7ab0", "triton-api": "#1abc9c", "doc": "#c0392b", "doc-batched": "#e67e22",
           "infinity": "#8e44ad", "infinity-onnx": "#d35fb7", "floor": "#555555"}
 
@@ -29,7 +30,8 @@ def _waste(run: dict) -> str:
 
 
 ROLE_SHORT = {"tokenizer": "first"}  # documents written before the first step's role had its name
-CHECK_LABELS = {"triton": "Triton", "triton-api": "API /v1/embeddings", **{k: label for k, (label, _) in PEERS.items()},
+CHECK_LABELS = {"triton": "Triton", "triton-api": "API /v1/embeddings", "triton-api-uncoalesced": "API, no coalescing",
+                **{k: label for k, (label, _) in PEERS.items()},
                 **{k: e.label for k, e in infinity.ENGINES.items()}}
 
 
@@ -262,7 +264,8 @@ def targets_table(document: dict) -> Table | None:
     targets = document.get("targets") or []
     if not targets:
         return None
-    table = Table(title="Targets (Triton gRPC)", title_justify="left")
+    title = "Targets (the HTTP API, model step a stand-in)" if document.get("stand_in") else "Targets (Triton gRPC)"
+    table = Table(title=title, title_justify="left")
     for col in ("target", "workload", "conc", "measured", "limit", "rule", ""):
         table.add_column(col, justify="right" if col in ("conc", "measured", "limit") else "left")
     for t in targets:
@@ -287,7 +290,8 @@ def print_tables(document: dict, console: Console) -> None:
     for system, reason in (document.get("skipped") or {}).items():
         console.print(f"[yellow]{label_of(system)}: skipped: {reason}[/]")
     # A stand-in run's CPU is the host's around a model that costs nothing: the floor and the targets are not for it.
-    tables = ([breakdown_table(document), served_table(document), *host_cpu_tables(document)] if document.get("stand_in")
+    tables = ([breakdown_table(document), served_table(document), *host_cpu_tables(document), targets_table(document)]
+              if document.get("stand_in")
               else [breakdown_table(document), cpu_table(document), served_table(document), image_split_table(document),
                     targets_table(document)])
     for table in tables:
@@ -310,7 +314,7 @@ def host_cpu_tables(document: dict) -> list[Table]:
     """bench --stand-in: CPU per request and per row by process with the model step a stand-in, the empty
     ensemble beside it, and the host cores one H100 needs at each."""
     order = list(document["workloads"])
-    rows = [r for r in document["runs"] + document.get("empty", []) if r.get("host_cpu")]
+    rows = [r for r in document["runs"] + document.get("empty", []) + document.get("api_floor", []) if r.get("host_cpu")]
     rows.sort(key=lambda r: (_rank(r["system"]), order.index(r["workload"]), r["texts_per_request"], r["concurrency"]))
     if not rows:
         return []

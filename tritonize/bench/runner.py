@@ -27,7 +27,7 @@ from ..spec import CONFIG_FILE, ENSEMBLE, MODEL, PRODUCTION_VARIANT, repo_paths,
 from ..spec.options import Overrides
 from . import check, corpus, cpu, floor, infinity, load, peers, server_counters
 from .measured import measured_model, record, say_run, triton_endpoints
-from .options import API_SYSTEM, FLOOR, SHARED_CPU_NOTE, TRITON_LABELS, TRITON_SYSTEM, BenchOptions
+from .options import API_PROTOCOLS, API_SYSTEM, FLOOR, SHARED_CPU_NOTE, TRITON_LABELS, TRITON_SYSTEM, BenchOptions
 from .report import client_inclusive_floor, compared_system, label_of, split_system
 from .targets import SCALING, evaluate
 
@@ -82,6 +82,7 @@ class Bench:
         # The floor's batch-1 latencies, taken right around Triton's concurrency-1 run of each workload.
         self.batch1: dict[str, list[float]] = {}
         self.compared_meta: dict[str, dict] = {}  # per compared repository's tag: its folder, name and precision
+        self.api_url = ""  # the API's /v1, while one is measured
 
     def say(self, message: str) -> None:
         if not self.o.quiet:
@@ -130,6 +131,10 @@ class Bench:
                 with contextlib.ExitStack() as stack:
                     make = self.sender(protocol, http_url, grpc_url, stack, meter)
                     self.measure_protocol(protocol, make, snaps, meter, served)
+                    self.after_protocol(protocol, meter)
+
+    def after_protocol(self, protocol: str, meter: cpu.CpuMeter | None) -> None:
+        """What a kind of run measures besides, while the protocol's server is still up (bench/stand_in.py)."""
 
     def sender(self, protocol: str, http_url: str, grpc_url: str, stack: contextlib.ExitStack,
                meter: cpu.CpuMeter | None = None):
@@ -147,12 +152,15 @@ class Bench:
         (port,) = free_ports(1)
         work = Path(self.o.output) / ".run"
         work.mkdir(parents=True, exist_ok=True)
-        api = ApiProcess(self.o.repository, grpc_url, port=port, log_file=work / "api.log")
+        api = ApiProcess(self.o.repository, grpc_url, port=port, log_file=work / "api.log",
+                         extra=API_PROTOCOLS[protocol])
         url = stack.enter_context(api) + "/v1"
         if meter and api.proc:
             meter.watch(cpu.API, api.proc.pid)  # it leads its own process group
             stack.callback(meter.unwatch, cpu.API)
-        self._check(API_SYSTEM, TRITON_LABELS["api"], lambda row: ask(url, self.name, row, self.o.timeout_s), check.ATOL)
+        system = API_SYSTEM if protocol == "api" else f"triton-{protocol}"
+        self._check(system, TRITON_LABELS[protocol], lambda row: ask(url, self.name, row, self.o.timeout_s), check.ATOL)
+        self.api_url = url  # where after_protocol finds it
         return lambda n, request: load.OpenAIEmbeddings(url, self.name, self.o.timeout_s, n)
 
     def measure_protocol(self, protocol: str, make, snaps, meter, served) -> None:
@@ -399,7 +407,7 @@ class Bench:
         started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         if any(b != FLOOR for b in self.o.peers):
             self.source_folder()  # before anything is timed
-        if "api" in self.o.protocols and not self.api_measured():
+        if set(API_PROTOCOLS) & set(self.o.protocols) and not self.api_measured():
             raise TritonizeError(f"--protocols api measures /v1/embeddings; this repository's task is {self.task.name}",
                                  hint="use --protocols grpc,http")
         if corpus.IMAGES in self.workloads and self.o.protocols != ["grpc"]:

@@ -29,7 +29,7 @@ from ..runtime.machine import free_ports
 from ..serving.batching import bucket_for, parse_buckets
 from ..serving.tokenizer import parameters
 from ..spec import CONFIG_FILE, FIRST, MODEL_FILE, PRODUCTION_VARIANT, repo_paths
-from . import corpus, cpu, load, server_counters
+from . import api_costs, corpus, cpu, load, server_counters
 from .measured import measured_model, record, say_run
 from .options import BenchOptions
 from .runner import Bench
@@ -49,7 +49,7 @@ H100_ROWS_PER_S: dict[tuple[int, int], float] = {
 H100_BATCH = 64
 FLOAT_FILL = 1 / 3  # every float a stand-in answers: as many digits as a real answer's, so it serialises as long
 TEXTS_PER_REQUEST = (1, 64)  # single texts, and requests of 64 (the generated repositories' max batch)
-CONCURRENCY = [16, 64]
+CONCURRENCY = [8, 64]  # single texts are held to their targets at 64 clients, requests of 64 texts at 8
 PROTOCOLS = ["grpc", "api"]
 EMPTY_SYSTEM = "triton-empty"
 EMPTY, EMPTY_STEP, EMPTY_OUTPUT = "empty", "empty_step", "OUT"
@@ -308,21 +308,24 @@ def run(options: BenchOptions) -> dict:
     work, repo = Path(options.output) / ".run", Path(options.repository)
     name = measured_model(repo, options.model).name
     shadow = write_stand_in(repo, work / "stand-in", name)
-    bench = Bench(dataclasses.replace(options, repository=shadow, start_local=True))
+    bench = StandInBench(dataclasses.replace(options, repository=shadow, start_local=True))
     if "api" in options.protocols and not options.protocols_asked and not bench.api_measured():
         bench.o.protocols = [p for p in options.protocols if p != "api"]  # the default asks for it where it serves
     bench.say(f"[bold]Stand-in[/]: {name}'s model step answers from a graph that only fills its outputs ({shadow})")
     document = bench.run()
     empty = measure_empty(bench, write_empty(repo, work / "empty", name))
+    api = any(p.startswith("api") for p in bench.o.protocols)
+    floor = api_costs.measure_floor(bench, bench.manifest.model.head.dim) if api else []
     buckets = buckets_of(repo, name)
     rates = {(w, n): workload_rows_per_s(bench.workloads[w].row_lengths, n, buckets)
              for w in bench.workloads for n in options.texts_per_request}
-    for r in document["runs"] + empty:
+    for r in document["runs"] + empty + floor:
         figures = host_cpu(r, rates[r["workload"], r["texts_per_request"]])
         if figures:
             r["host_cpu"] = figures
     document["empty"] = empty
-    document["targets"] = []  # ratios between systems serving the real model: none here
+    document[api_costs.FLOOR_KEY] = floor
+    document["targets"] = api_costs.targets(document)  # the API's; Triton's targets are for the real model
     document["stand_in"] = {
         "h100_rows_per_s": {f"{b}x{t}": rate for (b, t), rate in H100_ROWS_PER_S.items()},
         "h100_batch": H100_BATCH,
@@ -332,6 +335,14 @@ def run(options: BenchOptions) -> dict:
     }
     document["meta"]["stand_in"] = True
     return document
+
+
+class StandInBench(Bench):
+    """A run that also measures, with the API up, what a request it refuses costs it (bench/api_costs.py)."""
+
+    def after_protocol(self, protocol: str, meter: cpu.CpuMeter | None) -> None:
+        if protocol == "api":
+            api_costs.measure_refusals(self, meter)
 
 
 def measure_empty(bench: Bench, repo: Path) -> list[dict]:

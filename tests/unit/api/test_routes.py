@@ -87,6 +87,32 @@ def test_request_bodies_parse_as_their_clients_send_them() -> None:
     assert similarity.parameters is None
 
 
+@pytest.mark.parametrize("body,field", [
+    (b'{"inputs": "a", "truncate": 0}', "truncate"),  # a number is not a boolean
+    (b'{"inputs": "a", "normalize": "true"}', "normalize"),  # nor is a string
+    (b'{"inputs": "a", "dimensions": "16"}', "dimensions"),  # a string is not a number
+    (b'{"inputs": "a", "dimensions": 16.5}', "dimensions"),
+    (b'{"inputs": 5}', "inputs"),  # a number is not a text
+])
+def test_request_bodies_are_strict(body: bytes, field: str) -> None:
+    """What the document's types refuse, the body refuses: no value is coerced into another type."""
+    with pytest.raises(ValidationError) as refused:
+        embedding_bodies.TEIEmbedRequest.model_validate_json(body)
+    assert {e["loc"][0] for e in refused.value.errors()} == {field}
+    assert embedding_bodies.TEIEmbedRequest.model_validate_json(b'{"inputs": "a", "truncate": false}').truncate is False
+
+
+def test_every_post_route_is_answered_without_fastapis_request_path() -> None:
+    """api/dispatch.py answers each POST route from its typed body and handler: none falls back unseen."""
+    from tritonize.api import dispatch
+
+    routes = [route for router in routers() for route in router.routes]
+    posts = {route.path for route in routes if "POST" in getattr(route, "methods", ())}
+    found = dispatch.endpoints(routes)
+    assert set(found) == posts and {"/v1/embeddings", "/v2/embed", "/embed", "/v1/rerank", "/decode"} <= posts
+    assert found["/v1/embeddings"].body is embedding_bodies.EmbeddingRequest
+
+
 def test_each_family_answers_in_its_envelope() -> None:
     error = invalid("passages must not be empty", "passages")
     assert envelope("/v1/ranking", error) == {"object": "error", "message": "passages must not be empty",

@@ -74,3 +74,17 @@ def test_chunked_processing_is_off_unless_the_flag_or_the_environment_turns_it_o
     assert server.settings_from(parser.parse_args([])).chunked_processing is True
     assert server.settings_from(parser.parse_args([])).chunk_overlap == 8
     assert server.settings_from(parser.parse_args(["--no-enable-chunked-processing"])).chunked_processing is False
+
+
+def test_coalescing_is_on_unless_the_flag_or_the_environment_turns_it_off(monkeypatch) -> None:
+    def settings(*args: str):
+        parser = argparse.ArgumentParser()
+        server.add_arguments(parser)
+        return server.settings_from(parser.parse_args(list(args)))
+
+    monkeypatch.delenv(server.COALESCE_ENV, raising=False)
+    assert settings().coalesce and not settings("--no-coalesce").coalesce
+    monkeypatch.setenv(server.COALESCE_ENV, "0")
+    assert not settings().coalesce and settings("--coalesce").coalesce
+    each = server.worker_settings(ApiSettings(repository=Path("r"), coalesce=False, workers=2))
+    assert server.settings_of_worker(json.dumps(each)).coalesce is False  # every worker runs as asked

@@ -15,12 +15,22 @@ from ..errors import ApiError
 from ..rollout_routing import CALLER_FAULTS, CALLER_HEADER
 from ..state import ApiState
 
+CALLER = CALLER_HEADER.lower().encode("latin-1")
+
+
+def caller(request: Request) -> str | None:
+    """The request's caller id, read from the raw headers (no header mapping built for one lookup)."""
+    for name, value in request.scope["headers"]:
+        if name == CALLER:
+            return value.decode("latin-1")
+    return None
+
 
 async def infer(state: ApiState, request: Request, model: ServedModel, inputs: Mapping[str, list[str]],
                 outputs: Sequence[str], parameters: Parameters | None = None) -> dict[str, np.ndarray]:
     """One inference through the version the rollout routes this caller to: a canary's failure that is not the
     request's own is answered by the served version; the version that answered is the request's."""
-    target = state.rollouts.target(model.name, request.headers.get(CALLER_HEADER))
+    target = state.rollouts.target(model.name, caller(request))
     if target.candidate:
         start = time.perf_counter()
         try:

@@ -11,7 +11,7 @@ from ..errors import invalid
 from ..state import state_of
 from .families import COHERE_RERANK, Router
 from .inference import ranked, ranking, scores, tokens
-from .parameters import texts_of
+from .parameters import blank, texts_of
 from .responses import INFERS, answered, documented
 
 router = Router(COHERE_RERANK)
@@ -21,8 +21,8 @@ router = Router(COHERE_RERANK)
 async def cohere_rerank(body: s.RerankRequest, request: Request) -> s.RerankResponse:
     state = state_of(request)
     model = state.catalog.find(ranking(), body.model)
-    if not body.query:
-        raise invalid("`query` must not be empty", "query", 422)
+    if not body.query or blank(body.query):
+        raise invalid("`query` must not be empty or blank", "query", 422)
     docs = texts_of([d if isinstance(d, str) else d.text for d in body.documents], "documents",
                     state.settings.max_client_batch_size)
     values, answer = await scores(state, request, model, body.query, docs)

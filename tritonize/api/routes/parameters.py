@@ -14,8 +14,17 @@ from ..errors import invalid
 from ..remote_images import RemoteImage
 
 
+# White space by JSON Schema's \s (ECMAScript's: the byte-order mark too) or by Python's (what the tokenizer step
+# strips: \x1c-\x1f and \x85 too): a text of nothing else is blank.
+BLANK = re.compile(r"[\s\ufeff]*")
+
+
+def blank(text: str) -> bool:
+    return BLANK.fullmatch(text) is not None
+
+
 def texts_of(value: Any, param: str, limit: int) -> list[str]:
-    """A string or a list of strings; token ids, empty strings and lists over the bound are refused."""
+    """A string or a list of strings; token ids, empty or blank strings and lists over the bound are refused."""
     items = [value] if isinstance(value, str) else list(value)
     if not items:
         raise invalid(f"`{param}` must not be empty", param, 422)
@@ -24,6 +33,8 @@ def texts_of(value: Any, param: str, limit: int) -> list[str]:
                       "tokenizer", param, 422)
     if any(not x for x in items):
         raise invalid(f"`{param}` holds an empty string", param, 422)
+    if any(blank(x) for x in items):
+        raise invalid(f"`{param}` holds a blank string (white space only)", param, 422)
     if len(items) > limit:
         raise invalid(f"`{param}` holds {len(items)} texts, over this server's limit of {limit} per request "
                       "(--max-client-batch-size)", param, 413)

@@ -23,8 +23,9 @@ async def tei_rerank(body: s.TEIRerankRequest, request: Request) -> s.TEIRanks:
     state = state_of(request)
     model = state.catalog.find(ranking(), body.model)
     right_only(body.truncation_direction)
+    query = texts_of(body.query, "query", 1)[0]
     docs = texts_of(body.texts, "texts", state.settings.max_client_batch_size)
-    values, answer = await scores(state, request, model, body.query, docs, raw=body.raw_scores)
+    values, answer = await scores(state, request, model, query, docs, raw=body.raw_scores)
     refuse_truncated(answer, body.truncate, model)
     return s.TEIRanks.model_construct([
         s.TEIRank.model_construct(index=i, score=float(values[i]), **({"text": docs[i]} if body.return_text else {}))
@@ -51,7 +52,10 @@ async def tei_tokenize(body: s.TEITokenizeRequest, request: Request) -> s.TEITok
     return s.TEITokens.model_construct(out)
 
 
-@router.post("/decode", responses=documented(s.TEIError, (*GUARDED, 400, 404, 422)))
+@router.post("/decode", responses={**documented(s.TEIError, (*GUARDED, 400, 404, 422)), 422: {
+    "model": s.TEIError, "description": "The body does not fit the schema, or an id is beyond the model's vocabulary "
+                                        "(the schema's `maximum` is the largest served vocabulary's; with several "
+                                        "models, a smaller one's is refused here)"}})
 @answered
 async def tei_decode(body: s.TEIDecodeRequest, request: Request) -> s.TEIDecoded:
     """Token ids back to text with the served tokenizer file, as text-embeddings-inference decodes them; an id

@@ -9,7 +9,7 @@ from typing import Annotated, Literal, Optional, Union
 
 import numpy as np
 from fastapi import Request
-from pydantic import Field, RootModel
+from pydantic import BeforeValidator, Field, RootModel
 
 from ...api import schemas as s
 from ...api.errors import invalid
@@ -17,7 +17,7 @@ from ...api.routes.families import TEI, VLLM, Router
 from ...api.routes.inference import refuse_truncated, run, tokens
 from ...api.routes.parameters import right_only, texts_of
 from ...api.routes.responses import INFERS, answered, documented
-from ...api.schemas import Body, Direction, Text, TextList, Texts, Usage, refused_beyond
+from ...api.schemas import Body, Direction, Text, TextList, Texts, Usage, refused_beyond, whole
 from ...api.state import state_of
 from ...api.task_routes import TaskRoutes, labelled
 from .contract import CONTRACT
@@ -51,8 +51,8 @@ class ClassifyRequest(Body):
 
     input: Texts
     model: str | None = None
-    truncate_prompt_tokens: Optional[Literal[-1]] = Field(None, description="-1 or none: long texts are cut at "
-                                                                            "the model's max length")
+    truncate_prompt_tokens: Optional[Annotated[Literal[-1], BeforeValidator(whole)]] = Field(
+        None, description="-1 or none: long texts are cut at the model's max length")
     use_activation: bool | None = Field(None, description="false: logits instead of the head's probabilities")
 
 

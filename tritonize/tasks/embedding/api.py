@@ -69,7 +69,8 @@ TEXTS_ONLY: dict[str, dict | None] = {
 }
 
 
-ROUTES = TaskRoutes(CONTRACT, ("/v1/embeddings", "/v2/embed", "/embed", "/similarity", "/embed_all"),
+# /embed_all is the multi-vector task's: it refuses an embedder (422), whose graph pools the token states inside.
+ROUTES = TaskRoutes(CONTRACT, ("/v1/embeddings", "/v2/embed", "/embed", "/similarity"),
                     lambda a, name, text: {"model": name, "input": [text]},
                     lambda head: {"embedding": {"pooling": head.pooling}}, accepts)
 
@@ -370,6 +371,8 @@ async def cohere_embed(body: b.CohereEmbedRequest, request: Request) -> b.Cohere
                       "tokens of each text (truncate NONE refuses a longer one)", "max_tokens", 400)
     if not body.embedding_types:
         raise invalid("`embedding_types` must not be empty", "embedding_types", 422)
+    if len(set(body.embedding_types)) != len(body.embedding_types):
+        raise invalid("`embedding_types` names a type twice", "embedding_types", 422)
     if body.output_dimension is not None and body.output_dimension < 1:
         raise invalid("`output_dimension` must be at least 1", "output_dimension", 400)
     if body.input_type == "image" and any(isinstance(x, str) for x in inputs):

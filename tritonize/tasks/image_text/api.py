@@ -25,7 +25,8 @@ def accepts(heads: tuple[Head, ...]) -> dict[str, dict]:
                            "description": "selects no prompt: texts are embedded as they are; image: images"}}
 
 
-ROUTES = TaskRoutes(CONTRACT, ("/v1/embeddings", "/v2/embed"),
+# /embed and /similarity: text-embeddings-inference's, for its texts (the text tower).
+ROUTES = TaskRoutes(CONTRACT, ("/v1/embeddings", "/v2/embed", "/embed", "/similarity"),
                     lambda a, name, text: {"model": name, "input": [text]}, accepts=accepts)
 
 IMAGES = CONTRACT.image_request  # a request's images (encoded files' bytes) -> the ensemble's IMAGE input

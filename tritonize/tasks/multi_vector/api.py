@@ -30,7 +30,11 @@ ROUTERS = (tei,)
 ROUTES = TaskRoutes(CONTRACT, ("/v1/rerank", "/v2/rerank", "/rerank", "/v1/ranking", "/score", "/v1/score",
                               "/embed_all"),
                     lambda a, name, text: {"model": name, "query": RERANK.sample_first, "documents": [text, "A fox."]},
-                    document_vectors=("/embed_all", lambda name, texts: {"model": name, "inputs": texts}))
+                    document_vectors=("/embed_all", lambda name, texts: {"model": name, "inputs": texts}),
+                    accepts=lambda heads: {"prompt_name": {"anyOf": [{"type": "string", "enum": list(FORMS)},
+                                                                     {"type": "null"}],
+                                                           "description": "the form each text is encoded in "
+                                                                          "(none: document)"}})
 
 
 class TEIEmbedAllRequest(Body):
@@ -83,7 +87,9 @@ async def tei_embed_all(body: TEIEmbedAllRequest, request: Request) -> TEITokenS
     text as a document unless `prompt_name` names the query form. An embedder pools inside its graph, so its
     per-token states never leave it: refused."""
     state = state_of(request)
-    model = state.catalog.find((EMBEDDING, CONTRACT), body.model)
+    # Unnamed, the one late-interaction model answers (an embedder beside it is not asked); a lone embedder refuses.
+    asked = (EMBEDDING, CONTRACT) if body.model or not state.catalog.of_task(CONTRACT) else CONTRACT
+    model = state.catalog.find(asked, body.model)
     right_only(body.truncation_direction)
     texts = texts_of(body.inputs, "inputs", state.settings.max_client_batch_size)
     if model.contract is not CONTRACT:
