@@ -6,6 +6,7 @@ it: a tritonserver started with an empty environment, from another working direc
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import time
@@ -52,7 +53,7 @@ def served(minilm_folder, minilm_repo, local_options, tmp_path_factory):
                            variant=PRODUCTION_VARIANT)
     endpoints = runtime.up()
     try:
-        yield repo, grpcclient.InferenceServerClient(endpoints.grpc)
+        yield repo, grpcclient.InferenceServerClient(endpoints.grpc), endpoints.grpc
     finally:
         stop_later(runtime)
 
@@ -65,7 +66,7 @@ def _infer(client, model: str, texts: list) -> dict[str, np.ndarray]:
 
 
 def test_the_graph_layout_is_what_the_server_loaded(served) -> None:
-    repo, client = served
+    repo, client, _ = served
     config = client.get_model_config(f"{GRAPH}_model", as_json=True)["config"]
     assert (config["platform"], config["default_model_filename"]) == ("onnxruntime_onnx", GRAPH_MODEL_FILE)
     assert [i["name"] for i in config["input"]] == ["TEXT"]
@@ -76,7 +77,7 @@ def test_the_graph_layout_is_what_the_server_loaded(served) -> None:
 
 @pytest.mark.parametrize("batched", [True, False], ids=["one-request", "each-alone"])
 def test_in_graph_answers_equal_the_two_step_ensembles(served, batched: bool) -> None:
-    _, client = served
+    _, client, _ = served
     groups = [TEXTS] if batched else [[t] for t in TEXTS]
     for texts in groups:
         graph, steps = _infer(client, GRAPH, texts), _infer(client, STEPS, texts)
@@ -87,7 +88,7 @@ def test_in_graph_answers_equal_the_two_step_ensembles(served, batched: bool) ->
 
 
 def test_the_adversarial_set_gets_the_two_steps_tokens(served) -> None:
-    _, client = served
+    _, client, _ = served
     texts = [t for t in graph_tokenizer.ADVERSARIAL_TEXTS if t.strip()]  # both refuse blank texts
     graph, steps = _infer(client, GRAPH, texts), _infer(client, STEPS, texts)
     assert np.array_equal(graph["tokens"], steps["tokens"]) and np.array_equal(graph["truncated"], steps["truncated"])
@@ -98,7 +99,7 @@ def test_the_adversarial_set_gets_the_two_steps_tokens(served) -> None:
 def test_what_the_python_step_refuses_the_texts_step_refuses_alone_and_the_server_serves_on(served, case: str) -> None:
     """Blank texts, invalid UTF-8 and requests over the byte bound: refused by both layouts, each saying what
     was refused; a request refused beside others in flight fails alone."""
-    _, client = served
+    _, client, _ = served
     body = {"blank": [b"   "], "utf8": [b"ok \xc3\x28"], "size": [b"x" * (2 * 1024 * 1024 + 1)]}[case]
     said = {"blank": checks.BLANK, "utf8": checks.NOT_UTF8, "size": "more bytes of text than this server's limit"}[case]
     for model in (STEPS, GRAPH):
@@ -117,7 +118,7 @@ def test_what_the_python_step_refuses_the_texts_step_refuses_alone_and_the_serve
 
 
 def test_a_gpus_layout_tokenizes_in_a_graph_step_of_its_own_and_answers_as_the_two_steps(served) -> None:
-    repo, client = served
+    repo, client, _ = served
     config = client.get_model_config(f"{SPLIT}_tokenizer", as_json=True)["config"]
     assert (config["platform"], config["default_model_filename"]) == ("onnxruntime_onnx", TOKENIZER_GRAPH_FILE)
     assert config["instance_group"][0]["kind"] == "KIND_CPU"
@@ -131,6 +132,29 @@ def test_a_gpus_layout_tokenizes_in_a_graph_step_of_its_own_and_answers_as_the_t
     np.testing.assert_allclose(words["embedding"], _infer(client, STEPS, ["the man", "a the"])["embedding"], rtol=0, atol=1e-6)
     with pytest.raises(InferenceServerException, match="blank text"):
         _infer(client, SPLIT, [""])
+
+
+def test_the_api_refuses_what_the_graph_cannot_read_and_serves_on(served) -> None:
+    """A NUL character (the graph would read only up to it), a cut at the start and windows (request parameters
+    no graph reads): refused for the graph layout with one line each, served by the Python step's; the graph
+    serves on."""
+    from support.api import start_api, stop
+
+    repo, _, grpc = served
+    api = start_api(repo, grpc)
+    try:
+        asks = {"nul": ("/v1/embeddings", {"input": ["fine", "before\x00after"]}, 422, "NUL character"),
+                "left": ("/embed", {"inputs": "word " * 400, "truncation_direction": "left"}, 422, "ONNX graphs"),
+                "windows": ("/v1/embeddings", {"input": ["word " * 400], "enable_chunked_processing": True}, 400,
+                            "ONNX graphs")}
+        for path, body, status, said in asks.values():
+            refused = api.call("POST", path, {"model": GRAPH, **body})
+            assert refused[0] == status and said in json.dumps(refused[2]), refused
+            assert api.call("POST", path, {"model": STEPS, **body})[0] == 200
+        answered = api.call("POST", "/v1/embeddings", {"model": GRAPH, "input": ["fine", "still serving"]})
+        assert answered[0] == 200 and len(answered[2]["data"]) == 2
+    finally:
+        stop(api)
 
 
 def test_a_server_with_an_empty_environment_in_another_folder_loads_the_operator_library(minilm_repo, tmp_path) -> None:

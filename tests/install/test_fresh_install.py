@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 
 from support import REPO_ROOT, upstream
-from tritonize.runtime import native_backend
+from tritonize.runtime import native_backend, operator_library
 from tritonize.runtime.machine import free_ports
 
 PYPI = os.environ.get("TRITONIZE_PYPI", "https://pypi.org/simple")
 VENDORED = REPO_ROOT.parent / "shared" / "vendor" / f"triton-{native_backend.RELEASE}"
+OPERATOR_VENDORED = REPO_ROOT.parent / "shared" / "vendor" / f"onnxruntime-extensions-{operator_library.VERSION}"
 
 
 def checkout_copy(target: Path) -> Path:
@@ -69,7 +70,8 @@ def make(checkout: Path, env: dict, *args: str, timeout: float = 1500) -> str:
 def test_make_run_from_pypi_and_pytorchs_cpu_index_with_the_backend_fetched(tmp_path: Path) -> None:
     checkout = checkout_copy(tmp_path / "tritonize")
     torch_index = upstream.simple_index([locked_torch(tmp_path / "wheels")], tmp_path / "torch-index")
-    hosts = upstream.upstream_layout(VENDORED, tmp_path / "upstream") if VENDORED.is_dir() else None
+    hosts = (upstream.upstream_layout(VENDORED, tmp_path / "upstream", operator_sources=OPERATOR_VENDORED)
+             if VENDORED.is_dir() and OPERATOR_VENDORED.is_dir() else None)
     http, grpc, metrics, api = free_ports(4)
     with upstream.served(torch_index) as index_url, upstream.served(hosts or tmp_path) as hosts_url:
         backend = ({"BACKEND_GITHUB": f"{hosts_url}/github", "BACKEND_DEBIAN": f"{hosts_url}/debian"}

@@ -1,5 +1,5 @@
 """Stand-ins for the hosts a fresh install fetches from, served on loopback from a folder: GitHub's archives of
-the onnxruntime backend's release commits, Debian's pool, a package index. Nothing here reaches another host."""
+the onnxruntime backend's release commits (and the operator library's), Debian's pool, a package index. Nothing here reaches another host."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from http.server import SimpleHTTPRequestHandler
 from pathlib import Path
 
 from support.loopback import serving
-from tritonize.runtime import native_backend
+from tritonize.runtime import native_backend, operator_library
 
 
 class _Quiet(SimpleHTTPRequestHandler):
@@ -44,9 +44,15 @@ def repack(archive: Path, target: Path, top: str, change: str | None = None) -> 
     return target
 
 
-def upstream_layout(sources: Path, root: Path, change: tuple[str, str] | None = None) -> Path:
+def upstream_layout(sources: Path, root: Path, change: tuple[str, str] | None = None,
+                    operator_sources: Path | None = None) -> Path:
     """`root` laid out as GitHub's archive URLs and Debian's pool for the backend's release, from a local sources
-    folder; `change` = (repo, path): that repository's archive carries one changed file."""
+    folder (and the operator library's, from its folder, where one is given); `change` = (repo, path): that
+    repository's archive carries one changed file."""
+    for source in operator_library.SOURCES.values() if operator_sources else ():
+        repack(operator_sources / source.archive,
+               root / "github" / source.github / "archive" / f"{source.commit}.tar.gz",
+               f"{source.github.split('/')[1]}-{source.commit}")
     for repo, (commit, _) in native_backend.SOURCES.items():
         repack(sources / f"triton-{repo}-{native_backend.RELEASE}.tar.gz",
                root / "github" / "triton-inference-server" / repo / "archive" / f"{commit}.tar.gz",

@@ -69,7 +69,7 @@ class ServedModel:
     def cut_refusal(self) -> str | None:
         """Why the served ensemble cannot cut a request's texts at their start or into windows (request
         parameters the Python tokenizer step reads); None where it can."""
-        if self.manifest.options.tokenizer == "graph":
+        if self.tokenizes_in_graph:
             return ("it tokenizes in ONNX graphs, which read every text from its start (generate it with --tokenizer "
                     "python for its Python step, which cuts as a request asks)")
         served = self.tokenizer_file.parent / "batching.py"
@@ -79,6 +79,19 @@ class ServedModel:
             reads = False
         return None if reads else ("its tokenizer step was written by an earlier tritonize and reads every text "
                                    "from its start (generate the repository again)")
+
+    @property
+    def tokenizes_in_graph(self) -> bool:
+        return self.manifest.options.tokenizer == "graph"
+
+    def refuse_unreadable(self, inputs) -> None:
+        """A text with a NUL character is refused where the ensemble tokenizes in graphs: Triton hands strings to
+        onnxruntime NUL-terminated, so the graph would read the text only up to it (docs/options.md)."""
+        if self.tokenizes_in_graph and any("\x00" in text for texts in inputs.values() for text in texts
+                                           if isinstance(text, str)):
+            raise ApiError(422, "a text holds a NUL character (\\x00), which this model's tokenizer graph cannot "
+                           "read past: remove it, or generate the model with --tokenizer python", None,
+                           "invalid_value")
 
     @property
     def created(self) -> int:

@@ -30,6 +30,7 @@ async def infer(state: ApiState, request: Request, model: ServedModel, inputs: M
                 outputs: Sequence[str], parameters: Parameters | None = None) -> dict[str, np.ndarray]:
     """One inference through the version the rollout routes this caller to: a canary's failure that is not the
     request's own is answered by the served version; the version that answered is the request's."""
+    model.refuse_unreadable(inputs)
     target = state.rollouts.target(model.name, caller(request))
     if target.candidate:
         start = time.perf_counter()
