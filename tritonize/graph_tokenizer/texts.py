@@ -1,5 +1,5 @@
 """The texts step of a repository that tokenizes in its graphs: each request's texts checked as the Python
-tokenizer step checks them (serving/texts.py) and handed on unchanged.
+tokenizer step checks them (serving/texts.py) and handed on, a long one as its exact prefix (`_prefix_nodes`).
 
 It runs each request on its own (no batching), so a request it refuses fails alone: the graph after it batches
 requests together, and a graph fails its whole batch or none of it. Checked in the order of serving/texts.py: the
@@ -42,10 +42,65 @@ def _refuse_if(flags: str, after: str, message: str, key: str) -> list[onnx.Node
             helper.make_node("Gather", ["t/one_zero", f"t/{key}_at"], [f"t/{key}_passed"], name=message)]
 
 
-def texts_graph(max_request_bytes: int) -> onnx.ModelProto:
-    """TEXT [N, 1] -> TEXT_CHECKED [N, 1], the same strings, where the request passes every check."""
+# A prefix's words: each holds a printable ASCII character (so each is at least one token: no normalizer drops one,
+# and under a tokenizer whose prefixes are exact no token spans a space), and the last ends with two.
+_WORDS = "(?s)(?:[^ ]*[!-~][^ ]* )*[^ ]*[!-~]{2}"
+
+
+def _prefix_nodes(words: int) -> list[onnx.NodeProto]:
+    """t/texts [N] -> t/read [N]: a text of more than `words` spaces read as its first `words` words where the
+    cut is a boundary the Python step also cuts at (serving/tokenizer.py, `_BOUNDARY`: a space after two printable
+    ASCII characters and before a third) and each word holds a printable ASCII character, so that the prefix holds
+    at least `words` tokens (the max length) and is truncated as the whole text is: its tokens are the whole
+    text's. Other texts are read whole. ONNX's StringSplit stops at the split it is asked for, so a 2 MB text
+    costs a copy, not the second its whole tokenizing takes, during which the model step holds every request."""
+    return [
+        helper.make_node("StringSplit", ["t/texts"], ["t/split", "t/counts"], delimiter=" ", maxsplit=words + 1),
+        const("t/first", [0]), const("t/words", [words]), const("t/axis1", [1]), const("t/axis1_s", 1),
+        text("t/space", " ", ()),
+        helper.make_node("Slice", ["t/split", "t/first", "t/words", "t/axis1"], ["t/head"]),
+        helper.make_node("StringJoin", ["t/head", "t/space", "t/axis1_s"], ["t/prefix"], domain=DOMAIN),
+        # the word after the prefix; a batch of fewer words reads a column past them (it is cut nowhere)
+        helper.make_node("Shape", ["t/split"], ["t/parts_shape"], start=1, end=2),
+        helper.make_node("Min", ["t/words", "t/parts_shape"], ["t/next_at"]),
+        helper.make_node("Squeeze", ["t/next_at"], ["t/next_at_s"]),
+        helper.make_node("Concat", ["t/split", TEXT], ["t/split_past"], axis=1),
+        helper.make_node("Gather", ["t/split_past", "t/next_at_s"], ["t/next"], axis=1),
+        helper.make_node("Greater", ["t/counts", "t/words"], ["t/enough"]),
+        helper.make_node("RegexFullMatch", ["t/prefix"], ["t/words_ok"], pattern=_WORDS),
+        helper.make_node("RegexFullMatch", ["t/next"], ["t/next_ok"], pattern="(?s)[!-~].*"),
+        helper.make_node("And", ["t/enough", "t/words_ok"], ["t/cut_words"]),
+        helper.make_node("And", ["t/cut_words", "t/next_ok"], ["t/cut"]),
+        helper.make_node("Where", ["t/cut", "t/prefix", "t/texts"], ["t/read"]),
+    ]
+
+
+def prefix_graph(words: int) -> onnx.ModelProto:
+    """TEXT [N, 1] -> TEXT_CHECKED [N, 1] read as the texts step reads them, unchecked: what the gate tokenizes."""
+    nodes = [const("t/flat", [-1]), const("t/column", [-1, 1]),
+             helper.make_node("Reshape", [TEXT, "t/flat"], ["t/texts"]), *_prefix_nodes(words),
+             helper.make_node("Reshape", ["t/read", "t/column"], [OUTPUT])]
+    return _model(nodes)
+
+
+def _model(nodes: list[onnx.NodeProto]) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "texts", [helper.make_tensor_value_info(TEXT, TensorProto.STRING, ["batch", 1])],
+                              [helper.make_tensor_value_info(OUTPUT, TensorProto.STRING, ["batch", 1])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(DOMAIN, 1)],
+                             ir_version=9)
+
+
+def texts_graph(max_request_bytes: int, prefix_words: int = 0) -> onnx.ModelProto:
+    """TEXT [N, 1] -> TEXT_CHECKED [N, 1], the same strings (a long text's exact prefix, where `prefix_words`),
+    where the request passes every check."""
     nodes = [const("t/one_zero", [0]), const("t/zero_1", [0]), const("t/flat", [-1]), const("t/zero_s", 0),
-             const("t/one_s", 1), helper.make_node("Reshape", [TEXT, "t/flat"], ["t/texts"])]
+             const("t/one_s", 1),
+             helper.make_node("Reshape", [TEXT, "t/flat"], ["t/texts"])]
+    read = "t/texts"
+    if prefix_words:
+        nodes += [const("t/column", [-1, 1]), *_prefix_nodes(prefix_words),
+                  helper.make_node("Reshape", ["t/read", "t/column"], ["t/read_rows"])]
+        read = "t/read_rows"
     passed = "t/one_zero"  # [0] once every check before passed
     if max_request_bytes:  # the whole request's bytes: the end of each text's one part, summed (none: empty)
         nodes += [
@@ -69,9 +124,6 @@ def texts_graph(max_request_bytes: int) -> onnx.ModelProto:
         helper.make_node("Squeeze", ["t/n"], ["t/n_s"]),
         helper.make_node("Range", ["t/zero_s", "t/n_s", "t/one_s"], ["t/rows_at"]),
         helper.make_node("Add", ["t/rows_at", "t/blank_passed"], ["t/rows_checked"]),
-        helper.make_node("Gather", [TEXT, "t/rows_checked"], [OUTPUT], axis=0),
+        helper.make_node("Gather", [TEXT if read == "t/texts" else read, "t/rows_checked"], [OUTPUT], axis=0),
     ]
-    graph = helper.make_graph(nodes, "texts", [helper.make_tensor_value_info(TEXT, TensorProto.STRING, ["batch", 1])],
-                              [helper.make_tensor_value_info(OUTPUT, TensorProto.STRING, ["batch", 1])])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(DOMAIN, 1)],
-                             ir_version=9)
+    return _model(nodes)

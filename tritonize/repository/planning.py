@@ -91,8 +91,10 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str, fused_config: st
         STATISTICS: (STATISTICS_INSTANCES, "KIND_CPU"),
     }
     # No queue bound of its own for a statistics step: what reaches it was admitted, and its graph has run; none
-    # for a model step whose CPU run keeps its queue unbounded (`CpuModelStep.bounded`).
-    unbounded = {STATISTICS} | ({MODEL} if cpu and not pipeline.cpu_model_step.bounded else set())
+    # for a model step whose CPU run keeps its queue unbounded (`CpuModelStep.bounded`), unless --max-queue-size
+    # asks one (load shed at once, at the cost of Triton's batcher prefetching: docs/reliability.md).
+    keeps_unbounded = cpu and not pipeline.cpu_model_step.bounded and options.max_queue_size is None
+    unbounded = {STATISTICS} | ({MODEL} if keeps_unbounded else set())
 
     def step(role: StepRole) -> StepSpec:
         instances, kind = placement[role]
