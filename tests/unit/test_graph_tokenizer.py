@@ -320,8 +320,12 @@ def test_generate_writes_the_graph_layout_by_default_with_no_python(tmp_path: Pa
     repository.reconfigure(repo, Overrides(max_queue_delay_us=300))  # the same layout: configs rewritten
     assert parse_config((repo / "zoo_model" / "config.pbtxt").read_text()).dynamic_batching.max_queue_delay_microseconds == 300
     repository.reconfigure(repo, Overrides(max_queue_size=300))  # a bound asked: the model step sheds load too
-    policy = parse_config((repo / "zoo_model" / "config.pbtxt").read_text()).dynamic_batching.default_queue_policy
+    bounded = parse_config((repo / "zoo_model" / "config.pbtxt").read_text())
+    policy = bounded.dynamic_batching.default_queue_policy
     assert policy.max_queue_size == 300 and policy.timeout_action == policy.REJECT
+    # two one-thread instances, as the Python layouts' model step: the batcher's lost wake-up has a second one
+    assert [g.count for g in bounded.instance_group] == [2]
+    assert bounded.parameters["intra_op_thread_count"].string_value == "1"
 
 
 def test_a_task_with_a_post_step_is_refused_for_the_graph_layout(tmp_path: Path, capsys) -> None:
