@@ -139,12 +139,15 @@ def test_a_batch_of_two_texts_is_two_rows_never_a_pair(minilm) -> None:
 
 
 def test_the_whole_batch_goes_in_one_pass_without_a_loop_or_a_large_pattern(minilm) -> None:
-    """What keeps the in-graph tokenizer cheap a row: no Loop or If over texts or pieces, and no pattern the
-    extensions would compile large on every call (the class of all dropped characters cost ~200 µs a call)."""
+    """What keeps the in-graph tokenizer cheap a row: no Loop over texts or pieces (the texts step's one If skips
+    the cut of long texts where a batch has none), and no pattern the extensions would compile large on every
+    call (the class of all dropped characters cost ~200 µs a call)."""
     graph, _ = minilm
-    nodes = list(graph.graph.node) + list(checks.texts_graph(2 << 20, MAX_LENGTH).graph.node)
+    step = checks.texts_graph(2 << 20, MAX_LENGTH)
+    branches = [a.g for n in step.graph.node if n.op_type == "If" for a in n.attribute]
+    nodes = list(graph.graph.node) + list(step.graph.node) + [n for b in branches for n in b.node]
     ops = {n.op_type for n in nodes}
-    assert not ops & {"Loop", "If", "Scan"} and "WordpieceTokenizer" in ops
+    assert not ops & {"Loop", "Scan"} and "WordpieceTokenizer" in ops
     constants = {n.output[0]: n.attribute[0].t for n in nodes if n.op_type == "Constant"}
     patterns = [constants[i].string_data[0] for n in nodes if n.op_type.startswith("StringRegex")
                 for i in n.input[1:] if i in constants]
@@ -153,22 +156,26 @@ def test_the_whole_batch_goes_in_one_pass_without_a_loop_or_a_large_pattern(mini
 
 
 def test_the_texts_step_reads_a_long_text_from_its_exact_prefix(minilm, minilm_folder: Path) -> None:
-    """A 2 MB text leaves the texts step as its first max length words (each holds a printable ASCII character,
-    so at least one token each), and its tokens are the whole text's. Texts whose words may hold no token (runs
+    """A 2 MB text leaves the texts step as its first max length words (each holds a letter, a digit or a printable
+    ASCII character, so at least one token each), and its tokens are the whole text's. Texts whose words may hold no token (runs
     of spaces, only accents), whose cut would fall inside a word the Python step would not cut at, or that are
     not that long, leave whole."""
     graph, encoder = minilm
     words = gt.prefix_words(minilm_folder / "tokenizer.json", MAX_LENGTH)
     assert words == MAX_LENGTH
     huge = ("short words " * 200_000)[:2_000_000]
-    kept = ["a short text", "Accentuée " * 400, " ".join(["x"] * (MAX_LENGTH - 1)) + " tail",
+    kept = ["a short text", "Accentuée " * 400, " ".join(["x"] * (MAX_LENGTH + checks.CUTS)) + " tail",
             "  ".join(["word"] * 600), ("x" * 200 + " ") * 60]
-    texts = [huge, " ".join(["wörd"] * 600), *kept]
+    texts = [huge, " ".join(["wörd"] * 600), "a日本 東京ab " * 200, *kept]
     step = checks.texts_graph(2 << 20, words)
     (read,) = gt.session(step).run(None, {gt.TEXT: np.array(texts, dtype=object)[:, None]})
     assert read[0, 0] == " ".join(["short", "words"] * (MAX_LENGTH // 2))
     assert read[1, 0] == " ".join(["wörd"] * MAX_LENGTH)
-    assert list(read[2:, 0]) == kept
+    assert read[2, 0] == " ".join(["a日本", "東京ab"] * (MAX_LENGTH // 2))  # words of letters: tokens each
+    # the first boundary at or after the max length: "a" ends no prefix, "an" does
+    (late,) = gt.session(step).run(None, {gt.TEXT: np.array([[("a " * MAX_LENGTH) + "an end " * 300]], dtype=object)})
+    assert late[0, 0] == "a " * MAX_LENGTH + "an"
+    assert list(read[3:, 0]) == kept
     assert gt.first_difference(gt.checked(checks.prefix_graph(words), graph), encoder, texts,
                                TOKENS + ROW_FIELDS) is None
 

@@ -42,36 +42,58 @@ def _refuse_if(flags: str, after: str, message: str, key: str) -> list[onnx.Node
             helper.make_node("Gather", ["t/one_zero", f"t/{key}_at"], [f"t/{key}_passed"], name=message)]
 
 
-# A prefix's words: each holds a printable ASCII character (so each is at least one token: no normalizer drops one,
-# and under a tokenizer whose prefixes are exact no token spans a space), and the last ends with two.
-_WORDS = "(?s)(?:[^ ]*[!-~][^ ]* )*[^ ]*[!-~]{2}"
+# A word that is surely at least one token: it holds a letter, a digit or a printable ASCII character (a normalizer
+# whose prefixes are exact drops none of them, and under such a tokenizer no token spans a space).
+_HOLDS_TOKEN = "(?s)[^ ]*[!-~\\pL\\pN][^ ]*"
+# Where a prefix may end (serving/tokenizer.py's `_BOUNDARY`): after two printable ASCII characters, before a third.
+_ENDS, _STARTS = "(?s).*[!-~]{2}", "(?s)[!-~].*"
+CUTS = 8  # the word counts tried, from the max length on: the first that ends at a boundary is the cut
 
 
 def _prefix_nodes(words: int) -> list[onnx.NodeProto]:
-    """t/texts [N] -> t/read [N]: a text of more than `words` spaces read as its first `words` words where the
-    cut is a boundary the Python step also cuts at (serving/tokenizer.py, `_BOUNDARY`: a space after two printable
-    ASCII characters and before a third) and each word holds a printable ASCII character, so that the prefix holds
-    at least `words` tokens (the max length) and is truncated as the whole text is: its tokens are the whole
-    text's. Other texts are read whole. ONNX's StringSplit stops at the split it is asked for, so a 2 MB text
-    costs a copy, not the second its whole tokenizing takes, during which the model step holds every request."""
+    """t/texts [N] -> t/read [N]: a text of many words read as its first `words` + k words, the first k (under
+    CUTS) where the cut is a boundary the Python step also cuts at and every word before it holds a token, so that
+    the prefix holds at least `words` tokens (the max length) and is truncated as the whole text is: its tokens
+    are the whole text's. Other texts are read whole, and a batch with no text of `words` + CUTS + 1 words skips
+    the cut (an `If`): such texts cost little to tokenize whole. ONNX's StringSplit stops at the split it is asked
+    for, so a 2 MB text costs a copy, not the second its whole tokenizing takes, during which the model step
+    holds every request."""
+    parts = words + CUTS + 2  # the words tried, the word after the last, and the rest
+    read = "t/texts"
+    cut = [const("c/first", [0]), const("c/tried", [words + CUTS]), const("c/axis1", [1]), const("c/axis1_s", 1),
+           const("c/zero_s", 0), text("c/space", " ", ()),
+           helper.make_node("Slice", ["t/split", "c/first", "c/tried", "c/axis1"], ["c/words"]),
+           helper.make_node("RegexFullMatch", ["c/words"], ["c/holds"], pattern=_HOLDS_TOKEN),
+           helper.make_node("Not", ["c/holds"], ["c/empty"]),
+           helper.make_node("Cast", ["c/empty"], ["c/empty_n"], to=TensorProto.INT64),
+           helper.make_node("CumSum", ["c/empty_n", "c/axis1_s"], ["c/empty_before"]),
+           helper.make_node("RegexFullMatch", ["c/words"], ["c/ends"], pattern=_ENDS),
+           helper.make_node("RegexFullMatch", ["c/words"], ["c/starts"], pattern=_STARTS)]
+    for k in reversed(range(CUTS)):  # the smallest count that cuts wins: its Where is the last
+        n, at = words + k, f"c/{k}"
+        cut += [const(f"{at}/n", [n]), const(f"{at}/last", n - 1), const(f"{at}/next", n),
+                helper.make_node("Gather", ["c/empty_before", f"{at}/last"], [f"{at}/empty"], axis=1),
+                helper.make_node("Equal", [f"{at}/empty", "c/zero_s"], [f"{at}/tokens"]),
+                helper.make_node("Gather", ["c/ends", f"{at}/last"], [f"{at}/ends"], axis=1),
+                helper.make_node("Gather", ["c/starts", f"{at}/next"], [f"{at}/starts"], axis=1),
+                helper.make_node("And", [f"{at}/tokens", f"{at}/ends"], [f"{at}/ok1"]),
+                helper.make_node("And", [f"{at}/ok1", f"{at}/starts"], [f"{at}/ok"]),
+                helper.make_node("Slice", ["t/split", "c/first", f"{at}/n", "c/axis1"], [f"{at}/head"]),
+                helper.make_node("StringJoin", [f"{at}/head", "c/space", "c/axis1_s"], [f"{at}/prefix"],
+                                 domain=DOMAIN),
+                helper.make_node("Where", [f"{at}/ok", f"{at}/prefix", read], [f"{at}/read"])]
+        read = f"{at}/read"
+    cut.append(helper.make_node("Identity", [read], ["c/read"]))
+    out = helper.make_tensor_value_info
     return [
-        helper.make_node("StringSplit", ["t/texts"], ["t/split", "t/counts"], delimiter=" ", maxsplit=words + 1),
-        const("t/first", [0]), const("t/words", [words]), const("t/axis1", [1]), const("t/axis1_s", 1),
-        text("t/space", " ", ()),
-        helper.make_node("Slice", ["t/split", "t/first", "t/words", "t/axis1"], ["t/head"]),
-        helper.make_node("StringJoin", ["t/head", "t/space", "t/axis1_s"], ["t/prefix"], domain=DOMAIN),
-        # the word after the prefix; a batch of fewer words reads a column past them (it is cut nowhere)
-        helper.make_node("Shape", ["t/split"], ["t/parts_shape"], start=1, end=2),
-        helper.make_node("Min", ["t/words", "t/parts_shape"], ["t/next_at"]),
-        helper.make_node("Squeeze", ["t/next_at"], ["t/next_at_s"]),
-        helper.make_node("Concat", ["t/split", TEXT], ["t/split_past"], axis=1),
-        helper.make_node("Gather", ["t/split_past", "t/next_at_s"], ["t/next"], axis=1),
-        helper.make_node("Greater", ["t/counts", "t/words"], ["t/enough"]),
-        helper.make_node("RegexFullMatch", ["t/prefix"], ["t/words_ok"], pattern=_WORDS),
-        helper.make_node("RegexFullMatch", ["t/next"], ["t/next_ok"], pattern="(?s)[!-~].*"),
-        helper.make_node("And", ["t/enough", "t/words_ok"], ["t/cut_words"]),
-        helper.make_node("And", ["t/cut_words", "t/next_ok"], ["t/cut"]),
-        helper.make_node("Where", ["t/cut", "t/prefix", "t/texts"], ["t/read"]),
+        helper.make_node("StringSplit", ["t/texts"], ["t/split", "t/counts"], delimiter=" ", maxsplit=parts - 1),
+        helper.make_node("ReduceMax", ["t/counts"], ["t/most"], keepdims=0),
+        const("t/split_parts", parts),
+        helper.make_node("Equal", ["t/most", "t/split_parts"], ["t/long"]),
+        helper.make_node("If", ["t/long"], ["t/read"],
+                         then_branch=helper.make_graph(cut, "cut", [], [out("c/read", TensorProto.STRING, None)]),
+                         else_branch=helper.make_graph([helper.make_node("Identity", ["t/texts"], ["w/read"])], "whole",
+                                                       [], [out("w/read", TensorProto.STRING, None)])),
     ]
 
 
