@@ -308,9 +308,11 @@ def test_generate_writes_the_graph_layout_by_default_with_no_python(tmp_path: Pa
     assert model.default_model_filename == GRAPH_MODEL_FILE
     assert [i.name for i in model.input] == ["TEXT"]
     assert [o.name for o in model.output][-2:] == ["tokens", "truncated"]
-    assert [(g.count, g.kind) for g in model.instance_group] == [(1, model.instance_group[0].KIND_CPU)]
-    assert model.parameters["intra_op_thread_count"].string_value == "0"  # every core
-    assert not model.dynamic_batching.HasField("default_queue_policy")  # Triton's batcher prefetches
+    # bounded, as every step: two one-thread instances, so the batcher's lost wake-up has a second one
+    assert [(g.count, g.kind) for g in model.instance_group] == [(2, model.instance_group[0].KIND_CPU)]
+    assert model.parameters["intra_op_thread_count"].string_value == "1"
+    policy = model.dynamic_batching.default_queue_policy
+    assert policy.max_queue_size >= 512 and policy.timeout_action == policy.REJECT
     for step in (first, model):
         assert list(step.model_operations.op_library_filename) == [GRAPH_LIBRARY_FILE]
         assert (repo / step.name / GRAPH_LIBRARY_FILE).is_file()
@@ -326,13 +328,11 @@ def test_generate_writes_the_graph_layout_by_default_with_no_python(tmp_path: Pa
     assert {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()} == before  # nothing written
     repository.reconfigure(repo, Overrides(max_queue_delay_us=300))  # the same layout: configs rewritten
     assert parse_config((repo / "zoo_model" / "config.pbtxt").read_text()).dynamic_batching.max_queue_delay_microseconds == 300
-    repository.reconfigure(repo, Overrides(max_queue_size=300))  # a bound asked: the model step sheds load too
-    bounded = parse_config((repo / "zoo_model" / "config.pbtxt").read_text())
-    policy = bounded.dynamic_batching.default_queue_policy
-    assert policy.max_queue_size == 300 and policy.timeout_action == policy.REJECT
-    # two one-thread instances, as the Python layouts' model step: the batcher's lost wake-up has a second one
-    assert [g.count for g in bounded.instance_group] == [2]
-    assert bounded.parameters["intra_op_thread_count"].string_value == "1"
+    repository.reconfigure(repo, Overrides(max_queue_size=0))  # no bound asked: one instance on every core
+    unbounded = parse_config((repo / "zoo_model" / "config.pbtxt").read_text())
+    assert not unbounded.dynamic_batching.HasField("default_queue_policy")  # Triton's batcher prefetches
+    assert [g.count for g in unbounded.instance_group] == [1]
+    assert unbounded.parameters["intra_op_thread_count"].string_value == "0"
 
 
 def test_a_task_with_a_post_step_is_refused_for_the_graph_layout(tmp_path: Path, capsys) -> None:

@@ -84,7 +84,7 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str, fused_config: st
     counts_graph = any(t.name in dict(statistics).values() for t in graph_outputs)
     # Each role's instances and kind: the model step where --device puts it, every Python step on the CPU.
     cpu = options.device == "cpu"
-    cpu_step = cpu_model_step(pipeline.cpu_model_step, bool(options.max_queue_size))
+    cpu_step = cpu_model_step(pipeline.cpu_model_step, options.max_queue_size != 0)
     placement = {
         FIRST: (options.tokenizer_instances, "KIND_CPU"),
         MODEL: (options.model_instances or (cpu_step.instances if cpu else CONTAINER_MODEL_INSTANCES),
@@ -93,7 +93,7 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str, fused_config: st
         STATISTICS: (STATISTICS_INSTANCES, "KIND_CPU"),
     }
     # No queue bound of its own for a statistics step: what reaches it was admitted, and its graph has run; none
-    # for a model step whose CPU run keeps its queue unbounded (`CpuModelStep.bounded`; --max-queue-size asks one).
+    # for a model step whose CPU run keeps its queue unbounded (`CpuModelStep.bounded`, where --max-queue-size 0).
     unbounded = {STATISTICS} | ({MODEL} if cpu and not cpu_step.bounded else set())
 
     def step(role: StepRole) -> StepSpec:

@@ -46,10 +46,11 @@ class CpuModelStep:
 SHARED_CORES = CpuModelStep(instances=2, threads=1, bounded=True)
 
 
-def cpu_model_step(own: CpuModelStep, bound_asked: bool) -> CpuModelStep:
-    """A pipeline's way (`own`), or SHARED_CORES where --max-queue-size asks a bound of a step that runs unbounded:
-    a bounded queue needs a second instance for the batcher's lost wake-up, and two instances one thread each."""
-    return SHARED_CORES if bound_asked and not own.bounded else own
+def cpu_model_step(own: CpuModelStep, bounded: bool) -> CpuModelStep:
+    """A pipeline's way (`own`), or SHARED_CORES where the step's queue is bounded (the default; --max-queue-size 0
+    asks none) and `own` runs unbounded: a bounded queue needs a second instance for the batcher's lost wake-up,
+    and two instances one thread each."""
+    return SHARED_CORES if bounded and not own.bounded else own
 
 
 @dataclass(frozen=True)
@@ -340,11 +341,12 @@ class TokenizeInGraph(GraphTokenized):
     first_file: ClassVar[str | None] = TEXTS_GRAPH_FILE
     model_file: ClassVar[str] = GRAPH_MODEL_FILE
     model_libraries: ClassVar[tuple[str, ...]] = (GRAPH_LIBRARY_FILE,)
-    # One instance on every core, its queue unbounded: nothing beside it needs a core (its texts step costs about
-    # 15 µs a request), a lone text runs on every core, and with no bound Triton's batcher prefetches and loses no
-    # wake-up. MiniLM, two cores, one run (docs/benchmark.md): 16-token texts at concurrency 1/4/16 273/420/705
-    # req/s against 164/356/539 with two bounded one-thread instances, 128-token 89/108/104 against 51/100/101;
-    # two instances on every core, each run stealing the other's cores, 110/215/387 and 50/67/77.
+    # Where --max-queue-size 0 asks no queue bound: one instance on every core (nothing beside it needs a core, a
+    # lone text runs on every core, and with no bound Triton's batcher prefetches and loses no wake-up). By default
+    # the queue is bounded and the step runs as SHARED_CORES (`cpu_model_step`): MiniLM, two cores, one bench run
+    # (docs/benchmark.md), 16-token texts at concurrency 1/4/16 237/374/681 req/s unbounded against 176/416/606
+    # bounded, mixed lengths 167/202/230 against 111/222/251; under 4x overload the unbounded queue answered at a
+    # p50 of 15 s, the bounded one at 1.2 s and refused the rest at once.
     cpu_model_step: ClassVar[CpuModelStep] = CpuModelStep(instances=1, threads=0, bounded=False)
 
     def first_outputs(self, repo: Planned) -> tuple[TensorSpec, ...]:

@@ -69,17 +69,31 @@ def test_backoff_is_exponential_with_full_jitter() -> None:
     assert not is_unavailable(ServerError("bad", "StatusCode.INVALID_ARGUMENT"))
 
 
-def test_a_graph_layouts_steps_keep_no_triton_queue_bound(tiny_embedding_repo) -> None:
-    """The default layout: the texts step runs each request on its own, and the model step's queue is unbounded
-    (one instance on every core: a bounded queue with one instance stalls Triton 2.51's batcher, spec/pipeline.py);
-    tune's capacity and the queue budget bound nothing there."""
-    repo = tiny_embedding_repo.repository
+def test_a_graph_layouts_model_step_bounds_its_queue_and_its_texts_step_runs_each_request(tiny_embedding_repo,
+                                                                                           tmp_path) -> None:
+    """The default layout: the texts step runs each request on its own (no queue of its own), and the model
+    step's queue is bounded as the Python layouts' is, tune's capacity and the queue budget included; two
+    one-thread instances, since a bounded queue with one instance stalls Triton 2.51's batcher
+    (spec/pipeline.py). --max-queue-size 0 leaves it unbounded."""
+    reject = 0  # ModelQueuePolicy.REJECT
+    repo = tmp_path / "repo"
+    shutil.copytree(tiny_embedding_repo.repository, repo)
     name = tiny_embedding_repo.name
     texts = parse_config((repo / f"{name}_tokenizer" / "config.pbtxt").read_text())
-    model = parse_config((repo / f"{name}_model" / "config.pbtxt").read_text())
+
+    def model():
+        return parse_config((repo / f"{name}_model" / "config.pbtxt").read_text())
+
     assert not texts.HasField("dynamic_batching")
-    assert model.HasField("dynamic_batching") and not model.dynamic_batching.HasField("default_queue_policy")
     assert texts.parameters["max_request_bytes"].string_value == str(2 * 1024 * 1024)
+    policy = model().dynamic_batching.default_queue_policy
+    assert (policy.max_queue_size, policy.timeout_action, policy.default_timeout_microseconds) == (512, reject,
+                                                                                                  1_000_000)
+    assert model().instance_group[0].count == 2
+    reconfigure(repo, Overrides(capacity_rps=1500.0))  # a second of work at 1500 req/s
+    assert model().dynamic_batching.default_queue_policy.max_queue_size == 1500
+    reconfigure(repo, Overrides(max_queue_size=0))
+    assert not model().dynamic_batching.HasField("default_queue_policy") and model().instance_group[0].count == 1
 
 
 def test_every_batching_step_gets_a_bounded_queue(tiny_python_repo, tmp_path) -> None:
