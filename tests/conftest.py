@@ -112,6 +112,17 @@ def minilm_repo(minilm_folder, tmp_path_factory) -> Path:
     return Path(generate(GenerateOptions(model=str(minilm_folder), name="minilm", output=str(out))))
 
 
+@pytest.fixture(scope="session")
+def minilm_python_repo(minilm_folder, tmp_path_factory) -> Path:
+    """MiniLM with the Python tokenizer step (`--tokenizer python`): its variants' bounds and stubs under load."""
+    from tritonize.generate import generate
+    from tritonize.spec.options import GenerateOptions
+
+    out = tmp_path_factory.mktemp("minilm-py") / "repo"
+    return Path(generate(GenerateOptions(model=str(minilm_folder), name="minilm", output=str(out),
+                                         tokenizer="python")))
+
+
 # --- Long documents --------------------------------------------------------------
 
 PAGE_BYTES = 61_889  # the web page of the issue that made every text within the request bound served

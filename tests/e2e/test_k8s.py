@@ -11,7 +11,7 @@ from tritonize import k8s, metrics_text
 from tritonize.spec import step_names
 
 
-def test_adapter_rule_finds_its_series_on_a_live_server(tiny_embedding_repo, local_options, tmp_path) -> None:
+def test_adapter_rule_finds_its_series_on_a_live_server(tiny_python_repo, local_options, tmp_path) -> None:
     """The series and labels the rule reads exist on a real Triton, and its matchers pick the right models."""
     from tritonize.client import TextClient
     from tritonize.runtime.local import LocalRuntime
@@ -19,8 +19,8 @@ def test_adapter_rule_finds_its_series_on_a_live_server(tiny_embedding_repo, loc
     rule = k8s.queue_rule()
     series_name = rule["seriesQuery"].split("{")[0]
     steps_re, first_re = re.findall(r'model=~"([^"]+)"', rule["metricsQuery"])
-    name = tiny_embedding_repo.name
-    with serving(LocalRuntime(local_options(tiny_embedding_repo.repository, tmp_path / "run"), quiet=True)) as endpoints:
+    name = tiny_python_repo.name
+    with serving(LocalRuntime(local_options(tiny_python_repo.repository, tmp_path / "run"), quiet=True)) as endpoints:
         with TextClient(endpoints.grpc, name) as client:
             for _ in range(5):
                 client.embed(["hello world"])

@@ -12,11 +12,11 @@ from tritonize.runtime.local import LocalRuntime
 from tritonize.serving.metrics import COUNTED
 
 
-def test_the_tokenizer_step_counts_what_it_tokenized_and_refused(tiny_embedding_repo, local_options, tmp_path) -> None:
+def test_the_tokenizer_step_counts_what_it_tokenized_and_refused(tiny_python_repo, local_options, tmp_path) -> None:
     texts = ["hello world", "Ünïcödé café 🚀 ☃", "many words in a row " * 40]  # the last is truncated at 64 tokens
-    name = tiny_embedding_repo.name
+    name = tiny_python_repo.name
     step = f"{name}_tokenizer"
-    with serving(LocalRuntime(local_options(tiny_embedding_repo.repository, tmp_path / "run"), quiet=True)) as endpoints:
+    with serving(LocalRuntime(local_options(tiny_python_repo.repository, tmp_path / "run"), quiet=True)) as endpoints:
         with TextClient(endpoints.grpc, name) as client:
             for text in texts:
                 client.embed([text])
@@ -25,7 +25,7 @@ def test_the_tokenizer_step_counts_what_it_tokenized_and_refused(tiny_embedding_
                     client.embed(bad)
         metrics = scrape(endpoints.metrics)
     counts: dict = {}
-    encoder = chain.text_encoder(tiny_embedding_repo.repository)
+    encoder = chain.text_encoder(tiny_python_repo.repository)
     for text in texts:  # one request each, as sent
         encoder.encode_many([[text]], counts=counts)
     assert counts["truncated"] == 1 and counts["unknown"] > 0  # the case is exercised

@@ -56,7 +56,7 @@ class Monitored:
 
 
 @pytest.fixture(scope="module")
-def monitored(tiny_embedding_repo, local_triton, tmp_path_factory):
+def monitored(tiny_python_repo, local_triton, tmp_path_factory):
     """`deploy.py local up --monitoring` in-process (its parser and dispatch), a 1 s scrape; `down` at the end."""
     from tritonize.cli import build_parser
     from tritonize.console import out
@@ -66,7 +66,7 @@ def monitored(tiny_embedding_repo, local_triton, tmp_path_factory):
     need("prometheus")
     http, grpc, metrics, prom = machine.free_ports(4)
     run_dir = tmp_path_factory.mktemp("monitoring") / "run"
-    common = ["--repository", str(tiny_embedding_repo.repository), "--run-dir", str(run_dir),
+    common = ["--repository", str(tiny_python_repo.repository), "--run-dir", str(run_dir),
               "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)]
     parser = build_parser()
     # No supervisor: its health checks would be traffic the counts below do not expect.
@@ -76,7 +76,7 @@ def monitored(tiny_embedding_repo, local_triton, tmp_path_factory):
         assert runtime_cli.run(up) == 0
     try:
         yield Monitored(
-            repository=tiny_embedding_repo.repository, name=tiny_embedding_repo.name, common=common,
+            repository=tiny_python_repo.repository, name=tiny_python_repo.name, common=common,
             grpc=f"127.0.0.1:{grpc}", metrics=f"http://127.0.0.1:{metrics}/metrics",
             prometheus=f"http://127.0.0.1:{prom}", directory=instance_dir(run_dir, http).resolve(),
             summary=captured.get(),

@@ -44,7 +44,9 @@ from tritonize.spec.options import GenerateOptions
 # Matryoshka sizes and an e5-mistral-like last-token embedder.
 SERVED = {
     "bert-cross-encoder": {},
-    "qwen3-st-lasttoken": {},
+    # its Python steps count the statistics in Triton, whose falling sum test_a_sum_that_falls_... needs (served in
+    # graphs, as generate's default, by test_production.py)
+    "qwen3-st-lasttoken": {"tokenizer": "python"},
     "gemma3-st-embeddinggemma": {"matryoshka_dims": [32, 16, 8]},
     "mistral-st-lasttoken": {},
     "xlm-roberta-st-prompts": {},

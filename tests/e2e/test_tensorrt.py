@@ -22,7 +22,7 @@ WARMUP_LINE = re.compile(  # Triton's verbose log, one line per sample, instance
 
 
 @pytest.mark.usefixtures("native_backend")
-def test_production_variant_warms_every_bucket_before_ready(tiny_embedding_repo, local_options, tmp_path) -> None:
+def test_production_variant_warms_every_bucket_before_ready(tiny_python_repo, local_options, tmp_path) -> None:
     """The native onnxruntime backend runs each sample on each instance before Triton marks the model loaded,
     as its log (verbose) and the model step's statistics show before any request; then the server answers."""
     from tritonclient.http import InferenceServerClient
@@ -30,12 +30,12 @@ def test_production_variant_warms_every_bucket_before_ready(tiny_embedding_repo,
     from tritonize.client import TextClient
     from tritonize.runtime.local import LocalRuntime
 
-    repo = tiny_embedding_repo.repository
-    model = f"{tiny_embedding_repo.name}_model"
+    repo = tiny_python_repo.repository
+    model = f"{tiny_python_repo.name}_model"
     config = repository.parse_config((repo / model / "config.pbtxt").read_text())
     instances = config.instance_group[0].count
     samples = [w.name for w in config.model_warmup]
-    tokenizer = repository.parse_config((repo / f"{tiny_embedding_repo.name}_tokenizer" / "config.pbtxt").read_text())
+    tokenizer = repository.parse_config((repo / f"{tiny_python_repo.name}_tokenizer" / "config.pbtxt").read_text())
     assert samples == [f"bucket_{b}" for b in tokenizer.parameters["buckets"].string_value.split(",")]  # a row each
     assert instances >= 1
 
@@ -43,7 +43,7 @@ def test_production_variant_warms_every_bucket_before_ready(tiny_embedding_repo,
     with serving(runtime) as endpoints:
         stats = InferenceServerClient(f"{endpoints.host}:{endpoints.http_port}").get_inference_statistics(model)
         (before,) = stats["model_stats"]
-        with TextClient(endpoints.grpc, tiny_embedding_repo.name) as client:
+        with TextClient(endpoints.grpc, tiny_python_repo.name) as client:
             vectors = client.embed(["hello world", "the quick brown fox " * 10])
         log = runtime.log_file.read_text(errors="replace").splitlines()
 
@@ -61,12 +61,12 @@ def test_production_variant_warms_every_bucket_before_ready(tiny_embedding_repo,
     assert batches == [(1, instances * len(samples))]
     assert before["inference_stats"]["fail"]["count"] == 0
     # And then it answers: a vector per text, as wide as the ensemble says.
-    ensemble = repository.parse_config((repo / tiny_embedding_repo.name / "config.pbtxt").read_text())
+    ensemble = repository.parse_config((repo / tiny_python_repo.name / "config.pbtxt").read_text())
     assert vectors.shape == (2, ensemble.output[0].dims[0])
 
 
 @pytest.mark.usefixtures("native_backend")
-def test_gpu_config_loads_and_warms_a_full_batch_on_the_cpu_backend(tiny_embedding_repo, local_options,
+def test_gpu_config_loads_and_warms_a_full_batch_on_the_cpu_backend(tiny_python_repo, local_options,
                                                                       tmp_path) -> None:
     """The GPU + TensorRT model step's config, its instance kind set to CPU (the one change): Triton accepts it,
     TensorRT block included (the backend reads that block on GPU instances only), and runs the full-batch sample
@@ -78,7 +78,7 @@ def test_gpu_config_loads_and_warms_a_full_batch_on_the_cpu_backend(tiny_embeddi
     from tritonize.manifest import read_manifest
     from tritonize.runtime.local import LocalRuntime
 
-    repo = shutil.copytree(tiny_embedding_repo.repository, tmp_path / "repo")
+    repo = shutil.copytree(tiny_python_repo.repository, tmp_path / "repo")
     current = read_manifest(repo)
     options = dataclasses.replace(current.options, device="gpu", tensorrt=True, precision="fp16")
     spec = repository.plan(options, current.model, current.name)

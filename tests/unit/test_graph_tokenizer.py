@@ -15,7 +15,8 @@ from tokenizers import Tokenizer
 
 from support import model_zoo
 from tritonize import graph_tokenizer as gt
-from tritonize.errors import TokenizerRefused
+from tritonize import repository
+from tritonize.errors import TokenizerRefused, TritonizeError
 from tritonize.generate import generate
 from tritonize.graph_tokenizer import texts as checks
 from tritonize.graph_tokenizer.gate import checked_texts
@@ -24,7 +25,7 @@ from tritonize.serving.batching import ROW_FIELDS
 from tritonize.serving.tokenizer import TextEncoder
 from tritonize.spec import (GRAPH_LIBRARY_FILE, GRAPH_MODEL_FILE, MODEL_FILE, TEXTS_GRAPH_FILE, TOKENIZER_GRAPH_FILE,
                             WARMUP_DIR, WARMUP_TEXT, WARMUP_TEXT_FILE, default_buckets)
-from tritonize.spec.options import GenerateOptions
+from tritonize.spec.options import GenerateOptions, Overrides
 
 MAX_LENGTH = 256
 TOKENS = ("input_ids", "attention_mask", "token_type_ids")
@@ -76,6 +77,13 @@ def test_each_family_served_in_graphs_gives_the_served_tokenizers_tokens(family:
                for t in json.loads((tmp_path / "tokenizer.json").read_text())["added_tokens"][0]["content"].split())
     assert gt.first_difference(graph, encoder, texts, names + ROW_FIELDS) is None
     assert _run(graph, texts)["truncated"].any()
+    # and read as the texts step reads them: a long text from its first max length words, where that is exact
+    words = gt.prefix_words(tmp_path / "tokenizer.json", 64)
+    if words:
+        assert gt.first_difference(gt.checked(checks.prefix_graph(words), graph), encoder, texts,
+                                   names + ROW_FIELDS) is None
+        (cut,) = gt.session(checks.prefix_graph(words)).run(None, {gt.TEXT: np.array(texts, dtype=object)[:, None]})
+        assert sum(a != b for a, b in zip(cut.ravel(), texts)) >= 2  # some texts were cut, not all
 
 
 @pytest.mark.parametrize("family", UNIGRAM)
@@ -131,34 +139,45 @@ def test_a_batch_of_two_texts_is_two_rows_never_a_pair(minilm) -> None:
 
 
 def test_the_whole_batch_goes_in_one_pass_without_a_loop_or_a_large_pattern(minilm) -> None:
-    """What keeps the in-graph tokenizer cheap a row: no Loop over texts or pieces, and no pattern the extensions
-    would compile large on every call (the class of all dropped characters cost ~200 µs a call). The one If is
-    the exact prefix's: the whole texts, tokenized again where a cut text's prefix was not truncated."""
+    """What keeps the in-graph tokenizer cheap a row: no Loop over texts or pieces (the texts step's one If skips
+    the cut of long texts where a batch has none), and no pattern the extensions would compile large on every
+    call (the class of all dropped characters cost ~200 µs a call)."""
     graph, _ = minilm
-    (branching,) = [n for n in graph.graph.node if n.op_type == "If"]
-    then = next(a.g for a in branching.attribute if a.name == "then_branch")
-    nodes = list(graph.graph.node) + list(then.node)
+    step = checks.texts_graph(2 << 20, MAX_LENGTH)
+    branches = [a.g for n in step.graph.node if n.op_type == "If" for a in n.attribute]
+    nodes = list(graph.graph.node) + list(step.graph.node) + [n for b in branches for n in b.node]
     ops = {n.op_type for n in nodes}
-    assert "Loop" not in ops and "WordpieceTokenizer" in ops
+    assert not ops & {"Loop", "Scan"} and "WordpieceTokenizer" in ops
     constants = {n.output[0]: n.attribute[0].t for n in nodes if n.op_type == "Constant"}
     patterns = [constants[i].string_data[0] for n in nodes if n.op_type.startswith("StringRegex")
                 for i in n.input[1:] if i in constants]
+    patterns += [a.s for n in nodes if n.op_type == "RegexFullMatch" for a in n.attribute if a.name == "pattern"]
     assert patterns and max(len(p) for p in patterns) < 1000
 
 
-def test_a_long_text_is_read_from_its_exact_prefix_unless_the_prefix_is_not_truncated(minilm) -> None:
-    """A 2 MB text: the prefix serves (its tokens reach the max length), the answer the whole text's. A text of
-    long words the vocabulary cannot split: its prefix holds few tokens, so the batch is tokenized whole."""
-    from tritonize.graph_tokenizer.prefix import cut_pattern
-
+def test_the_texts_step_reads_a_long_text_from_its_exact_prefix(minilm, minilm_folder: Path) -> None:
+    """A 2 MB text leaves the texts step as its first max length words (each holds a letter, a digit or a printable
+    ASCII character, so at least one token each), and its tokens are the whole text's. Texts whose words may hold no token (runs
+    of spaces, only accents), whose cut would fall inside a word the Python step would not cut at, or that are
+    not that long, leave whole."""
     graph, encoder = minilm
+    words = gt.prefix_words(minilm_folder / "tokenizer.json", MAX_LENGTH)
+    assert words == MAX_LENGTH
     huge = ("short words " * 200_000)[:2_000_000]
-    words = ("x" * 200 + " ") * 60
-    assert gt.first_difference(graph, encoder, [huge, words, "a short text"], TOKENS + ROW_FIELDS) is None
-    import re
-
-    cut = re.fullmatch(cut_pattern(16 * MAX_LENGTH), huge, flags=re.DOTALL)
-    assert cut and len(cut.group(1)) == 16 * MAX_LENGTH + 1  # "short words ": the first space at or after it
+    kept = ["a short text", "Accentuée " * 400, " ".join(["x"] * (MAX_LENGTH + checks.CUTS)) + " tail",
+            "  ".join(["word"] * 600), ("x" * 200 + " ") * 60]
+    texts = [huge, " ".join(["wörd"] * 600), "a日本 東京ab " * 200, *kept]
+    step = checks.texts_graph(2 << 20, words)
+    (read,) = gt.session(step).run(None, {gt.TEXT: np.array(texts, dtype=object)[:, None]})
+    assert read[0, 0] == " ".join(["short", "words"] * (MAX_LENGTH // 2))
+    assert read[1, 0] == " ".join(["wörd"] * MAX_LENGTH)
+    assert read[2, 0] == " ".join(["a日本", "東京ab"] * (MAX_LENGTH // 2))  # words of letters: tokens each
+    # the first boundary at or after the max length: "a" ends no prefix, "an" does
+    (late,) = gt.session(step).run(None, {gt.TEXT: np.array([[("a " * MAX_LENGTH) + "an end " * 300]], dtype=object)})
+    assert late[0, 0] == "a " * MAX_LENGTH + "an"
+    assert list(read[3:, 0]) == kept
+    assert gt.first_difference(gt.checked(checks.prefix_graph(words), graph), encoder, texts,
+                               TOKENS + ROW_FIELDS) is None
 
 
 def test_the_texts_own_marks_stay_in_their_row(minilm) -> None:
@@ -300,6 +319,20 @@ def test_generate_writes_the_graph_layout_by_default_with_no_python(tmp_path: Pa
     assert not list(repo.glob("*/configs")) and not list(repo.glob("**/*.py"))
     assert (repo / "zoo_model" / "1" / MODEL_FILE).is_file()  # what verification and the in-process chain run
     assert "tokenizer: graph" in (repo / "tritonize.yaml").read_text()
+    before = {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()}
+    with pytest.raises(TritonizeError, match="--no-truncate refuses over-long texts") as refused:  # another layout
+        repository.reconfigure(repo, Overrides(truncate=False))
+    assert "--tokenizer python" in refused.value.hint
+    assert {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()} == before  # nothing written
+    repository.reconfigure(repo, Overrides(max_queue_delay_us=300))  # the same layout: configs rewritten
+    assert parse_config((repo / "zoo_model" / "config.pbtxt").read_text()).dynamic_batching.max_queue_delay_microseconds == 300
+    repository.reconfigure(repo, Overrides(max_queue_size=300))  # a bound asked: the model step sheds load too
+    bounded = parse_config((repo / "zoo_model" / "config.pbtxt").read_text())
+    policy = bounded.dynamic_batching.default_queue_policy
+    assert policy.max_queue_size == 300 and policy.timeout_action == policy.REJECT
+    # two one-thread instances, as the Python layouts' model step: the batcher's lost wake-up has a second one
+    assert [g.count for g in bounded.instance_group] == [2]
+    assert bounded.parameters["intra_op_thread_count"].string_value == "1"
 
 
 def test_a_task_with_a_post_step_is_refused_for_the_graph_layout(tmp_path: Path, capsys) -> None:

@@ -8,6 +8,7 @@ with more rows than the ensemble's max batch size is split, and its pieces go ou
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -18,6 +19,7 @@ from .catalog import ServedModel
 from .coalesce import Coalescer, TritonFailure
 from .errors import ApiError
 
+REFUSING_NODE = re.compile(r"Name:'([^']*)'")  # onnxruntime's error: the node that failed
 # Triton's gRPC status -> the status the API answers. UNAVAILABLE is a full queue (the server sheds load).
 STATUS = {
     "StatusCode.UNAVAILABLE": 429,
@@ -143,8 +145,10 @@ def triton_error(exc) -> TritonFailure:
     code = str(exc.status())
     status = STATUS.get(code, 424)
     message = (exc.message() or str(exc)).strip()
-    if graph_refusal(message):  # a texts step's refusal (a graph's node failing by design): the sender's error
-        status = 422
+    if graph_refusal(message):  # a texts step's refusal (a graph's node failing by design): the sender's error,
+        status = 422  # told by the failing node's name, which is the refusal (graph_tokenizer/texts.py)
+        named = REFUSING_NODE.search(message)
+        message = named.group(1) if named else message
     if code == "StatusCode.UNAVAILABLE" and "queue" not in message.lower():
         status = 503  # nothing listens: the server is down, not busy
     return TritonFailure(status, f"Triton: {message}", grpc_status=code)

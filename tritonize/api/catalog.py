@@ -111,8 +111,8 @@ class Catalog:
         return cls(tuple(ServedModel(manifest, root) for manifest in read_manifests(root)))
 
     def find_any(self, name: str | None = None) -> ServedModel:
-        """The named model of any task; without a name, the only model served."""
-        if name:
+        """The named model of any task; without a name, the only model served (an empty name names none)."""
+        if name is not None:
             return self._named(name)
         return self._only(self.models, "models")
 
@@ -120,7 +120,7 @@ class Catalog:
         """The named model, which must serve one of `tasks`; without a name, the only model of them."""
         tasks = tasks if isinstance(tasks, tuple) else (tasks,)
         what = " or ".join(t.name for t in tasks)
-        if name:
+        if name is not None:
             found = self._named(name)
             if found.contract not in tasks:
                 raise ApiError(400, f"the model {name!r} is a {found.contract.name} model, and this "

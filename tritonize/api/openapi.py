@@ -23,6 +23,7 @@ from pydantic import BaseModel
 
 from .catalog import Catalog, ServedModel
 from .routes import routers
+from .schemas import GRAPH_TEXT_PATTERN, TEXT_PATTERN
 from .task_routes import task_routes
 
 ANY_MODEL_PATHS = ("/tokenize", "/decode", "/info")  # routes of no one task: they read any model
@@ -93,7 +94,7 @@ def narrow(component: dict, fields: dict[str, dict | None], name: str = "") -> N
     """The component's fields as `fields` says, within the values their own types take (keeping their titles
     and defaults); a field without a null among its values and without a default becomes required. A key
     `Component.field` narrows that component's field alone: None there means the field is not served (left out
-    of the document), and a schema without a null makes it required."""
+    of the document), and a schema without a null makes it required unless the field has a default."""
     properties = component["properties"]
     for key, accepted in fields.items():
         own, _, field = key.rpartition(".")
@@ -104,7 +105,8 @@ def narrow(component: dict, fields: dict[str, dict | None], name: str = "") -> N
         if own and accepted is None:
             del properties[field]
             continue
-        if own and {"type": "null"} not in accepted.get("anyOf", ()) and accepted.get("type") != "null":
+        if (own and {"type": "null"} not in accepted.get("anyOf", ()) and accepted.get("type") != "null"
+                and "default" not in properties[field]):
             properties[field] = {**accepted, "title": properties[field].get("title", field)}
             component.setdefault("required", []).append(field)
             continue
@@ -112,6 +114,11 @@ def narrow(component: dict, fields: dict[str, dict | None], name: str = "") -> N
         properties[field] = {**within(accepted, properties[field]), **kept}
         if "anyOf" not in accepted and "default" not in kept:
             component.setdefault("required", []).append(field)
+
+
+def graph_texts(node: Any) -> None:
+    """Texts without a NUL character, where every model that reads them tokenizes in graphs."""
+    mark(node, lambda n: n.get("pattern") == TEXT_PATTERN, "pattern", GRAPH_TEXT_PATTERN)
 
 
 def served_document(app: FastAPI, catalog: Catalog, max_client_batch_size: int) -> Callable[[], dict]:
@@ -130,6 +137,8 @@ def served_document(app: FastAPI, catalog: Catalog, max_client_batch_size: int) 
             if not served:
                 continue  # the route answers 424, as documented
             accepted = routes.accepts(tuple(m.head for m in served)) if routes.accepts else {}
+            if routes.uncut and all(m.cut_refusal for m in served):
+                accepted = {**accepted, **routes.uncut}
             for name in request_components(routes.paths):
                 by_component.setdefault(name, []).append((accepted, served))
         for name, narrowed in by_component.items():
@@ -140,6 +149,8 @@ def served_document(app: FastAPI, catalog: Catalog, max_client_batch_size: int) 
                       if all(field in o and o[field] == schema for o in others)}
             narrow(components[name], {**common, "model": named(tuple(m for _, served in narrowed for m in served))},
                    name)
+            if all(m.tokenizes_in_graph for _, served in narrowed for m in served):
+                graph_texts(components[name])
         batch_bound(components, max_client_batch_size)  # the lists the narrowing wrote, too
         answered = {p for routes in task_routes() if catalog.of_task(routes.contract) for p in routes.paths}
         for path in {p for routes in task_routes() for p in routes.paths} - answered:

@@ -35,7 +35,11 @@ def whole(value: object) -> object:
 Integer = Annotated[int, BeforeValidator(whole)]  # a request's integer, strict otherwise (bounds go before `whole`)
 # A text holds a character that is not white space: neither JSON Schema's (ECMAScript's \s) nor Python's, which the
 # tokenizer step strips (routes.parameters.blank refuses the others with 422).
-Text = Annotated[str, refused_beyond(minLength=1, pattern=r"[^\s\u001c-\u001f\u0085]")]
+TEXT_PATTERN = r"[^\s\u001c-\u001f\u0085]"
+# The same where every model a route serves tokenizes in graphs, which refuse a NUL character (catalog.py's
+# refuse_unreadable): openapi.py writes it in.
+GRAPH_TEXT_PATTERN = r"^[^\u0000]*[^\s\u001c-\u001f\u0085\u0000][^\u0000]*$"
+Text = Annotated[str, refused_beyond(minLength=1, pattern=TEXT_PATTERN)]
 TextList = Annotated[list[Text], refused_beyond(minItems=1)]
 TokenIds = list[int]
 Texts = Union[Text, Annotated[list[Union[Text, SkipJsonSchema[TokenIds]]], refused_beyond(minItems=1)],

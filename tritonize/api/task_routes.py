@@ -26,6 +26,9 @@ class TaskRoutes:
     # What the served heads all accept of a request's fields, as JSON Schema (openapi.py writes it into the
     # document); None: nothing beyond the request models' own schema.
     accepts: Callable[[tuple[Head, ...]], dict[str, dict]] | None = None
+    # What the fields that ask a long text cut at its start or into windows accept where no served model can
+    # (ServedModel.cut_refusal), as `accepts` writes them; None: the task's routes ask no such cut.
+    uncut: dict[str, dict] | None = None
     # A route that returns documents' vectors alone, and a body for it: (route, (model name, texts) -> body). The
     # rerank benchmark measures it beside the rerank it is part of; None: the task has none apart from its answer.
     document_vectors: tuple[str, Callable[[str, list[str]], dict]] | None = None

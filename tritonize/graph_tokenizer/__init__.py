@@ -31,15 +31,14 @@ from ..spec import (GRAPH_LIBRARY_FILE, GRAPH_MODEL_FILE, TOKENIZER_GRAPH_FILE, 
 from .bpe import ByteLevelBPE, bpe_nodes
 from .bucketed import bucketed
 from .frame import TOKEN_TYPE_IDS, Template, frame_nodes
-from .prefix import with_prefix_cut
 from .gate import ADVERSARIAL_TEXTS, CORPUS, checked_texts, first_difference, session
 from .nodes import DOMAIN, OPSET, TEXT, prefixed, sort_nodes
 from .texts import OUTPUT as CHECKED
-from .texts import texts_graph
+from .texts import prefix_graph, texts_graph
 from .wordpiece import WordPiece, wordpiece_nodes
 
 __all__ = ["ADVERSARIAL_TEXTS", "CORPUS", "DOMAIN", "TOKEN_TYPE_IDS", "ByteLevelBPE", "Template", "WordPiece", "assemble",
-           "build", "bucketed", "checked", "compose_model", "first_difference", "session", "texts_graph",
+           "build", "bucketed", "checked", "compose_model", "first_difference", "prefix_words", "session", "texts_graph",
            "tokenizer_graph", "wordpiece_nodes", "bpe_nodes"]
 
 
@@ -68,11 +67,14 @@ def tokenizer_graph(tokenizer_file: str | Path, max_length: int, buckets: tuple[
     truncated [N, 1] BOOL: the whole batch in one pass, each row on its own."""
     from tokenizers import Tokenizer
 
-    graph = assemble(family_nodes(Path(tokenizer_file), Path(folder) if folder else None),
-                     Template.of(Tokenizer.from_file(str(tokenizer_file))), max_length, buckets, pad_id, with_token_types)
-    if exact_prefixes(json.loads(Path(tokenizer_file).read_text(encoding="utf-8"))):
-        return with_prefix_cut(graph, max_length)
-    return graph
+    return assemble(family_nodes(Path(tokenizer_file), Path(folder) if folder else None),
+                    Template.of(Tokenizer.from_file(str(tokenizer_file))), max_length, buckets, pad_id, with_token_types)
+
+
+def prefix_words(tokenizer_file: str | Path, max_length: int) -> int:
+    """How many words the texts step reads of a long text (texts.py, `_prefix_nodes`): the max length where the
+    tokenizer's prefixes are exact, else none (the whole text)."""
+    return max_length if exact_prefixes(json.loads(Path(tokenizer_file).read_text(encoding="utf-8"))) else 0
 
 
 def assemble(family: list[onnx.NodeProto], template: Template, max_length: int, buckets: tuple[int, ...],
@@ -158,11 +160,13 @@ def build(repo: RepoSpec, model_graph: Path, texts: list[str], work: Path, atol:
                                 TOKEN_TYPE_IDS in names, spec.source)
     encoder = TextEncoder(spec.tokenizer_file, spec.max_length, list(repo.buckets), repo.pad_token_id,
                           names + ROW_FIELDS)
-    differs = first_difference(tokenizer, encoder, checked_texts(texts, spec.tokenizer_file), names + ROW_FIELDS)
+    words = prefix_words(spec.tokenizer_file, spec.max_length)
+    read = checked(prefix_graph(words), tokenizer) if words else tokenizer  # the long texts as the texts step cuts them
+    differs = first_difference(read, encoder, checked_texts(texts, spec.tokenizer_file), names + ROW_FIELDS)
     if differs:
         raise Refused(f"the graph tokenizer's tokens differ from the served tokenizer's on {differs}")
     work.mkdir(parents=True, exist_ok=True)
-    checks = texts_graph(repo.max_request_bytes)
+    checks = texts_graph(repo.max_request_bytes, words)
     if repo.pipeline.first_file == TOKENIZER_GRAPH_FILE:  # the first step checks and tokenizes; the model step runs the model
         return _first_step_files(repo, checked(checks, tokenizer), work)
     composed = compose_model(tokenizer, bucketed(onnx.load(str(model_graph)), repo.buckets), names)

@@ -34,6 +34,7 @@ from ..spec import (
     step_names,
 )
 from ..spec.options import GenerateOptions
+from ..spec.pipeline import cpu_model_step
 
 
 def graph_refusal(options: GenerateOptions, model: ModelSpec) -> TokenizerRefused | None:
@@ -83,16 +84,17 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str, fused_config: st
     counts_graph = any(t.name in dict(statistics).values() for t in graph_outputs)
     # Each role's instances and kind: the model step where --device puts it, every Python step on the CPU.
     cpu = options.device == "cpu"
+    cpu_step = cpu_model_step(pipeline.cpu_model_step, bool(options.max_queue_size))
     placement = {
         FIRST: (options.tokenizer_instances, "KIND_CPU"),
-        MODEL: (options.model_instances or (pipeline.cpu_model_step.instances if cpu else CONTAINER_MODEL_INSTANCES),
+        MODEL: (options.model_instances or (cpu_step.instances if cpu else CONTAINER_MODEL_INSTANCES),
                 "KIND_CPU" if cpu else "KIND_GPU"),
         POST: (1, "KIND_CPU"),
         STATISTICS: (STATISTICS_INSTANCES, "KIND_CPU"),
     }
     # No queue bound of its own for a statistics step: what reaches it was admitted, and its graph has run; none
-    # for a model step whose CPU run keeps its queue unbounded (`CpuModelStep.bounded`).
-    unbounded = {STATISTICS} | ({MODEL} if cpu and not pipeline.cpu_model_step.bounded else set())
+    # for a model step whose CPU run keeps its queue unbounded (`CpuModelStep.bounded`; --max-queue-size asks one).
+    unbounded = {STATISTICS} | ({MODEL} if cpu and not cpu_step.bounded else set())
 
     def step(role: StepRole) -> StepSpec:
         instances, kind = placement[role]

@@ -25,7 +25,7 @@ from ..spec import CONFIG_FILE, FIRST_VERSION, LABELS_FILE, MANIFEST_FILE, STATI
 from ..spec.options import Overrides
 from ..verify import VerificationReport
 from .index import INDEX_FILES, IndexEntry, manifest, read_index, render
-from .planning import fused_config_name, plan
+from .planning import fused_config_name, graph_refusal, plan
 from .rendering import RenderedFile, parse_config, validate
 
 
@@ -288,6 +288,11 @@ def reconfigure(repo_dir: Path, overrides: Overrides, name: str | None = None) -
     index = read_index(repo_dir)
     options = overrides.apply(current.options)
     repo = plan(options, current.model, current.name, fused_config_name(repo_dir))
+    if type(repo.pipeline) is not type(current.pipeline):  # other steps, other files: only generation writes them
+        refusal = graph_refusal(options, current.model)
+        raise TritonizeError(f"{current.name} tokenizes in ONNX graphs, and these options need the Python tokenizer "
+                             f"step ({refusal.message if refusal else 'another layout'})",
+                             hint="generate it again with --tokenizer python and these options")
     if repo.statistics_step and not (repo_dir / repo.statistics_step.name).is_dir():  # written before it had one
         repo = repo.without(STATISTICS)
     # Only the configs and the manifest are written: the report and the baseline stay as generation wrote them.

@@ -46,6 +46,12 @@ class CpuModelStep:
 SHARED_CORES = CpuModelStep(instances=2, threads=1, bounded=True)
 
 
+def cpu_model_step(own: CpuModelStep, bound_asked: bool) -> CpuModelStep:
+    """A pipeline's way (`own`), or SHARED_CORES where --max-queue-size asks a bound of a step that runs unbounded:
+    a bounded queue needs a second instance for the batcher's lost wake-up, and two instances one thread each."""
+    return SHARED_CORES if bound_asked and not own.bounded else own
+
+
 @dataclass(frozen=True)
 class StepSpec:
     """One Triton model of the repository: its role in the ensemble, batching and placement."""

@@ -22,7 +22,7 @@ from .names import (
     TOKENIZER_FILE,
     StepRole,
 )
-from .pipeline import EnsembleStep, InstanceKind, Pipeline, StepSpec
+from .pipeline import EnsembleStep, InstanceKind, Pipeline, StepSpec, cpu_model_step
 
 
 Device = Literal["cpu", "gpu"]
@@ -275,7 +275,8 @@ class RepoSpec:
     def model_parameters(self) -> dict[str, str]:
         """The native onnxruntime backend's settings of the model step (its config.pbtxt); without a fused variant,
         also its graph's runner settings, which the in-process chain reads (the backend ignores them)."""
-        threads = {"intra_op_thread_count": str(self.pipeline.cpu_model_step.threads)} if self.device == "cpu" else {}
+        way = cpu_model_step(self.pipeline.cpu_model_step, bool(self.model_step.max_queue_size))
+        threads = {"intra_op_thread_count": str(way.threads)} if self.device == "cpu" else {}
         return threads if self.pipeline.has_fused_variant else threads | self.runner_parameters
 
     @property

@@ -70,9 +70,20 @@ TEXTS_ONLY: dict[str, dict | None] = {
 
 
 # /embed_all is the multi-vector task's: it refuses an embedder (422), whose graph pools the token states inside.
+# Where no served model cuts a text at its start or into windows (ServedModel.cut_refusal): what is left of the
+# fields that ask it.
+UNCUT: dict[str, dict] = {
+    "truncation_direction": {"type": "string", "enum": ["right", "Right"],
+                             "description": "the served models read every text from its start: left is refused"},
+    "EmbeddingRequest.truncate": {"anyOf": [{"type": "string", "enum": ["NONE", "END"]}, {"type": "null"}]},
+    "CohereEmbedRequest.truncate": {"type": "string", "enum": ["NONE", "END"]},
+    "enable_chunked_processing": {"anyOf": [{"type": "boolean", "enum": [False]}, {"type": "null"}],
+                                  "description": "the served models read every text from its start: true is refused"},
+}
+
 ROUTES = TaskRoutes(CONTRACT, ("/v1/embeddings", "/v2/embed", "/embed", "/similarity"),
                     lambda a, name, text: {"model": name, "input": [text]},
-                    lambda head: {"embedding": {"pooling": head.pooling}}, accepts)
+                    lambda head: {"embedding": {"pooling": head.pooling}}, accepts, uncut=UNCUT)
 
 
 Input = Union[str, bytes, RemoteImage]  # a text, an image file's bytes, or its URL (parameters.image_of)
