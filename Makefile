@@ -172,9 +172,9 @@ repo: $(REPO)/tritonize.yaml
 run: install repo
 	$(BIN)/python deploy.py local up --repository $(REPO) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) --api-port $(API_PORT) $(DEPLOY_FLAGS)
 	@echo
-	@echo "Sample request (raw string in, embedding out):"
-	@echo "  clients/curl.sh 'Triton serves raw strings.'"
-	@TRITON_URL=http://127.0.0.1:$(HTTP_PORT) MODEL=$(NAME) clients/curl.sh "Triton serves raw strings." | cut -c1-240; echo " ..."
+	@echo "Sample request (raw string in, embedding out), Triton's HTTP protocol through the API's front:"
+	@echo "  TRITON_URL=http://127.0.0.1:$(API_PORT) clients/curl.sh 'Triton serves raw strings.'"
+	@TRITON_URL=http://127.0.0.1:$(API_PORT) MODEL=$(NAME) clients/curl.sh "Triton serves raw strings." | cut -c1-240; echo " ..."
 	@echo "The same through the API, as OpenAI's embeddings route (the openai SDK and LangChain call it: docs/api.md):"
 	@echo "  curl -s http://127.0.0.1:$(API_PORT)/v1/embeddings -H 'Content-Type: application/json' -d '{\"model\": \"$(NAME)\", \"input\": [\"Triton serves raw strings.\"]}'"
 	@curl -sf http://127.0.0.1:$(API_PORT)/v1/embeddings -H 'Content-Type: application/json' -d '{"model": "$(NAME)", "input": ["Triton serves raw strings."]}' | cut -c1-240; echo " ..."

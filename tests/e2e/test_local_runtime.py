@@ -144,17 +144,20 @@ def test_failed_model_load_shows_the_servers_error(tiny_python_repo, local_optio
 def test_deploy_local_cli(tiny_embedding_repo, local_options, tmp_path) -> None:
     """The commands as a user types them: up returns with the server running, down stops it."""
     o = local_options(tiny_embedding_repo.repository, tmp_path / "run")
+    (api_port,) = machine.free_ports(1)
     flags = [
         "--repository", str(o.repository), "--run-dir", str(o.run_dir),
         "--http-port", str(o.http_port), "--grpc-port", str(o.grpc_port), "--metrics-port", str(o.metrics_port),
     ]  # fmt: skip
-    up = deploy("up", *flags)
+    up = deploy("up", *flags, "--api-port", str(api_port))
     record = instance.read_instance(o.run_dir / f"local-{o.http_port}")
     pid = record.pid if record else None
     try:
         assert up.returncode == 0, up.stderr
         assert "Triton is ready" in up.stdout
-        assert f"http://127.0.0.1:{o.http_port}/v2/models/{tiny_embedding_repo.name}/infer" in up.stdout
+        # The sample request goes to Triton's HTTP routes through the API's front, not to Triton's own port.
+        assert f"http://127.0.0.1:{api_port}/v2/models/{tiny_embedding_repo.name}/infer" in up.stdout
+        assert f"HTTP     http://127.0.0.1:{o.http_port}  (Triton's own: loopback only" in up.stdout
         assert "Starting Triton" in up.stderr
 
         status = deploy("status", *flags)

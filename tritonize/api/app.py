@@ -19,7 +19,7 @@ from starlette.routing import BaseRoute
 from starlette.types import Message, Receive, Scope, Send
 
 from .. import __version__
-from . import dispatch
+from . import dispatch, kserve
 from .catalog import Catalog
 from .errors import ApiError
 from .openapi import served_document
@@ -27,7 +27,8 @@ from .routes import envelopes, routers
 from .routes.families import Envelope
 from .state import ApiSettings, ApiState, json_response
 
-OPEN_PATHS = frozenset({"/health"})  # answered without a key: probes send none
+OPEN_PATHS = frozenset({"/health"}) | kserve.OPEN  # answered without a key: probes send none
+DRAINED = (413, 415)  # refused for its body: read to its end first, so that the client sees the answer
 DRAIN_CAP = 64 * 1024 * 1024  # a refused body up to this size is read to its end before the 413
 
 
@@ -44,7 +45,8 @@ def error_response(path: str, error: ApiError, by_path: dict[str, Envelope]):
 class Guard:
     """Pure ASGI, before any body is parsed: the key, the body-size bound, the in-flight bound, and a
     count and a latency for every answer (by route, model and status). A POST route's request is then answered
-    here (api/dispatch.py); any other goes to FastAPI."""
+    here (api/dispatch.py), a route of Triton's HTTP protocol by the front (api/kserve/); any other goes to
+    FastAPI."""
 
     def __init__(self, app: FastAPI, state: ApiState, routes: Iterable[BaseRoute]):
         self.app, self.state = app, state
@@ -52,6 +54,7 @@ class Guard:
         self.key = settings.api_key.encode() if settings.api_key else None
         self.max_body = settings.max_body_bytes
         self.endpoints = dispatch.endpoints(routes)
+        self.front = kserve.Front(state.backend, self.max_body)
         self.metrics: dict[tuple[str, str, str, str], tuple] = {}  # each label set's counter and histogram
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -67,14 +70,17 @@ class Guard:
         """The request answered; its status."""
         path, state = scope["path"], self.state
         headers = dict(scope["headers"])
-        kind = state.envelopes.get(path, "openai")
-        refusal = self.refuse(scope, headers)
+        v2 = kserve.route(path) if path.startswith("/v2") else None
+        kind = "kserve" if v2 else state.envelopes.get(path, "openai")
+        refusal = self.refuse(scope, headers, v2)
         if refusal:
-            if refusal.status == 413:
+            if refusal.status in DRAINED:
                 await drain(receive, DRAIN_CAP)
             return await dispatch.refuse(send, refusal, kind)
-        endpoint = self.endpoints.get(path) if scope["method"] == "POST" else None
-        if endpoint is not None or (b"content-length" not in headers and scope["method"] in ("POST", "PUT", "PATCH")):
+        endpoint = self.endpoints.get(path) if scope["method"] == "POST" and v2 is None else None
+        body = b""
+        if endpoint is not None or (scope["method"] in ("POST", "PUT", "PATCH")
+                                    and (v2 is not None or b"content-length" not in headers)):
             body = await self.read_bounded(receive)
             if isinstance(body, ApiError):
                 return await dispatch.refuse(send, body, kind)
@@ -82,6 +88,8 @@ class Guard:
         state.in_flight += 1
         state.in_flight_gauge.inc()
         try:
+            if v2 is not None:
+                return await self.front.answer(v2, scope, body, headers, send)
             if endpoint is not None:
                 return await dispatch.answer(endpoint, self.app, scope, receive, send, body,
                                              headers.get(b"content-type"), kind)
@@ -108,20 +116,24 @@ class Guard:
     def record(self, scope: Scope, status: int, seconds: float) -> None:
         """The answer's count and latency, by route (the app's own, else "unmatched"), model, version, status."""
         served = scope.get("state") or {}
-        key = (scope["path"] if scope["path"] in self.state.route_paths else "unmatched", served.get("model", ""),
-               served.get("version", ""), str(status))
+        route = served.get("route") or (scope["path"] if scope["path"] in self.state.route_paths else "unmatched")
+        key = (route, served.get("model", ""), served.get("version", ""), str(status))
         children = self.metrics.get(key)
         if children is None:
             children = self.metrics[key] = (self.state.requests.labels(*key), self.state.latency.labels(*key[:3]))
         children[0].inc()
         children[1].observe(seconds)
 
-    def refuse(self, scope: Scope, headers: dict[bytes, bytes]) -> ApiError | None:
+    def refuse(self, scope: Scope, headers: dict[bytes, bytes], v2: kserve.Route | None = None) -> ApiError | None:
         if self.key and scope["path"] not in OPEN_PATHS:
             given = headers.get(b"authorization", b"")
             scheme, _, token = given.partition(b" ")
             if scheme.lower() != b"bearer" or not secrets.compare_digest(token.strip(), self.key):
                 return ApiError(401, "a valid API key is required: Authorization: Bearer <key>", code="invalid_api_key")
+        if v2 is not None and v2.kind == "infer" and scope["method"] == "POST":
+            media = kserve.media_refusal(headers)  # a form or text body is refused whatever its size
+            if media:
+                return media
         length = headers.get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_body:
             return self.too_large(int(length))

@@ -104,6 +104,24 @@ class TritonBackend:
             raise triton_error(exc) from None
         return {o: result.as_numpy(o) for o in outputs}
 
+    @property
+    def client(self):
+        """The asyncio gRPC client, for Triton's own calls (the v2 routes: api/kserve/); None before open()."""
+        return self._client
+
+    async def raw_infer(self, request):
+        """A ModelInferRequest sent as built (api/kserve/: a binary tensor's bytes go as they came)."""
+        import grpc
+        from tritonclient.grpc._utils import get_error_grpc
+        from tritonclient.utils import InferenceServerException
+
+        if self._client is None:
+            raise InferenceServerException("the API is not connected to Triton", status="StatusCode.UNAVAILABLE")
+        try:
+            return await self._client._client_stub.ModelInfer(request=request, timeout=self.timeout_s)
+        except grpc.RpcError as exc:
+            raise get_error_grpc(exc) from None
+
     async def output_names(self, name: str) -> tuple[str, ...] | None:
         """The ensemble's outputs from its metadata; None when Triton does not answer. Where each has one shape
         a row (no axis but the batch's of variable size), its requests are coalesced."""

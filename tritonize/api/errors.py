@@ -2,7 +2,7 @@
 
 OpenAI's routes answer `{"error": {"message", "type", "param", "code"}}`, text-embeddings-inference's
 `{"error", "error_type"}`, NVIDIA NIM's `{"object": "error", "message", "detail", "type"}`, Cohere's embed
-`{"id", "message"}`: clients of each parse their own shape. A status says what kind of failure it is
+`{"id", "message"}`, Triton's HTTP protocol `{"error"}`: clients of each parse their own shape. A status says what kind of failure it is
 (`STATUSES`): the guard, the backend, the routes and the OpenAPI document all read that one table.
 """
 
@@ -88,6 +88,10 @@ class ApiError(Exception):
     def nim(self) -> dict:
         return {"object": "error", "message": self.message, "detail": {"param": self.param} if self.param else {},
                 "type": OPENAI_TYPES[self.kind]}
+
+    def kserve(self) -> dict:
+        """Triton's HTTP protocol's: tritonclient raises its `error` as the exception's message."""
+        return {"error": self.message}
 
     def cohere(self) -> dict:
         return {"id": str(uuid.uuid4()), "message": self.message}

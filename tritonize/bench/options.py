@@ -10,7 +10,8 @@ from ..spec import DEFAULT_VARIANT
 from . import corpus, infinity, load, peers
 
 TRITON_LABELS = {"grpc": "Triton gRPC", "http": "Triton HTTP", "api": "API /v1/embeddings",
-                 "api-uncoalesced": "API, no coalescing"}
+                 "api-uncoalesced": "API, no coalescing", "front": "Triton HTTP via the API's front"}
+FRONT = "front"  # Triton's HTTP/JSON requests sent to `tritonize api`'s /v2 routes (api/kserve/) instead
 # The API's protocols: `tritonize api` in front of the measured server, and with --no-coalesce (each request alone).
 API_PROTOCOLS = {"api": (), "api-uncoalesced": ("--no-coalesce",)}
 API_SYSTEM = "triton-api"  # `tritonize api` in front of the measured server, its answers checked on their own

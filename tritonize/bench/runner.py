@@ -27,7 +27,16 @@ from ..spec import CONFIG_FILE, ENSEMBLE, MODEL, PRODUCTION_VARIANT, repo_paths,
 from ..spec.options import Overrides
 from . import check, corpus, cpu, floor, infinity, load, peers, server_counters
 from .measured import measured_model, record, say_run, triton_endpoints
-from .options import API_PROTOCOLS, API_SYSTEM, FLOOR, SHARED_CPU_NOTE, TRITON_LABELS, TRITON_SYSTEM, BenchOptions
+from .options import (
+    API_PROTOCOLS,
+    API_SYSTEM,
+    FLOOR,
+    FRONT,
+    SHARED_CPU_NOTE,
+    TRITON_LABELS,
+    TRITON_SYSTEM,
+    BenchOptions,
+)
 from .report import client_inclusive_floor, compared_system, label_of, split_system
 from .targets import SCALING, evaluate
 
@@ -153,15 +162,29 @@ class Bench:
         work = Path(self.o.output) / ".run"
         work.mkdir(parents=True, exist_ok=True)
         api = ApiProcess(self.o.repository, grpc_url, port=port, log_file=work / "api.log",
-                         extra=API_PROTOCOLS[protocol])
-        url = stack.enter_context(api) + "/v1"
+                         extra=API_PROTOCOLS.get(protocol, ()))
+        root = stack.enter_context(api)
         if meter and api.proc:
             meter.watch(cpu.API, api.proc.pid)  # it leads its own process group
             stack.callback(meter.unwatch, cpu.API)
+        if protocol == FRONT:  # Triton's own HTTP requests, to the API's /v2 routes
+            self._check_front(root)
+            return lambda n, request: load.TritonHttp(root, self.name, request, self.o.timeout_s, n)
+        url = root + "/v1"
         system = API_SYSTEM if protocol == "api" else f"triton-{protocol}"
         self._check(system, TRITON_LABELS[protocol], lambda row: ask(url, self.name, row, self.o.timeout_s), check.ATOL)
         self.api_url = url  # where after_protocol finds it
         return lambda n, request: load.OpenAIEmbeddings(url, self.name, self.o.timeout_s, n)
+
+    def _check_front(self, root: str) -> None:
+        """The front's answers over Triton's HTTP protocol against the floor's, as Triton's own are checked."""
+        from ..client import TextClient
+
+        with TextClient(root.split("//", 1)[1], self.name, protocol="http", timeout_s=self.o.timeout_s) as client:
+            for wname, w in self.workloads.items():
+                request = corpus.request_of(self.task.contract, w)
+                self._check(f"triton-{FRONT}", TRITON_LABELS[FRONT],
+                            lambda row: check.one_row(client.infer(request([row]))), check.ATOL, {wname: w})
 
     def measure_protocol(self, protocol: str, make, snaps, meter, served) -> None:
         label = TRITON_LABELS[protocol]

@@ -103,9 +103,13 @@ def _app_name(options: K8sOptions, repository: Path, models: list[str]) -> str:
 def _server(
     image: str, models_dir: str, ports: dict[str, int], probe_port: int | str, startup_s: int,
     resources: dict[str, dict[str, str]], mounts: tuple[dict[str, Any], ...], volumes: tuple[dict[str, Any], ...],
-    storage_uri: str | None = None,
+    storage_uri: str | None = None, http_address: str | None = container.LOOPBACK,
 ) -> Server:
     """Probes: startup on Triton's ready endpoint (model load); readiness and liveness on a real inference.
+
+    Triton's own HTTP port binds the pod's loopback (`http_address`): the health script and the startup check
+    reach it from inside the container, and clients reach its routes through the API's front, which bounds every
+    body (docs/reliability.md). KServe's variant routes its own ingress to that port, so it binds every interface.
 
     Triton keeps answering 200 on /v2/health/ready after a Python stub has died, so only an answer
     proves the pipeline. Readiness takes a broken pod out of the Service within 30 s; liveness restarts
@@ -114,12 +118,16 @@ def _server(
     replica is busy, and failing the check would only push its load onto the others.
     """
     health = container.health_command(ports["http"], models_dir, busy_ok=True)
+    periods = math.ceil(startup_s / PROBE_PERIOD_S)
+    startup = (Probe(PROBE_PERIOD_S, 5, periods, command=container.ready_command(ports["http"])) if http_address
+               else Probe(PROBE_PERIOD_S, 5, periods, http_path="/v2/health/ready", port=probe_port))
     return Server(
         image=image,
-        args=container.triton_command(ServerOptions(), models_dir=models_dir, ports=ports),
+        args=container.triton_command(ServerOptions(), models_dir=models_dir, ports=ports, http_address=http_address),
         models_dir=models_dir,
         ports=dict(ports),
-        startup=Probe(PROBE_PERIOD_S, 5, math.ceil(startup_s / PROBE_PERIOD_S), http_path="/v2/health/ready", port=probe_port),
+        exposed={k: v for k, v in ports.items() if k != "http" or not http_address},
+        startup=startup,
         readiness=Probe(PROBE_PERIOD_S, PROBE_TIMEOUT_S, 3, command=health),
         liveness=Probe(2 * PROBE_PERIOD_S, PROBE_TIMEOUT_S, 6, command=health),
         resources=resources,
@@ -262,7 +270,7 @@ def k8s_spec(options: K8sOptions) -> K8sSpec:
     kserve = _server(
         model_image or serving_image, KSERVE_MODELS_DIR if storage.storage_uri else container.MODELS_DIR, KSERVE_PORTS,
         KSERVE_PORTS["http"], startup_s, resources, shm_mount + kserve_cache_mount, shm + kserve_cache,
-        storage.storage_uri,
+        storage.storage_uri, http_address=None,
     )
     labels = {"app.kubernetes.io/name": "tritonize", "app.kubernetes.io/instance": app,
               "app.kubernetes.io/managed-by": MANAGED_BY}

@@ -43,6 +43,7 @@ class Server:
     args: tuple[str, ...]
     models_dir: str
     ports: dict[str, int]
+    exposed: dict[str, int]  # the ports the pod declares: Triton's own HTTP only where it binds every interface
     startup: Probe
     readiness: Probe
     liveness: Probe

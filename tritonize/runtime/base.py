@@ -43,10 +43,11 @@ class Endpoints:
     http_port: int
     grpc_port: int
     metrics_port: int
+    http_host: str = ""  # where Triton's own HTTP port is reached, where not `host` (it stays on loopback)
 
     @property
     def http(self) -> str:
-        return f"http://{self.host}:{self.http_port}"
+        return f"http://{self.http_host or self.host}:{self.http_port}"
 
     @property
     def grpc(self) -> str:
@@ -219,12 +220,13 @@ def sample_api_curl(api_url: str, manifest: Manifest) -> str | None:
     return f"curl -s {api_url}{route} -H 'Content-Type: application/json' -d '{json.dumps(body)}'"
 
 
-def sample_curl(endpoints: Endpoints, manifest: Manifest | None) -> str:
-    """A curl that works for the model's task (JSON body, declared as such)."""
+def sample_curl(endpoints: Endpoints, manifest: Manifest | None, url: str | None = None) -> str:
+    """A curl that works for the model's task (JSON body, declared as such), to Triton's HTTP port or to `url`,
+    the API's front for it."""
     model = manifest.name if manifest else "<model>"
     body = tasks.of(manifest.model.head).contract.sample_body() if manifest else sample_body(TaskContract.text_inputs)
     return (
-        f"curl -s -X POST {endpoints.http}/v2/models/{model}/infer "
+        f"curl -s -X POST {url or endpoints.http}/v2/models/{model}/infer "
         f"-H 'Content-Type: application/json' -d '{body}'"
     )
 

@@ -50,7 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def add_common_arguments(p: argparse.ArgumentParser) -> None:
     d = ServerOptions()
     p.add_argument("--repository", "-r", type=Path, default=d.repository, help="model repository (default: %(default)s)")
-    p.add_argument("--host", default=d.host, help="address to bind and to reach (default: %(default)s, loopback)")
+    p.add_argument("--host", default=d.host, help="address to bind and to reach (default: %(default)s, loopback); "
+                   "Triton's own HTTP port stays on loopback whatever it says: the API serves its routes")
     p.add_argument("--http-port", type=int, default=d.http_port)
     p.add_argument("--grpc-port", type=int, default=d.grpc_port)
     p.add_argument("--metrics-port", type=int, default=d.metrics_port)
@@ -187,20 +188,22 @@ def print_rollout(rollout: Rollout) -> None:
 def print_summary(endpoints: Endpoints, repository: Path, runtime: Runtime) -> None:
     manifests = served_manifests(repository)
     out.print(f"[bold green]Triton is ready[/]  ({type(runtime).__name__})")
-    out.print(f"  HTTP     {endpoints.http}")
+    status = runtime.status()
+    api_url = status.api.split(": ", 1)[0] if status.api else None
+    out.print(f"  HTTP     {endpoints.http}  (Triton's own: loopback only" + (f"; its routes for clients: {api_url}/v2)"
+                                                                              if api_url else ")"))
     out.print(f"  gRPC     {endpoints.grpc}")
     out.print(f"  metrics  {endpoints.metrics}")
-    status = runtime.status()
     if status.prometheus:
         out.print(f"  Prometheus {status.prometheus}")
-    api_url = status.api.split(": ", 1)[0] if status.api else None
     if api_url:
-        out.print(f"  API      {api_url}  (OpenAI /v1/embeddings, Cohere /v1/rerank, TEI routes; docs at {api_url}/docs)")
+        out.print(f"  API      {api_url}  (Triton's /v2 routes, OpenAI /v1/embeddings, Cohere /v1/rerank, TEI routes; "
+                  f"docs at {api_url}/docs)")
     for m in status.models:
         out.print(f"  model    {m.name} [{m.state}]")
     out.print("Try it:")
     for manifest in manifests or [None]:
-        out.print("  " + sample_curl(endpoints, manifest), markup=False, highlight=False, soft_wrap=True)
+        out.print("  " + sample_curl(endpoints, manifest, api_url), markup=False, highlight=False, soft_wrap=True)
         if api_url and manifest and (api_curl := sample_api_curl(api_url, manifest)):
             out.print("  " + api_curl, markup=False, highlight=False, soft_wrap=True)
     if status.prometheus:

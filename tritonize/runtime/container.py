@@ -23,6 +23,7 @@ from ..paths import TEMPLATES_DIR
 from ..serving import SERVING_DIR
 from ..serving.health import HEALTH_FILE
 from ..spec import TENSORRT_CACHE
+from . import machine
 from .base import METRICS_CONFIG, ServerOptions
 
 # --------------------------------------------------------------------------- release and image
@@ -82,6 +83,7 @@ def pins_label(pins: tuple[Pin, ...]) -> str:
 # --------------------------------------------------------------------------- inside the container
 
 MODELS_DIR = "/models"
+LOOPBACK = "127.0.0.1"
 CONTAINER_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
 SCRIPTS_DIR = "/opt/tritonize"  # the image's copies of tritonize/serving/{health,procfs,watchdog}.py
 HEALTH_SCRIPT = f"{SCRIPTS_DIR}/health.py"
@@ -130,6 +132,13 @@ def health_command(
             *(("--busy-ok",) if busy_ok else ()))
 
 
+def ready_command(http_port: int = CONTAINER_PORTS["http"]) -> tuple[str, ...]:
+    """Triton's ready endpoint asked from inside the container, where its HTTP port binds loopback (a kubelet's
+    HTTP check comes from outside)."""
+    url = f"http://127.0.0.1:{http_port}/v2/health/ready"
+    return ("python3", "-c", f"import sys, urllib.request; sys.exit(urllib.request.urlopen({url!r}, timeout=4).status != 200)")
+
+
 HEALTHCHECK = {
     "test": health_command(),
     "interval": "10s",
@@ -165,11 +174,15 @@ def triton_command(
     ports: dict[str, int] | None = None,
     config_name: str | None = None,
     address: str | None = None,
+    http_address: str | None = LOOPBACK,
 ) -> tuple[str, ...]:
     """The tritonserver command line inside the container (ports are the container's own; KServe's differ).
 
-    config_name selects each model's configs/<name>.pbtxt; address binds every endpoint (host networking,
-    where the container publishes nothing and Triton's own sockets are the host's)."""
+    config_name selects each model's configs/<name>.pbtxt; address binds the gRPC and metrics endpoints (host
+    networking, where the container publishes nothing and Triton's own sockets are the host's). Triton's own HTTP
+    port binds `http_address`: the container's loopback by default, where the health check reaches it and nothing
+    outside does (clients reach its routes through the API's front, which bounds every body: docs/reliability.md);
+    None binds every interface, for a port published on the host's loopback only (`deploy.py docker`)."""
     ports = ports or CONTAINER_PORTS
     command = [
         "tritonserver",
@@ -187,11 +200,13 @@ def triton_command(
         f"--grpc-port={ports['grpc']}",
         f"--metrics-port={ports['metrics']}",
         *(f"--metrics-config={setting}" for setting in METRICS_CONFIG),
-        f"--log-verbose={options.log_verbose}",
     ]
     if address:
-        command += [f"--{kind}-address={address}" for kind in ("http", "grpc", "metrics")]
-    return tuple(command)
+        http_address = machine.loopback(address)
+        command += [f"--{kind}-address={address}" for kind in ("grpc", "metrics")]
+    if http_address:
+        command.append(f"--http-address={http_address}")
+    return (*command, f"--log-verbose={options.log_verbose}")
 
 
 # --------------------------------------------------------------------------- rendering
@@ -252,7 +267,7 @@ def render_compose() -> str:
         api_base_image=API_BASE_IMAGE,
         command=triton_command(ServerOptions(log_verbose=0))[:-1],  # --log-verbose comes from the environment
         models_dir=MODELS_DIR,
-        ports=CONTAINER_PORTS,
+        ports={k: v for k, v in CONTAINER_PORTS.items() if k != "http"},  # Triton's own HTTP: never published
         environment=ENVIRONMENT,
         shm_size=DEFAULT_SHM_SIZE,
         ulimits=ULIMITS,

@@ -70,7 +70,9 @@ class Instance:
 
     @property
     def endpoints(self) -> Endpoints:
-        return Endpoints(self.reach_host, self.http_port, self.grpc_port, self.metrics_port)
+        bound = next((a.split("=", 1)[1] for a in self.command if a.startswith("--http-address=")), self.reach_host)
+        return Endpoints(self.reach_host, self.http_port, self.grpc_port, self.metrics_port,
+                         machine.reach_host(bound))
 
     @property
     def model_control(self) -> str:
@@ -211,7 +213,8 @@ def check_ports(host: str, http_port: int, grpc_port: int, metrics_port: int) ->
     ports = {"HTTP": http_port, "gRPC": grpc_port, "metrics": metrics_port}
     if len(set(ports.values())) != len(ports):
         raise TritonizeError(f"the HTTP, gRPC and metrics ports must differ: {ports}")
-    busy = [f"{name} port {port}" for name, port in ports.items() if machine.port_in_use(host, port)]
+    busy = [f"{name} port {port}" for name, port in ports.items()
+            if machine.port_in_use(machine.loopback(host) if name == "HTTP" else host, port)]
     if busy:
         flags = " / ".join(f"--{n.lower()}-port" for n, p in ports.items() if f"{n} port {p}" in busy)
         raise TritonizeError(

@@ -61,6 +61,12 @@ def reach_host(host: str) -> str:
     return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
 
 
+def loopback(host: str) -> str:
+    """Where a port that must stay on this machine binds (Triton's own HTTP port, which the API's front serves:
+    docs/reliability.md): the host itself where it is a loopback address, else 127.0.0.1."""
+    return host if host in ("localhost", "::1") or host.startswith("127.") else "127.0.0.1"
+
+
 def url_host(host: str) -> str:
     """A host as it goes into a URL or a host:port pair (IPv6 in brackets)."""
     return f"[{host}]" if ":" in host else host

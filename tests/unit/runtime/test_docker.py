@@ -193,7 +193,9 @@ def test_broken_compose_fails_the_schema(path: str, value: Any) -> None:
 
 def test_compose_serves_the_repository_with_gpus_on_loopback() -> None:
     triton = default_compose()["services"]["triton"]
-    assert triton["ports"] == ["127.0.0.1:8000:8000", "127.0.0.1:8001:8001", "127.0.0.1:8002:8002"]
+    # Triton's own HTTP port is not published, and binds the container's loopback: its routes are the API's.
+    assert triton["ports"] == ["127.0.0.1:8001:8001", "127.0.0.1:8002:8002"]
+    assert "--http-address=127.0.0.1" in triton["command"]
     assert triton["deploy"]["resources"]["reservations"]["devices"] == [
         {"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}
     ]
@@ -226,7 +228,8 @@ def test_compose_api_fronts_the_triton_service_over_grpc() -> None:
     command = api["command"]
     assert command[:2] == ["tritonize", "api"] and command[command.index("--grpc-url") + 1] == "tritonserver:8001"
     assert "tritonserver" in services["triton"]["networks"]["default"]["aliases"]
-    assert api["ports"] == ["127.0.0.1:8080:8080"]
+    # The API's port, and Triton's HTTP port number for Triton's clients, both to the API (its front for /v2).
+    assert api["ports"] == ["127.0.0.1:8080:8080", "127.0.0.1:8000:8080"]
     assert api["volumes"] == services["triton"]["volumes"][:1] and api["volumes"][0]["read_only"] is True
     assert api["read_only"] is True and api["restart"] == "unless-stopped"
     assert "http://127.0.0.1:8080/health" in " ".join(api["healthcheck"]["test"])
@@ -291,7 +294,7 @@ def test_compose_is_rendered_from_the_settings() -> None:
     )
     triton = default_compose()["services"]["triton"]
     assert triton["stop_grace_period"] == f"{ct.STOP_GRACE_S}s" and triton["restart"] == ct.RESTART_POLICY
-    assert triton["ports"] == [f"127.0.0.1:{port}:{port}" for port in ct.CONTAINER_PORTS.values()]
+    assert triton["ports"] == [f"127.0.0.1:{port}:{port}" for kind, port in ct.CONTAINER_PORTS.items() if kind != "http"]
 
 
 def test_compose_command_is_the_container_command() -> None:
@@ -334,9 +337,11 @@ def test_compose_release_is_the_one_setting() -> None:
 
 def test_compose_points_at_another_repository_and_address() -> None:
     env = {"TRITON_REPO": "/srv/models/minilm", "TRITON_BIND": "0.0.0.0", "TRITON_HTTP_PORT": "9000"}
-    triton = interpolate(load_compose(), env)["services"]["triton"]
-    assert triton["volumes"][0]["source"] == "/srv/models/minilm"
-    assert triton["ports"][0] == "0.0.0.0:9000:8000"
+    services = interpolate(load_compose(), env)["services"]
+    assert services["triton"]["volumes"][0]["source"] == "/srv/models/minilm"
+    # Published everywhere, Triton's HTTP port number still reaches only the API's front, never Triton's own port.
+    assert services["triton"]["ports"] == ["0.0.0.0:8001:8001", "0.0.0.0:8002:8002"]
+    assert services["api"]["ports"] == ["0.0.0.0:8080:8080", "0.0.0.0:9000:8080"]
 
 
 @pytest.mark.parametrize(
@@ -443,6 +448,10 @@ def test_host_network_spec_binds_triton_itself(repo: Path) -> None:
         assert flag in command
     assert kwargs["healthcheck"]["test"] == ["CMD", *ct.health_command(9100)]
     assert "http://127.0.0.1:9100" in kwargs["healthcheck"]["test"]
+    # Bound everywhere, the host's network still reaches Triton's HTTP port only on loopback.
+    everywhere = dk.container_spec(ServerOptions(repository=repo, host="0.0.0.0"), dk.DockerOptions(network="host")).command
+    assert "--grpc-address=0.0.0.0" in everywhere and "--http-address=127.0.0.1" in everywhere
+    assert "--http-address=0.0.0.0" not in everywhere
     assert kwargs["healthcheck"]["interval"] == ct.duration_s(ct.HEALTHCHECK["interval"]) * 10**9
 
 
@@ -507,7 +516,9 @@ def test_bad_gpu_values_are_refused(bad: str) -> None:
 def test_ports_follow_the_host_option(repo: Path) -> None:
     options = ServerOptions(repository=repo, host="0.0.0.0", http_port=9000, grpc_port=9001, metrics_port=9002)
     spec = dk.container_spec(options, dk.DockerOptions())
-    assert spec.ports == {"8000/tcp": ("0.0.0.0", 9000), "8001/tcp": ("0.0.0.0", 9001), "8002/tcp": ("0.0.0.0", 9002)}
+    # Triton's own HTTP port stays on this machine's loopback whatever --host says (docs/reliability.md).
+    assert spec.ports == {"8000/tcp": ("127.0.0.1", 9000), "8001/tcp": ("0.0.0.0", 9001), "8002/tcp": ("0.0.0.0", 9002)}
+    assert not any(a.startswith("--http-address") for a in spec.command)  # published on the host's loopback only
     local = dk.container_spec(ServerOptions(repository=repo, host="localhost"), dk.DockerOptions())
     assert {host for host, _ in local.ports.values()} == {"127.0.0.1"}
     assert dk.reach_address("0.0.0.0") == "127.0.0.1"

@@ -187,7 +187,9 @@ def test_probes_run_the_health_script_on_the_repository_health_file(source, cpu_
     assert "--busy-ok" in command and triton["livenessProbe"]["exec"]["command"] == command
     assert float(options["--timeout"]) < triton["readinessProbe"]["timeoutSeconds"]
     assert triton["livenessProbe"]["failureThreshold"] > triton["readinessProbe"]["failureThreshold"]
-    assert triton["startupProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": "http"}
+    # Triton's own HTTP port binds the pod's loopback, so the model load is checked from inside the container.
+    assert triton["startupProbe"]["exec"]["command"] == list(ct.ready_command())
+    assert "--http-address=127.0.0.1" in triton["args"] and "http" not in {p["name"] for p in triton["ports"]}
     # Triton reads the repository where the probe looks for health.json, whichever the source.
     assert f"--model-repository={ct.MODELS_DIR}" in triton["args"]
     mounts = {m["mountPath"]: m for m in triton["volumeMounts"]}
@@ -365,6 +367,9 @@ def test_pod_is_restricted_and_drains_before_it_is_killed(cpu_repo) -> None:
     service = docs(spec_for(cpu_repo))[k8s.SERVICE]
     assert service["spec"]["type"] == "ClusterIP"
     assert {p["name"] for p in service["spec"]["ports"]} == {"http", "grpc", "api"}  # metrics stay on the pods
+    # The Service's HTTP port is the API's front for Triton's /v2 routes, never Triton's own port.
+    ports = {p["name"]: p for p in service["spec"]["ports"]}
+    assert ports["http"]["port"] == ct.CONTAINER_PORTS["http"] and ports["http"]["targetPort"] == "api"
 
 
 def test_the_pod_runs_the_container_compose_runs(cpu_repo) -> None:
@@ -405,7 +410,7 @@ def test_the_api_runs_beside_triton_and_reads_the_same_repository(cpu_repo) -> N
     without = docs(k8s.k8s_spec(k8s.K8sOptions(repository=cpu_repo, api=False)))
     assert [c["name"] for c in without[k8s.DEPLOYMENT]["spec"]["template"]["spec"]["containers"]] == ["triton"]
     assert "initContainers" not in without[k8s.DEPLOYMENT]["spec"]["template"]["spec"]
-    assert {p["name"] for p in without[k8s.SERVICE]["spec"]["ports"]} == {"http", "grpc"}
+    assert {p["name"] for p in without[k8s.SERVICE]["spec"]["ports"]} == {"grpc"}  # Triton's HTTP: only the front's
 
 
 def test_init_container_fetches_checks_and_unpacks(cpu_repo, tmp_path) -> None:

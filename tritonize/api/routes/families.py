@@ -9,7 +9,7 @@ from typing import Literal
 
 from fastapi import APIRouter
 
-Envelope = Literal["openai", "tei", "nim", "cohere"]  # ApiError's methods of those names write them
+Envelope = Literal["openai", "tei", "nim", "cohere", "kserve"]  # ApiError's methods of those names write them
 
 
 @dataclass(frozen=True)

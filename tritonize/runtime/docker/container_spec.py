@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import machine
 from ..base import ServerOptions
 from ..container import (
     CONTAINER_PORTS,
@@ -166,14 +167,16 @@ def container_spec(options: ServerOptions, docker_options: DockerOptions) -> Con
         command = triton_command(options, ports=ports, config_name=docker_options.config_name, address=host)
     else:
         ports = CONTAINER_PORTS
-        command = triton_command(options, config_name=docker_options.config_name)
+        # Published on the host's loopback only (below), so Triton's HTTP binds the container's every interface.
+        command = triton_command(options, config_name=docker_options.config_name, http_address=None)
     return ContainerSpec(
         image=docker_options.resolved_image,
         command=command,
         name=docker_options.container_name,
         repository=repository,
         ports={
-            f"{CONTAINER_PORTS['http']}/tcp": (host, options.http_port),
+            # Triton's own HTTP port: this machine's loopback, whatever --host says (docs/reliability.md).
+            f"{CONTAINER_PORTS['http']}/tcp": (machine.loopback(host), options.http_port),
             f"{CONTAINER_PORTS['grpc']}/tcp": (host, options.grpc_port),
             f"{CONTAINER_PORTS['metrics']}/tcp": (host, options.metrics_port),
         },

@@ -73,7 +73,7 @@ class TritonProcess:
             str(install.server),
             f"--model-repository={Path(o.repository).resolve()}",
             f"--backend-directory={backend_dir}",
-            f"--http-address={o.host}",
+            f"--http-address={machine.loopback(o.host)}",  # Triton's own HTTP: the API's front serves it outside
             f"--grpc-address={o.host}",
             f"--metrics-address={o.host}",
             f"--http-port={o.http_port}",
