@@ -63,20 +63,36 @@ def images(engine, engine_dir) -> dict[str, Built]:
 DRAIN_BUDGET_MS = 10_000  # served_repo's queue budget
 
 
-@pytest.fixture(scope="session")
-def served_repo(minilm_repo) -> Path:
-    """The MiniLM repository (tests/conftest.py), copied where the containers' uid 1000 can read it. Its queue
-    budget is DRAIN_BUDGET_MS: the drain tests send some 2 s of work at once, and with the default budget (a second)
-    the production queues refuse what waited longer, which is the budget working, not a drain failing."""
+def readable_copy(source: Path, budget_ms: int | None = None):
+    """A copy of a repository where the containers' uid 1000 can read it (and its queue budget, where given)."""
     from tritonize.repository import reconfigure
     from tritonize.spec.options import Overrides
 
     directory = Path(tempfile.mkdtemp(prefix="tritonize-container-"))
     directory.chmod(0o755)
     repo = directory / "repo"
-    shutil.copytree(minilm_repo, repo)
-    reconfigure(repo, Overrides(queue_budget_ms=DRAIN_BUDGET_MS))
+    shutil.copytree(source, repo)
+    if budget_ms:
+        reconfigure(repo, Overrides(queue_budget_ms=budget_ms))
     for path in [repo, *repo.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
+    return directory, repo
+
+
+@pytest.fixture(scope="session")
+def served_repo(minilm_python_repo) -> Path:
+    """MiniLM with the Python tokenizer step (tests/conftest.py): what the container does with Python steps (stubs
+    killed, the watchdog, the fused variant, the drain). Its queue budget is DRAIN_BUDGET_MS: the drain tests send
+    some 2 s of work at once, and with the default budget (a second) the production queues refuse what waited
+    longer, which is the budget working, not a drain failing."""
+    directory, repo = readable_copy(minilm_python_repo, DRAIN_BUDGET_MS)
+    yield repo
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def graph_repo(minilm_repo) -> Path:
+    """MiniLM as generate writes it by default: tokenized in ONNX graphs, no Python step."""
+    directory, repo = readable_copy(minilm_repo)
     yield repo
     shutil.rmtree(directory, ignore_errors=True)

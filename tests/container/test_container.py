@@ -357,6 +357,39 @@ def test_the_fused_variant_answers_as_production_from_one_python_step(deployed, 
         container.remove(force=True)
 
 
+# --------------------------------------------------------------------------- the default layout: no Python
+
+
+def test_the_graph_layout_serves_in_the_image_with_no_python(deployed, engine, graph_repo, local_options,
+                                                            tmp_path) -> None:
+    """generate's default layout in the serving image, from a folder mounted where the image mounts it: the
+    texts and model steps load the operator library the repository ships (by its bare name, from Triton's
+    onnxruntime backend folder where the image puts it), run no Python stub at all, and answer raw strings as the
+    local server does."""
+    options = local_options(graph_repo, tmp_path)
+    spec = dk.container_spec(options, dk.DockerOptions(image=deployed.image, gpus="none", network=NETWORK,
+                                                       container_name=CONTAINER + "-graph", ulimits=ULIMITS))
+    container = engine.containers.run(**spec.run_kwargs())
+    try:
+        graph = Deployed([], Endpoints("127.0.0.1", options.http_port, options.grpc_port, options.metrics_port),
+                         deployed.image, engine)
+        wait_for(lambda: answered(graph), 120, 0.5)
+        for step in (TOKENIZER_STEP, MODEL_STEP):
+            config = model_config(graph, step)
+            assert config["backend"] == "onnxruntime", config
+        assert not [row for row in container.top(ps_args="-o args")["Processes"] if STUB_NAME in row[0]]
+        served = graph.infer(TEXTS, "grpc")
+        with LocalRuntime(local_options(graph_repo, tmp_path / "local"), quiet=True) as endpoints:
+            with TextClient(endpoints.grpc, NAME, protocol="grpc") as client:
+                local = client.infer(TEXTS)
+        assert set(served) == set(local)
+        for name, value in served.items():
+            assert_same(value, local[name], name)
+        record("graph_layout_vs_local_max_abs", max_abs(embedding(served), embedding(local)))
+    finally:
+        container.remove(force=True)
+
+
 def test_down_answers_all_16_requests_in_flight(deployed) -> None:
     results: list[Any] = [None] * 16
     started = threading.Barrier(17)
