@@ -377,7 +377,7 @@ def test_the_graph_layout_serves_in_the_image_with_no_python(deployed, engine, g
         for step in (TOKENIZER_STEP, MODEL_STEP):
             config = model_config(graph, step)
             assert config["backend"] == "onnxruntime", config
-        assert not [row for row in container.top(ps_args="-o args")["Processes"] if STUB_NAME in row[0]]
+        assert not [row for row in container.top(ps_args="-o pid,args")["Processes"] if STUB_NAME in row[1]]
         served = graph.infer(TEXTS, "grpc")
         with LocalRuntime(local_options(graph_repo, tmp_path / "local"), quiet=True) as endpoints:
             with TextClient(endpoints.grpc, NAME, protocol="grpc") as client:

@@ -84,6 +84,7 @@ def pins_label(pins: tuple[Pin, ...]) -> str:
 
 MODELS_DIR = "/models"
 LOOPBACK = "127.0.0.1"
+ANY_ADDRESS = "0.0.0.0"  # every interface of the container or pod
 CONTAINER_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
 SCRIPTS_DIR = "/opt/tritonize"  # the image's copies of tritonize/serving/{health,procfs,watchdog}.py
 HEALTH_SCRIPT = f"{SCRIPTS_DIR}/health.py"
@@ -206,6 +207,8 @@ def triton_command(
         command += [f"--{kind}-address={address}" for kind in ("grpc", "metrics")]
     if http_address:
         command.append(f"--http-address={http_address}")
+        if not address:  # Triton's metrics bind the HTTP address unless told: they stay reachable for Prometheus
+            command.append(f"--metrics-address={ANY_ADDRESS}")
     return (*command, f"--log-verbose={options.log_verbose}")
 
 
