@@ -298,8 +298,8 @@ def test_prometheus_scrapes_triton_and_the_api(compose) -> None:
 
 def test_down_answers_every_request_in_flight(compose) -> None:
     """`docker compose down` while IN_FLIGHT requests of 8 long texts each are in flight through the two steps:
-    SIGTERM reaches Triton through the watchdog once the server has gone quiet, every request is answered, and
-    the named volumes stay (no --volumes)."""
+    SIGTERM reaches Triton through the watchdog once the API's gRPC channel has closed, every request is
+    answered, and the named volumes stay (no --volumes)."""
     container = compose.container("triton-cpu")
     log: list[str] = []
     follower = threading.Thread(target=lambda: log.extend(
@@ -333,7 +333,8 @@ def test_down_answers_every_request_in_flight(compose) -> None:
     assert not unanswered, unanswered[:3]
     assert all(embedding(r).shape[0] == 8 for r in results)
     # The requests reach Triton over gRPC from the API's front, which Triton 2.51 does not wait for on SIGTERM:
-    # the watchdog passes SIGTERM on once the server has gone quiet, then Triton unloads the models.
+    # the API answers what it holds and closes its channel, the watchdog then passes SIGTERM on, and Triton
+    # unloads the models.
     text = "".join(log)
     assert "Signal (15) received" in text, text[-2000:]
     drained = re.search(r"tritonize-watchdog: drained in (\d+\.\d)s", text.split("Signal (15) received")[0])

@@ -18,8 +18,8 @@ docker`) then starts it afresh, and Kubernetes counts a container restart.
 
 Checks that fail before the first success count only after --start-period
 (the first load). A check refused with 503 (full queues) is a busy server,
-not a failed one. SIGTERM and SIGINT go to Triton once nothing waits in it and nothing has finished for half a
-second (`drain`), and Triton drains what is left; this process
+not a failed one. SIGTERM and SIGINT go to Triton once no gRPC client holds a connection to it (`drain`: the HTTP
+API answers what it holds first), and Triton drains what is left; this process
 then exits with Triton's status, so `docker stop` never restarts anything.
 Each restart is one line on stdout that starts with RESTART_LINE, so the
 container's log counts them.
@@ -42,7 +42,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 
 try:
     from .health import BUSY, probe_file
@@ -56,8 +55,8 @@ RESTART_LINE = "tritonize-watchdog: restarting"
 POLL_S = 0.5  # how often the process group is read
 SETTLE_S = 1.0  # a zombie still there this much later is a dead process, not one being reaped
 KILL_AFTER_S = 5.0  # SIGTERM to SIGKILL when the watchdog stops a failed Triton (a dead stub makes it wait 30 s)
-DRAIN_S = 25.0  # the longest SIGTERM waits for the server to go quiet (compose's grace period is 40 s, K8s's 30 s)
-DRAIN_QUIET_S = 0.5  # nothing waiting and nothing finished for this long: drained (runtime/base.py's figure)
+DRAIN_S = 25.0  # the longest SIGTERM waits for gRPC clients to leave (compose's grace period is 40 s, K8s's 30 s)
+ESTABLISHED = "01"  # a TCP connection's state in /proc/net/tcp
 OPERATOR_LIBRARY = "libortextensions.so"  # spec.GRAPH_LIBRARY_FILE (this file is served alone: no import of spec)
 
 
@@ -73,48 +72,37 @@ def http_url(command: list[str]) -> str:
     return f"http://{address}:{flags.get('http-port', '8000')}"
 
 
-def metrics_url(command: list[str]) -> str:
-    """Where the command's Triton serves its metrics page."""
+def grpc_port(command: list[str]) -> int:
     flags = dict(arg[2:].split("=", 1) for arg in command if arg.startswith("--") and "=" in arg)
-    address = flags.get("metrics-address", "127.0.0.1")
-    address = "127.0.0.1" if address in ("0.0.0.0", "::", "") else address
-    return f"http://{address}:{flags.get('metrics-port', '8002')}/metrics"
+    return int(flags.get("grpc-port", "8001"))
 
 
-def activity(url: str) -> tuple[int, int] | None:
-    """(requests waiting in any step, requests finished), from Triton's metrics page; None where it cannot be read."""
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 - Triton's own page, on loopback
-            page = response.read().decode("utf-8", "replace")
-    except OSError:
-        return None
-    waiting = finished = 0
-    for line in page.splitlines():
-        name, _, value = line.partition("{")
-        if name in ("nv_inference_pending_request_count", "nv_inference_request_success",
-                    "nv_inference_request_failure"):
-            count = int(float(value.rsplit(" ", 1)[-1]))
-            waiting, finished = (waiting + count, finished) if name.endswith("count") else (waiting, finished + count)
-    return waiting, finished
+def grpc_connections(port: int) -> int:
+    """Established TCP connections to Triton's gRPC port in this network namespace (/proc/net/tcp, tcp6)."""
+    found = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 3 and fields[3] == ESTABLISHED and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                found += 1
+    return found
 
 
-def drain(url: str, timeout_s: float) -> float:
-    """Wait (at most timeout_s) until nothing waits in any step and nothing has finished for DRAIN_QUIET_S; the
-    seconds spent. On SIGTERM Triton 2.51 refuses new requests to every model, an ensemble's later steps included,
-    and it waits for open HTTP connections but not for gRPC calls (the HTTP API's, Triton's HTTP front included),
-    so a request between two steps would fail: Triton is signalled once the server has gone quiet
-    (runtime/base.py's drain, for the local server)."""
+def drain(port: int, timeout_s: float) -> float:
+    """Wait (at most timeout_s) until no gRPC client holds a connection to Triton; the seconds spent.
+
+    On SIGTERM Triton 2.51 waits for its open HTTP connections, but not for gRPC calls, and refuses at once a
+    request between two steps of an ensemble. The HTTP API (Triton's HTTP routes included) reaches Triton over
+    gRPC and, stopped at the same time, answers what it holds before it closes its channel: Triton is signalled
+    once that channel, and any other client's, has closed."""
     start = time.monotonic()
-    last, quiet_since = None, start
-    while time.monotonic() - start < timeout_s:
-        now = activity(url)
-        if now is None:
-            break
-        if now[0] or now != last:
-            last, quiet_since = now, time.monotonic()
-        elif time.monotonic() - quiet_since >= DRAIN_QUIET_S:
-            break
-        time.sleep(0.05)
+    while time.monotonic() - start < timeout_s and grpc_connections(port):
+        time.sleep(0.1)
     return time.monotonic() - start
 
 
@@ -153,8 +141,8 @@ class Watchdog:
         threading.Thread(target=self.drain_then_send, args=(signum,), daemon=True).start()
 
     def drain_then_send(self, signum: int) -> None:
-        drained = drain(metrics_url(self.command), DRAIN_S)
-        say(f"tritonize-watchdog: drained in {drained:.1f}s, stopping Triton")
+        drained = drain(grpc_port(self.command), DRAIN_S)
+        say(f"tritonize-watchdog: drained in {drained:.1f}s (gRPC clients gone), stopping Triton")
         if self.child and self.child.poll() is None:
             self.child.send_signal(signum)
 
