@@ -64,17 +64,21 @@ def say(message: str) -> None:
     print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {message}", flush=True)
 
 
+def flags_of(command: list[str]) -> dict[str, str]:
+    """The command's `--name=value` flags, by name: Triton's own settings (ports differ under host networking)."""
+    return dict(arg[2:].split("=", 1) for arg in command if arg.startswith("--") and "=" in arg)
+
+
 def http_url(command: list[str]) -> str:
-    """Where the command's Triton answers HTTP, from its own flags (ports differ under host networking)."""
-    flags = dict(arg[2:].split("=", 1) for arg in command if arg.startswith("--") and "=" in arg)
+    """Where the command's Triton answers HTTP."""
+    flags = flags_of(command)
     address = flags.get("http-address", "127.0.0.1")
     address = "127.0.0.1" if address in ("0.0.0.0", "::", "") else address
     return f"http://{address}:{flags.get('http-port', '8000')}"
 
 
 def grpc_port(command: list[str]) -> int:
-    flags = dict(arg[2:].split("=", 1) for arg in command if arg.startswith("--") and "=" in arg)
-    return int(flags.get("grpc-port", "8001"))
+    return int(flags_of(command).get("grpc-port", "8001"))
 
 
 def grpc_connections(port: int) -> int:
