@@ -11,8 +11,6 @@ One repository holds a model of every head, so one production server and one fus
 from __future__ import annotations
 
 import json
-import os
-import signal
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -30,7 +28,7 @@ from support.reliability import (
     RECOVERY_S,
     Traffic,
     assert_refused_and_still_serving,
-    live_stub,
+    kill_stub,
     recorded,
     stop_and_check,
     supervisor_log,
@@ -528,7 +526,7 @@ def test_the_supervisor_brings_back_a_killed_tokenizer_stub(tiny_python_repo, lo
         with Traffic(endpoints.grpc, name) as traffic:
             time.sleep(0.5)
             killed = time.monotonic()
-            os.kill(live_stub(runtime.directory, "tokenizer"), signal.SIGKILL)
+            kill_stub(runtime.directory, "tokenizer")
             assert not runtime.status().ready  # honest at once: Triton's own ready endpoint still says 200
             took = traffic.answered_again(killed, RECOVERY_S)
             assert took is not None, (f"not answered again within {RECOVERY_S:.0f} s; supervisor log:\n"
