@@ -198,6 +198,7 @@ def create_app(settings: ApiSettings, catalog: Catalog | None = None) -> FastAPI
         finally:
             await state.rollouts.drain()
             await state.backend.close()
+            state.statistics.flush()
             await state.images.close()
 
     # Swagger UI and ReDoc from the API itself (fastapi-offline's copies): the docs load where nothing outside is

@@ -98,6 +98,7 @@ class ApiState:
         multiprocess mode), every worker's summed."""
         from prometheus_client import CollectorRegistry, generate_latest, multiprocess
 
+        self.statistics.flush()  # the answers waiting to be counted (api/statistics.py), counted before they are read
         if not os.environ.get(MULTIPROCESS_ENV):
             return generate_latest(self.registry)
         registry = CollectorRegistry()
