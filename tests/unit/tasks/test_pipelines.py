@@ -72,6 +72,17 @@ def test_every_task_is_planned_here() -> None:
     assert set(FOLDER_OF_TASK) == set(tasks.NAMES)
 
 
+@pytest.mark.parametrize("task", sorted(FOLDER_OF_TASK))
+def test_the_build_side_returns_what_the_read_side_reads(specs, task: str) -> None:
+    """A task's build side (`Task.outputs`) and its read side (`contract.output_names`) name the same outputs, in
+    order, and the ensemble returns them first: the clients and the API read what the repository answers."""
+    spec = specs[task]
+    contract = tasks.contract_of(spec.model.head)
+    assert contract is tasks.get(task).contract
+    assert tuple(t.name for t in spec.outputs) == tuple(contract.output_names)
+    assert tuple(t.name for t in spec.ensemble_outputs)[:len(spec.outputs)] == tuple(contract.output_names)
+
+
 def wiring_errors(spec: RepoSpec, steps: tuple[EnsembleStep, ...]) -> list[str]:
     """What a step takes that nothing before it gives, and what the ensemble returns that no step gives."""
     known = {t.name for t in spec.text_inputs}
