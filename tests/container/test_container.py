@@ -373,7 +373,8 @@ def test_the_graph_layout_serves_in_the_image_with_no_python(deployed, engine, g
     try:
         graph = Deployed([], Endpoints("127.0.0.1", options.http_port, options.grpc_port, options.metrics_port),
                          deployed.image, engine)
-        wait_for(lambda: answered(graph), 120, 0.5)
+        # Triton opens its HTTP port after its gRPC one: wait for both, as the fused variant's test does.
+        wait_for(lambda: answered(graph) and http_get(f"{graph.endpoints.http}/v2/health/ready")[0] == 200, 120, 0.5)
         for step in (TOKENIZER_STEP, MODEL_STEP):
             config = model_config(graph, step)
             assert config["backend"] == "onnxruntime", config
