@@ -28,7 +28,8 @@ from support.reliability import (
     RECOVERY_S,
     Traffic,
     assert_refused_and_still_serving,
-    kill_stub,
+    kill_dead,
+    live_stub,
     recorded,
     stop_and_check,
     supervisor_log,
@@ -526,7 +527,7 @@ def test_the_supervisor_brings_back_a_killed_tokenizer_stub(tiny_python_repo, lo
         with Traffic(endpoints.grpc, name) as traffic:
             time.sleep(0.5)
             killed = time.monotonic()
-            kill_stub(runtime.directory, "tokenizer")
+            kill_dead(live_stub(runtime.directory, "tokenizer"))
             assert not runtime.status().ready  # honest at once: Triton's own ready endpoint still says 200
             took = traffic.answered_again(killed, RECOVERY_S)
             assert took is not None, (f"not answered again within {RECOVERY_S:.0f} s; supervisor log:\n"

@@ -27,6 +27,7 @@ from support.reliability import (
     RECOVERY_S,
     Traffic,
     assert_refused_and_still_serving,
+    kill_dead,
     json_body,
     live_stub,
     post_json,
@@ -205,7 +206,7 @@ def twenty_kills(options, name: str, model_control: str) -> None:
                 step, spacing = STEPS[i % 2], SPACINGS_S[(i // 2) % len(SPACINGS_S)]
                 stub = live_stub(runtime.directory, step)
                 killed = time.monotonic()
-                os.kill(stub, signal.SIGKILL)
+                kill_dead(stub)
                 if i == 0:
                     assert not runtime.status().ready  # honest at once: Triton's own ready endpoint still says 200
                 recovered = traffic.answered_again(killed, RECOVERY_S)

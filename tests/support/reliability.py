@@ -101,17 +101,15 @@ def live_stub(directory: Path, step: str, timeout_s: float = 10.0) -> int:
     raise AssertionError(f"no live {step} stub in {directory} after {timeout_s:.0f} s")
 
 
-def kill_stub(directory: Path, step: str, timeout_s: float = 5.0) -> int:
-    """SIGKILL the step's live stub and return once it is dead (a zombie): the kernel ends a stub holding large
-    shared-memory mappings some milliseconds after the signal, and until then nothing can see it has died."""
-    pid = live_stub(directory, step)
+def kill_dead(pid: int, timeout_s: float = 5.0) -> None:
+    """SIGKILL a stub and return once it is dead (a zombie): the kernel ends a stub holding large shared-memory
+    mappings some milliseconds after the signal, and until then nothing can see it has died."""
     os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + timeout_s
     while not machine.is_zombie(pid) and Path(f"/proc/{pid}").exists():
         if time.monotonic() > deadline:
-            raise AssertionError(f"the {step} stub {pid} still runs {timeout_s:.0f} s after SIGKILL")
+            raise AssertionError(f"stub {pid} still runs {timeout_s:.0f} s after SIGKILL")
         time.sleep(0.001)
-    return pid
 
 
 def supervisor_log(runtime: LocalRuntime) -> str:
