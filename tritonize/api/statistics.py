@@ -78,7 +78,7 @@ class ApiStatistics:
     step's version folder on the first answer of that version.
 
     Answers are counted in batches: numpy's and prometheus_client's cost per call, paid on every single-text answer,
-    was a fifth of the API's CPU. An answer waits at most FLUSH_S (or until /metrics is read, or the API stops),
+    was a third of the API's CPU. An answer waits at most FLUSH_S (or until /metrics is read, or the API stops),
     then every answer waiting for that version is counted as one."""
 
     def __init__(self, registry, flush_s: float = FLUSH_S):

@@ -315,10 +315,9 @@ class RepoSpec:
     def fused_model_step(self) -> StepSpec:
         """The fused variant's model step. As the fused step it holds its queue bound itself
         (serving/fused_step.py, a parameter) and its config none: Triton's bound turns off the batcher's
-        prefetching, and with it the wake-up that Triton 2.51 loses. A Python step's batches are its own (no
-        preferred size: that was measured on the native backend's one-thread instances alone)."""
+        prefetching, and with it the wake-up that Triton 2.51 loses."""
         if not self.pipeline.fuses:
-            return dataclasses.replace(self.model_step, preferred_batch_size=0)
+            return self.model_step
         return dataclasses.replace(self.model_step, instance_count=self.fused_model_instances, max_queue_size=0,
                                    preferred_batch_size=0)
 

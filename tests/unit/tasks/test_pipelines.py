@@ -83,15 +83,6 @@ def test_the_build_side_returns_what_the_read_side_reads(specs, task: str) -> No
     assert tuple(t.name for t in spec.ensemble_outputs)[:len(spec.outputs)] == tuple(contract.output_names)
 
 
-@pytest.mark.parametrize("task", sorted(FOLDER_OF_TASK))
-def test_only_the_native_cpu_model_step_prefers_batches_of_16(specs, task: str) -> None:
-    """The production model step on the CPU, two one-thread instances on Triton's onnxruntime backend, prefers
-    batches of 16 rows (measured there: spec/pipeline.py); a Python model step (the fused variant's) keeps its own."""
-    spec = specs[task]
-    assert spec.model_step.preferred_batch_size == (16 if spec.model_step.instance_count == 2 else 0)
-    assert spec.fused_model_step.preferred_batch_size == 0
-
-
 def wiring_errors(spec: RepoSpec, steps: tuple[EnsembleStep, ...]) -> list[str]:
     """What a step takes that nothing before it gives, and what the ensemble returns that no step gives."""
     known = {t.name for t in spec.text_inputs}
