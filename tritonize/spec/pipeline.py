@@ -47,7 +47,7 @@ class CpuModelStep:
 # waiting on the busy one; and each instance's one thread leaves the other core to the steps beside it. Batches of
 # 16 rows when more wait: the batcher otherwise hands the first free instance every row waiting, up to 64, and the
 # other waits for the next; and one onnxruntime thread runs 64 rows of 128 tokens at 18.8 ms a row against 14.2-16.1
-# for 4-16 rows (MiniLM, 2-core VM). Under 128 clients of 128-token texts goodput went from 0.85-0.92 to 0.99-1.08
+# for 4-16 rows (MiniLM, 2-core VM). Under 128 clients of 128-token texts goodput went from 0.85-0.91 to 0.99-1.00
 # (docs/reliability.md), and at 64 clients 16-token texts from 762 to 886 req/s (docs/benchmark.md).
 SHARED_CORES = CpuModelStep(instances=2, threads=1, bounded=True, preferred_batch=16)
 
