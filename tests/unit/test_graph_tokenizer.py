@@ -313,8 +313,6 @@ def test_generate_writes_the_graph_layout_by_default_with_no_python(tmp_path: Pa
     assert model.parameters["intra_op_thread_count"].string_value == "1"
     policy = model.dynamic_batching.default_queue_policy
     assert policy.max_queue_size >= 512 and policy.timeout_action == policy.REJECT
-    # batches of 16 when more wait, so that both instances get a share (one would take all 64 otherwise)
-    assert list(model.dynamic_batching.preferred_batch_size) == [16] and model.max_batch_size == 64
     for step in (first, model):
         assert list(step.model_operations.op_library_filename) == [GRAPH_LIBRARY_FILE]
         assert (repo / step.name / GRAPH_LIBRARY_FILE).is_file()
@@ -335,7 +333,6 @@ def test_generate_writes_the_graph_layout_by_default_with_no_python(tmp_path: Pa
     assert not unbounded.dynamic_batching.HasField("default_queue_policy")  # Triton's batcher prefetches
     assert [g.count for g in unbounded.instance_group] == [1]
     assert unbounded.parameters["intra_op_thread_count"].string_value == "0"
-    assert not unbounded.dynamic_batching.preferred_batch_size  # one instance on every core takes what waits
 
 
 def test_a_task_with_a_post_step_is_refused_for_the_graph_layout(tmp_path: Path, capsys) -> None:

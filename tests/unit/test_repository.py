@@ -95,9 +95,6 @@ def test_every_config_parses_into_model_config(model: ModelSpec, device: str) ->
     # Two instances of every batching step whose queue Triton bounds: a bounded queue's only instance leaves Triton
     # 2.51's batcher asleep. The local one step bounds its own queue and pipelines, in one instance.
     assert all(c.instance_group[0].count == 2 for c in (tokenizer, container))
-    # The model step's two instances share what waits, 16 rows at a time; the Python steps take all of it.
-    assert list(container.dynamic_batching.preferred_batch_size) == ([16] if device == "cpu" else [])
-    assert not tokenizer.dynamic_batching.preferred_batch_size and not local.dynamic_batching.preferred_batch_size
     assert local.instance_group[0].count == 1 and not local.dynamic_batching.HasField("default_queue_policy")
     assert local.parameters["max_queue_size"].string_value == str(container.dynamic_batching.default_queue_policy.max_queue_size)
 

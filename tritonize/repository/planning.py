@@ -95,7 +95,6 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str, fused_config: st
     # No queue bound of its own for a statistics step: what reaches it was admitted, and its graph has run; none
     # for a model step whose CPU run keeps its queue unbounded (`CpuModelStep.bounded`, where --max-queue-size 0).
     unbounded = {STATISTICS} | ({MODEL} if cpu and not cpu_step.bounded else set())
-    preferred = cpu_step.preferred_batch if cpu and cpu_step.preferred_batch < options.max_batch_size else 0
 
     def step(role: StepRole) -> StepSpec:
         instances, kind = placement[role]
@@ -111,7 +110,6 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str, fused_config: st
             max_queue_size=bound,
             max_queue_wait_us=1000 * options.queue_budget_ms if bound else 0,
             batches=pipeline.first_batches or role is not FIRST,
-            preferred_batch_size=preferred if role is MODEL else 0,
         )
 
     return RepoSpec(

@@ -38,18 +38,12 @@ class CpuModelStep:
     instances: int
     threads: int
     bounded: bool
-    # The batch Triton's batcher forms when more rows wait (its preferred_batch_size); 0: as many as max_batch_size.
-    preferred_batch: int = 0
 
 
 # Two instances of one thread each behind a bounded queue: a second instance waits while the first runs, so Triton
 # 2.51's batcher, which loses a wake-up on a bounded queue (docs/benchmark.md, the 500 ms stalls), is rarely left
-# waiting on the busy one; and each instance's one thread leaves the other core to the steps beside it. Batches of
-# 16 rows when more wait: the batcher otherwise hands the first free instance every row waiting, up to 64, and the
-# other waits for the next; and one onnxruntime thread runs 64 rows of 128 tokens at 18.8 ms a row against 14.2-16.1
-# for 4-16 rows (MiniLM, 2-core VM). Under 128 clients of 128-token texts goodput went from 0.85-0.91 to 0.99-1.00
-# (docs/reliability.md), and at 64 clients 16-token texts from 762 to 886 req/s (docs/benchmark.md).
-SHARED_CORES = CpuModelStep(instances=2, threads=1, bounded=True, preferred_batch=16)
+# waiting on the busy one; and each instance's one thread leaves the other core to the steps beside it.
+SHARED_CORES = CpuModelStep(instances=2, threads=1, bounded=True)
 
 
 def cpu_model_step(own: CpuModelStep, bounded: bool) -> CpuModelStep:
@@ -77,7 +71,6 @@ class StepSpec:
     # 128-token requests wait 12.9 s (p50) at 4 x capacity on the production configs, 4.2 s with it (of which a
     # run of 64 such rows on one onnxruntime thread takes about 2 s; docs/reliability.md). 0: no time bound.
     max_queue_wait_us: int = 0
-    preferred_batch_size: int = 0  # the batch the batcher forms when more rows wait (CpuModelStep); 0: none
 
 
 class Planned(Protocol):

@@ -318,8 +318,7 @@ class RepoSpec:
         prefetching, and with it the wake-up that Triton 2.51 loses."""
         if not self.pipeline.fuses:
             return self.model_step
-        return dataclasses.replace(self.model_step, instance_count=self.fused_model_instances, max_queue_size=0,
-                                   preferred_batch_size=0)
+        return dataclasses.replace(self.model_step, instance_count=self.fused_model_instances, max_queue_size=0)
 
     @property
     def fused_model_ragged(self) -> bool:
