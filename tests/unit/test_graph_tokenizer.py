@@ -368,3 +368,34 @@ def test_a_gpu_gets_the_tokenizers_graph_as_a_cpu_step_before_the_model_step(tmp
     ensemble = parse_config((repo / "zoo" / "config.pbtxt").read_text())
     assert [s.model_name for s in ensemble.ensemble_scheduling.step] == ["zoo_tokenizer", "zoo_model"]
     assert not list(repo.glob("*/configs"))
+
+
+def test_a_buckets_rows_run_in_runs_of_the_token_budget(minilm) -> None:
+    """Rows of one bucket beyond the budget run in several runs of at most budget / bucket rows (one at least),
+    in the order they came; each row's answer is still its answer alone."""
+    from onnx import TensorProto, helper
+
+    tokenizer, _ = minilm
+    ids, mask = (helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "sequence"])
+                 for n in ("input_ids", "attention_mask"))
+    out = helper.make_tensor_value_info("runs", TensorProto.INT64, ["batch", 2])
+    model = helper.make_model(helper.make_graph(  # each row: how many rows its run held, and the sum of its ids
+        [helper.make_node("Shape", ["input_ids"], ["rows"], end=1),
+         helper.make_node("Expand", ["rows", "rows"], ["n_rows"]),
+         helper.make_node("ReduceSum", ["input_ids", "one"], ["s"], keepdims=0),
+         helper.make_node("Unsqueeze", ["n_rows", "one"], ["n_col"]),
+         helper.make_node("Unsqueeze", ["s", "one"], ["s_col"]),
+         helper.make_node("Concat", ["n_col", "s_col"], ["runs"], axis=1)],
+        "runs", [ids, mask], [out], [onnx.numpy_helper.from_array(np.array([1], np.int64), "one")]),
+        opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    buckets = default_buckets(MAX_LENGTH)
+    assert buckets[0] == 16 and 128 in buckets
+    composed = gt.compose_model(tokenizer, gt.bucketed(model, buckets, run_tokens=32), ("input_ids", "attention_mask"))
+    texts = ["one", "word " * 100, "two words", "three short words", "four", "word " * 90, "five"]
+    both = _run(composed, texts)
+    alone = [_run(composed, [t]) for t in texts]
+    assert both["runs"][:, 1].tolist() == [int(a["runs"][0, 1]) for a in alone]
+    # 16-token rows, 2 a run: rows 0 and 2, then 3 and 4, then 6 alone; 128-token rows, 0 by the budget: 1 a run
+    assert both["runs"][:, 0].tolist() == [2, 1, 2, 2, 2, 1, 1]
+    whole = gt.compose_model(tokenizer, gt.bucketed(model, buckets, run_tokens=0), ("input_ids", "attention_mask"))
+    assert _run(whole, texts)["runs"][:, 0].tolist() == [5, 2, 5, 5, 5, 2, 5]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import onnx
 from onnx import TensorProto, helper
 
-from ..serving.batching import ATTENTION_MASK
+from ..serving.batching import ATTENTION_MASK, RUN_TOKENS
 from .nodes import const
 
 PREFIX = "bucketed/"  # what the model's own tensors are called inside the loop's body
@@ -41,17 +41,19 @@ def _renamed(model: onnx.ModelProto, inputs: dict[str, str]) -> list[onnx.NodePr
     return [copy(node, True) for node in model.graph.node]
 
 
-def bucketed(model: onnx.ModelProto, buckets: tuple[int, ...]) -> onnx.ModelProto:
+def bucketed(model: onnx.ModelProto, buckets: tuple[int, ...], run_tokens: int = RUN_TOKENS) -> onnx.ModelProto:
     """The same inputs and outputs: every input [rows, width] (an attention mask among them), every output one
-    value a row ([rows, ...]); the rows grouped by the bucket of their real length (the mask's), the model run on
-    each group cut to its longest row, in a Loop, and each row's outputs put back in its place."""
+    value a row ([rows, ...]); the rows grouped by the bucket of their real length (the mask's), each bucket's rows
+    cut into runs of at most `run_tokens` tokens (at least one row; 0: no cut), the model run on each group cut to
+    its longest row, in a Loop, and each row's outputs put back in its place."""
+    per_run = [max(1, run_tokens // b) if run_tokens else 1 << 30 for b in buckets] + [1]  # [1]: beyond every bucket
     graph = model.graph
     inputs = [i.name for i in graph.input if i.name not in {t.name for t in graph.initializer}]
     outputs = [o for o in graph.output]
     body_inputs = {x: f"group/{x}" for x in inputs}
     body = [
         helper.make_node("Gather", ["g/present", "iteration"], ["group/bucket"]),
-        helper.make_node("Equal", ["g/row_bucket", "group/bucket"], ["group/is"]),
+        helper.make_node("Equal", ["g/row_group", "group/bucket"], ["group/is"]),
         helper.make_node("NonZero", ["group/is"], ["group/rows_2"]),
         helper.make_node("Reshape", ["group/rows_2", "g/minus_one"], ["group/rows"]),
         helper.make_node("Gather", ["g/real", "group/rows"], ["group/real"]),
@@ -90,7 +92,13 @@ def bucketed(model: onnx.ModelProto, buckets: tuple[int, ...]) -> onnx.ModelProt
         helper.make_node("ReduceSum", ["g/holds_n", "g/axis_1"], ["g/holding"], keepdims=0),
         helper.make_node("Shape", ["g/bucket_lengths"], ["g/n_buckets"]),
         helper.make_node("Sub", ["g/n_buckets", "g/holding"], ["g/row_bucket"]),  # the smallest bucket that holds it
-        helper.make_node("Unique", ["g/row_bucket"], ["g/present"], sorted=1),
+        *_runs(len(per_run)),
+        const("g/per_run", per_run),
+        helper.make_node("Gather", ["g/per_run", "g/row_bucket"], ["g/row_per_run"]),
+        helper.make_node("Div", ["g/rank", "g/row_per_run"], ["g/row_run"]),
+        helper.make_node("Mul", ["g/row_run", "g/n_keys"], ["g/row_run_key"]),
+        helper.make_node("Add", ["g/row_run_key", "g/row_bucket"], ["g/row_group"]),  # bucket and run, one number
+        helper.make_node("Unique", ["g/row_group"], ["g/present"], sorted=1),
         helper.make_node("Size", ["g/present"], ["g/trips"]),
         helper.make_node("SequenceEmpty", [], ["g/no_rows"], dtype=TensorProto.INT64),
         *(helper.make_node("SequenceEmpty", [], [f"g/no_{o.name}"], dtype=o.type.tensor_type.elem_type) for o in outputs),
@@ -106,6 +114,25 @@ def bucketed(model: onnx.ModelProto, buckets: tuple[int, ...]) -> onnx.ModelProt
     result = helper.make_model(wrapped, opset_imports=list(model.opset_import), ir_version=model.ir_version)
     onnx.checker.check_model(result, full_check=False)
     return result
+
+
+def _runs(keys: int) -> list[onnx.NodeProto]:
+    """g/rank: each row's place among the rows of its bucket before it; g/n_keys: how many bucket numbers there
+    are, so that run x n_keys + bucket names one group."""
+    return [
+        const("g/n_keys", [keys]),
+        helper.make_node("Shape", ["g/row_bucket"], ["g/n_rows"]),
+        helper.make_node("Squeeze", ["g/n_rows"], ["g/n_rows_0"]),
+        const("g/zero", 0), const("g/one", 1),
+        helper.make_node("Range", ["g/zero", "g/n_rows_0", "g/one"], ["g/row_index"]),
+        helper.make_node("Unsqueeze", ["g/row_index", "g/axis_1"], ["g/row_index_1"]),  # [rows, 1]
+        helper.make_node("Less", ["g/row_index", "g/row_index_1"], ["g/earlier"]),  # [rows, rows]: j before i
+        helper.make_node("Unsqueeze", ["g/row_bucket", "g/axis_1"], ["g/row_bucket_1"]),
+        helper.make_node("Equal", ["g/row_bucket", "g/row_bucket_1"], ["g/same_bucket"]),
+        helper.make_node("And", ["g/earlier", "g/same_bucket"], ["g/earlier_same"]),
+        helper.make_node("Cast", ["g/earlier_same"], ["g/earlier_same_n"], to=TensorProto.INT64),
+        helper.make_node("ReduceSum", ["g/earlier_same_n", "g/axis_1"], ["g/rank"], keepdims=0),
+    ]
 
 
 def with_model(served: onnx.ModelProto, model: onnx.ModelProto) -> onnx.ModelProto:
