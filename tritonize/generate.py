@@ -181,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
 
 def generate(options: GenerateOptions) -> Path:
     """The whole pipeline; returns the repository path."""
-    from . import baseline, export, graph_tokenizer, source, verify
+    from . import baseline, graph_tokenizer, source, verify
 
     if options.add and options.force:
         raise TritonizeError("--add keeps every model of the repository and --force replaces the repository: choose one")
@@ -202,44 +202,10 @@ def generate(options: GenerateOptions) -> Path:
     if refusal is not None:  # graphs cannot serve this model: its Python step, said in one line
         options = _python_tokenizer(refusal, options)
     repo = repository.plan(options, spec, name, fused_config)
-    # Everything that can refuse is asked before minutes of export, not after.
-    joined = repository.joins(output, options)
-    index = repository.check_add(output, repo) if options.add else []  # the models it joins ([]: a new repository)
-    if joined is not None:
-        index = repository.read_index(output)
-    elif not index:
-        repository.check_output(output, options.force)
-    err.print(
-        f"[bold]{name}[/]: {spec.architecture}, task {spec.task}, {escape(repo.description)}"
-        f", max length {spec.max_length}, buckets {list(repo.buckets)}"
-    )
-    if joined is not None:  # the configs a version shares with the others, checked before minutes of export
-        repository.check_joins(repository.model_files(repo, verify.VerificationReport.skipped_report()), output)
-        err.print(f"version {repo.version} of {name} joins {output} (versions "
-                  f"{', '.join(map(str, repository.versions(output, name)))}), with its options in {MANIFEST_FILE}")
-    elif index:
-        err.print(f"{name} joins {output} beside {', '.join(e.name for e in index)}")
+    joined, index = _placed(output, options, repo, spec, name)
     staging = repository.staging_dir(output)
     try:
-        graph = export.load_torch_model(spec)
-        artifacts = export.export(
-            spec,
-            staging / "work",
-            opset=options.opset,
-            optimize=options.optimize,
-            fp16=options.precision == "fp16",
-            int8=options.precision == "int8",
-            use_gpu=options.device == "gpu",
-            graph=graph,
-        )
-        if options.skip_verify:
-            report = verify.VerificationReport.skipped_report()
-        else:
-            fp16_stages = {"fp16"} | ({"optimize"} if options.precision == "fp16" else set())
-            report = verify.verify(spec, graph, artifacts.stages, fp16_stages, options.atol, options.min_cosine_fp16,
-                                   options.min_cosine_int8)
-            report.export_seconds = {k: round(v, 2) for k, v in artifacts.seconds.items()}
-            verify.check(report)
+        artifacts, report = _exported_and_verified(spec, options, staging / "work")
         graph_files: dict[str, Path] = {}
         if repo.pipeline.graph_tokenizes:
             try:
@@ -277,9 +243,57 @@ def generate(options: GenerateOptions) -> Path:
                 repository.write(files, binaries, output, staging, force=options.force, version=repo.version)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    _say_ready(output, name, report, index, joined is not None)
+    return output
+
+
+def _placed(output: Path, options: GenerateOptions, repo, spec, name: str):
+    """Where the model goes: a version joining its model (the joined index), a model joining a repository (its
+    index), or a new repository ([]). Everything that can refuse is asked here, before minutes of export."""
+    from . import verify
+
+    joined = repository.joins(output, options)
+    index = repository.check_add(output, repo) if options.add else []  # the models it joins ([]: a new repository)
+    if joined is not None:
+        index = repository.read_index(output)
+    elif not index:
+        repository.check_output(output, options.force)
+    err.print(
+        f"[bold]{name}[/]: {spec.architecture}, task {spec.task}, {escape(repo.description)}"
+        f", max length {spec.max_length}, buckets {list(repo.buckets)}"
+    )
+    if joined is not None:  # the configs a version shares with the others, checked before minutes of export
+        repository.check_joins(repository.model_files(repo, verify.VerificationReport.skipped_report()), output)
+        err.print(f"version {repo.version} of {name} joins {output} (versions "
+                  f"{', '.join(map(str, repository.versions(output, name)))}), with its options in {MANIFEST_FILE}")
+    elif index:
+        err.print(f"{name} joins {output} beside {', '.join(e.name for e in index)}")
+    return joined, index
+
+
+def _exported_and_verified(spec, options: GenerateOptions, work: Path):
+    """The exported graphs and their verification against the model's own library (checked: a failure raises)."""
+    from . import export, verify
+
+    graph = export.load_torch_model(spec)
+    artifacts = export.export(spec, work, opset=options.opset, optimize=options.optimize,
+                              fp16=options.precision == "fp16", int8=options.precision == "int8",
+                              use_gpu=options.device == "gpu", graph=graph)
+    if options.skip_verify:
+        return artifacts, verify.VerificationReport.skipped_report()
+    fp16_stages = {"fp16"} | ({"optimize"} if options.precision == "fp16" else set())
+    report = verify.verify(spec, graph, artifacts.stages, fp16_stages, options.atol, options.min_cosine_fp16,
+                           options.min_cosine_int8)
+    report.export_seconds = {k: round(v, 2) for k, v in artifacts.seconds.items()}
+    verify.check(report)
+    return artifacts, report
+
+
+def _say_ready(output: Path, name: str, report, index: list, joined: bool) -> None:
+    """Where the repository is, how it compared with the model's library, and the command that serves it."""
     summary = report.summary()
     err.print(f"[bold green]Repository ready[/] at {output}" + (f"  (vs {report.reference}: {summary})" if summary else ""))
-    if joined is not None:
+    if joined:
         pick = f" --model {name}" if len(index) > 1 else ""
         err.print(f"Switch a running server to it: python deploy.py local switch --repository {output}{pick}")
     elif index:
@@ -287,7 +301,6 @@ def generate(options: GenerateOptions) -> Path:
                   f"--repository {output} (a server already running loads {name} when it restarts)")
     else:
         err.print(f"Serve it: python deploy.py local up --repository {output}")
-    return output
 
 
 def _python_tokenizer(refusal: TokenizerRefused, options: GenerateOptions) -> GenerateOptions:

@@ -1,6 +1,6 @@
 """The package's rules of architecture, in one place: imports run one way (folder -> tasks -> stages) with no
-circle anywhere, a task's contract never imports what builds its repository, a client loads no model library, and
-nothing outside the tasks branches on a task's name.
+circle anywhere, a task's contract never imports what builds its repository, a client loads no model library,
+nothing outside the tasks branches on a task's name, and no module or function grows past what a reader holds.
 
 Every import counts, those inside functions too: a deferred import still ties two modules together. Only what
 `if TYPE_CHECKING:` guards is left out: it never runs.
@@ -192,3 +192,31 @@ def test_a_unit_test_cannot_start_a_server() -> None:
     for command in (["tritonserver", "--model-repository", "/nowhere"], [sys.executable, "-m", SUPERVISOR_MODULE, "/x"]):
         with pytest.raises(AssertionError, match="belongs in tests/e2e/"):
             subprocess.Popen(command)
+
+
+MAX_MODULE_LINES, MAX_FUNCTION_LINES = 500, 80
+
+
+def oversized(root: Path) -> list[str]:
+    """Each module over MAX_MODULE_LINES lines and each function over MAX_FUNCTION_LINES, with its size."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        source = path.read_text(encoding="utf-8")
+        if len(source.splitlines()) > MAX_MODULE_LINES:
+            found.append(f"{path.relative_to(root)}: {len(source.splitlines())} lines")
+        for node in ast.walk(ast.parse(source, str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    found.append(f"{path.relative_to(root)}: {node.name} is {length} lines")
+    return found
+
+
+def test_no_module_over_500_lines_and_no_function_over_80() -> None:
+    assert oversized(PACKAGE) == []
+
+
+def test_the_size_check_sees_a_long_function(tmp_path: Path) -> None:
+    (tmp_path / "long.py").write_text("def long():\n" + "    x = 1\n" * 80 + "    return x\n")
+    (tmp_path / "short.py").write_text("def short():\n" + "    x = 1\n" * 78 + "    return x\n")
+    assert oversized(tmp_path) == ["long.py: long is 82 lines"]

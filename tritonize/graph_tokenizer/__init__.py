@@ -25,7 +25,8 @@ from onnx import TensorProto, compose, helper
 
 from ..errors import TokenizerRefused as Refused
 from ..serving.batching import ATTENTION_MASK, INPUT_IDS, ROW_FIELDS, TOKEN_COUNT, TRUNCATED
-from ..serving.tokenizer import TextEncoder, exact_prefixes
+from ..serving.prefixes import exact_prefixes
+from ..serving.tokenizer import TextEncoder
 from ..spec import (GRAPH_LIBRARY_FILE, GRAPH_MODEL_FILE, TOKENIZER_GRAPH_FILE, WARMUP_DIR, WARMUP_TEXT,
                     WARMUP_TEXT_FILE, RepoSpec)
 from .bpe import ByteLevelBPE, bpe_nodes

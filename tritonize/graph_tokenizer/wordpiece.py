@@ -177,6 +177,17 @@ def wordpiece_nodes(wordpiece: WordPiece) -> list[onnx.NodeProto]:
         helper.make_node("StringSplit", ["rows_text", "blanks", "skip_empty"], ["word_at", "words", "w_shape"],
                          domain=DOMAIN),
         helper.make_node("Gather", ["word_at", "zero_s"], ["word_row"], axis=1),
+        *_pieces(w, vocab),
+        *_spelled_or_unknown(),
+        *_in_word_order(),
+    ]
+    return nodes
+
+
+def _pieces(w: WordPiece, vocab: dict[str, int]) -> list[onnx.NodeProto]:
+    """words -> whole_id (a word's id where the vocabulary holds it whole, else -1), pieced (the other words),
+    and pieces_ids, splits: those words' WordPiece tokens."""
+    return [
         # A word the vocabulary holds whole is its own token (WordPiece tries the whole word first): one map
         # lookup, so only the other words go to the operator, which costs several times more a word.
         helper.make_node("StringToVector", ["words"], ["whole_column"], domain=DOMAIN,
@@ -191,6 +202,12 @@ def wordpiece_nodes(wordpiece: WordPiece) -> list[onnx.NodeProto]:
         helper.make_node("StringToVector", ["word_pieces"], ["token_column"], domain=DOMAIN,
                          map="\n".join(f"{t}\t{i}" for t, i in vocab.items()), unk=str(w.unk_id)),
         helper.make_node("Reshape", ["token_column", "flat"], ["pieces_ids"]),
+    ]
+
+
+def _spelled_or_unknown() -> list[onnx.NodeProto]:
+    """pieces_ids -> kept_ids, kept_word: each pieced word's tokens, or one [UNK] where it cannot be spelled."""
+    return [
         # A word the vocabulary cannot spell is one [UNK], as tokenizers' WordPiece has it; the operator keeps
         # the pieces it found before the failing one. `splits` holds where each word's tokens begin.
         helper.make_node("Shape", ["pieces_ids"], ["t"]),
@@ -216,6 +233,12 @@ def wordpiece_nodes(wordpiece: WordPiece) -> list[onnx.NodeProto]:
         helper.make_node("Or", ["whole", "opens"], ["keep"]),
         helper.make_node("Compress", ["spelled", "keep"], ["kept_ids"], axis=0),
         helper.make_node("Compress", ["word", "keep"], ["kept_word"], axis=0),
+    ]
+
+
+def _in_word_order() -> list[onnx.NodeProto]:
+    """The tokens back in the order of all words (FLAT_IDS), and how many each row has (ROW_TOKENS)."""
+    return [
         # Back in the order of all words: a word held whole is one token, any other its kept pieces.
         helper.make_node("Shape", ["whole_id"], ["n_words"]),
         helper.make_node("Squeeze", ["n_words", "axis0"], ["n_words_s"]),
@@ -248,4 +271,3 @@ def wordpiece_nodes(wordpiece: WordPiece) -> list[onnx.NodeProto]:
         helper.make_node("ScatterElements", ["no_rows_tokens", "word_row", "word_tokens"], [ROW_TOKENS],
                          reduction="add"),
     ]
-    return nodes

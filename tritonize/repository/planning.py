@@ -58,9 +58,8 @@ def graph_refusal(options: GenerateOptions, model: ModelSpec) -> TokenizerRefuse
     return None
 
 
-def plan(options: GenerateOptions, model: ModelSpec, name: str, fused_config: str = FUSED_CONFIG_NAME) -> RepoSpec:
-    """Decide names, tensors, batching, placement and runtime parameters of the model's Triton models (the
-    ensemble and the steps its task's pipeline runs)."""
+def _checked(options: GenerateOptions, model: ModelSpec, name: str):
+    """The model's task, once the options and the name are ones it can be served with."""
     options.check()
     if not name or not all(c.isalnum() or c in "_-." for c in name):
         raise TritonizeError(f"invalid model name {name!r}", hint="use letters, digits, '_', '-' or '.'")
@@ -71,6 +70,13 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str, fused_config: st
         offered = ", ".join(t.name for t in tasks.TASKS.values() if t.int8_figure)
         raise TritonizeError(f"--precision int8 is offered for {offered}, where verification measures what it "
                              f"keeps; not for {task.name}", hint="serve it in fp32")
+    return task
+
+
+def plan(options: GenerateOptions, model: ModelSpec, name: str, fused_config: str = FUSED_CONFIG_NAME) -> RepoSpec:
+    """Decide names, tensors, batching, placement and runtime parameters of the model's Triton models (the
+    ensemble and the steps its task's pipeline runs)."""
+    task = _checked(options, model, name)
     names = step_names(name)
     refused = graph_refusal(options, model) is not None
     pipeline = served(task.pipeline, "python" if refused else options.tokenizer, options.device)

@@ -175,6 +175,43 @@ def _group_entities(items: list[dict[str, Any]], tokenizer: Tokenizer) -> list[d
     return groups
 
 
+def _token_scores(logits: Any, tokens: int, labels: int) -> np.ndarray:
+    """The softmax of each token's logits ([T, labels]; a leading batch of one is dropped, padding rows cut)."""
+    array = np.asarray(logits)
+    if array.ndim == 3 and array.shape[0] == 1:
+        array = array[0]
+    if array.ndim != 2 or array.shape[0] < tokens or array.shape[1] != labels:
+        raise ValueError(f"logits of shape {array.shape} do not fit {tokens} tokens and {labels} labels")
+    array = array[:tokens]
+    # The pipeline turns half precision into float32 and keeps the model's float32 (or float64) otherwise.
+    if array.dtype != np.float64:
+        array = array.astype(np.float32)
+    return _softmax(array)
+
+
+def _labelled(records: list[dict[str, Any]], strategy: str, labels: list[str], tokenizer: Tokenizer) -> list[dict]:
+    """Each token labelled on its own (none, simple), or each word by the strategy (first, average, max)."""
+    if strategy in ("none", "simple"):
+        items = []
+        for record in records:
+            idx = record["scores"].argmax()
+            items.append({"entity": labels[int(idx)], "score": record["scores"][idx], "index": record["index"],
+                          "word": record["word"], "start": record["start"], "end": record["end"]})
+        return items
+    items, word = [], None
+    for record in records:
+        if word is None:
+            word = [record]
+        elif record["is_subword"]:
+            word.append(record)
+        else:
+            items.append(_aggregate_word(word, strategy, labels, tokenizer))
+            word = [record]
+    if word is not None:
+        items.append(_aggregate_word(word, strategy, labels, tokenizer))
+    return items
+
+
 def entities(
     text: str,
     ids: Sequence[int],
@@ -224,48 +261,13 @@ def entities(
         )
     labels = label_list(labels) if isinstance(labels, Mapping) else list(labels)
 
-    array = np.asarray(logits)
-    if array.ndim == 3 and array.shape[0] == 1:
-        array = array[0]
-    if array.ndim != 2 or array.shape[0] < len(ids) or array.shape[1] != len(labels):
-        raise ValueError(f"logits of shape {array.shape} do not fit {len(ids)} tokens and {len(labels)} labels")
-    array = array[: len(ids)]
-    # The pipeline turns half precision into float32 and keeps the model's float32 (or float64) otherwise.
-    if array.dtype != np.float64:
-        array = array.astype(np.float32)
-    scores = _softmax(array)
+    scores = _token_scores(logits, len(ids), len(labels))
 
     if unk_id == -1:
         unk_id = unk_token_id(tokenizer)
     records = _pre_entities(text, ids, offsets, special_mask, scores, tokenizer, unk_id)
 
-    if strategy in ("none", "simple"):
-        items = []
-        for record in records:
-            idx = record["scores"].argmax()
-            items.append(
-                {
-                    "entity": labels[int(idx)],
-                    "score": record["scores"][idx],
-                    "index": record["index"],
-                    "word": record["word"],
-                    "start": record["start"],
-                    "end": record["end"],
-                }
-            )
-    else:
-        items, word = [], None
-        for record in records:
-            if word is None:
-                word = [record]
-            elif record["is_subword"]:
-                word.append(record)
-            else:
-                items.append(_aggregate_word(word, strategy, labels, tokenizer))
-                word = [record]
-        if word is not None:
-            items.append(_aggregate_word(word, strategy, labels, tokenizer))
-
+    items = _labelled(records, strategy, labels, tokenizer)
     if strategy != "none":
         items = _group_entities(items, tokenizer)
     ignored = set(ignore_labels)

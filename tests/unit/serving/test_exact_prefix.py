@@ -18,7 +18,8 @@ import pytest
 
 from support import model_zoo
 from tritonize.serving.batching import ENCODING_FIELDS
-from tritonize.serving.tokenizer import TextEncoder, exact_prefixes, prefix_end
+from tritonize.serving.prefixes import exact_prefixes, prefix_end
+from tritonize.serving.tokenizer import TextEncoder
 
 MAX_LENGTH = 32  # the prefix is tried at 16 characters per token: 512 characters
 OUTPUTS = tuple(ENCODING_FIELDS)

@@ -67,6 +67,7 @@ def test_each_step_carries_byte_identical_copies_of_the_served_modules(repo: Pat
         "tiny_tokenizer/1/multi_vector.py": "multi_vector.py",
         "tiny_tokenizer/1/statistics.py": "statistics.py",
         "tiny_tokenizer/1/stub.py": "stub.py",
+        "tiny_tokenizer/1/prefixes.py": "prefixes.py",
         # The fused step: the tokenizer and the model (serving/fused_step.py) with what both import.
         "tiny_model/1/model.py": "fused_step.py",
         "tiny_model/1/onnx_model.py": "onnx_model.py",
@@ -78,6 +79,7 @@ def test_each_step_carries_byte_identical_copies_of_the_served_modules(repo: Pat
         "tiny_model/1/multi_vector.py": "multi_vector.py",
         "tiny_model/1/statistics.py": "statistics.py",
         "tiny_model/1/stub.py": "stub.py",
+        "tiny_model/1/prefixes.py": "prefixes.py",
         # The production ensemble's statistics step, after the graph on Triton's onnxruntime backend.
         "tiny_statistics/1/model.py": "statistics_step.py",
         "tiny_statistics/1/metrics.py": "metrics.py",
@@ -92,11 +94,12 @@ def test_each_step_carries_byte_identical_copies_of_the_served_modules(repo: Pat
 
 def test_step_files_follow_relative_imports() -> None:
     assert set(serving.step_files("tokenizer", "model.py")) == {"model.py", "batching.py", "texts.py", "metrics.py",
-                                                                "statistics.py", "chat.py", "multi_vector.py", "stub.py"}
+                                                                "statistics.py", "chat.py", "multi_vector.py", "stub.py",
+                                                                "prefixes.py"}
     assert set(serving.step_files("onnx_model", "model.py")) == {"model.py", "batching.py", "stub.py"}
     assert set(serving.step_files("fused_step", "model.py")) == {"model.py", "onnx_model.py", "tokenizer.py", "batching.py",
                                                                "texts.py", "metrics.py", "chat.py", "multi_vector.py",
-                                                               "statistics.py", "stub.py"}
+                                                               "statistics.py", "stub.py", "prefixes.py"}
     assert set(serving.step_files("question_answering", "model.py")) == {"model.py", "answer_windows.py",
                                                                          "answer_spans.py", "texts.py", "metrics.py",
                                                                          "statistics.py", "stub.py"}
