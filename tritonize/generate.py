@@ -17,7 +17,7 @@ from rich.markup import escape
 from . import repository, tasks
 from .console import err, phase
 from .errors import TokenizerRefused, TritonizeError
-from .manifest import BASELINE_KEY, RESOLVED_KEY, choose, entries, find_manifests
+from .manifest import BASELINE_KEY, CAPABILITIES_KEY, RESOLVED_KEY, choose, entries, find_manifests
 from .spec import (
     CONTAINER_MODEL_INSTANCES,
     FUSED_CONFIG_NAME,
@@ -126,13 +126,14 @@ def resolve_options(args: argparse.Namespace) -> GenerateOptions:
             raise TritonizeError(f"{args.config} must hold a mapping of option: value")
         if MODELS_KEY in loaded:  # a repository's manifest of several models: the entry --name names
             loaded = _entry(entries(loaded, str(args.config)), args.name, args.config)
-        known = set(GenerateOptions.field_names()) | {RESOLVED_KEY, BASELINE_KEY}
+        known = set(GenerateOptions.field_names()) | {RESOLVED_KEY, BASELINE_KEY, CAPABILITIES_KEY}
         unknown = sorted(set(k.replace("-", "_") for k in loaded) - known)
         if unknown:
             raise TritonizeError(f"unknown option(s) in {args.config}: {', '.join(unknown)}")
         values.update({k.replace("-", "_"): v for k, v in loaded.items()})
         values.pop(RESOLVED_KEY, None)  # informational, written by generate
         values.pop(BASELINE_KEY, None)
+        values.pop(CAPABILITIES_KEY, None)
     for key in GenerateOptions.field_names():
         value = getattr(args, key, None)
         if value is not None:

@@ -25,6 +25,9 @@ EARLIER_TOKENIZER = "python"  # what a manifest that names no tokenizer layout w
 RESOLVED_KEY = "resolved_model"
 # Key that records the output statistics' baseline in brief (informational for --config, which ignores it).
 BASELINE_KEY = "output_statistics"
+# Key that records what the served ensemble can do beyond its task's plain answer (Pipeline.capabilities), so that
+# the API reads it here rather than in the served files; informational for --config, which ignores it.
+CAPABILITIES_KEY = "capabilities"
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,8 @@ class Manifest:
     # The output statistics' baseline in brief: its source, rows and each histogram's bounds (the served version's;
     # each version's whole baseline is STATISTICS_FILE in its folders). None: a repository written before them.
     baseline: dict | None = None
+    # What the served ensemble can do (Pipeline.capabilities); None: a repository written before they were recorded.
+    capabilities: tuple[str, ...] | None = None
 
     @property
     def name(self) -> str:
@@ -56,6 +61,8 @@ class Manifest:
         data[RESOLVED_KEY] = resolved
         if self.baseline is not None:
             data[BASELINE_KEY] = self.baseline
+        if self.capabilities is not None:
+            data[CAPABILITIES_KEY] = list(self.capabilities)
         return data
 
     @classmethod
@@ -75,7 +82,9 @@ class Manifest:
                 f"{origin} does not describe a repository this tritonize can read ({type(exc).__name__}: {exc})",
                 hint="regenerate the repository with this tritonize",
             ) from exc
-        return cls(options, model, data.get(BASELINE_KEY))
+        capabilities = data.get(CAPABILITIES_KEY)
+        return cls(options, model, data.get(BASELINE_KEY),
+                   None if capabilities is None else tuple(str(c) for c in capabilities))
 
 
 def entries(data: object, origin: str = MANIFEST_FILE) -> list[dict]:

@@ -18,7 +18,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from support.specs import EMBEDDING
 from tritonize import repository
 from tritonize.errors import TritonizeError
-from tritonize.manifest import RESOLVED_KEY, Manifest
+from tritonize.manifest import CAPABILITIES_KEY, RESOLVED_KEY, Manifest
 from tritonize.repository import rendering
 from tritonize.serving import batching
 from tritonize.spec import ModelSpec
@@ -207,10 +207,11 @@ def test_manifest_round_trips_to_options_and_model(model: ModelSpec) -> None:
     data = yaml.safe_load(files["tritonize.yaml"].text)
     assert data["name"] == "demo" and data["max_queue_delay_us"] == 123 and data["buckets"] == list(repo.buckets)
     assert data[RESOLVED_KEY]["head"]["task"] == model.task
-    options = {k: v for k, v in data.items() if k != RESOLVED_KEY}
+    options = {k: v for k, v in data.items() if k not in (RESOLVED_KEY, CAPABILITIES_KEY)}
     assert GenerateOptions(**options).max_queue_delay_us == 123
     back = Manifest.from_dict(data)
     assert back.model == model and back.name == "demo" and back.options.max_queue_delay_us == 123
+    assert back.capabilities == repo.pipeline.capabilities == tuple(data[CAPABILITIES_KEY])
 
 
 @pytest.mark.parametrize("options, precision, optimize, max_batch_size", [

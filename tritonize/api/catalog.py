@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..manifest import Manifest, read_manifests
-from ..spec import FIRST, QUANTIZATION_FILE, TOKENIZER_FILE, TRUNCATION_DIRECTION, repo_paths
+from ..spec import FIRST, QUANTIZATION_FILE, REQUEST_CUTS, TOKENIZER_FILE, repo_paths
 from ..tasks import TaskContract, contract_of
 from ..tasks.embedding.quantization import Calibration
 from .errors import ApiError
@@ -65,20 +65,20 @@ class ServedModel:
         return Calibration.read(repo_paths(self.repository, self.name)["model"] / str(self.manifest.version)
                                 / QUANTIZATION_FILE)
 
-    @functools.cached_property
+    @property
     def cut_refusal(self) -> str | None:
         """Why the served ensemble cannot cut a request's texts at their start or into windows (request
-        parameters the Python tokenizer step reads); None where it can."""
+        parameters the Python tokenizer step reads); None where it can: its manifest says so."""
+        capabilities = self.manifest.capabilities
         if self.tokenizes_in_graph:
             return ("it tokenizes in ONNX graphs, which read every text from its start (generate it with --tokenizer "
                     "python for its Python step, which cuts as a request asks)")
-        served = self.tokenizer_file.parent / "batching.py"
-        try:
-            reads = f'"{TRUNCATION_DIRECTION}"' in served.read_text(encoding="utf-8")
-        except OSError:
-            reads = False
-        return None if reads else ("its tokenizer step was written by an earlier tritonize and reads every text "
-                                   "from its start (generate the repository again)")
+        if capabilities is not None and REQUEST_CUTS in capabilities:
+            return None
+        if capabilities is None:
+            return ("it was written by an earlier tritonize, whose manifest does not say that its tokenizer step cuts "
+                    "texts (generate the repository again)")
+        return f"its {self.contract.name} steps read every text from its start"
 
     @property
     def tokenizes_in_graph(self) -> bool:

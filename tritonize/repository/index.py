@@ -139,7 +139,8 @@ def manifest(options: GenerateOptions, repo: RepoSpec, statistics: dict | None =
         force=False,
         add=False,
     )
-    return Manifest(effective, repo.model, baseline_summary(statistics) if statistics else None)
+    return Manifest(effective, repo.model, baseline_summary(statistics) if statistics else None,
+                    repo.pipeline.capabilities)
 
 
 def baseline_summary(statistics: dict) -> dict:

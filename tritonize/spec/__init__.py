@@ -56,6 +56,7 @@ from .names import (
     PRODUCTION_VARIANT,
     QUANTIZATION_FILE,
     README_FILE,
+    REQUEST_CUTS,
     ROLES,
     ROLLOUT_FILE,
     SERVED_ENTRY,

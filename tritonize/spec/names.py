@@ -74,6 +74,9 @@ TOKENIZER_LAYOUTS: tuple[str, ...] = ("graph", "python")  # --tokenizer: graphs 
 TOKENIZER_FILE = "tokenizer.json"
 LABELS_FILE = "labels.txt"
 MANIFEST_FILE = "tritonize.yaml"
+# A capability a manifest records (Pipeline.capabilities): the ensemble cuts a request's texts at their start or
+# into windows where the request's parameters ask (serving/batching.py names them).
+REQUEST_CUTS = "request_cuts"
 # tritonize.yaml and verification.json of a repository of several models: each model's entry under this key
 # (a repository of one model holds its entry alone, as before several models were served together).
 MODELS_KEY = "models"

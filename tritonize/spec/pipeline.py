@@ -11,6 +11,7 @@ from ..errors import TokenizerRefused
 from .model import ROW_OUTPUTS, TensorSpec
 from .names import (
     FIRST,
+    REQUEST_CUTS,
     GRAPH_LIBRARY_FILE,
     GRAPH_MODEL_FILE,
     MODEL,
@@ -135,6 +136,8 @@ class Pipeline(abc.ABC):
     served_classes: ClassVar[dict[str, str]] = {FIRST.key: "TextEncoder", MODEL.key: "OnnxRunner"}
     # Whether the first step calls the model step itself and answers (business logic scripting).
     orchestrates: ClassVar[bool] = False
+    # What the served ensemble can do beyond its task's plain answer, recorded in the manifest for the API.
+    capabilities: ClassVar[tuple[str, ...]] = ()
 
     @property
     def counts_after_graph(self) -> bool:
@@ -257,6 +260,8 @@ class TokenizeModel(Pipeline):
     the two as one step, raw strings in."""
 
     roles: ClassVar[tuple[StepRole, ...]] = (FIRST, MODEL, STATISTICS)
+    # serving/tokenizer.py cuts a request's texts at their start or into windows where its parameters ask (`Cut`).
+    capabilities: ClassVar[tuple[str, ...]] = (REQUEST_CUTS,)
 
     @property
     def row_outputs(self) -> tuple[TensorSpec, ...]:
@@ -322,6 +327,7 @@ class GraphTokenized(TokenizeModel):
     first_libraries: ClassVar[tuple[str, ...]] = (GRAPH_LIBRARY_FILE,)
     roles: ClassVar[tuple[StepRole, ...]] = (FIRST, MODEL)
     has_fused_variant: ClassVar[bool] = False
+    capabilities: ClassVar[tuple[str, ...]] = ()  # the graphs read every text from its start
     first_batches: ClassVar[bool] = False
 
     def tokenizer_folders(self, repo: Planned) -> tuple[StepSpec, ...]:

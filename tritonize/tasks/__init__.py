@@ -8,6 +8,7 @@ Nothing outside this package branches on a task's name.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import importlib
 from types import ModuleType
@@ -33,22 +34,57 @@ PACKAGES: list[str] = [f"{__name__}.{package}" for package in (
 )]
 
 
+# What each side of a task package declares at module level (found by name), and which of them it must: a name
+# close to one of these that is not one (a misspelled SCORER would otherwise do nothing) fails when the side is
+# loaded, naming it; so does a missing one.
+DECLARATIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "contract": (frozenset({"CONTRACT"}), frozenset({"CONTRACT"})),
+    "task": (frozenset({"TASK", "OPTIONS", "CONTRACT"}), frozenset({"TASK"})),
+    "calls": (frozenset({"CALLS", "CONTRACT"}), frozenset({"CALLS"})),
+    "api": (frozenset({"ROUTES", "ROUTERS", "SCORER", "IMAGES", "CONTRACT"}), frozenset({"ROUTES", "ROUTERS"})),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def checked(side: str, found: ModuleType) -> ModuleType:
+    """The side, once every declaration it must make is there and none is misspelled (once per module)."""
+    known, required = DECLARATIONS[side]
+    missing = sorted(required - set(vars(found)))
+    if missing:
+        raise TritonizeError(f"{found.__name__} declares no {', '.join(missing)}",
+                             hint=f"a task's {side}.py declares {', '.join(sorted(known))}")
+    for name in vars(found):
+        if name.isupper() and name not in known:
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+            if close:
+                raise TritonizeError(f"{found.__name__} declares {name}, which tritonize does not read: "
+                                     f"{close[0]} is meant?", hint=f"a task's {side}.py declares "
+                                                                   f"{', '.join(sorted(known))}")
+    return found
+
+
 def register(package: str) -> None:
     """Serve the task of an importable package (its contract.py, task.py and, where it has them, calls.py and
-    api.py), after those already listed."""
-    if package not in PACKAGES:
-        PACKAGES.append(package)
+    api.py), after those already listed. Its read sides are loaded and checked here; task.py when a build asks."""
+    if package in PACKAGES:
+        return
+    if module(package, "contract") is None:
+        raise TritonizeError(f"{package} has no contract.py: it is not a task package")
+    for side in ("contract", "calls", "api"):
+        module(package, side)  # checked as it loads
+    PACKAGES.append(package)
 
 
 def module(package: str, side: str) -> ModuleType | None:
     """One side of a task's package (contract, task, calls, api); None where the package has no such module."""
     name = f"{package}.{side}"
     try:
-        return importlib.import_module(name)
+        found = importlib.import_module(name)
     except ModuleNotFoundError as exc:
         if exc.name != name:  # the module exists and an import inside it failed: that is a bug, not an absence
             raise
         return None
+    return checked(side, found) if side in DECLARATIONS else found
 
 
 def sides(side: str) -> tuple[ModuleType, ...]:

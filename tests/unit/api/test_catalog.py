@@ -4,7 +4,6 @@ or into windows (the tokenizer step's request parameters)."""
 from __future__ import annotations
 
 import dataclasses
-import shutil
 from pathlib import Path
 
 import pytest
@@ -43,9 +42,15 @@ def test_a_graph_that_tokenizes_or_an_earlier_step_is_refused_in_one_line(served
     assert refused.value.status == 400 and refused.value.message == (
         "truncate START is not served for tiny: it tokenizes in ONNX graphs, which read every text from its start "
         "(generate it with --tokenizer python for its Python step, which cuts as a request asks)")
-    earlier = tmp_path / "repo"
-    shutil.copytree(served.repository, earlier)
-    step = earlier / "tiny_tokenizer" / "1" / "batching.py"
-    step.write_text(step.read_text().replace('"truncation_direction"', '"gone"'))
-    with pytest.raises(ApiError, match=r"written by an earlier tritonize .*\(generate the repository again\)$"):
-        direction_of(ServedModel(manifest, earlier), "left")
+    earlier = ServedModel(dataclasses.replace(manifest, capabilities=None), served.repository)
+    with pytest.raises(ApiError, match=r"written by an earlier tritonize, .*\(generate the repository again\)$"):
+        direction_of(earlier, "left")
+
+
+def test_the_capability_is_the_manifests_and_survives_its_file(served: ServedModel) -> None:
+    """Written by generate from the pipeline's declaration, read back from tritonize.yaml: no served file is read."""
+    assert served.manifest.capabilities == ("request_cuts",)
+    (again,) = Catalog.read(served.repository).models
+    assert again.manifest.capabilities == ("request_cuts",) and again.cut_refusal is None
+    none = ServedModel(dataclasses.replace(served.manifest, capabilities=()), served.repository)
+    assert none.cut_refusal == "its embedding steps read every text from its start"

@@ -172,3 +172,28 @@ def test_both_clients_call_a_new_task(shout) -> None:
 
     vectors = run(sys.modules[f"{PACKAGE}.calls"].shout(["a", "b"]), answer)
     assert asked[0].texts == ["A", "B"] and asked[0].outputs == ["shout"] and vectors.tolist() == [[2, 2], [2, 2]]
+
+
+def test_a_misspelled_or_missing_declaration_fails_at_registration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task package whose api.py says SCORERS (meaning SCORER) or declares no ROUTERS is refused when it is
+    registered, naming the module and the name; the registry is left as it was."""
+    from tritonize.errors import TritonizeError
+
+    monkeypatch.setattr(tasks, "PACKAGES", list(tasks.PACKAGES))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for package, api in (("throwaway_typo", textwrap.dedent(FILES["api.py"]) + "\nSCORERS = None\n"),
+                         ("throwaway_bare", "ROUTES = None\n")):
+        folder = tmp_path / package
+        folder.mkdir()
+        for name, text in {**FILES, "api.py": api}.items():
+            (folder / name).write_text(textwrap.dedent(text).lstrip())
+    before = list(tasks.PACKAGES)
+    with pytest.raises(TritonizeError, match=r"throwaway_typo\.api declares SCORERS, .*SCORER is meant"):
+        tasks.register("throwaway_typo")
+    with pytest.raises(TritonizeError, match=r"throwaway_bare\.api declares no ROUTERS"):
+        tasks.register("throwaway_bare")
+    with pytest.raises(TritonizeError, match="has no contract.py"):
+        tasks.register("json")
+    assert tasks.PACKAGES == before
+    for name in [m for m in sys.modules if m.startswith(("throwaway_typo", "throwaway_bare"))]:
+        monkeypatch.delitem(sys.modules, name)
