@@ -33,7 +33,6 @@ step would have.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -46,7 +45,7 @@ from .batching import (ATTENTION_MASK, ENCODING_FIELDS, GATHER, QUEUE_BOUND, QUE
                        queue_work)
 from .onnx_model import OnnxRunner
 from .tokenizer import RequestEncoder, error_response, parameters
-from .stub import check_tensor_exchange
+from .stub import ServedStep
 
 try:
     import triton_python_backend_utils as pb_utils
@@ -239,13 +238,10 @@ class BatchWorker:
         return left
 
 
-class TritonPythonModel:
+class TritonPythonModel(ServedStep):
     """Tokenizes each request as the tokenizer step would, runs the batch as the model step would."""
 
-    def initialize(self, args):
-        check_tensor_exchange()  # refuse to load on a stub that would corrupt tensors
-        config = json.loads(args["model_config"])
-        version_dir = os.path.join(args["model_repository"], args["model_version"])
+    def load(self, config: dict, version_dir: str, args: dict) -> None:
         # Built on a nicer thread: onnxruntime's threads run at the worker's priority, not at execute()'s.
         self.runner = built_nicer(lambda: OnnxRunner.from_config(config, version_dir, busy_session=True), GRAPH_NICE)
         produced, self.passed = tokenizer_outputs(config, self.runner.input_names)

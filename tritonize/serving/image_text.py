@@ -13,14 +13,11 @@ A request sends one of the two inputs: both, or neither, is its error. Each bad 
 
 from __future__ import annotations
 
-import json
-import os
-
 import numpy as np
 
 from .batching import ATTENTION_MASK, INPUT_IDS, TOKEN_COUNT, TRUNCATED
 from .images import MAX_PIXELS, MAX_PIXELS_PARAMETER, PARAMETER, PIXEL_VALUES, Preprocess, decode_image
-from .stub import check_tensor_exchange
+from .stub import ServedStep
 from .texts import InvalidText
 from .tokenizer import TextEncoder, error_response, parameters
 
@@ -90,13 +87,11 @@ class ImageTextEncoder:
         return self.encode(self.text.rows({TEXT: texts}, [TEXT]))
 
 
-class TritonPythonModel:
+class TritonPythonModel(ServedStep):
     """Each request's images or texts -> the graph's inputs; a bad request gets its own error."""
 
-    def initialize(self, args):
-        check_tensor_exchange()  # refuse to load on a stub that would corrupt tensors
-        config = json.loads(args["model_config"])
-        self.encoder = ImageTextEncoder.from_config(config, os.path.join(args["model_repository"], args["model_version"]))
+    def load(self, config: dict, version_dir: str, args: dict) -> None:
+        self.encoder = ImageTextEncoder.from_config(config, version_dir)
 
     def execute(self, requests):
         responses = []

@@ -13,7 +13,6 @@ longest row.
 
 from __future__ import annotations
 
-import json
 import os
 import queue
 from concurrent.futures import ThreadPoolExecutor
@@ -30,7 +29,7 @@ from .batching import (
     parse_buckets,
     real_lengths,
 )
-from .stub import check_tensor_exchange
+from .stub import ServedStep
 
 try:
     import triton_python_backend_utils as pb_utils
@@ -222,13 +221,10 @@ class OnnxRunner:
         return per_request
 
 
-class TritonPythonModel:
+class TritonPythonModel(ServedStep):
     """Reads its tensors from the configuration and answers each request with every output of the graph."""
 
-    def initialize(self, args):
-        check_tensor_exchange()  # refuse to load on a stub that would corrupt tensors
-        config = json.loads(args["model_config"])
-        version_dir = os.path.join(args["model_repository"], args["model_version"])
+    def load(self, config: dict, version_dir: str, args: dict) -> None:
         self.runner = OnnxRunner.from_config(config, version_dir)
         self.input_names = [i["name"] for i in config["input"]]
 

@@ -63,7 +63,7 @@ from .answer_windows import (  # noqa: F401
 from .metrics import StepMetrics
 from .statistics import OutputStatistics
 from .texts import InvalidText, check_size, decode
-from .stub import check_tensor_exchange
+from .stub import ServedStep
 
 try:
     import triton_python_backend_utils as pb_utils
@@ -162,22 +162,19 @@ class Reader:
         return answers
 
 
-class TritonPythonModel:
+class TritonPythonModel(ServedStep):
     """Triton's side of Reader: the windows of every request of an execute() go to the model step in one
     call (business logic scripting, so they batch there with other work); one error per bad request."""
 
-    def initialize(self, args):
-        check_tensor_exchange()  # refuse to load on a stub that would corrupt tensors
-        config = json.loads(args["model_config"])
-        self.reader = Reader.from_config(config, os.path.join(args["model_repository"], args["model_version"]))
+    def load(self, config: dict, version_dir: str, args: dict) -> None:
+        self.reader = Reader.from_config(config, version_dir)
         # The model step of this step's own version: while a server switches versions both are loaded, and
         # a request must not mix them.
         self.version = int(args["model_version"])
         self.input_names = [i["name"] for i in config["input"]]
         self.output_name = config["output"][0]["name"]
         self.metrics = StepMetrics(config["name"])
-        self.statistics = OutputStatistics.of_step(os.path.join(args["model_repository"], args["model_version"]),
-                                                   self.metrics)
+        self.statistics = OutputStatistics.of_step(version_dir, self.metrics)
         if self.statistics is not None:
             self.statistics.start([self.output_name])
 

@@ -25,20 +25,11 @@ Served: copied verbatim next to the post step's model.py; it imports only the st
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Mapping
 
 import numpy as np
 
-from .metrics import StepMetrics
-from .statistics import OutputStatistics
-from .stub import check_tensor_exchange
-
-try:
-    import triton_python_backend_utils as pb_utils
-except ImportError:  # imported outside Triton: tests, verification and the benchmark's floor use PostStep
-    pb_utils = None
+from .post_step import PostAdapter
 
 PAD_INDEX = -1  # what ends a row shorter than the request's longest
 INDICES, VALUES = "indices", "values"
@@ -98,29 +89,11 @@ class PostStep:
         return {INDICES: indices, VALUES: values}
 
 
-class TritonPythonModel:
+class TritonPythonModel(PostAdapter):
     """Triton's side of PostStep: reads the input its configuration names, answers each request."""
 
-    def initialize(self, args):
-        check_tensor_exchange()  # refuse to load on a stub that would corrupt tensors
-        config = json.loads(args["model_config"])
-        version_dir = os.path.join(args["model_repository"], args["model_version"])
-        self.step = PostStep.from_config(config, version_dir)
-        self.metrics = StepMetrics(config["name"])
-        self.statistics = OutputStatistics.of_step(version_dir, self.metrics)
-        if self.statistics is not None:
-            self.statistics.start(self.step.output_names)
+    def build(self, config: dict, version_dir: str) -> PostStep:
+        return PostStep.from_config(config, version_dir)
 
-    def execute(self, requests):
-        responses, answered = [], []
-        for request in requests:
-            weights = pb_utils.get_input_tensor_by_name(request, self.step.weights_input).as_numpy()
-            outputs = self.step({self.step.weights_input: weights})
-            answered.append(outputs)
-            responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(n, a) for n, a in outputs.items()]))
-        if self.statistics is not None:
-            self.statistics.observe_requests(answered)
-        return responses
-
-    def finalize(self):
-        self.metrics.close()
+    def read(self, config: dict) -> list[str]:
+        return [self.step.weights_input]

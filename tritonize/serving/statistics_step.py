@@ -10,12 +10,9 @@ and has none.
 
 from __future__ import annotations
 
-import json
-import os
-
 from .metrics import StepMetrics
 from .statistics import OutputStatistics
-from .stub import check_tensor_exchange
+from .stub import ServedStep
 
 try:
     import triton_python_backend_utils as pb_utils
@@ -28,15 +25,14 @@ except ImportError:  # imported outside Triton: nothing here runs without it
 IDLE = "idle"
 
 
-class TritonPythonModel:
-    def initialize(self, args):
-        check_tensor_exchange()  # refuse to load on a stub that would corrupt tensors
-        config = json.loads(args["model_config"])
+class TritonPythonModel(ServedStep):
+    """Hands each input on as the output of its name, counting the answers' statistics."""
+
+    def load(self, config: dict, version_dir: str, args: dict) -> None:
         self.names = [i["name"] for i in config["input"]]
         idle = config.get("parameters", {}).get(IDLE, {}).get("string_value") == "1"
         self.metrics = StepMetrics(config["name"], enabled=not idle)
-        self.statistics = None if idle else OutputStatistics.of_step(
-            os.path.join(args["model_repository"], args["model_version"]), self.metrics)
+        self.statistics = None if idle else OutputStatistics.of_step(version_dir, self.metrics)
         if self.statistics is not None:
             self.statistics.start(self.names)
 

@@ -15,6 +15,9 @@ says why, instead of a stub that dies on its first request or answers wrong.
 
 from __future__ import annotations
 
+import json
+import os
+
 import numpy as np
 
 try:
@@ -36,3 +39,17 @@ def check_tensor_exchange(utils=None) -> None:
             f"{list(PROBE)} came back as {np.asarray(back).tolist()}. The stub takes numpy from the first python3 on "
             "PATH; give it numpy<2 there (a virtualenv's bin/ first on PATH), or serve with Triton 24.11 or later "
             "(python_backend#384)")
+
+
+class ServedStep:
+    """Triton's side of a served step, the part every one shares: each module's TritonPythonModel subclasses it
+    and sets itself up in `load`, from the configuration and the version folder Triton hands over, once the stub
+    is known to pass tensors intact."""
+
+    def initialize(self, args):
+        check_tensor_exchange()  # refuse to load on a stub that would corrupt tensors
+        self.load(json.loads(args["model_config"]), os.path.join(args["model_repository"], args["model_version"]),
+                  args)
+
+    def load(self, config: dict, version_dir: str, args: dict) -> None:
+        raise NotImplementedError

@@ -42,15 +42,9 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from .batching import ATTENTION_MASK, INPUT_IDS, OFFSETS, SPECIAL_TOKENS_MASK
-from .metrics import StepMetrics
-from .statistics import OutputStatistics
 from .texts import unk_token_id
-from .stub import check_tensor_exchange
+from .post_step import PostAdapter
 
-try:
-    import triton_python_backend_utils as pb_utils
-except ImportError:  # imported outside Triton: tests, verification and the benchmark's floor use PostStep
-    pb_utils = None
 
 __all__ = ["STRATEGIES", "entities", "merge_windows", "unk_token_id", "label_list", "PostStep", "TritonPythonModel"]
 
@@ -344,30 +338,11 @@ class PostStep:
         return out
 
 
-class TritonPythonModel:
+class TritonPythonModel(PostAdapter):
     """Triton's side of PostStep: reads the inputs its configuration names, answers each request."""
 
-    def initialize(self, args):
-        check_tensor_exchange()  # refuse to load on a stub that would corrupt tensors
-        config = json.loads(args["model_config"])
-        version_dir = os.path.join(args["model_repository"], args["model_version"])
-        self.step = PostStep.from_config(config, version_dir)
-        self.input_names = [i["name"] for i in config["input"]]
-        self.metrics = StepMetrics(config["name"])
-        self.statistics = OutputStatistics.of_step(version_dir, self.metrics)
-        if self.statistics is not None:
-            self.statistics.start([o["name"] for o in config["output"]])
+    def build(self, config: dict, version_dir: str) -> PostStep:
+        return PostStep.from_config(config, version_dir)
 
-    def execute(self, requests):
-        responses, answered = [], []
-        for request in requests:
-            outputs = self.step({n: pb_utils.get_input_tensor_by_name(request, n).as_numpy() for n in self.input_names})
-            self.metrics.record({"entities": self.step.found})
-            answered.append(outputs)
-            responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(n, a) for n, a in outputs.items()]))
-        if self.statistics is not None:
-            self.statistics.observe_requests(answered)
-        return responses
-
-    def finalize(self):
-        self.metrics.close()
+    def record(self) -> None:
+        self.metrics.record({"entities": self.step.found})

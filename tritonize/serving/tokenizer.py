@@ -61,7 +61,7 @@ from .multi_vector import Form, FormTokenizer, forms_from_json
 from .prefixes import PREFIX_CHARS_PER_TOKEN, exact_prefixes, prefix_end
 from .statistics import OutputStatistics
 from .texts import InvalidText, check_size, decode, unk_token_id
-from .stub import check_tensor_exchange
+from .stub import ServedStep
 
 try:
     import triton_python_backend_utils as pb_utils
@@ -424,13 +424,11 @@ class RequestEncoder:
         return responses, valid, encoded
 
 
-class TritonPythonModel:
+class TritonPythonModel(ServedStep):
     """Reads its input names and outputs from the configuration; one error per bad request."""
 
-    def initialize(self, args):
-        check_tensor_exchange()  # refuse to load on a stub that would corrupt tensors
-        config = json.loads(args["model_config"])
-        self.front = RequestEncoder(config, os.path.join(args["model_repository"], args["model_version"]))
+    def load(self, config: dict, version_dir: str, args: dict) -> None:
+        self.front = RequestEncoder(config, version_dir)
 
     def execute(self, requests):
         responses, valid, encoded = self.front.encode(requests)

@@ -104,9 +104,10 @@ def test_step_files_follow_relative_imports() -> None:
                                                                          "answer_spans.py", "texts.py", "metrics.py",
                                                                          "statistics.py", "stub.py"}
     assert set(serving.step_files("token_classification", "model.py")) == {"model.py", "batching.py", "texts.py",
-                                                                           "metrics.py", "statistics.py", "stub.py"}
+                                                                           "metrics.py", "statistics.py", "stub.py",
+                                                                           "post_step.py"}
     assert set(serving.step_files("sparse_embedding", "model.py")) == {"model.py", "metrics.py", "statistics.py",
-                                                                       "stub.py"}
+                                                                       "stub.py", "post_step.py"}
     assert set(serving.step_files("statistics_step", "model.py")) == {"model.py", "metrics.py", "statistics.py",
                                                                       "stub.py"}
 

@@ -46,19 +46,31 @@ def test_a_stub_that_corrupts_tensors_refuses_to_load_in_one_line_that_says_what
     assert "\n" not in message and "numpy<2" in message and "24.11" in message and np.__version__ in message
 
 
-def test_every_python_step_makes_the_check_as_it_loads() -> None:
-    """Each served module with a TritonPythonModel calls it first thing in initialize()."""
-    import ast
+def test_every_python_step_makes_the_check_as_it_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each served module's TritonPythonModel is a ServedStep that leaves initialize() to it, and that one makes
+    the check before it reads anything: on a corrupting stub it refuses with no arguments read."""
+    import importlib
 
     from tritonize.serving import SERVING_DIR
 
     steps = []
     for path in sorted(SERVING_DIR.glob("*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ClassDef) and node.name == "TritonPythonModel":
-                init = next(f for f in node.body if isinstance(f, ast.FunctionDef) and f.name == "initialize")
-                first = init.body[0]
-                assert isinstance(first, ast.Expr) and ast.unparse(first) == "check_tensor_exchange()", path.name
-                steps.append(path.name)
-    assert len(steps) >= 7, steps
+        served = importlib.import_module(f"tritonize.serving.{path.stem}")
+        model = getattr(served, "TritonPythonModel", None)
+        if model is None:
+            continue
+        assert issubclass(model, stub.ServedStep) and "initialize" not in vars(model), path.name
+        steps.append(path.name)
+    assert len(steps) >= 8, steps
+    monkeypatch.setattr(stub, "pb_utils", stand_in(defect=True))
+    loaded = []
+
+    class Step(stub.ServedStep):
+        def load(self, config, version_dir, args):
+            loaded.append(config)
+
+    with pytest.raises(RuntimeError, match="came back as"):
+        Step().initialize({})  # no model_config: reading it would be a KeyError
+    monkeypatch.setattr(stub, "pb_utils", stand_in(defect=False))
+    Step().initialize({"model_config": '{"name": "x"}', "model_repository": "/r", "model_version": "2"})
+    assert loaded == [{"name": "x"}]
