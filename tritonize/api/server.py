@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import TritonizeError
+from ..flags import options_from
 from .remote_images import FETCH_TIMEOUT_S, image_hosts
 from .state import (
     API_KEY_ENV,
@@ -92,12 +93,9 @@ def settings_from(args: argparse.Namespace) -> ApiSettings:
             raise TritonizeError(f"--{flag.replace('_', '-')} must be positive")
     if args.chunk_overlap < 0:
         raise TritonizeError("--chunk-overlap must be 0 or more")
-    return ApiSettings(repository=Path(args.repository), grpc_url=args.grpc_url, host=args.host, port=args.port,
-                       api_key=api_key(args.api_key, args.api_key_file), max_body_bytes=args.max_body_bytes,
-                       max_client_batch_size=args.max_client_batch_size,
-                       max_concurrent_requests=args.max_concurrent_requests, workers=args.workers,
-                       chunked_processing=args.enable_chunked_processing, chunk_overlap=args.chunk_overlap,
-                       image_hosts=image_hosts(args.allow_image_hosts), coalesce=args.coalesce)
+    return options_from(ApiSettings, args, renamed={"chunked_processing": "enable_chunked_processing"},
+                        repository=Path(args.repository), api_key=api_key(args.api_key, args.api_key_file),
+                        image_hosts=image_hosts(args.allow_image_hosts))
 
 
 # How the API runs on uvicorn: its event loop and HTTP parser in C where installed (uvloop, httptools: the api

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..flags import options_from
 from ..console import err, out
 from ..errors import TritonizeError
 from ..spec import DEFAULT_VARIANT, PRODUCTION_VARIANT, VARIANT_CONFIGS
@@ -125,34 +126,18 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
     if args.texts_per_request and not args.stand_in:
         raise TritonizeError("--texts-per-request goes with --stand-in", hint="add --stand-in, or drop it")
     stand = args.stand_in
-    return BenchOptions(
-        repository=args.repository,
-        model=args.model,
-        http_url=args.url,
-        grpc_url=args.grpc_url,
-        metrics_url=args.metrics_url,
+    return options_from(
+        BenchOptions, args,
+        renamed={"http_url": "url", "corpus_file": "corpus", "timeout_s": "timeout"},
         start_local=args.start_local or stand,
         concurrency=args.concurrency or list(stand_in.CONCURRENCY if stand else DEFAULT_CONCURRENCY),
-        workloads=args.workloads,
         protocols=args.protocols or list(stand_in.PROTOCOLS if stand else DEFAULT_PROTOCOLS),
         protocols_asked=args.protocols is not None,
         peers=([] if stand else list(PEER_CHOICES)) if args.peers is None else args.peers,
         peers_asked=args.peers is not None,
-        infinity_python=args.infinity_python,
         duration_s=None if args.requests else (args.duration or BenchOptions.duration_s),
-        requests=args.requests,
-        warmup=args.warmup,
-        output=args.output,
-        source_model=args.source_model,
-        corpus_file=args.corpus,
-        short_tokens=args.short_tokens,
-        long_tokens=args.long_tokens,
-        timeout_s=args.timeout,
-        compare=args.compare,
         variant=args.variant or (PRODUCTION_VARIANT if stand else DEFAULT_VARIANT),
-        compare_variants=args.compare_variants,
         texts_per_request=args.texts_per_request or list(stand_in.TEXTS_PER_REQUEST if stand else [1]),
-        stand_in=stand,
     )
 
 

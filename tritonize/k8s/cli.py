@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..flags import options_from
 from ..console import err, out
 from ..runtime import container
 from .decisions import k8s_spec
@@ -57,8 +58,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def options_from_args(args: argparse.Namespace) -> K8sOptions:
-    fields = K8sOptions.__dataclass_fields__
-    return K8sOptions(**{k: v for k, v in vars(args).items() if k in fields})
+    return options_from(K8sOptions, args)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..flags import options_from
 from ..console import err, out
 from ..errors import TritonizeError
 from ..rollout_state import CANARY, SHADOW, Rollout
@@ -90,17 +91,7 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def options_from_args(args: argparse.Namespace) -> ServerOptions:
-    return ServerOptions(
-        repository=args.repository,
-        host=args.host,
-        http_port=args.http_port,
-        grpc_port=args.grpc_port,
-        metrics_port=args.metrics_port,
-        run_dir=args.run_dir,
-        timeout_s=args.timeout,
-        model_control=args.model_control,
-        log_verbose=args.log_verbose,
-    )
+    return options_from(ServerOptions, args, renamed={"timeout_s": "timeout"})
 
 
 def make_runtime(args: argparse.Namespace) -> Runtime:
