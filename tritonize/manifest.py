@@ -70,7 +70,7 @@ class Manifest:
         try:
             resolved = dict(data[RESOLVED_KEY])
             head_data = dict(resolved.pop("head"))
-            head = tasks.get(head_data.pop("task")).head_from_dict(head_data)
+            head = tasks.contract_named(head_data.pop("task")).head_from_dict(head_data)
             resolved["input_names"] = tuple(resolved.get("input_names") or ())
             model = ModelSpec(head=head, **resolved)
             fields = set(GenerateOptions.field_names())

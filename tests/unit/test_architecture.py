@@ -151,6 +151,36 @@ def test_importing_a_reader_loads_nothing_that_builds(reader: str) -> None:
     assert result.stdout.strip() == "[]", reader
 
 
+def test_reading_a_served_repository_loads_nothing_that_builds(tmp_path: Path) -> None:
+    """At use too: a fresh interpreter reads a repository's manifest as the API does, asks each thing the routes
+    ask of its model, and loads no task.py and nothing that builds."""
+    import subprocess
+    import sys
+
+    from support.specs import EMBEDDING, PASSED
+    from tritonize import repository
+    from tritonize.spec.options import GenerateOptions
+
+    options = GenerateOptions(model="/models/x", tokenizer="python")
+    repo = repository.plan(options, EMBEDDING, "demo")
+    (manifest,) = [f for f in repository.render(repo, repository.manifest(options, repo), PASSED)
+                   if f.path == "tritonize.yaml"]
+    (tmp_path / "tritonize.yaml").write_text(manifest.text)
+    probe = (
+        "import sys\n"
+        "from tritonize.api.catalog import Catalog\n"
+        "from tritonize.api.statistics import ApiStatistics\n"
+        f"(model,) = Catalog.read({str(tmp_path)!r}).models\n"
+        "asked = (model.contract.name, model.head, model.cut_refusal, model.prompts, model.max_batch_size,\n"
+        "         model.max_length, ApiStatistics.counts_here(model), model.contract.sample_body())\n"
+        f"builds = {BUILDS!r}\n"
+        "print(asked[0], sorted(m for m in sys.modules if m.endswith('.task')\n"
+        "                       or any(m == b or m.startswith(b + '.') for b in builds)))\n")
+    result = subprocess.run([sys.executable, "-c", probe], cwd=PACKAGE.parent, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "embedding []"
+
+
 def test_the_probe_sees_a_build_module() -> None:
     """The same probe on a task.py finds it: an empty list above is an answer, not a blind spot."""
     import subprocess

@@ -93,7 +93,7 @@ class ApiStatistics:
     @staticmethod
     def counts_here(model: ServedModel) -> bool:
         """Whether no step of the model's repository sees its answers (its tokenizer runs in graphs)."""
-        return model.manifest.pipeline.graph_tokenizes
+        return model.tokenizes_in_graph
 
     def _statistics(self, model: ServedModel, version: str) -> OutputStatistics | None:
         key = (model.name, version)

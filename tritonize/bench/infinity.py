@@ -43,7 +43,6 @@ VERSION = "0.0.78"
 REQUIREMENTS = (f"infinity-emb[server,torch,optimum]=={VERSION}",)
 VENV = Path(".venv-infinity")
 STAMP = ".tritonize-infinity"  # inside the virtualenv: what it was installed with
-TASK = "embedding"  # the one task whose answers Infinity's /embeddings gives
 INSTALL_HINT = "make infinity  (or: python -m tritonize.bench.infinity install)"
 PROBE_TIMEOUT_S = 60.0
 EXPORT_TIMEOUT_S = 900.0

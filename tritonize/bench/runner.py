@@ -107,7 +107,7 @@ class Bench:
 
     def api_measured(self) -> bool:
         """Whether `--protocols api` can measure this model: its load goes through /v1/embeddings."""
-        return self.task.name == infinity.TASK
+        return self.task.contract.bench_as_embeddings
 
     def native_model_threads(self) -> int:
         """The model step's instances where a local server runs it on the native onnxruntime backend, inside the
@@ -338,7 +338,7 @@ class Bench:
         wanted = [k for k in infinity.ENGINES if k in self.o.peers]
         if not wanted:
             return None
-        if self.task.name != infinity.TASK:
+        if not self.task.contract.bench_as_embeddings:
             for key in wanted:
                 self.skip(key, f"Infinity serves embeddings here; this repository's task is {self.task.name}")
             return None

@@ -81,7 +81,7 @@ def index_files(entries: list[IndexEntry]) -> list[RenderedFile]:
     options = {MODELS_KEY: [e.manifest for e in entries]} if several else entries[0].manifest
     report = {MODELS_KEY: {e.name: e.report for e in entries}} if several else entries[0].report
     checks = json.dumps(health.document([e.check for e in entries]), indent=2, ensure_ascii=False)
-    models = [{"repo": e.repo, "sample_body": tasks.of(e.repo.model.head).contract.sample_body("hello")} for e in entries]
+    models = [{"repo": e.repo, "sample_body": tasks.contract_of(e.repo.model.head).sample_body("hello")} for e in entries]
     layout = [
         (MANIFEST_FILE, "repository/tritonize.yaml.j2", {"options": options, "names": [e.name for e in entries]}),
         (VERIFICATION_FILE, "repository/verification.json.j2", {"report": report}),
@@ -93,7 +93,7 @@ def index_files(entries: list[IndexEntry]) -> list[RenderedFile]:
 
 def health_check(repo: RepoSpec) -> dict:
     """One model's health check: the one-row request sent through its ensemble, and what it must answer."""
-    request = json.loads(tasks.of(repo.model.head).contract.sample_body())
+    request = json.loads(tasks.contract_of(repo.model.head).sample_body())
     return {"model": repo.name, "request": request, "outputs": [t.name for t in repo.outputs]}
 
 

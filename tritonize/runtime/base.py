@@ -224,7 +224,7 @@ def sample_curl(endpoints: Endpoints, manifest: Manifest | None, url: str | None
     """A curl that works for the model's task (JSON body, declared as such), to Triton's HTTP port or to `url`,
     the API's front for it."""
     model = manifest.name if manifest else "<model>"
-    body = tasks.of(manifest.model.head).contract.sample_body() if manifest else sample_body(TaskContract.text_inputs)
+    body = tasks.contract_of(manifest.model.head).sample_body() if manifest else sample_body(TaskContract.text_inputs)
     return (
         f"curl -s -X POST {url or endpoints.http}/v2/models/{model}/infer "
         f"-H 'Content-Type: application/json' -d '{body}'"

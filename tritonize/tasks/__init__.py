@@ -125,6 +125,14 @@ def _packages(packages: tuple[str, ...]) -> dict[str, str]:
     return {module(p, "contract").CONTRACT.name: p for p in packages}  # type: ignore[union-attr]
 
 
+def contract_named(name: str) -> TaskContract:
+    """The contract of the task of that name, without loading what builds it."""
+    try:
+        return _contracts(tuple(PACKAGES))[name]
+    except KeyError:
+        raise unknown(name) from None
+
+
 def contract_of(head: Head) -> TaskContract:
     """The contract of the task a head belongs to, without loading what builds it."""
     try:

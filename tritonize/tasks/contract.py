@@ -12,7 +12,7 @@ from __future__ import annotations
 import abc
 import json
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -40,6 +40,9 @@ class TaskContract(abc.ABC):
     # The ensemble's input that takes encoded image files (PNG, JPEG, WebP), where its model embeds images; None
     # where it reads texts alone.
     image_input: ClassVar[str | None] = None
+    # Whether `tritonize bench` measures its models through the API's /v1/embeddings and against the peers that
+    # answer that route's way (Infinity): one vector a text, as the embedding task answers.
+    bench_as_embeddings: ClassVar[bool] = False
 
     @property
     def statistics(self) -> dict[str, str]:
@@ -50,6 +53,15 @@ class TaskContract(abc.ABC):
     @property
     def name(self) -> str:
         return self.head_type.task
+
+    def head_from_dict(self, data: dict) -> Head:
+        """The head back from a repository manifest (YAML lists back to tuples, nested ones too): the read side's,
+        so that reading a manifest loads no build code."""
+
+        def frozen(v: Any) -> Any:
+            return tuple(frozen(x) for x in v) if isinstance(v, (list, tuple)) else v
+
+        return self.head_type(**{k: frozen(v) for k, v in data.items()})
 
     @property
     def ensemble_output_names(self) -> tuple[str, ...]:

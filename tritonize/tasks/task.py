@@ -163,14 +163,6 @@ class Task(abc.ABC):
     def read_head(self, folder: ModelFolder, options: Options) -> Head:
         """The head as the folder declares it, with the user's overrides; refuse what cannot be served."""
 
-    def head_from_dict(self, data: dict) -> Head:
-        """The head back from a repository manifest (YAML lists back to tuples, nested ones too)."""
-
-        def frozen(v: Any) -> Any:
-            return tuple(frozen(x) for x in v) if isinstance(v, (list, tuple)) else v
-
-        return self.head_type(**{k: frozen(v) for k, v in data.items()})
-
     @abc.abstractmethod
     def describe(self, head: Head) -> str:
         """A few words for progress output and the repository README."""

@@ -107,7 +107,7 @@ def test_the_forms_travel_as_json_and_through_the_manifest(folders) -> None:
     assert forms_from_json(forms_to_json(head.forms)) == head.forms
     task = tasks.of(head)
     data = json.loads(json.dumps({k: v for k, v in vars(head).items()}, default=lambda f: vars(f)))
-    assert task.head_from_dict(data) == head
+    assert task.contract.head_from_dict(data) == head
 
 
 @pytest.mark.parametrize("name", FOLDERS)

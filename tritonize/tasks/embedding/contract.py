@@ -93,7 +93,7 @@ class EmbeddingContract(OneVectorPerRow, TaskContract):
     head_type = Head
     output_names = (OUTPUT,)
     output_statistics = {"tritonize_output_centroid_similarity": OUTPUT}
-
+    bench_as_embeddings = True
 
 
 CONTRACT = EmbeddingContract()

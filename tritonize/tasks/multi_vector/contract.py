@@ -54,6 +54,12 @@ class MultiVectorContract(TaskContract):
     output_statistics = {"tritonize_output_vectors_per_text": COUNTS}
     text_inputs = (TensorSpec(TEXT_INPUT, "TYPE_STRING", (1,)), TensorSpec(FORM_INPUT, "TYPE_STRING", (1,)))
 
+    def head_from_dict(self, data: dict) -> Head:  # type: ignore[override]
+        """Its forms back from their dicts as well."""
+        forms = tuple(Form(**{k: tuple(v) if isinstance(v, list) else v for k, v in dict(f).items()})
+                      for f in data["forms"])
+        return Head(int(data["dim"]), data["similarity"], forms)
+
     def row_for(self, text: str) -> tuple[str, ...]:
         """A text as a document (a query is asked for by name)."""
         return (text, DOCUMENT)

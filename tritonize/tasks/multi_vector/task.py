@@ -234,11 +234,6 @@ class MultiVector(Task):
         forms = tuple(_form(model, mask, name, max_length, folder.root) for name in (QUERY, DOCUMENT))
         return Head(dim, similarity, forms)  # type: ignore[arg-type]
 
-    def head_from_dict(self, data: dict) -> Head:
-        forms = tuple(Form(**{k: tuple(v) if isinstance(v, list) else v for k, v in dict(f).items()})
-                      for f in data["forms"])
-        return Head(int(data["dim"]), data["similarity"], forms)
-
     def describe(self, head: Head) -> str:  # type: ignore[override]
         parts = []
         for form in head.forms:
