@@ -125,7 +125,7 @@ def minilm_python_repo(minilm_folder, tmp_path_factory) -> Path:
 
 # --- Long documents --------------------------------------------------------------
 
-PAGE_BYTES = 61_889  # the web page of the issue that made every text within the request bound served
+PAGE_BYTES = 61_889  # a real web page's text: every text within the request bound is served
 
 
 @pytest.fixture(scope="session")

@@ -28,7 +28,8 @@ def one_text(size: int) -> bytes:
     return json.dumps({"inputs": [{"name": "TEXT", "shape": [1, 1], "datatype": "BYTES", "data": ["x" * size]}]}).encode()
 
 
-# The probe's six bodies (issue 54): Triton 2.51's own HTTP port dies on the first three and answers 500 to the rest.
+# Six bodies that break Triton 2.51's HTTP parser: its own HTTP port dies on the first three and answers 500 to the
+# rest.
 SIX = {
     "4 MB sent as curl -d sends it (a form)": (one_text(4_000_000), {"Content-Type": "application/x-www-form-urlencoded"},
                                               415, "Content-Type application/x-www-form-urlencoded is not an inference"),

@@ -1,7 +1,7 @@
 """What the HTTP API costs beside what it fronts, in a `bench --stand-in` run: the floor under it (an empty ASGI
 endpoint on the same server stack, bench/asgi_floor.py), what a refused request costs it, and its targets.
 
-The targets (issue 53), with the model step a stand-in, single texts at SINGLE_C clients and requests of ROWS texts
+The targets, with the model step a stand-in, single texts at SINGLE_C clients and requests of ROWS texts
 at BATCH_C: the whole path's CPU per request through the API at most PATH_RATIO x the gRPC path's; the API process
 alone at most API_US per single text and API_US_ROW per row; the host cores one H100 of single texts needs through
 the API at most H100_CORES; a refused request (a body the API refuses) at most REFUSAL_SHARE of a served one's API

@@ -36,7 +36,7 @@ from .runner import Bench
 from .shadow import shadow_repository
 
 # Rows per second of all-MiniLM-L6-v2's model step alone, {(batch, tokens per row): rows/s}, measured once on one
-# NVIDIA H100 with the GPU kit (fp16, onnxruntime's GPU fusions; the issue "Feed a GPU"). Nothing here measures a
+# NVIDIA H100 with the GPU kit (fp16, onnxruntime's GPU fusions). Nothing here measures a
 # GPU: these are the rate the host must feed.
 H100_ROWS_PER_S: dict[tuple[int, int], float] = {
     (64, 16): 67_500.0, (64, 128): 48_500.0, (64, 256): 30_400.0,

@@ -101,7 +101,7 @@ def test_targets_for_scaling_tails_and_the_client_inclusive_floor() -> None:
     found = {(t["name"], t["workload"], t["concurrency"]): t for t in evaluate(doc)}
     assert found[("concurrency 4 vs 1", "short", 4)]["passed"]  # 320 >= 1.5 x 200
     assert not found[("concurrency 4 vs 1", "mixed", 4)]["passed"]  # 200 < 1.5 x 150
-    # Where the floor bounds the ratio, the target says so; the verdict stays the issue's.
+    # Where the floor bounds the ratio, the target says so; the verdict stays the target's.
     assert found[("concurrency 4 vs 1", "mixed", 4)]["floor_reaches"] == 1.23
     assert "the floor's own: 1.23 x" in found[("concurrency 4 vs 1", "mixed", 4)]["rule"]
     assert found[("concurrency 4 vs 1", "short", 4)]["floor_reaches"] is None

@@ -331,7 +331,7 @@ def test_compose_release_is_the_one_setting() -> None:
     }
     assert defaults == {ct.DEFAULT_TRITON_RELEASE}
     assert ct.release_is_patched(ct.DEFAULT_TRITON_RELEASE)
-    # The floor: the first release with all of the 2025 fixes.
+    # The floor: the first release with all of the 2025 fixes.
     assert ct.release_key(ct.MIN_TRITON_RELEASE) >= (25, 8)
 
 
