@@ -6,14 +6,12 @@ A route asks for a model by name (OpenAI's and Cohere's `model`) or, where the c
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..manifest import Manifest, read_manifests
-from ..spec import FIRST, QUANTIZATION_FILE, REQUEST_CUTS, TOKENIZER_FILE, repo_paths
+from ..spec import FIRST, REQUEST_CUTS, TOKENIZER_FILE, repo_paths
 from ..tasks import TaskContract, contract_of
-from ..tasks.embedding.quantization import Calibration
 from .errors import ApiError
 
 
@@ -58,12 +56,10 @@ class ServedModel:
         tokenizes here)."""
         return repo_paths(self.repository, self.name)[FIRST.key] / str(self.manifest.version) / TOKENIZER_FILE
 
-    @functools.cached_property
-    def calibration(self) -> Calibration | None:
-        """The quantization ranges recorded beside the served version's graph (read once); None where that
-        version records none."""
-        return Calibration.read(repo_paths(self.repository, self.name)["model"] / str(self.manifest.version)
-                                / QUANTIZATION_FILE)
+    @property
+    def version_dir(self) -> Path:
+        """The served version's folder of the model step (what generation recorded beside its graph)."""
+        return repo_paths(self.repository, self.name)["model"] / str(self.manifest.version)
 
     @property
     def cut_refusal(self) -> str | None:

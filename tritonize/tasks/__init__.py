@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 # The registry: every task's package, in the one order tasks are listed in (`--task`, hints, the API's route
 # table; where two tasks serve one route, as a reranker and a late-interaction model the ranking routes, the first
-# is named first). Each folder is claimed by at most one task's detect(), so the order decides nothing else.
+# is named first). Where several tasks' detect() claim a folder, their `specificity` decides, not this order.
 # `register` adds one at run time (a package outside tritonize).
 PACKAGES: list[str] = [f"{__name__}.{package}" for package in (
     "embedding", "rerank", "multi_vector", "classification", "sparse_embedding", "token_classification",
@@ -175,9 +175,11 @@ def supported() -> str:
 def detect(folder: ModelFolder) -> Task:
     """The task of a folder's own head, or one line that says what was found and what is supported."""
     claimed = [t for t in tasks().values() if t.detect(folder)]
+    top = max((t.specificity for t in claimed), default=0)
+    claimed = [t for t in claimed if t.specificity == top]  # the most specific claim serves it
     if len(claimed) == 1:
         return claimed[0]
-    if claimed:  # two tasks claiming one folder is a bug in their detect(), never a guess
+    if claimed:  # two tasks claiming one folder as specifically is a bug in their detect(), never a guess
         raise TritonizeError(f"{_what(folder)} is claimed by {', '.join(t.name for t in claimed)}")
     raise TritonizeError(f"tritonize cannot serve a {_what(folder)} exactly", hint=f"it serves {supported()}")
 

@@ -109,6 +109,10 @@ class Task(abc.ABC):
     calibrates: ClassVar[bool] = False
     # The options of `tritonize generate` only this task reads (fields of GenerateOptions, and their flags).
     own_options: ClassVar[tuple[TaskOption, ...]] = ()
+    # How specific its detect() is: where several tasks claim a folder, the most specific serves it (a task for
+    # NLI classifiers would outrank classification, which claims every sequence classifier of two labels or more).
+    # Two claims of one specificity are a bug in their detect(), and refused.
+    specificity: ClassVar[int] = 0
 
     @property
     def name(self) -> str:
@@ -121,7 +125,8 @@ class Task(abc.ABC):
     # -- model folder -> head ------------------------------------------------
     @abc.abstractmethod
     def detect(self, folder: ModelFolder) -> bool:
-        """True when the folder's own head is this task's, so it is chosen without --task."""
+        """True when the folder's own head is this task's, so it is chosen without --task (the most specific
+        claim wins: `specificity`)."""
 
     def accepts(self, folder: ModelFolder) -> bool:
         """Whether --task may name this task for the folder: only where it is the folder's own head."""

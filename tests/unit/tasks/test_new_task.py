@@ -76,11 +76,9 @@ FILES = {
         from fastapi import Request
 
         from tritonize.api import schemas as s
+        from tritonize.api.route_call import RouteCall
         from tritonize.api.routes.families import TRITONIZE, Router
-        from tritonize.api.routes.inference import run
-        from tritonize.api.routes.parameters import texts_of
         from tritonize.api.routes.responses import INFERS, answered, documented
-        from tritonize.api.state import state_of
         from tritonize.api.task_routes import TaskRoutes
 
         from .contract import CONTRACT
@@ -102,10 +100,8 @@ FILES = {
         @router.post("/v1/shout", responses=documented(s.OpenAIError, INFERS))
         @answered
         async def shout(body: ShoutRequest, request: Request) -> ShoutResponse:
-            state = state_of(request)
-            model = state.catalog.find(CONTRACT, body.model)
-            texts = texts_of(body.inputs, "inputs", state.settings.max_client_batch_size)
-            answer = await run(state, request, model, [(t,) for t in texts])
+            call = RouteCall.of(request, CONTRACT, body.model)
+            answer = await call.infer([(t,) for t in call.texts(body.inputs, "inputs")])
             return ShoutResponse.model_construct(data=CONTRACT.vectors(answer))
     ''',
 }
@@ -197,3 +193,47 @@ def test_a_misspelled_or_missing_declaration_fails_at_registration(tmp_path: Pat
     assert tasks.PACKAGES == before
     for name in [m for m in sys.modules if m.startswith(("throwaway_typo", "throwaway_bare"))]:
         monkeypatch.delitem(sys.modules, name)
+
+
+def test_the_most_specific_claim_serves_a_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A registered task that claims sequence classifiers too: at classification's specificity the two claims are
+    refused in one line naming both; more specific, it serves the folder; the other folders keep their tasks."""
+    from support.model_zoo import build_sequence_classifier, build_token_classifier
+    from tritonize.errors import TritonizeError
+    from tritonize.folder import ModelFolder
+
+    package = "throwaway_nli"
+    folder = tmp_path / package
+    folder.mkdir()
+    task_py = textwrap.dedent('''
+        from tritonize.tasks.embedding.task import Embedding
+
+        from .contract import CONTRACT
+
+
+        class Shout(Embedding):
+            contract = CONTRACT
+            specificity = 0
+
+            def detect(self, folder):
+                return folder.head_class == "ForSequenceClassification"
+
+
+        TASK = Shout()
+    ''').lstrip()
+    for name, text in {**FILES, "task.py": task_py}.items():
+        (folder / name).write_text(textwrap.dedent(text).lstrip())
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(tasks, "PACKAGES", list(tasks.PACKAGES))
+    tasks.register(package)
+    try:
+        classifier = ModelFolder.read(build_sequence_classifier(tmp_path / "classifier", "bert"))
+        with pytest.raises(TritonizeError, match=r"is claimed by classification, shout$"):
+            tasks.detect(classifier)
+        monkeypatch.setattr(sys.modules[f"{package}.task"].Shout, "specificity", 1)
+        assert tasks.detect(classifier).name == "shout"
+        tagger = ModelFolder.read(build_token_classifier(tmp_path / "tagger", "bert"))
+        assert tasks.detect(tagger).name == "token-classification"
+    finally:
+        for name in [m for m in sys.modules if m == package or m.startswith(package + ".")]:
+            monkeypatch.delitem(sys.modules, name)

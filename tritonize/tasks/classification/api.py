@@ -14,11 +14,11 @@ from pydantic import BeforeValidator, Field, RootModel
 from ...api import schemas as s
 from ...api.errors import invalid
 from ...api.routes.families import TEI, VLLM, Router
-from ...api.routes.inference import refuse_truncated, run, tokens
-from ...api.routes.parameters import right_only, texts_of
+from ...api.route_call import RouteCall
+from ...api.routes.inference import refuse_truncated, tokens
+from ...api.routes.parameters import right_only
 from ...api.routes.responses import INFERS, answered, documented
 from ...api.schemas import Body, Direction, Text, TextList, Texts, Usage, refused_beyond, whole
-from ...api.state import state_of
 from ...api.task_routes import TaskRoutes, labelled
 from .contract import CONTRACT
 
@@ -75,17 +75,16 @@ class ClassifyResponse(Body):
 @tei.post("/predict", responses=documented(s.TEIError, INFERS))
 @answered
 async def tei_predict(body: TEIPredictRequest, request: Request) -> TEIPredictions:
-    state = state_of(request)
-    model = state.catalog.find(CONTRACT, body.model)
+    call = RouteCall.of(request, CONTRACT, body.model)
     right_only(body.truncation_direction)
     single = isinstance(body.inputs, str)
     raw: list = [body.inputs] if single else list(body.inputs)
     if any(isinstance(x, list) and len(x) != 1 for x in raw):
-        raise invalid(f"{model.name} classifies one text per input; pairs are not served", "inputs")
-    texts = texts_of([x[0] if isinstance(x, list) else x for x in raw], "inputs", state.settings.max_client_batch_size)
-    answer = await run(state, request, model, [(t,) for t in texts])
-    refuse_truncated(answer, body.truncate, model)
-    labels = model.head.labels
+        raise invalid(f"{call.model.name} classifies one text per input; pairs are not served", "inputs")
+    texts = call.texts([x[0] if isinstance(x, list) else x for x in raw], "inputs")
+    answer = await call.infer([(t,) for t in texts])
+    refuse_truncated(answer, body.truncate, call.model)
+    labels = call.model.head.labels
     rows = [[TEIPrediction.model_construct(score=float(row[j]), label=labels[j])
              for j in np.argsort(-row, kind="stable")]
             for row in CONTRACT.scores(answer, raw=body.raw_scores)]
@@ -97,15 +96,13 @@ async def tei_predict(body: TEIPredictRequest, request: Request) -> TEIPredictio
 async def classify(body: ClassifyRequest, request: Request) -> ClassifyResponse:
     """`probs` are the head's probabilities (its softmax, or a sigmoid per label for a multi-label head), or with
     `use_activation: false` its logits, both as the graph returns them."""
-    state = state_of(request)
-    model = state.catalog.find(CONTRACT, body.model)
-    texts = texts_of(body.input, "input", state.settings.max_client_batch_size)
-    answer = await run(state, request, model, [(t,) for t in texts])
-    labels = model.head.labels
+    call = RouteCall.of(request, CONTRACT, body.model)
+    answer = await call.infer([(t,) for t in call.texts(body.input, "input")])
+    labels = call.model.head.labels
     rows = CONTRACT.scores(answer, raw=body.use_activation is False)
     used = tokens(answer)
     return ClassifyResponse.model_construct(
-        id=f"classify-{uuid.uuid4().hex}", created=int(time.time()), model=model.name,
+        id=f"classify-{uuid.uuid4().hex}", created=int(time.time()), model=call.model.name,
         data=[ClassificationData.model_construct(index=i, label=labels[int(np.argmax(row))], probs=row,
                                                  num_classes=len(labels))
               for i, row in enumerate(rows)],

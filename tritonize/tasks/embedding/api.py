@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import re
 import uuid
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Union
 
 import numpy as np
@@ -28,10 +30,10 @@ from ...api.schemas import TextList, Texts
 from ...api.state import ApiState, state_of
 from ...api.task_routes import TaskRoutes, prompt_names
 from ...errors import TritonizeError
-from ...spec import TOKEN_COUNT_OUTPUT
+from ...spec import QUANTIZATION_FILE, TOKEN_COUNT_OUTPUT
 from ..contract import TaskContract
 from .chunking import Windows
-from .quantization import RANGED, quantize
+from .quantization import RANGED, Calibration, quantize
 from . import bodies as b
 from .contract import INPUT_TYPE_PROMPTS, CONTRACT, Head
 
@@ -222,12 +224,18 @@ RANGES_DOCUMENTED = {200: {"headers": {RANGES_HEADER: {
                    "their count, and the ranges' sha256)", "schema": {"type": "string"}}}}}
 
 
+@functools.lru_cache(maxsize=None)
+def calibration_of(path: Path) -> Calibration | None:
+    """The quantization ranges recorded beside a served version's graph (read once); None where it records none."""
+    return Calibration.read(path)
+
+
 def quantized(request: Request, model: ServedModel, vectors: np.ndarray, precision: str, param: str) -> np.ndarray:
     """The vectors at `precision`, as sentence-transformers' quantize_embeddings computes them; int8 and uint8
     with the ranges recorded for their size, named in the response's RANGES_HEADER."""
     if precision not in RANGED:
         return quantize(vectors, precision)
-    calibration = model.calibration
+    calibration = calibration_of(model.version_dir / QUANTIZATION_FILE)
     dim = vectors.shape[1]
     if calibration is None or dim not in calibration.ranges:
         raise invalid(f"{precision} embeddings are not served for {model.name}: its repository records no "

@@ -10,11 +10,9 @@ from pydantic import Field
 
 from ...api import schemas as s
 from ...api.routes.families import TRITONIZE, Router
-from ...api.routes.inference import run
-from ...api.routes.parameters import texts_of
+from ...api.route_call import RouteCall
 from ...api.routes.responses import INFERS, answered, documented
 from ...api.schemas import Body, Text, refused_beyond
-from ...api.state import state_of
 from ...api.task_routes import TaskRoutes
 from .contract import CONTRACT
 
@@ -56,11 +54,10 @@ class AnswersResponse(Body):
 @router.post("/v1/answers", responses=documented(s.OpenAIError, INFERS))
 @answered
 async def answers(body: AnswersRequest, request: Request) -> AnswersResponse:
-    state = state_of(request)
-    model = state.catalog.find(CONTRACT, body.model)
+    call = RouteCall.of(request, CONTRACT, body.model)
     pairs = [body.inputs] if isinstance(body.inputs, QAPair) else list(body.inputs)
-    questions = texts_of([p.question for p in pairs], "question", state.settings.max_client_batch_size)
-    contexts = texts_of([p.context for p in pairs], "context", state.settings.max_client_batch_size)
-    found = CONTRACT.spans(await run(state, request, model, list(zip(questions, contexts))))
-    return AnswersResponse.model_construct(model=model.name, data=[
+    questions = call.texts([p.question for p in pairs], "question")
+    contexts = call.texts([p.context for p in pairs], "context")
+    found = CONTRACT.spans(await call.infer(list(zip(questions, contexts))))
+    return AnswersResponse.model_construct(model=call.model.name, data=[
         AnswerResult.model_construct(index=i, answer=a) for i, a in enumerate(found)])

@@ -8,11 +8,11 @@ from pydantic import RootModel
 
 from ...api import schemas as s
 from ...api.routes.families import TEI, Router
-from ...api.routes.inference import refuse_truncated, run
-from ...api.routes.parameters import prompt_of, right_only, texts_of
+from ...api.route_call import RouteCall
+from ...api.routes.inference import refuse_truncated
+from ...api.routes.parameters import prompt_of, right_only
 from ...api.routes.responses import INFERS, answered, documented
 from ...api.schemas import Body, Direction, Texts
-from ...api.state import state_of
 from ...api.task_routes import TaskRoutes, prompt_names
 from .contract import CONTRACT
 
@@ -43,11 +43,10 @@ class TEISparseEmbeddings(RootModel[list[list[TEISparseValue]]]):
 @answered
 async def tei_embed_sparse(body: TEISparseRequest, request: Request) -> TEISparseEmbeddings:
     """SPLADE terms as text-embeddings-inference returns them: per text, `[{"index", "value"}]`, ascending ids."""
-    state = state_of(request)
-    model = state.catalog.find(CONTRACT, body.model)
+    call = RouteCall.of(request, CONTRACT, body.model)
     right_only(body.truncation_direction)
-    texts = texts_of(body.inputs, "inputs", state.settings.max_client_batch_size)
-    prompt = prompt_of(model, body.prompt_name)
-    answer = await run(state, request, model, [(prompt + t,) for t in texts])
-    refuse_truncated(answer, body.truncate, model)
+    texts = call.texts(body.inputs, "inputs")
+    prompt = prompt_of(call.model, body.prompt_name)
+    answer = await call.infer([(prompt + t,) for t in texts])
+    refuse_truncated(answer, body.truncate, call.model)
     return TEISparseEmbeddings.model_construct(CONTRACT.terms(answer))

@@ -9,11 +9,9 @@ from fastapi import Request
 
 from ...api import schemas as s
 from ...api.routes.families import TRITONIZE, Router
-from ...api.routes.inference import run
-from ...api.routes.parameters import texts_of
+from ...api.route_call import RouteCall
 from ...api.routes.responses import INFERS, answered, documented
 from ...api.schemas import Body, Text, TextList
-from ...api.state import state_of
 from ...api.task_routes import TaskRoutes
 from .contract import CONTRACT
 
@@ -53,9 +51,7 @@ class EntitiesResponse(Body):
 @router.post("/v1/entities", responses=documented(s.OpenAIError, INFERS))
 @answered
 async def entities(body: EntitiesRequest, request: Request) -> EntitiesResponse:
-    state = state_of(request)
-    model = state.catalog.find(CONTRACT, body.model)
-    texts = texts_of(body.inputs, "inputs", state.settings.max_client_batch_size)
-    found = CONTRACT.entities(await run(state, request, model, [(t,) for t in texts]))
-    return EntitiesResponse.model_construct(model=model.name, data=[
+    call = RouteCall.of(request, CONTRACT, body.model)
+    found = CONTRACT.entities(await call.infer([(t,) for t in call.texts(body.inputs, "inputs")]))
+    return EntitiesResponse.model_construct(model=call.model.name, data=[
         EntitiesResult.model_construct(index=i, entities=e) for i, e in enumerate(found)])
