@@ -342,7 +342,8 @@ class GraphTokenized(TokenizeModel):
 class TokenizeInGraph(GraphTokenized):
     """texts -> tokenize and model as one graph, on the CPU: the first step checks each request's texts and hands
     them on; the model step tokenizes inside its ONNX graph and runs the model once per bucket its batch's rows
-    fall in (graph_tokenizer/bucketed.py), returning the row outputs besides the graph's."""
+    fall in, in runs of at most RUN_TOKENS tokens (graph_tokenizer/bucketed.py), returning the row outputs besides
+    the graph's."""
 
     first_file: ClassVar[str | None] = TEXTS_GRAPH_FILE
     model_file: ClassVar[str] = GRAPH_MODEL_FILE
