@@ -341,9 +341,8 @@ class GraphTokenized(TokenizeModel):
 @dataclass(frozen=True)
 class TokenizeInGraph(GraphTokenized):
     """texts -> tokenize and model as one graph, on the CPU: the first step checks each request's texts and hands
-    them on; the model step tokenizes inside its ONNX graph and runs the model once per bucket its batch's rows
-    fall in, in runs of at most RUN_TOKENS tokens (graph_tokenizer/bucketed.py), returning the row outputs besides
-    the graph's."""
+    them on; the model step tokenizes inside its graph and runs the model per bucket its batch's rows fall in,
+    RUN_TOKENS tokens a run at most (graph_tokenizer/bucketed.py), returning the row outputs besides the graph's."""
 
     first_file: ClassVar[str | None] = TEXTS_GRAPH_FILE
     model_file: ClassVar[str] = GRAPH_MODEL_FILE
