@@ -1,4 +1,5 @@
-"""A check every Python step makes as it loads: do tensors cross this Python-backend stub intact?
+"""A check every Python step makes as it loads: do tensors cross this Python-backend stub intact? And
+`ServedStep`, the part of Triton's side every served step shares, which makes it first.
 
 The r24.10 stubs (the nvidia-pytriton wheel's Triton 2.51) are built with pybind11 2.10, which reads a numpy
 array's element size through numpy 1's struct layout. Under numpy 2 it reads the wrong field: every element of

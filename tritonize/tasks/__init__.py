@@ -135,10 +135,7 @@ def contract_named(name: str) -> TaskContract:
 
 def contract_of(head: Head) -> TaskContract:
     """The contract of the task a head belongs to, without loading what builds it."""
-    try:
-        return _contracts(tuple(PACKAGES))[head.task]
-    except KeyError:
-        raise unknown(head.task) from None
+    return contract_named(head.task)
 
 
 def get(name: str) -> Task:
