@@ -47,6 +47,7 @@ import numpy as np
 from .. import tasks
 from ..errors import TritonizeError
 from . import check, corpus, floor, load
+from .load import heap_frozen
 from .cpu import NICER, CpuMeter
 from .measured import measured_model
 
@@ -194,7 +195,8 @@ class Stress:
                     channels: int = BURST_CHANNELS) -> tuple[ClosedLoop, dict | None]:
         """`clients` that each send their next request as soon as the last is answered or refused, for
         `duration_s` (no request starts after it); the CPU per answer where a `meter` watches the server."""
-        outcome = asyncio.run(self._closed_loop(clients, duration_s, channels, meter))
+        with heap_frozen():
+            outcome = asyncio.run(self._closed_loop(clients, duration_s, channels, meter))
         cpu = meter.finish(max(1, len(outcome.answered)), outcome.client_cpu_s, outcome.wall_s) if meter else None
         return outcome, cpu
 
@@ -234,11 +236,13 @@ class Stress:
         return outcome
 
     def run(self, rate_rps: float, duration_s: float, seed: int = 0) -> Outcome:
-        return asyncio.run(self._open_loop(rate_rps, duration_s, seed))
+        with heap_frozen():
+            return asyncio.run(self._open_loop(rate_rps, duration_s, seed))
 
     def burst(self, n: int, channels: int = BURST_CHANNELS) -> dict:
         """n single-row requests released together: how each ended, and the slowest answer."""
-        return asyncio.run(self._burst(n, channels))
+        with heap_frozen():
+            return asyncio.run(self._burst(n, channels))
 
     async def _burst(self, n: int, channels: int) -> dict:
         from ..client import AsyncTextClient, ServerError, is_unavailable

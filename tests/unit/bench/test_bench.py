@@ -5,13 +5,15 @@ batching and CPU meter, the counters' reading, the targets and the tune grid.
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
+import weakref
 from pathlib import Path
 
 import pytest
 
 from tritonize import chain
-from tritonize.bench import corpus, floor, peer_server, server_counters, tune
+from tritonize.bench import corpus, floor, load, peer_server, server_counters, tune
 from tritonize.errors import TritonizeError
 
 # -- workloads -----------------------------------------------------------------
@@ -161,6 +163,31 @@ def test_a_dead_model_loop_fails_every_request_at_once() -> None:
         assert first.status_code == 503 and "model exploded" in first.json()["error"]
         assert later.status_code == 503 and "model loop died" in later.json()["error"]
         assert client.get("/health").status_code == 503
+
+
+def test_a_measurement_never_collects_the_heap_it_started_with() -> None:
+    """A full collector pass over a large heap would stop the generator and count as server latency: while a load
+    runs, the heap it found is frozen, and the collector still frees what the run itself leaves in cycles."""
+
+    class Cycle:
+        pass
+
+    seen: list[tuple[int, bool, bool]] = []
+
+    class Probe(load.Sender):
+        async def send(self, row) -> None:
+            cycle = Cycle()
+            cycle.me = cycle
+            alive = weakref.ref(cycle)
+            del cycle
+            gc.collect()
+            seen.append((gc.get_freeze_count(), gc.isenabled(), alive() is None))
+
+    before = [object() for _ in range(1000)]
+    result = load.measure(Probe, [("a",)], 2, load.Bound(requests=4))
+    assert result.completed == 4 and len(seen) == 4
+    assert all(frozen >= len(before) and enabled and freed for frozen, enabled, freed in seen)
+    assert gc.get_freeze_count() == 0 and gc.isenabled()
 
 
 # -- the in-process floor ------------------------------------------------------
