@@ -164,7 +164,7 @@ infinity: install
 
 # Generated again when what a repository is made of changes: the served modules, the templates, the layout.
 # The operator library first: generation checks the tokenizer's graph with it (without it, the Python step).
-$(REPO)/tritonize.yaml: $(wildcard tritonize/repository/*.py) $(wildcard tritonize/spec/*.py) $(wildcard tritonize/serving/*.py tritonize/graph_tokenizer/*.py templates/*/*.j2) | $(STAMP) backend
+$(REPO)/tritonize.yaml: $(wildcard tritonize/repository/*.py) $(wildcard tritonize/spec/*.py) $(wildcard tritonize/serving/*.py tritonize/tasks/*/served/*.py tritonize/graph_tokenizer/*.py templates/*/*.j2) | $(STAMP) backend
 	$(BIN)/python generate.py --model "$(MINILM)" --name $(NAME) --output $(REPO)
 
 repo: $(REPO)/tritonize.yaml

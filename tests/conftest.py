@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+import tritonize.tasks  # noqa: F401 - joins each task's served/ modules to tritonize.serving before a test imports one
 from support.int8 import int8_repo, sources  # noqa: F401 - fixtures the unit and e2e int8 tests share
 from support.multi_model import stack  # noqa: F401 - the embedder and reranker repository both share
 from support.stopping import wait_for_stops

@@ -171,6 +171,13 @@ def read_model(options: GenerateOptions) -> ModelSpec:
         )
     # The head is read at the served max length (a task whose rows have lengths of their own caps them there).
     head = task.read_head(folder, dataclasses.replace(options, max_length=max_length))
+    if type(head) is not task.head_type:  # a task built on another's read_head must still answer as itself
+        raise TritonizeError(f"task {task.name} read a {head.task} head ({type(head).__qualname__}), not its own "
+                             f"{task.head_type.__qualname__}", hint="its read_head builds self.head_type")
+    served = tuple(t.name for t in task.outputs(head))
+    if served != task.contract.output_names:  # the answer its readers read is the one the ensemble returns
+        raise TritonizeError(f"task {task.name} serves {', '.join(served)} but its contract reads "
+                             f"{', '.join(task.contract.output_names)}", hint="state the outputs once, in its contract")
     tokenizer_file, pad_id, tokenizer_inputs = _served_tokenizer(transformer_dir, options.trust_remote_code,
                                                                  task.served_tokenizer(folder, options))
     return ModelSpec(

@@ -6,8 +6,9 @@ says what the reference is (sentence-transformers' encode, or the model's
 own transformers class) and whether the argmax must agree too.
 Tolerances: max-abs for fp32 graphs, cosine for fp16 graphs. An int8 graph is held to a per-text cosine
 against the reference and, on the shipped corpus, to what its task keeps of the fp32 graph (embeddings:
-top-10 retrieval overlap; classifiers: argmax agreement). Forms of the answer a head declares besides the
-served one (Matryoshka sizes) are derived from the served graph's output and held to the same check as it.
+top-10 retrieval overlap; classifiers: argmax agreement). The answers a head declares besides the served one,
+derived from it (Matryoshka sizes, a reranker's activated score), are derived from the served graph's output and
+held to the same check as it.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ class VerificationReport:
     seconds: float = 0.0
     export_seconds: dict[str, float] | None = None
     answers: dict | None = None  # the whole served answer against the model's library, where a step follows the graph
-    forms: dict[str, StageResult] = field(default_factory=dict)  # declared forms of the served answer (Matryoshka)
+    derived: dict[str, StageResult] = field(default_factory=dict)  # answers derived from the served one (Matryoshka)
     # Each stage on inputs besides the texts and what joins them ("export: images", "export: image-text
     # similarities"), where the task reads more than texts (Task.other_checks).
     others: dict[str, StageResult] = field(default_factory=dict)
@@ -78,7 +79,7 @@ class VerificationReport:
             return {"skipped": True, "passed": None}
         data = asdict(self)
         data.pop("skipped")
-        for optional in ("export_seconds", "answers", "forms", "others"):
+        for optional in ("export_seconds", "answers", "derived", "others"):
             if not data[optional]:
                 data.pop(optional)
         return data
@@ -88,9 +89,10 @@ class VerificationReport:
         if data.get("skipped"):
             return cls.skipped_report()
         values = dict(data)
-        if "variants" in values:  # written before the answer forms were called forms
-            values["forms"] = values.pop("variants")
-        for key in ("stages", "forms", "others"):
+        for old in ("variants", "forms"):  # what the derived answers were called in files written before
+            if old in values:
+                values["derived"] = values.pop(old)
+        for key in ("stages", "derived", "others"):
             values[key] = {k: StageResult(**v) for k, v in values.get(key, {}).items()}
         return cls(**values)
 
@@ -100,7 +102,7 @@ class VerificationReport:
             [f"{n}: max-abs {r.max_abs:.2e}, cosine {r.min_cosine:.6f}"
              + (f", {r.kept['figure']} {r.kept['value']:.3f} on {r.kept['rows']} corpus texts" if r.kept else "")
              for n, r in self.stages.items()]
-            + [f"{n}: {r.metric.replace('_', '-')} {r.value:.2e}" for n, r in [*self.forms.items(), *self.others.items()]]
+            + [f"{n}: {r.metric.replace('_', '-')} {r.value:.2e}" for n, r in [*self.derived.items(), *self.others.items()]]
         )
 
 
@@ -214,7 +216,7 @@ def verify(spec: ModelSpec, graph, stages: dict[str, Path], fp16_stages: set[str
                            for what, pair in task.other_checks(spec, graph, path).items()})
         # Once, on the last stage: what gets served.
         served = task.served_check(spec, graph, rows, graph_out)
-        forms = {f.name: judged(name, compare(f.reference, f.derive(served_out))) for f in task.answer_forms(spec, rows)}
+        derived = {d.name: judged(name, compare(d.reference, d.derive(served_out))) for d in task.derived_answers(spec, rows)}
     lengths = feeds[ATTENTION_MASK].sum(1)
     return VerificationReport(
         reference=reference_name,
@@ -225,16 +227,16 @@ def verify(spec: ModelSpec, graph, stages: dict[str, Path], fp16_stages: set[str
         truncated=int((lengths >= spec.max_length).sum()),
         stages=results,
         answers=served,
-        forms=forms,
+        derived=derived,
         others=others,
-        passed=all(r.passed for r in [*results.values(), *forms.values(), *others.values()]) and (served is None or served["passed"]),
+        passed=all(r.passed for r in [*results.values(), *derived.values(), *others.values()]) and (served is None or served["passed"]),
         seconds=round(time.perf_counter() - start, 3),
     )
 
 
 def check(report: VerificationReport) -> None:
     """Exit non-zero, with the numbers, when a tolerance is exceeded."""
-    failed = {name: r for name, r in [*report.stages.items(), *report.forms.items(), *report.others.items()]
+    failed = {name: r for name, r in [*report.stages.items(), *report.derived.items(), *report.others.items()]
               if not r.passed}
     if report.answers and not report.answers["passed"]:
         a = report.answers

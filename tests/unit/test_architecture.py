@@ -14,12 +14,14 @@ from pathlib import Path
 import pytest
 
 from support import REPO_ROOT
-from tritonize import tasks
+from tritonize import serving, tasks
 
 PACKAGE = REPO_ROOT / "tritonize"
 
 
 def module_name(path: Path) -> str:
+    if path.parent.name == serving.SERVED_FOLDER and path.name != "__init__.py":
+        return f"{serving.__name__}.{path.stem}"  # a task's served module is imported as tritonize.serving's
     parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 

@@ -304,13 +304,15 @@ def test_write_creates_a_complete_repository(tmp_path: Path) -> None:
     assert VerificationReport.from_dict(json.loads((out / "verification.json").read_text())) == PASSED
 
 
-def test_verification_written_with_the_old_key_for_answer_forms_still_reads() -> None:
-    """verification.json written before the answer forms were called forms lists them under "variants"."""
+@pytest.mark.parametrize("old", ["variants", "forms"])
+def test_verification_written_with_an_old_key_for_derived_answers_still_reads(old: str) -> None:
+    """verification.json written before the derived answers were called so lists them under "variants", or later
+    "forms"."""
     form = {"max_abs": 1e-6, "mean_abs": 1e-7, "min_cosine": 1.0, "argmax_agreement": 1.0, "metric": "max_abs",
             "threshold": 1e-4, "passed": True, "precision": "fp32"}
-    report = VerificationReport.from_dict({**PASSED.to_dict(), "variants": {"dim 8": form}})
-    assert list(report.forms) == ["dim 8"] and report.forms["dim 8"].passed
-    assert "forms" in report.to_dict() and "variants" not in report.to_dict()
+    report = VerificationReport.from_dict({**PASSED.to_dict(), old: {"dim 8": form}})
+    assert list(report.derived) == ["dim 8"] and report.derived["dim 8"].passed
+    assert "derived" in report.to_dict() and old not in report.to_dict()
 
 
 def test_foreign_directory_is_refused_and_kept(tmp_path: Path) -> None:

@@ -135,7 +135,7 @@ def assert_logits_served(repo: Path, report: dict) -> None:
     assert last.op_type not in ("Sigmoid", "Softmax", "Tanh", "Relu"), last.op_type
     ensemble = parse_config((repo / "zoo" / "config.pbtxt").read_text())
     assert ensemble.parameters["activation"].string_value == head.activation
-    forms = report.get("forms", {})
+    forms = report.get("derived", {})
     if head.activation == "identity":
         assert forms == {}
     else:
@@ -216,8 +216,8 @@ def test_matryoshka_sizes_are_recorded_verified_and_cut_like_sentence_transforme
     folder = model_zoo.build("gemma3-st-embeddinggemma", zoo_root)
     repo = generate(GenerateOptions(model=str(folder), name="zoo", output=str(tmp_path / "repo"), matryoshka_dims=[8, 16]))
     report = json.loads((repo / "verification.json").read_text())
-    assert sorted(report["forms"]) == ["dim 16", "dim 32", "dim 8"]
-    assert all(v["passed"] and v["max_abs"] <= 1e-4 for v in report["forms"].values())
+    assert sorted(report["derived"]) == ["dim 16", "dim 32", "dim 8"]
+    assert all(v["passed"] and v["max_abs"] <= 1e-4 for v in report["derived"].values())
     manifest = read_manifest(repo)
     head = manifest.model.head
     assert head.dimensions == (32, 16, 8) and manifest.options.matryoshka_dims == [8, 16]
@@ -257,7 +257,7 @@ def test_the_model_card_declares_matryoshka_sizes(zoo_root: Path, tmp_path: Path
                    + json.dumps(config, indent=4).replace("\n", "\n  ") + "\n  ```\n")
     repo = generate(GenerateOptions(model=str(folder), name="zoo", output=str(tmp_path / "repo")))
     report = json.loads((repo / "verification.json").read_text())
-    assert sorted(report["forms"]) == ["dim 24", "dim 32", "dim 8"] and report["passed"]
+    assert sorted(report["derived"]) == ["dim 24", "dim 32", "dim 8"] and report["passed"]
 
 
 def test_a_folder_saved_with_truncate_dim_is_served_as_its_encode_returns(zoo_root: Path, tmp_path: Path) -> None:

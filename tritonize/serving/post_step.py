@@ -1,7 +1,7 @@
 """Triton's side of a post step, once for every task that has one: each request's inputs by name go to the
 task's step (`build`), each answer is one response, and the answers' output statistics are counted per execute().
 
-Served: copied beside a post step's module (serving/sparse_embedding.py, serving/token_classification.py).
+Served: copied beside a post step's module (a task's served/sparse_embedding.py, served/token_classification.py).
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
-"""The tasks tritonize serves, one package each: a new task is a package and one line of PACKAGES.
+"""The tasks tritonize serves, one package each: a new task is a package and one line of PACKAGES, or, outside
+tritonize, a package that an installed distribution names under the `tritonize.tasks` entry point.
 
 A task package holds both sides of the task, loaded apart: `contract.py` (how its answers read), `calls.py` (the
 client's calls) and `api.py` (its HTTP routes, handlers and bodies) never load what builds; `task.py` (the `Task`:
 detection, export, verification) is imported only when a build asks for it (`get`, `of`, `detect`, `choose`).
+What Triton runs for it beyond the shared steps, its served modules, is its `served/` folder (see tritonize.serving).
 Nothing outside this package branches on a task's name.
 """
 
@@ -11,9 +13,12 @@ from __future__ import annotations
 import difflib
 import functools
 import importlib
+import importlib.util
+from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from .. import serving
 from ..errors import TritonizeError
 from ..serving.batching import ROW_FIELDS
 from ..spec import Head, TaskOption
@@ -34,6 +39,10 @@ PACKAGES: list[str] = [f"{__name__}.{package}" for package in (
 )]
 
 
+# Installed task packages outside tritonize: `[project.entry-points."tritonize.tasks"] <name> = "<package>"`.
+ENTRY_POINTS = "tritonize.tasks"
+
+
 # What each side of a task package declares at module level (found by name), and which of them it must: a name
 # close to one of these that is not one (a misspelled SCORER would otherwise do nothing) fails when the side is
 # loaded, naming it; so does a missing one.
@@ -43,6 +52,24 @@ DECLARATIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "calls": (frozenset({"CALLS", "CONTRACT"}), frozenset({"CALLS"})),
     "api": (frozenset({"ROUTES", "ROUTERS", "SCORER", "IMAGES", "CONTRACT"}), frozenset({"ROUTES", "ROUTERS"})),
 }
+
+
+def _join_served(package: str) -> None:
+    """Serve the modules of the package's served/ folder, where it has one, as tritonize.serving's."""
+    spec = importlib.util.find_spec(package)
+    if spec is None:
+        raise TritonizeError(f"no package {package} to register")
+    for location in spec.submodule_search_locations or ():
+        folder = Path(location) / serving.SERVED_FOLDER
+        if folder.is_dir():
+            try:
+                serving.add_served(folder)
+            except ValueError as exc:
+                raise TritonizeError(f"{package}: {exc}") from None
+
+
+for _package in PACKAGES:
+    _join_served(_package)
 
 
 @functools.lru_cache(maxsize=None)
@@ -64,14 +91,21 @@ def checked(side: str, found: ModuleType) -> ModuleType:
 
 
 def register(package: str) -> None:
-    """Serve the task of an importable package (its contract.py, task.py and, where it has them, calls.py and
-    api.py), after those already listed. Its read sides are loaded and checked here; task.py when a build asks."""
+    """Serve the task of an importable package (its contract.py, task.py and, where it has them, calls.py, api.py
+    and served/), after those already listed. Its read sides are loaded and checked here; task.py when a build
+    asks."""
     if package in PACKAGES:
         return
-    if module(package, "contract") is None:
-        raise TritonizeError(f"{package} has no contract.py: it is not a task package")
-    for side in ("contract", "calls", "api"):
-        module(package, side)  # checked as it loads
+    served = list(serving.__path__)
+    try:
+        _join_served(package)  # first: its contract may read its served modules
+        if module(package, "contract") is None:
+            raise TritonizeError(f"{package} has no contract.py: it is not a task package")
+        for side in ("contract", "calls", "api"):
+            module(package, side)  # checked as it loads
+    except BaseException:
+        serving.__path__[:] = served  # a package refused serves nothing
+        raise
     PACKAGES.append(package)
 
 
@@ -257,3 +291,13 @@ def __getattr__(name: str):
 __all__ = ["TaskContract", "TASKS", "NAMES", "OPTIONS", "PACKAGES", "register", "contracts", "contract_of", "get", "of",
            "detect", "choose", "for_outputs", "client_calls", "build_side"]
 
+
+def register_installed() -> None:
+    """Register every task package an installed distribution names under ENTRY_POINTS, by entry name."""
+    from importlib.metadata import entry_points
+
+    for entry in sorted(entry_points(group=ENTRY_POINTS), key=lambda e: e.name):
+        register(entry.module)
+
+
+register_installed()

@@ -79,9 +79,10 @@ def calibration_texts(path: str | None) -> tuple[str, list[str]]:
 
 
 @dataclass(frozen=True)
-class AnswerForm:
-    """Another form a client may ask of the served answer (an embedding cut to a Matryoshka size), derived from
-    the served output by the package's own code, with the model library's answer of that form to hold it to."""
+class DerivedAnswer:
+    """An answer a client may ask for besides the served one (an embedding cut to a Matryoshka size, a reranker's
+    activated score), derived from the served output by the package's own code, with the model library's own
+    answer of that kind to hold it to."""
 
     name: str
     reference: np.ndarray
@@ -208,9 +209,9 @@ class Task(abc.ABC):
         outputs are not yet the answer: {"reference", "rows", "agree", "passed"}; None otherwise."""
         return None
 
-    def answer_forms(self, spec: ModelSpec, rows: list[tuple[str, ...]]) -> tuple[AnswerForm, ...]:
-        """The forms of the answer the head declares besides the served one, each verified on the served graph
-        (none by default)."""
+    def derived_answers(self, spec: ModelSpec, rows: list[tuple[str, ...]]) -> tuple[DerivedAnswer, ...]:
+        """The answers the head declares besides the served one, derived from it, each verified on the served
+        graph (none by default)."""
         return ()
 
     def baseline_rows(self, texts: list[str], lines: bool = False) -> list[tuple[str, ...]]:

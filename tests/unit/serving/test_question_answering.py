@@ -60,7 +60,7 @@ def qa(request) -> QAModel:
 # --- the expected side: the pipeline ----------------------------------------------
 
 
-MODULE_FILE = REPO_ROOT / "tritonize" / "serving" / "question_answering.py"
+MODULE_FILE = REPO_ROOT / "tritonize" / "tasks" / "question_answering" / "served" / "question_answering.py"
 STRIDE = 16
 HAS_PIPELINE = importlib.util.find_spec("transformers.pipelines.question_answering") is not None
 

@@ -87,7 +87,7 @@ def test_each_step_carries_byte_identical_copies_of_the_served_modules(repo: Pat
         "tiny_statistics/1/stub.py": "stub.py",
     }
     for rel, module in pairs.items():
-        assert filecmp.cmp(repo / rel, serving.SERVING_DIR / module, shallow=False), rel
+        assert filecmp.cmp(repo / rel, serving.served_modules()[module], shallow=False), rel
     python_files = sorted(str(p.relative_to(repo)) for p in repo.rglob("*.py"))  # nothing else
     assert python_files == sorted(pairs)
 
@@ -119,9 +119,7 @@ def test_served_modules_import_only_what_a_triton_container_has() -> None:
     # The serving image's scripts (health.py, procfs.py, watchdog.py) run by path and import their siblings by name.
     allowed |= {path.stem for path in serving.SERVING_DIR.glob("*.py")}
 
-    for path in serving.SERVING_DIR.glob("*.py"):
-        if path.name == "__init__.py":
-            continue
+    for path in serving.served_modules().values():
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):

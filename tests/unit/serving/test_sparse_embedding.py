@@ -1,4 +1,4 @@
-"""The sparse-embedding post step (tritonize/serving/sparse_embedding.py) against sentence-transformers' own cut."""
+"""The sparse-embedding post step (tritonize/tasks/sparse_embedding/served/sparse_embedding.py) against sentence-transformers' own cut."""
 
 from __future__ import annotations
 

@@ -51,10 +51,10 @@ def test_every_python_step_makes_the_check_as_it_loads(monkeypatch: pytest.Monke
     the check before it reads anything: on a corrupting stub it refuses with no arguments read."""
     import importlib
 
-    from tritonize.serving import SERVING_DIR
+    from tritonize.serving import served_modules
 
     steps = []
-    for path in sorted(SERVING_DIR.glob("*.py")):
+    for path in served_modules().values():
         served = importlib.import_module(f"tritonize.serving.{path.stem}")
         model = getattr(served, "TritonPythonModel", None)
         if model is None:

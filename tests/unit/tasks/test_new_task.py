@@ -14,113 +14,40 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tritonize import tasks
+from tritonize import serving, tasks
 
 PACKAGE = "throwaway_shout"
-FILES = {
-    "__init__.py": '"""A throwaway task: an embedding served under another name."""\n',
-    "contract.py": '''
-        from dataclasses import dataclass
-        from typing import ClassVar
-
-        from tritonize.tasks.embedding.contract import EmbeddingContract, Head as EmbeddingHead
-
-        OUTPUT = "shout"
+# The task package outside tritonize (tests/plugins/tritonize_shout), copied under another name for each test.
+PLUGIN = Path(__file__).resolve().parents[2] / "plugins" / "tritonize_shout"
+FILES = {str(p.relative_to(PLUGIN)): p.read_text() for p in sorted(PLUGIN.rglob("*.py"))}
 
 
-        @dataclass(frozen=True)
-        class Head(EmbeddingHead):
-            task: ClassVar[str] = "shout"
+def forget(*packages: str) -> None:
+    """Drop the packages' modules (and their submodules) from sys.modules, for good: the next test that writes
+    a package of the same name must import its own."""
+    for name in [m for m in sys.modules if any(m == p or m.startswith(p + ".") for p in packages)]:
+        del sys.modules[name]
 
 
-        class ShoutContract(EmbeddingContract):
-            head_type = Head
-            output_names = (OUTPUT,)
-
-            def vectors(self, outputs):
-                return outputs[OUTPUT]
-
-
-        CONTRACT = ShoutContract()
-    ''',
-    "task.py": '''
-        from tritonize.tasks.embedding.task import Embedding
-
-        from .contract import CONTRACT
-
-
-        class Shout(Embedding):
-            contract = CONTRACT
-
-            def detect(self, folder):
-                return False
-
-
-        TASK = Shout()
-    ''',
-    "calls.py": '''
-        from tritonize.tasks.calls import Infer
-
-        from .contract import OUTPUT
-
-
-        def shout(texts, loud: bool = True):
-            """Each text's vector, doubled where loud."""
-            vectors = (yield Infer([t.upper() if loud else t for t in texts], [OUTPUT]))[OUTPUT]
-            return vectors * (2 if loud else 1)
-
-
-        CALLS = (shout,)
-    ''',
-    "api.py": '''
-        from fastapi import Request
-
-        from tritonize.api import schemas as s
-        from tritonize.api.route_call import RouteCall
-        from tritonize.api.routes.families import TRITONIZE, Router
-        from tritonize.api.routes.responses import INFERS, answered, documented
-        from tritonize.api.task_routes import TaskRoutes
-
-        from .contract import CONTRACT
-
-        router = Router(TRITONIZE)
-        ROUTERS = (router,)
-        ROUTES = TaskRoutes(CONTRACT, ("/v1/shout",), lambda a, name, text: {"model": name, "inputs": [text]})
-
-
-        class ShoutRequest(s.Body):
-            inputs: s.TextList
-            model: str | None = None
-
-
-        class ShoutResponse(s.Body):
-            data: list[list[float]]
-
-
-        @router.post("/v1/shout", responses=documented(s.OpenAIError, INFERS))
-        @answered
-        async def shout(body: ShoutRequest, request: Request) -> ShoutResponse:
-            call = RouteCall.of(request, CONTRACT, body.model)
-            answer = await call.infer([(t,) for t in call.texts(body.inputs, "inputs")])
-            return ShoutResponse.model_construct(data=CONTRACT.vectors(answer))
-    ''',
-}
+def write_package(root: Path, package: str, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (root / package / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / package / name).write_text(textwrap.dedent(text).lstrip())
+    return root / package
 
 
 @pytest.fixture
 def shout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """The throwaway package on sys.path, and its one registry line; both undone afterwards."""
-    folder = tmp_path / PACKAGE
-    folder.mkdir()
-    for name, text in FILES.items():
-        (folder / name).write_text(textwrap.dedent(text).lstrip())
+    write_package(tmp_path, PACKAGE, FILES)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(tasks, "PACKAGES", list(tasks.PACKAGES))
+    monkeypatch.setattr(serving, "__path__", list(serving.__path__))
+    forget("tritonize.serving.shout")
     before = len(tasks.NAMES)
     tasks.register(PACKAGE)  # the one line a new task adds to the registry
     yield before
-    for name in [m for m in sys.modules if m == PACKAGE or m.startswith(PACKAGE + ".")]:
-        monkeypatch.delitem(sys.modules, name)
+    forget(PACKAGE, "tritonize.serving.shout")
 
 
 def test_the_registry_reads_both_sides_of_a_new_task(shout) -> None:
@@ -176,23 +103,20 @@ def test_a_misspelled_or_missing_declaration_fails_at_registration(tmp_path: Pat
     from tritonize.errors import TritonizeError
 
     monkeypatch.setattr(tasks, "PACKAGES", list(tasks.PACKAGES))
+    monkeypatch.setattr(serving, "__path__", list(serving.__path__))
     monkeypatch.syspath_prepend(str(tmp_path))
     for package, api in (("throwaway_typo", textwrap.dedent(FILES["api.py"]) + "\nSCORERS = None\n"),
                          ("throwaway_bare", "ROUTES = None\n")):
-        folder = tmp_path / package
-        folder.mkdir()
-        for name, text in {**FILES, "api.py": api}.items():
-            (folder / name).write_text(textwrap.dedent(text).lstrip())
-    before = list(tasks.PACKAGES)
+        write_package(tmp_path, package, {**FILES, "api.py": api})
+    before, path = list(tasks.PACKAGES), list(serving.__path__)
     with pytest.raises(TritonizeError, match=r"throwaway_typo\.api declares SCORERS, .*SCORER is meant"):
         tasks.register("throwaway_typo")
     with pytest.raises(TritonizeError, match=r"throwaway_bare\.api declares no ROUTERS"):
         tasks.register("throwaway_bare")
     with pytest.raises(TritonizeError, match="has no contract.py"):
         tasks.register("json")
-    assert tasks.PACKAGES == before
-    for name in [m for m in sys.modules if m.startswith(("throwaway_typo", "throwaway_bare"))]:
-        monkeypatch.delitem(sys.modules, name)
+    assert tasks.PACKAGES == before and serving.__path__ == path
+    forget("throwaway_typo", "throwaway_bare")
 
 
 def test_the_most_specific_claim_serves_a_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -203,8 +127,6 @@ def test_the_most_specific_claim_serves_a_folder(tmp_path: Path, monkeypatch: py
     from tritonize.folder import ModelFolder
 
     package = "throwaway_nli"
-    folder = tmp_path / package
-    folder.mkdir()
     task_py = textwrap.dedent('''
         from tritonize.tasks.embedding.task import Embedding
 
@@ -221,10 +143,10 @@ def test_the_most_specific_claim_serves_a_folder(tmp_path: Path, monkeypatch: py
 
         TASK = Shout()
     ''').lstrip()
-    for name, text in {**FILES, "task.py": task_py}.items():
-        (folder / name).write_text(textwrap.dedent(text).lstrip())
+    write_package(tmp_path, package, {**FILES, "task.py": task_py})
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(tasks, "PACKAGES", list(tasks.PACKAGES))
+    monkeypatch.setattr(serving, "__path__", list(serving.__path__))
     tasks.register(package)
     try:
         classifier = ModelFolder.read(build_sequence_classifier(tmp_path / "classifier", "bert"))
@@ -235,5 +157,85 @@ def test_the_most_specific_claim_serves_a_folder(tmp_path: Path, monkeypatch: py
         tagger = ModelFolder.read(build_token_classifier(tmp_path / "tagger", "bert"))
         assert tasks.detect(tagger).name == "token-classification"
     finally:
-        for name in [m for m in sys.modules if m == package or m.startswith(package + ".")]:
-            monkeypatch.delitem(sys.modules, name)
+        forget(package, "tritonize.serving.shout")
+
+
+def test_a_new_tasks_served_modules_come_from_its_own_package(shout, tmp_path: Path) -> None:
+    """Its post step's module is its package's served/shout.py, imported as tritonize.serving.shout, and copied
+    into the step's version folder with the shared modules it imports beside it."""
+    import importlib
+
+    from tritonize.serving import stub
+
+    files = serving.step_files("shout", "model.py")
+    assert files["model.py"] == tmp_path / PACKAGE / "served" / "shout.py"
+    assert files["post_step.py"] == serving.SERVING_DIR / "post_step.py" and "stub.py" in files
+    module = importlib.import_module("tritonize.serving.shout")
+    assert module.__file__ == str(files["model.py"]) and issubclass(module.TritonPythonModel, stub.ServedStep)
+    assert module.PostStep("x")({"x": np.ones((1, 2), np.float32)})["shout"].tolist() == [[2.0, 2.0]]
+
+
+def test_a_served_module_that_takes_a_shared_name_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A version folder is flat: a task's served/texts.py would replace the shared texts.py in it. Registration
+    refuses it, naming the file; the registry and the served path stay as they were."""
+    from tritonize.errors import TritonizeError
+
+    monkeypatch.setattr(tasks, "PACKAGES", list(tasks.PACKAGES))
+    monkeypatch.setattr(serving, "__path__", list(serving.__path__))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    write_package(tmp_path, "throwaway_clash", {**FILES, "served/texts.py": "X = 1\n"})
+    before, path = list(tasks.PACKAGES), list(serving.__path__)
+    with pytest.raises(TritonizeError, match=r"throwaway_clash: .*texts\.py is already a served module"):
+        tasks.register("throwaway_clash")
+    assert tasks.PACKAGES == before and serving.__path__ == path
+    forget("throwaway_clash")
+
+
+def test_an_installed_distribution_registers_its_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A distribution that names the package under the tritonize.tasks entry point is registered without a line
+    of tritonize's: its task is listed, its contract read and its served module found."""
+    write_package(tmp_path, "throwaway_installed", FILES)
+    info = tmp_path / "throwaway_installed-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: throwaway-installed\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[{tasks.ENTRY_POINTS}]\nshout = throwaway_installed\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(tasks, "PACKAGES", list(tasks.PACKAGES))
+    monkeypatch.setattr(serving, "__path__", list(serving.__path__))
+    assert "shout" not in tasks.NAMES
+    tasks.register_installed()
+    assert tasks.PACKAGES[-1] == "throwaway_installed" and tasks.NAMES[-1] == "shout"
+    assert tasks.contract_named("shout").output_names == ("shout",)
+    assert serving.step_files("shout", "model.py")["model.py"] == tmp_path / "throwaway_installed" / "served" / "shout.py"
+    forget("throwaway_installed", "tritonize.serving.shout")
+
+
+@pytest.mark.parametrize("change, refusal", [
+    ("    def read_head(self, folder, options):\n        return EMBEDDING_TASK.read_head(folder, options)\n",
+     r"task shout read a embedding head \(Head\), not its own Head"),
+    ("    def outputs(self, head):\n        return (TensorSpec('loud', 'TYPE_FP32', (head.dim,)),)\n",
+     r"task shout serves loud but its contract reads shout"),
+])
+def test_a_task_that_answers_as_another_is_refused_before_it_builds(change: str, refusal: str, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Built on another task, a task must still read its own head and serve the outputs its contract reads:
+    otherwise the repository would be written as the other task's, or its readers would look for an answer
+    the ensemble never returns."""
+    from support.tiny_models import build_embedding_model
+    from tritonize.errors import TritonizeError
+    from tritonize.source import read_model
+    from tritonize.spec.options import GenerateOptions
+
+    package = "throwaway_other"
+    write_package(tmp_path, package, {**FILES, "task.py": FILES["task.py"].replace("\n\nTASK = Shout()",
+                                                                                    f"\n{change}\n\nTASK = Shout()")})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(tasks, "PACKAGES", list(tasks.PACKAGES))
+    monkeypatch.setattr(serving, "__path__", list(serving.__path__))
+    tasks.register(package)
+    try:
+        source = build_embedding_model(tmp_path / "src")
+        with pytest.raises(TritonizeError, match=refusal):
+            read_model(GenerateOptions(model=str(source), task="shout", output=str(tmp_path / "repo")))
+    finally:
+        forget(package, "tritonize.serving.shout")

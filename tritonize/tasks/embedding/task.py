@@ -24,7 +24,7 @@ import numpy as np
 
 from ...errors import TritonizeError
 from ...spec import ModelSpec, Options, TensorSpec
-from ..task import FLOAT, AnswerForm, Task, library_model, load_pretrained, refuse_foreign_flags
+from ..task import FLOAT, DerivedAnswer, Task, library_model, load_pretrained, refuse_foreign_flags
 from .contract import CONTRACT, OUTPUT, Head
 from .options import OPTIONS, POOLINGS
 from .quantization import Calibration, ranges_of
@@ -172,7 +172,7 @@ class Embedding(Task):
             truncate_dim = truncate_dim if 0 < truncate_dim < dim else 0  # encode cuts [:truncate_dim]
             served = truncate_dim or dim
             dimensions = _dimensions(folder, options, served, truncate_dim)
-            return Head(pooling, normalize, served, "sentence-transformers", dense, prompts, truncate_dim, dimensions)
+            return self.head_type(pooling, normalize, served, "sentence-transformers", dense, prompts, truncate_dim, dimensions)
         if options.matryoshka_dims:
             raise TritonizeError(
                 "--matryoshka-dims needs the folder's own sentence-transformers modules "
@@ -188,7 +188,7 @@ class Embedding(Task):
         if pooling not in POOLINGS:
             raise TritonizeError(f"--normalize over {pooling} pooling needs the folder's own modules", hint="drop the flag")
         normalize = normalize if options.normalize is None else options.normalize
-        return Head(pooling, normalize, folder.hidden_size, "transformers", 0, prompts)
+        return self.head_type(pooling, normalize, folder.hidden_size, "transformers", 0, prompts)
 
     int8_figure = "top-10 retrieval overlap"
     calibrates = True
@@ -235,7 +235,7 @@ class Embedding(Task):
             return "sentence-transformers", _encode(_sentence_transformer(spec), rows)
         return super().reference(spec, graph, rows)
 
-    def answer_forms(self, spec: ModelSpec, rows: list[tuple[str, ...]]) -> tuple[AnswerForm, ...]:
+    def derived_answers(self, spec: ModelSpec, rows: list[tuple[str, ...]]) -> tuple[DerivedAnswer, ...]:
         """Each declared Matryoshka size: the served vectors cut by `Head.truncate` against
         SentenceTransformer.encode(truncate_dim=d, normalize_embeddings=<as the model normalises>)."""
         head: Head = spec.head  # type: ignore[assignment]
@@ -243,7 +243,7 @@ class Embedding(Task):
             return ()
         model = _sentence_transformer(spec)
         return tuple(
-            AnswerForm(f"dim {d}", _encode(model, rows, truncate_dim=d, normalize_embeddings=head.normalize),
+            DerivedAnswer(f"dim {d}", _encode(model, rows, truncate_dim=d, normalize_embeddings=head.normalize),
                     lambda out, d=d: head.truncate(out, d))
             for d in head.dimensions
         )

@@ -4,12 +4,12 @@ sentence-transformers saves a CLIP folder.
 One ONNX graph holds both towers, each with its projection, as the library returns the embedding
 (`get_image_features` / `get_text_features`'s pooled output; normalised only where the folder's sentence-transformers
 modules normalise): an `If` on the pixels' height runs the vision tower for a batch of images and the text tower for a
-batch of texts (serving/image_text.py says how rows of each kind reach it), so the repository keeps one model step,
+batch of texts (served/image_text.py says how rows of each kind reach it), so the repository keeps one model step,
 on Triton's native onnxruntime backend. Each tower is exported alone by the legacy tracer and the two are joined
 with onnx's own graph types.
 
 Verification holds the graph to the library's encode on the texts (verify.py's rows), on images made here in
-each served format and through the served decoding and pixel preparation (serving/images.py) against the folder's
+each served format and through the served decoding and pixel preparation (served/images.py) against the folder's
 own image processor class, and the images' and texts' cross-modal similarities to the library's.
 """
 

@@ -1,7 +1,7 @@
 """Extractive question answering: QUESTION and CONTEXT in, `answer` (one JSON object per pair) out.
 
 The graph is the folder's own *ForQuestionAnswering model (start and end
-logits per token). A served step (tritonize/serving/question_answering.py)
+logits per token). A served step (tritonize/tasks/question_answering/served/question_answering.py)
 splits each context into the question-answering pipeline's windows (the
 question never cut, a stride of overlap), sends every window to the model
 step in one call, and decodes the best span as the pipeline does. Verification

@@ -29,7 +29,7 @@ from ...errors import TritonizeError
 from ...serving.chat import PARAMETER as PAIR_TEMPLATE
 from ...serving.chat import PairTemplate
 from ...spec import ModelSpec, Options, TensorSpec
-from ..task import FLOAT, AnswerForm, Task, library_model, load_pretrained, pair_token_inputs, refuse_foreign_flags
+from ..task import FLOAT, DerivedAnswer, Task, library_model, load_pretrained, pair_token_inputs, refuse_foreign_flags
 from .contract import ACTIVATION_PARAMETER, CAUSAL, OUTPUT, CONTRACT, Activation, Head
 
 if TYPE_CHECKING:
@@ -185,13 +185,13 @@ class Rerank(Task):
 
         return "sentence-transformers CrossEncoder", _predict(_cross_encoder(spec), rows, activation_fn=torch.nn.Identity())
 
-    def answer_forms(self, spec: ModelSpec, rows: list[tuple[str, ...]]) -> tuple[AnswerForm, ...]:
+    def derived_answers(self, spec: ModelSpec, rows: list[tuple[str, ...]]) -> tuple[DerivedAnswer, ...]:
         """The score: the head's activation of the graph's logits against `CrossEncoder.predict` as it scores by
         default (none where the head applies no activation: the score is the logit)."""
         head: Head = spec.head  # type: ignore[assignment]
         if head.activation == "identity":
             return ()
-        return (AnswerForm(f"{head.activation} score", _predict(_cross_encoder(spec), rows),
+        return (DerivedAnswer(f"{head.activation} score", _predict(_cross_encoder(spec), rows),
                            lambda out: head.activate(out).astype(np.float32)),)
 
     def served_check(self, spec: ModelSpec, graph: Any, rows: list[tuple[str, ...]],

@@ -4,7 +4,7 @@ A sentence-transformers SparseEncoder folder (a masked-LM `Transformer(fill-mask
 `MLMTransformer`, then `SpladePooling`) is served as it declares it. The graph is the folder's own masked-LM
 module followed by SpladePooling's arithmetic with the folder's settings: the logits masked to the real
 tokens, log(1 + ReLU) (twice for `log1p_relu`), then max or sum over the tokens; one weight per vocabulary
-entry. A served step after the graph (tritonize/serving/sparse_embedding.py) keeps each text's non-zero
+entry. A served step after the graph (tritonize/tasks/sparse_embedding/served/sparse_embedding.py) keeps each text's non-zero
 entries, the `max_active_dims` largest where the folder declares that limit, and returns them compactly.
 
 Verification holds the graph's weights to `SparseEncoder.encode` (max-abs, every vocabulary entry), and the

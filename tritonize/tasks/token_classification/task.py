@@ -1,7 +1,7 @@
 """Token classification (NER): TEXT in, `entities` (one JSON list per text) out.
 
 The graph is the folder's own *ForTokenClassification model (per-token logits).
-A served step after it (tritonize/serving/token_classification.py) turns the
+A served step after it (tritonize/tasks/token_classification/served/token_classification.py) turns the
 logits, with the character offsets and special-tokens mask from the tokenizer
 step, into what transformers' pipeline("token-classification") returns, with
 the aggregation chosen at generation. Verification compares the logits with

@@ -8,7 +8,7 @@ one padding token (never read: the vision branch runs). So rows of one kind batc
 kinds never share a batch (their shapes differ), and neither tower runs for the other's rows.
 
 A request sends one of the two inputs: both, or neither, is its error. Each bad image is its request's error
-(serving/images.py), and the step goes on serving.
+(images.py, beside it), and the step goes on serving.
 """
 
 from __future__ import annotations

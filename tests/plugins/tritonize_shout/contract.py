@@ -1,0 +1,24 @@
+from dataclasses import dataclass
+from typing import ClassVar
+
+from tritonize.tasks.embedding.contract import EmbeddingContract
+from tritonize.tasks.embedding.contract import Head as EmbeddingHead
+
+OUTPUT = "shout"
+
+
+@dataclass(frozen=True)
+class Head(EmbeddingHead):
+    task: ClassVar[str] = "shout"
+
+
+class ShoutContract(EmbeddingContract):
+    head_type = Head
+    output_names = (OUTPUT,)
+    output_statistics = {"tritonize_output_centroid_similarity": OUTPUT}
+
+    def vectors(self, outputs):
+        return outputs[OUTPUT]
+
+
+CONTRACT = ShoutContract()
