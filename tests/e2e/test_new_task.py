@@ -1,7 +1,7 @@
-"""A task written outside tritonize, served end to end: tests/plugins/tritonize_shout (an embedding doubled by a
-post step from its own served/ folder) is installed as a distribution that names it under the `tritonize.tasks`
-entry point. `python generate.py --task shout` finds it there with no line of tritonize's edited, verifies it
-against sentence-transformers, and the repository it writes answers on the local Triton, through the client's
+"""A task written outside tritonize, served end to end: tests/plugins/tritonize_shout (an embedding taken
+`--loudness` times by a post step from its own served/ folder) is installed as a distribution that names it under
+the `tritonize.tasks` entry point. `python generate.py --task shout --loudness 3` finds the task and its flag there
+with no line of tritonize's edited, verifies it against sentence-transformers, and the repository it writes answers on the local Triton, through the client's
 call and the API's route that the package declares.
 """
 
@@ -47,13 +47,14 @@ def test_a_task_from_an_installed_package_is_generated_verified_and_served(tmp_p
     source = build_embedding_model(tmp_path / "tiny-src")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
     run = subprocess.run([sys.executable, "generate.py", "--model", str(source), "--name", "tiny", "--task", "shout",
-                          "--output", str(tmp_path / "repo")], cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+                          "--loudness", "3", "--output", str(tmp_path / "repo")], cwd=REPO_ROOT, env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-2000:]
     repo = tmp_path / "repo"
     # The post step runs the package's own module, copied byte for byte beside the shared ones it imports.
     assert filecmp.cmp(repo / "tiny_post" / "1" / "model.py", PLUGIN / "served" / "shout.py", shallow=False)
     assert filecmp.cmp(repo / "tiny_post" / "1" / "post_step.py", serving.SERVING_DIR / "post_step.py", shallow=False)
-    assert '"reference": "twice sentence-transformers"' in (repo / "verification.json").read_text()
+    assert '"reference": "sentence-transformers, 3 times"' in (repo / "verification.json").read_text()
+    assert "\nloudness: 3\n" in (repo / "tritonize.yaml").read_text()
 
     # This process reads the repository's answers through the same entry point.
     monkeypatch.syspath_prepend(str(site))
@@ -65,7 +66,7 @@ def test_a_task_from_an_installed_package_is_generated_verified_and_served(tmp_p
         assert tasks.PACKAGES[-1] == PLUGIN.name
         from sentence_transformers import SentenceTransformer
 
-        expected = 2 * SentenceTransformer(str(source), device="cpu").encode(TEXTS)
+        expected = 3 * SentenceTransformer(str(source), device="cpu").encode(TEXTS)
         with served(LocalRuntime(local_options(repo, tmp_path / "run"), quiet=True)) as endpoints:
             with TextClient(endpoints.grpc, "tiny", protocol="grpc") as client:
                 loud, quiet = client.shout(TEXTS), client.shout(TEXTS, loud=False)
@@ -79,7 +80,7 @@ def test_a_task_from_an_installed_package_is_generated_verified_and_served(tmp_p
         np.testing.assert_allclose(np.array(body["data"]), expected, atol=1e-5)
         assert "/v1/shout" in schema["paths"]
         np.testing.assert_allclose(quiet, expected, atol=1e-5)
-        expected_loud = 4 * SentenceTransformer(str(source), device="cpu").encode([t.upper() for t in TEXTS])
+        expected_loud = 6 * SentenceTransformer(str(source), device="cpu").encode([t.upper() for t in TEXTS])
         np.testing.assert_allclose(loud, expected_loud, atol=1e-5)
     finally:
         for name in [m for m in sys.modules if m.startswith(PLUGIN.name) or m == "tritonize.serving.shout"]:

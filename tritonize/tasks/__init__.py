@@ -99,8 +99,7 @@ def register(package: str) -> None:
     served = list(serving.__path__)
     try:
         _join_served(package)  # first: its contract may read its served modules
-        if module(package, "contract") is None:
-            raise TritonizeError(f"{package} has no contract.py: it is not a task package")
+        _contract_side(package)
         for side in ("contract", "calls", "api"):
             module(package, side)  # checked as it loads
     except BaseException:
@@ -139,7 +138,14 @@ def contracts() -> dict[str, TaskContract]:
 
 @functools.lru_cache(maxsize=None)
 def _contracts(packages: tuple[str, ...]) -> dict[str, TaskContract]:
-    return {m.CONTRACT.name: m.CONTRACT for m in _sides("contract", packages)}
+    return {_contract_side(p).CONTRACT.name: _contract_side(p).CONTRACT for p in packages}
+
+
+def _contract_side(package: str) -> ModuleType:
+    found = module(package, "contract")
+    if found is None:
+        raise TritonizeError(f"{package} has no contract.py: it is not a task package")
+    return found
 
 
 def unknown(name: str) -> TritonizeError:
@@ -156,7 +162,7 @@ def package_of(name: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _packages(packages: tuple[str, ...]) -> dict[str, str]:
-    return {module(p, "contract").CONTRACT.name: p for p in packages}  # type: ignore[union-attr]
+    return {_contract_side(p).CONTRACT.name: p for p in packages}
 
 
 def contract_named(name: str) -> TaskContract:
@@ -293,11 +299,15 @@ __all__ = ["TaskContract", "TASKS", "NAMES", "OPTIONS", "PACKAGES", "register", 
 
 
 def register_installed() -> None:
-    """Register every task package an installed distribution names under ENTRY_POINTS, by entry name."""
+    """Add every task package an installed distribution names under ENTRY_POINTS, by entry name. Its served
+    modules join now; its sides load, and are checked, when first read (here, while tritonize is still being
+    imported, its api.py could not import the API)."""
     from importlib.metadata import entry_points
 
     for entry in sorted(entry_points(group=ENTRY_POINTS), key=lambda e: e.name):
-        register(entry.module)
+        if entry.module not in PACKAGES:
+            _join_served(entry.module)
+            PACKAGES.append(entry.module)
 
 
 register_installed()

@@ -10,6 +10,7 @@ OUTPUT = "shout"
 @dataclass(frozen=True)
 class Head(EmbeddingHead):
     task: ClassVar[str] = "shout"
+    loudness: int = 2  # how many times each embedding is taken
 
 
 class ShoutContract(EmbeddingContract):

@@ -172,7 +172,7 @@ def test_a_new_tasks_served_modules_come_from_its_own_package(shout, tmp_path: P
     assert files["post_step.py"] == serving.SERVING_DIR / "post_step.py" and "stub.py" in files
     module = importlib.import_module("tritonize.serving.shout")
     assert module.__file__ == str(files["model.py"]) and issubclass(module.TritonPythonModel, stub.ServedStep)
-    assert module.PostStep("x")({"x": np.ones((1, 2), np.float32)})["shout"].tolist() == [[2.0, 2.0]]
+    assert module.PostStep("x", 3)({"x": np.ones((1, 2), np.float32)})["shout"].tolist() == [[3.0, 3.0]]
 
 
 def test_a_served_module_that_takes_a_shared_name_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

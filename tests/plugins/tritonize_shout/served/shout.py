@@ -1,4 +1,4 @@
-"""Shout's post step: each text's embedding, doubled. Served: copied verbatim beside the shared post_step.py."""
+"""Shout's post step: each text's embedding, taken `loudness` times. Served: copied verbatim beside the shared post_step.py."""
 
 from __future__ import annotations
 
@@ -12,15 +12,16 @@ OUTPUT = "shout"
 class PostStep:
     """The graph's embeddings of a request -> its answer; the input's name comes from the configuration."""
 
-    def __init__(self, input_name: str):
-        self.input_name = input_name
+    def __init__(self, input_name: str, loudness: int):
+        self.input_name, self.loudness = input_name, loudness
 
     @classmethod
     def from_config(cls, model_config: dict, version_dir: str) -> PostStep:
-        return cls(model_config["parameters"]["input"]["string_value"])
+        p = {k: v["string_value"] for k, v in model_config["parameters"].items()}
+        return cls(p["input"], int(p["loudness"]))
 
     def __call__(self, inputs):
-        return {OUTPUT: 2 * np.asarray(inputs[self.input_name], dtype=np.float32)}
+        return {OUTPUT: self.loudness * np.asarray(inputs[self.input_name], dtype=np.float32)}
 
 
 class TritonPythonModel(PostAdapter):
