@@ -3,7 +3,7 @@
 Recorded at generation, before the repository is written: the rendered model runs in this process as its
 ensemble chains it (chain.py, the served modules configured from the repository's own configs), each
 statistic the task declares is computed by the function the served steps count with
-(serving/statistics.py), and its bounds are the sample's quantiles. Each counting step's version folder gets
+(its `statistics_module`, read through serving/statistics.py), and its bounds are the sample's quantiles. Each counting step's version folder gets
 the whole record (STATISTICS_FILE); the manifest gets its source and bounds.
 """
 
@@ -18,7 +18,7 @@ from . import chain
 from .errors import TritonizeError
 from .paths import DATA_DIR
 from .repository import RenderedFile
-from .serving.statistics import CONTEXTS, HISTOGRAMS, baseline, values_of
+from .serving.statistics import baseline, declared
 from .spec import RepoSpec
 from .tasks.task import text_lines
 
@@ -75,15 +75,21 @@ def record(repo: RepoSpec, files: list[RenderedFile], binaries: dict[str, Path],
     if not answers:
         raise TritonizeError(f"none of the {len(rows)} baseline rows ({source}) could be answered",
                              hint="give --baseline a file of texts this model serves")
+    modules = [repo.statistics_module] if repo.statistics_module else []
+    known = declared(modules)
+    missing = sorted(set(statistics) - set(known))
+    if missing:
+        raise TritonizeError(f"the task counts {', '.join(missing)}, which {modules or 'no module'} declares")
     context: dict = {"labels": list(repo.labels)}
-    for name, (key, make) in CONTEXTS.items():
-        if name in statistics:
+    for name in statistics:
+        if known[name].context:
+            key, make = known[name].context
             context[key] = make(np.concatenate([a[statistics[name]] for a in answers]))
     # Each batch's values, then joined: padded tensors (a sparse encoder's terms) differ in width per batch.
-    histograms = {name: baseline(name, reads, np.concatenate([values_of(name, a[reads], context) for a in answers])
+    histograms = {name: baseline(name, reads, np.concatenate([known[name].values(a[reads], context) for a in answers])
                                  ).to_dict()
-                  for name, reads in statistics.items() if name in HISTOGRAMS}
-    counters = {name: {"reads": reads} for name, reads in statistics.items() if name not in HISTOGRAMS}
-    return {"model": repo.name, "source": source, "rows": len(rows), "histograms": histograms,
+                  for name, reads in statistics.items() if known[name].histogram}
+    counters = {name: {"reads": reads} for name, reads in statistics.items() if not known[name].histogram}
+    return {"model": repo.name, "source": source, "rows": len(rows), "modules": modules, "histograms": histograms,
             "counters": counters, **{k: v for k, v in context.items() if v is not None}}
 

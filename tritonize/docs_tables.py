@@ -1,5 +1,7 @@
 """The parts of the docs that list what the registry knows, written from it: the tasks and their ensembles
-(docs/architecture.md) and which tasks each HTTP route serves (docs/api.md's route table).
+(docs/architecture.md), which tasks each HTTP route serves (docs/api.md's route table), the outputs
+dashboard's panels of the tasks' statistics (runtime/dashboards.py) and the compose profile's drift rules, one per
+histogram (runtime/monitoring.py).
 
 `make docs` rewrites them; a unit test fails while they differ from the registry. A generated part sits between
 `<!-- generated: NAME -->` and `<!-- end: NAME -->`; in the route table (`route-tasks`) only the last cell of each
@@ -15,6 +17,7 @@ from pathlib import Path
 
 from . import tasks
 from .api.task_routes import task_routes
+from .runtime import dashboards, monitoring
 from .spec import FIRST, MODEL, POST, Pipeline
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,11 +88,13 @@ def with_part(text: str, name: str, write: Callable[[str], str]) -> str:
 WRITERS: dict[str, Callable[[str], str]] = {
     ARCHITECTURE: lambda text: with_part(text, "tasks", lambda _: task_table()),
     API: lambda text: with_part(text, "route-tasks", with_route_tasks),
+    dashboards.OUTPUTS_DASHBOARD: dashboards.written,
+    str(monitoring.COMPOSE_RULES): lambda _: monitoring.compose_rules(),
 }
 
 
 def stale(root: Path = ROOT) -> list[str]:
-    """The docs whose generated parts differ from the registry."""
+    """The files whose generated parts differ from the registry."""
     return [rel for rel, write in WRITERS.items() if write((root / rel).read_text()) != (root / rel).read_text()]
 
 

@@ -223,7 +223,7 @@ def test_up_runs_our_own_prometheus_on_loopback_with_the_admin_apis_off(monitore
         if set(health.values()) == {"ok"} or time.monotonic() > deadline:
             break
         time.sleep(0.5)
-    assert len(health) == len(mon.ALERTS) + len(statistics.HISTOGRAMS)
+    assert len(health) == len(mon.ALERTS) + len(mon.histograms())
     assert set(health.values()) == {"ok"}, {k: (r["health"], r.get("lastError")) for k, r in zip(health, rules)}
     for path, refused in (("/-/reload", 403), ("/-/quit", 403), ("/api/v1/admin/tsdb/snapshot", 500)):
         request = urllib.request.Request(f"{monitored.prometheus}{path}", method="POST")

@@ -1,7 +1,7 @@
 """What the served steps should count of a request's answers, and what Triton's metrics page says they counted.
 
-The expectation runs the repository's own steps in this process (chain.py) and the statistics' functions
-(serving/statistics.py) on their outputs, with the bounds generation recorded: the page must show exactly that.
+The expectation runs the repository's own steps in this process (chain.py) and the statistics' functions (the
+task's statistics module, as serving/statistics.py reads it) on their outputs, with the bounds generation recorded: the page must show exactly that.
 """
 
 from __future__ import annotations
@@ -11,20 +11,11 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from tritonize import chain, metrics_text
+from tritonize import chain, metrics_text, tasks
 from tritonize.bench.server_counters import settled
 from tritonize.manifest import read_manifest
 from tritonize.serving.metrics import PUBLISH_S, STATISTICS_PUBLISH_S
-from tritonize.serving.statistics import (
-    COUNTERS,
-    COUNTS,
-    HISTOGRAMS,
-    INF,
-    STATISTICS_FILE,
-    bucket_counts,
-    le_label,
-    values_of,
-)
+from tritonize.serving.statistics import INF, STATISTICS_FILE, bucket_counts, declared, le_label
 from tritonize.spec import repo_paths
 
 Key = tuple[str, tuple[tuple[str, str], ...]]  # metric name, its labels but model and version
@@ -46,15 +37,16 @@ def _answered(repository: Path, name: str, inputs: dict[str, list[str]]) -> tupl
 def expected(repository: Path, name: str, inputs: dict[str, list[str]]) -> Counter:
     """What one request of `inputs` adds to each statistic's series."""
     record, outputs, context = _answered(repository, name, inputs)
+    known = declared(record["modules"])
     added: Counter = Counter()
     for metric, h in record["histograms"].items():
-        values = values_of(metric, outputs[h["reads"]], context)
+        values = known[metric].values(outputs[h["reads"]], context)
         for le, n in zip([le_label(b) for b in h["bounds"]] + [INF], bucket_counts(values, h["bounds"])):
             added[(f"{metric}_bucket", (("le", le),))] += int(n)
         added[(f"{metric}_count", ())] += len(values)
     for metric, c in record["counters"].items():
-        label = COUNTERS[metric][0]
-        for value in COUNTS[metric](outputs[c["reads"]], context):
+        label = known[metric].label
+        for value in known[metric].counts(outputs[c["reads"]], context):
             added[(metric, ((label, value),) if label else ())] += 1
     return +added  # counts only: a series that moved
 
@@ -73,7 +65,7 @@ def _page(metrics_url: str) -> Page:
 
 def _series(page: Page, model: str) -> dict[Key, float]:
     """The statistics' series of `model` (sums left out: floats summed in another order)."""
-    names = {*HISTOGRAMS, *COUNTERS}
+    names = set(tasks.statistics())
     found = {}
     for s in page[0]:
         pairs = dict(s.labels)

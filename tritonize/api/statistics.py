@@ -1,7 +1,7 @@
 """What the models answer, counted where the answers are read, for models whose repository counts nothing itself.
 
 A repository that tokenizes in its graphs (the default) runs no Python on its served path, so no step of it sees
-an answer: its output statistics (serving/statistics.py's histograms and counters, with the baseline recorded at
+an answer: its output statistics (its task's histograms and counters, with the baseline recorded at
 generation) and its step counters (texts, tokens, truncated texts) are counted here, on the API's /metrics, under
 the same series names and labels the Python steps publish on Triton's metrics port, so the dashboards, the drift
 rules and the alerts read either. What this gives up: a client calling Triton itself (gRPC or the KServe HTTP
@@ -99,7 +99,8 @@ class ApiStatistics:
         key = (model.name, version)
         if key not in self._of:
             folder = repo_paths(model.repository, model.name)[MODEL.key] / version
-            found = OutputStatistics.of_step(str(folder), Gauges(self.families))
+            declared_by = model.contract.statistics_module  # where a record written before named none
+            found = OutputStatistics.of_step(str(folder), Gauges(self.families), (declared_by,) if declared_by else ())
             if found is not None:
                 found.start(found.reads)
             self._of[key] = found

@@ -139,6 +139,7 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str, fused_config: st
         max_batch_size=options.max_batch_size,
         post_parameters=task.post_parameters(model),
         statistics=statistics,
+        statistics_module=task.contract.statistics_module,
         first_parameters=task.first_parameters(model, names[MODEL.key], options.max_batch_size),
         ensemble_parameters=task.ensemble_parameters(model.head),
         warmup_inputs=task.warmup_inputs(model.head),

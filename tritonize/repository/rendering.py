@@ -38,6 +38,8 @@ from ..spec import (
 )
 from ..verify import VerificationReport
 
+STATISTICS_MODULE = "statistics.py"  # the served module that counts, beside which the task's statistics go
+
 
 @dataclass(frozen=True)
 class RenderedFile:
@@ -121,12 +123,16 @@ def _parameters(repo: RepoSpec, step: StepSpec, idle: bool) -> dict[str, str]:
 
 
 def served_files(repo: RepoSpec) -> dict[str, Path]:
-    """Each Python step's module as model.py, and the served modules it imports, copied byte for byte."""
-    return {
-        f"{step.name}/{repo.version}/{target}": source
-        for step in repo.steps if repo.pipeline.runs_python(step.role)
-        for target, source in serving.step_files(step.module, SERVED_ENTRY).items()
-    }
+    """Each Python step's module as model.py, and the served modules it imports, copied byte for byte; beside
+    serving/statistics.py, the task's module that declares its statistics (statistics.py imports it by name)."""
+    files = {}
+    for step in repo.steps:
+        if repo.pipeline.runs_python(step.role):
+            found = serving.step_files(step.module, SERVED_ENTRY)
+            if repo.statistics_module and STATISTICS_MODULE in found:
+                found |= serving.step_files(repo.statistics_module, f"{repo.statistics_module}.py")
+            files |= {f"{step.name}/{repo.version}/{target}": source for target, source in found.items()}
+    return files
 
 
 def parse_config(text: str, origin: str = CONFIG_FILE) -> model_config_pb2.ModelConfig:

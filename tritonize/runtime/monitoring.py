@@ -166,10 +166,17 @@ def le_normalized(selector: str) -> str:
     return f'label_replace({selector}, "le", "$1", "le", "(.+)\\\\.0")'
 
 
+def histograms() -> list[str]:
+    """Every histogram the registered tasks count, by name (tasks.statistics())."""
+    from .. import tasks
+
+    return [name for name, s in tasks.statistics().items() if s.histogram]
+
+
 def render_rules(written_by: str) -> str:
-    """rules.yml, from templates/monitoring/rules.yml.j2: a drift record per histogram of statistics.HISTOGRAMS,
-    and ALERTS."""
-    return _render(RULES_TEMPLATE, written_by=written_by, histograms=list(statistics.HISTOGRAMS), drift=DRIFT,
+    """rules.yml, from templates/monitoring/rules.yml.j2: a drift record per histogram the registered tasks count
+    (`histograms()`), and ALERTS."""
+    return _render(RULES_TEMPLATE, written_by=written_by, histograms=histograms(), drift=DRIFT,
                    baseline_suffix=statistics.BASELINE_SUFFIX, alerts=ALERTS, le_normalized=le_normalized)
 
 
@@ -178,7 +185,7 @@ def drift_expressions(drift: Drift = DRIFT) -> dict[str, str]:
     wait for), as rules.yml renders it."""
     import yaml
 
-    rendered = _render(RULES_TEMPLATE, written_by="", histograms=list(statistics.HISTOGRAMS), drift=drift,
+    rendered = _render(RULES_TEMPLATE, written_by="", histograms=histograms(), drift=drift,
                        baseline_suffix=statistics.BASELINE_SUFFIX, alerts=(), le_normalized=le_normalized)
     return {r["labels"]["statistic"]: r["expr"] for g in yaml.safe_load(rendered)["groups"] for r in g["rules"] or ()
             if "record" in r}

@@ -2,7 +2,7 @@
 
 Served: Triton runs a byte-identical copy of this file as the step's model.py. In NVIDIA's container the graph
 runs on Triton's onnxruntime backend, where no Python sees what it answers; this step follows it in the
-ensemble for the outputs the task's statistics read (serving/statistics.py), and hands them on unchanged, so
+ensemble for the outputs the task's statistics read (statistics.py), and hands them on unchanged, so
 that every caller of the ensemble (gRPC, HTTP, the HTTP API) is counted. The ensemble's answer comes out of
 this step, so a request that asks for those outputs cannot skip it. The fused variant counts in its one step
 and has none.

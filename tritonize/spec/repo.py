@@ -178,8 +178,10 @@ class RepoSpec:
     max_batch_size: int = 64
     post_parameters: dict[str, str] = field(default_factory=dict)
     # What the served steps count of the answers: (statistic, the tensor it reads), as the task declares them
-    # (serving/statistics.py); the statistics step counts the graph's where no served step follows it.
+    # (its statistics_module); the statistics step counts the graph's where no served step follows it.
     statistics: tuple[tuple[str, str], ...] = ()
+    # The task's served module that declares its statistics (`STATISTICS`): copied beside serving/statistics.py
+    statistics_module: str | None = None
     first_parameters: dict[str, str] = field(default_factory=dict)  # the task's, for the first step (whom to call)
     ensemble_parameters: dict[str, str] = field(default_factory=dict)  # the task's, for clients (a similarity)
     warmup_inputs: WarmupInputs = ()  # the task's own warm-up samples beyond the token buckets

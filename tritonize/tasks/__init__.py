@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from .. import serving
 from ..errors import TritonizeError
 from ..serving.batching import ROW_FIELDS
+from ..serving.statistics import Statistic, declared
 from ..spec import Head, TaskOption
 from .contract import TaskContract
 
@@ -146,6 +147,13 @@ def _contract_side(package: str) -> ModuleType:
     if found is None:
         raise TritonizeError(f"{package} has no contract.py: it is not a task package")
     return found
+
+
+def statistics() -> dict[str, Statistic]:
+    """Every statistic the registered tasks count (each from its `statistics_module`), and each text's tokens,
+    by name: what the dashboard and the drift rules are written from."""
+    modules = dict.fromkeys(c.statistics_module for c in contracts().values() if c.statistics_module)
+    return declared(tuple(modules))
 
 
 def unknown(name: str) -> TritonizeError:

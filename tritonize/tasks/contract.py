@@ -31,8 +31,11 @@ class TaskContract(abc.ABC):
     sample_first: ClassVar[str] = ""
     # Whether the ensemble also returns each row's tokens: where its first step tokenizes, and so knows them.
     reports_tokens: ClassVar[bool] = True
-    # What the served steps count of the answers (serving/statistics.py): statistic -> the tensor it reads.
+    # What the served steps count of the answers: statistic -> the tensor it reads. Each statistic (its help, its
+    # dashboard title, what it makes of the tensor) is declared in `statistics_module`, a served module of the
+    # task's package (served/<module>.py: `STATISTICS`), which generation copies beside serving/statistics.py.
     output_statistics: ClassVar[dict[str, str]] = {}
+    statistics_module: ClassVar[str | None] = None
     # How a new version is rolled out beside the served one (tritonize/rollout_state.py): "canary" where callers may get
     # either version's answers, "shadow" where two versions' answers live in two spaces (vectors), so the new one
     # is only compared in the background; None where neither is served.

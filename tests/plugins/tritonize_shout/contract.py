@@ -16,7 +16,8 @@ class Head(EmbeddingHead):
 class ShoutContract(EmbeddingContract):
     head_type = Head
     output_names = (OUTPUT,)
-    output_statistics = {"tritonize_output_centroid_similarity": OUTPUT}
+    output_statistics = {"tritonize_output_shout_norm": OUTPUT}
+    statistics_module = "shout_statistics"
 
     def vectors(self, outputs):
         return outputs[OUTPUT]

@@ -32,6 +32,7 @@ from support.monitoring import (
     panels,
     recorded_names,
 )
+from tritonize import tasks
 from tritonize.errors import TritonizeError
 from tritonize.runtime import monitoring as mon
 from tritonize.runtime import machine
@@ -109,18 +110,21 @@ def test_each_dashboard_has_its_own_uid_and_grafana_provisions_them_all() -> Non
 def test_the_outputs_dashboard_shows_each_distribution_its_drift_and_the_versions() -> None:
     dash = dashboard(OUTPUTS_DASHBOARD)
     by_panel = {p["title"]: p for p in panels(dash)}
-    for name, help_text in statistics.HISTOGRAMS.items():  # a heatmap of each histogram's buckets over time
+    histograms = {n: s.help for n, s in tasks.statistics().items() if s.histogram}
+    counters = {n for n, s in tasks.statistics().items() if not s.histogram}
+    assert histograms and counters
+    for name, help_text in histograms.items():  # a heatmap of each histogram's buckets over time
         (heatmap,) = [p for p in by_panel.values() if p["type"] == "heatmap" and help_text in p["description"]]
         (target,) = heatmap["targets"]
         assert target["format"] == "heatmap" and heatmap["options"]["calculate"] is False
         assert target["expr"] == f'sum by (le) (increase({name}_bucket{{model=~"$model"}}[$__rate_interval]))'
     read = set().union(*(metric_names(e) for _, e in exprs(dash)))
-    assert set(statistics.COUNTERS) <= read, set(statistics.COUNTERS) - read
+    assert counters <= read, counters - read
     assert recorded_names() <= read  # the drift scores
-    served = {f"{n}_bucket" for n in statistics.HISTOGRAMS} | {f"{n}_count" for n in statistics.HISTOGRAMS}
+    served = {f"{n}_bucket" for n in histograms} | {f"{n}_count" for n in histograms}
     api = {"tritonize_api_requests_total", "tritonize_api_request_duration_seconds_bucket",
            "tritonize_api_shadow_agreement_bucket"}
-    assert read <= served | set(statistics.COUNTERS) | recorded_names() | api, read - served - api
+    assert read <= served | counters | recorded_names() | api, read - served - api
     versions = [e for t, e in exprs(dash) if t.startswith(("API", "Shadow"))]
     assert len(versions) >= 4 and all("by (model, version" in e for e in versions)
 
@@ -229,7 +233,7 @@ def test_promtool_checks_the_rules_and_every_histogram_has_its_drift_record() ->
     assert result.returncode == 0 and "SUCCESS" in result.stdout, result.stdout + result.stderr
     groups = yaml.safe_load((ROOT / mon.COMPOSE_RULES).read_text())["groups"]
     records = [r for g in groups for r in g["rules"] if "record" in r]
-    assert {r["labels"]["statistic"] for r in records} == set(statistics.HISTOGRAMS)
+    assert {r["labels"]["statistic"] for r in records} == set(mon.histograms()) > {statistics.TOKENS_PER_TEXT}
     assert {r["record"] for r in records} == {mon.DRIFT.record}
     assert {r["alert"] for g in groups for r in g["rules"] if "alert" in r} == {a.name for a in mon.ALERTS}
 

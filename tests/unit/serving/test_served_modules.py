@@ -68,6 +68,7 @@ def test_each_step_carries_byte_identical_copies_of_the_served_modules(repo: Pat
         "tiny_tokenizer/1/statistics.py": "statistics.py",
         "tiny_tokenizer/1/stub.py": "stub.py",
         "tiny_tokenizer/1/prefixes.py": "prefixes.py",
+        "tiny_tokenizer/1/embedding_statistics.py": "embedding_statistics.py",  # the task's, beside statistics.py
         # The fused step: the tokenizer and the model (serving/fused_step.py) with what both import.
         "tiny_model/1/model.py": "fused_step.py",
         "tiny_model/1/onnx_model.py": "onnx_model.py",
@@ -80,11 +81,13 @@ def test_each_step_carries_byte_identical_copies_of_the_served_modules(repo: Pat
         "tiny_model/1/statistics.py": "statistics.py",
         "tiny_model/1/stub.py": "stub.py",
         "tiny_model/1/prefixes.py": "prefixes.py",
+        "tiny_model/1/embedding_statistics.py": "embedding_statistics.py",
         # The production ensemble's statistics step, after the graph on Triton's onnxruntime backend.
         "tiny_statistics/1/model.py": "statistics_step.py",
         "tiny_statistics/1/metrics.py": "metrics.py",
         "tiny_statistics/1/statistics.py": "statistics.py",
         "tiny_statistics/1/stub.py": "stub.py",
+        "tiny_statistics/1/embedding_statistics.py": "embedding_statistics.py",
     }
     for rel, module in pairs.items():
         assert filecmp.cmp(repo / rel, serving.served_modules()[module], shallow=False), rel

@@ -43,11 +43,11 @@ def shout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(tasks, "PACKAGES", list(tasks.PACKAGES))
     monkeypatch.setattr(serving, "__path__", list(serving.__path__))
-    forget("tritonize.serving.shout")
+    forget("tritonize.serving.shout", "tritonize.serving.shout_statistics")
     before = len(tasks.NAMES)
     tasks.register(PACKAGE)  # the one line a new task adds to the registry
     yield before
-    forget(PACKAGE, "tritonize.serving.shout")
+    forget(PACKAGE, "tritonize.serving.shout", "tritonize.serving.shout_statistics")
 
 
 def test_the_registry_reads_both_sides_of_a_new_task(shout) -> None:
@@ -157,7 +157,7 @@ def test_the_most_specific_claim_serves_a_folder(tmp_path: Path, monkeypatch: py
         tagger = ModelFolder.read(build_token_classifier(tmp_path / "tagger", "bert"))
         assert tasks.detect(tagger).name == "token-classification"
     finally:
-        forget(package, "tritonize.serving.shout")
+        forget(package, "tritonize.serving.shout", "tritonize.serving.shout_statistics")
 
 
 def test_a_new_tasks_served_modules_come_from_its_own_package(shout, tmp_path: Path) -> None:
@@ -207,7 +207,7 @@ def test_an_installed_distribution_registers_its_task(tmp_path: Path, monkeypatc
     assert tasks.PACKAGES[-1] == "throwaway_installed" and tasks.NAMES[-1] == "shout"
     assert tasks.contract_named("shout").output_names == ("shout",)
     assert serving.step_files("shout", "model.py")["model.py"] == tmp_path / "throwaway_installed" / "served" / "shout.py"
-    forget("throwaway_installed", "tritonize.serving.shout")
+    forget("throwaway_installed", "tritonize.serving.shout", "tritonize.serving.shout_statistics")
 
 
 @pytest.mark.parametrize("change, refusal", [
@@ -238,4 +238,4 @@ def test_a_task_that_answers_as_another_is_refused_before_it_builds(change: str,
         with pytest.raises(TritonizeError, match=refusal):
             read_model(GenerateOptions(model=str(source), task="shout", output=str(tmp_path / "repo")))
     finally:
-        forget(package, "tritonize.serving.shout")
+        forget(package, "tritonize.serving.shout", "tritonize.serving.shout_statistics")

@@ -49,6 +49,7 @@ class ClassificationContract(TaskContract):
     output_names = (LOGITS, PROBABILITIES)
     output_statistics = {"tritonize_output_top_probability": PROBABILITIES,
                          "tritonize_output_label_total": PROBABILITIES}
+    statistics_module = "classification_statistics"
 
     def scores(self, outputs: dict[str, np.ndarray], raw: bool = False) -> np.ndarray:
         """Per text, a score per label in label order: the head's probabilities, or its logits (raw)."""

@@ -93,6 +93,7 @@ class EmbeddingContract(OneVectorPerRow, TaskContract):
     head_type = Head
     output_names = (OUTPUT,)
     output_statistics = {"tritonize_output_centroid_similarity": OUTPUT}
+    statistics_module = "embedding_statistics"
     bench_as_embeddings = True
 
 

@@ -52,6 +52,7 @@ class MultiVectorContract(TaskContract):
     head_type = Head
     output_names = (VECTORS, COUNTS)
     output_statistics = {"tritonize_output_vectors_per_text": COUNTS}
+    statistics_module = "multi_vector_statistics"
     text_inputs = (TensorSpec(TEXT_INPUT, "TYPE_STRING", (1,)), TensorSpec(FORM_INPUT, "TYPE_STRING", (1,)))
 
     def head_from_dict(self, data: dict) -> Head:  # type: ignore[override]

@@ -27,6 +27,7 @@ class QuestionAnsweringContract(TaskContract):
     head_type = Head
     output_names = (OUTPUT,)
     output_statistics = {"tritonize_output_answer_score": OUTPUT, "tritonize_output_unanswerable_total": OUTPUT}
+    statistics_module = "question_answering_statistics"
     text_inputs = (TensorSpec(QUESTION_INPUT, "TYPE_STRING", (1,)), TensorSpec(CONTEXT_INPUT, "TYPE_STRING", (1,)))
     sample_first = "What does Triton serve?"
     reports_tokens = False  # the first step windows each context and answers alone

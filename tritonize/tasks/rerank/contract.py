@@ -63,6 +63,7 @@ class RerankContract(TaskContract):
     head_type = Head
     output_names = (OUTPUT,)
     output_statistics = {"tritonize_output_score": OUTPUT}
+    statistics_module = "rerank_statistics"
     text_inputs = (TensorSpec(QUERY_INPUT, "TYPE_STRING", (1,)), TensorSpec(TEXT_INPUT, "TYPE_STRING", (1,)))
     sample_first = "what does Triton serve?"
 

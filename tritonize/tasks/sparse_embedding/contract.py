@@ -54,6 +54,7 @@ class SparseEmbeddingContract(TaskContract):
     head_type = Head
     output_names = (INDICES, VALUES)
     output_statistics = {"tritonize_output_active_terms": INDICES}
+    statistics_module = "sparse_embedding_statistics"
 
     def terms(self, outputs: dict[str, np.ndarray]) -> list[list[dict]]:
         """Per text, its terms as text-embeddings-inference returns them: `{"index", "value"}`, ids ascending."""

@@ -24,6 +24,7 @@ class TokenClassificationContract(TaskContract):
     head_type = Head
     output_names = (OUTPUT,)
     output_statistics = {"tritonize_output_entities_total": OUTPUT}
+    statistics_module = "token_classification_statistics"
 
     def entities(self, outputs: dict[str, np.ndarray]) -> list[list[dict]]:
         """Per text, the spans the served step found."""
