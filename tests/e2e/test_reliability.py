@@ -460,7 +460,8 @@ def test_a_closed_loop_of_128_clients_says_its_goodput_and_what_a_refusal_costs(
     rc = main(["stress", "--repository", str(minilm_python_repo), "--start-local", "--workload", "long", "--clients", "128",
                "--duration", "4", "--output", str(tmp_path)])
     d = json.loads((tmp_path / "stress.json").read_text())
-    print(json.dumps({k: d[k] for k in ("capacity_rps", "answered_rps", "goodput", "rejected", "answered_ms", "cpu")}))
+    print(json.dumps({k: d[k] for k in ("capacity_rps", "answered_rps", "goodput", "rejected", "failed", "wrong",
+                                        "samples", "answered_ms", "cpu")}))
     assert rc == 0 and d["wrong"] == 0 and d["failed"] == 0
     assert d["answered"] > 0 and d["rejected"] > 0 and "tokens of work" in d["samples"]["rejected"]
     assert d["goodput"] == pytest.approx(d["answered_rps"] / d["capacity_rps"], abs=0.01)
