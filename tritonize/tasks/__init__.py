@@ -109,6 +109,19 @@ def register(package: str) -> None:
     PACKAGES.append(package)
 
 
+def register_installed() -> None:
+    """Add every task package an installed distribution names under ENTRY_POINTS, by entry name. Its served
+    modules join now; its sides load, and are checked, when first read (here, while tritonize is still being
+    imported, its api.py could not import the API)."""
+    from importlib.metadata import entry_points
+
+    for entry in sorted(entry_points(group=ENTRY_POINTS), key=lambda e: e.name):
+        if entry.module not in PACKAGES:
+            _join_served(entry.module)
+            PACKAGES.append(entry.module)
+
+
+
 def module(package: str, side: str) -> ModuleType | None:
     """One side of a task's package (contract, task, calls, api); None where the package has no such module."""
     name = f"{package}.{side}"
@@ -139,7 +152,7 @@ def contracts() -> dict[str, TaskContract]:
 
 @functools.lru_cache(maxsize=None)
 def _contracts(packages: tuple[str, ...]) -> dict[str, TaskContract]:
-    return {_contract_side(p).CONTRACT.name: _contract_side(p).CONTRACT for p in packages}
+    return {m.CONTRACT.name: m.CONTRACT for m in map(_contract_side, packages)}
 
 
 def _contract_side(package: str) -> ModuleType:
@@ -302,20 +315,9 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["TaskContract", "TASKS", "NAMES", "OPTIONS", "PACKAGES", "register", "contracts", "contract_of", "get", "of",
+__all__ = ["TaskContract", "TASKS", "NAMES", "OPTIONS", "PACKAGES", "ENTRY_POINTS", "register", "register_installed",
+           "statistics", "contracts", "contract_of", "get", "of",
            "detect", "choose", "for_outputs", "client_calls", "build_side"]
-
-
-def register_installed() -> None:
-    """Add every task package an installed distribution names under ENTRY_POINTS, by entry name. Its served
-    modules join now; its sides load, and are checked, when first read (here, while tritonize is still being
-    imported, its api.py could not import the API)."""
-    from importlib.metadata import entry_points
-
-    for entry in sorted(entry_points(group=ENTRY_POINTS), key=lambda e: e.name):
-        if entry.module not in PACKAGES:
-            _join_served(entry.module)
-            PACKAGES.append(entry.module)
 
 
 register_installed()
