@@ -1,9 +1,10 @@
 """What a task's route handler needs from the API, in one place (text-embeddings-inference's router asks its core
-the same way): the model its body names, its texts bounded, one inference through that model's ensemble."""
+the same way): the model its body names, its texts bounded, one inference through that model's ensemble. Every
+task route's handler begins with `RouteCall.of`."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +14,7 @@ from fastapi import Request
 from ..tasks.contract import TaskContract
 from .backend import Parameters
 from .catalog import ServedModel
-from .routes.inference import run
+from .routes.inference import infer_inputs, run
 from .routes.parameters import texts_of
 from .state import ApiState, state_of
 
@@ -39,3 +40,8 @@ class RouteCall:
                     parameters: Parameters | None = None) -> dict[str, np.ndarray]:
         """The model's ensemble's answer to these rows (one text per text input each)."""
         return await run(self.state, self.request, self.model, rows, parameters)
+
+    async def infer_inputs(self, inputs: Mapping[str, Sequence],
+                           parameters: Parameters | None = None) -> dict[str, np.ndarray]:
+        """The model's ensemble's answer to these inputs by name (texts, or images' bytes)."""
+        return await infer_inputs(self.state, self.request, self.model, inputs, parameters)

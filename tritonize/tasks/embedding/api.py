@@ -21,13 +21,14 @@ from ...api import schemas as s
 from ...api.catalog import ServedModel
 from ...api.errors import ApiError, invalid
 from ...api.remote_images import RemoteImage
+from ...api.route_call import RouteCall
 from ...api.routes import inference
 from ...api.routes.families import COHERE_EMBED, OPENAI, TEI, Router
-from ...api.routes.inference import infer_inputs, refuse_truncated, tokens
+from ...api.routes.inference import refuse_truncated, tokens
 from ...api.routes.parameters import cut_at_start, direction_of, image_of, input_prompt, prompt_of, texts_of
 from ...api.routes.responses import INFERS, answered, documented
 from ...api.schemas import TextList, Texts
-from ...api.state import ApiState, state_of
+from ...api.state import ApiState
 from ...api.task_routes import TaskRoutes, prompt_names
 from ...errors import TritonizeError
 from ...spec import QUANTIZATION_FILE, TOKEN_COUNT_OUTPUT
@@ -91,16 +92,17 @@ ROUTES = TaskRoutes(CONTRACT, ("/v1/embeddings", "/v2/embed", "/embed", "/simila
 Input = Union[str, bytes, RemoteImage]  # a text, an image file's bytes, or its URL (parameters.image_of)
 
 
-async def embed(state: ApiState, request: Request, model: ServedModel, inputs: Sequence[Input], prompt: str = "",
-                param: str = "input", parameters: dict | None = None,
+async def embed(call: RouteCall, inputs: Sequence[Input], prompt: str = "", param: str = "input",
+                parameters: dict | None = None,
                 windows: Windows | None = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """The vectors of a request's inputs in order: its texts (each after `prompt`) in one inference, its images
     in another, both in flight together, where the model embeds images (its task's IMAGES), those given by URL
     fetched first; the answers' other outputs (token counts) in the inputs' order too. `parameters` and `windows`
     are for texts alone."""
+    model = call.model
     images = [i for i, x in enumerate(inputs) if not isinstance(x, str)]
     if not images:
-        return await embed_texts(state, request, model, list(inputs), prompt, parameters, windows)  # type: ignore[arg-type]
+        return await embed_texts(call, list(inputs), prompt, parameters, windows)  # type: ignore[arg-type]
     image_inputs = inference.image_inputs().get(model.contract)
     if image_inputs is None:
         raise invalid(f"{model.name} embeds texts only: send texts, or name a model that embeds images", param, 400)
@@ -108,25 +110,25 @@ async def embed(state: ApiState, request: Request, model: ServedModel, inputs: S
         raise invalid("cutting at the start and chunked processing are for texts; this request holds images", param,
                       400)
     texts = [i for i, x in enumerate(inputs) if isinstance(x, str)]
-    pictures = await state.images.resolved([inputs[i] for i in images])
+    pictures = await call.state.images.resolved([inputs[i] for i in images])
     labels = [f"{param}[{i}]" for i in images]
-    parts = [embed_images(state, request, model, image_inputs(pictures), labels)]  # type: ignore[arg-type]
+    parts = [embed_images(call, image_inputs(pictures), labels)]  # type: ignore[arg-type]
     if texts:
-        parts.append(embed_texts(state, request, model, [inputs[i] for i in texts], prompt))  # type: ignore[misc]
+        parts.append(embed_texts(call, [inputs[i] for i in texts], prompt))  # type: ignore[misc]
     answers = await asyncio.gather(*parts)
     answer = interleaved(len(inputs), [(images, answers[0][1]), *([(texts, answers[1][1])] if texts else [])])
     return model.contract.vectors(answer), answer
 
 
-async def embed_texts(state: ApiState, request: Request, model: ServedModel, texts: list[str], prompt: str = "",
-                      parameters: dict | None = None,
+async def embed_texts(call: RouteCall, texts: list[str], prompt: str = "", parameters: dict | None = None,
                       windows: Windows | None = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """The texts' vectors and the ensemble's answer (its token counts); `parameters`: how the tokenizer step cuts
     them; `windows`: each text embedded as its windows, pooled (tasks/embedding/chunking.py)."""
+    model = call.model
     texts = [prompt + t for t in texts]
     rows = windows.rows(texts) if windows else [(t,) for t in texts]
     parameters = windows.parameters() if windows else parameters
-    vectors, answer = await embed_inputs(state, request, model, model.contract.request(rows), parameters)
+    vectors, answer = await embed_inputs(call, model.contract.request(rows), parameters)
     if windows is None:
         return vectors, answer
     if TOKEN_COUNT_OUTPUT not in answer:
@@ -134,24 +136,25 @@ async def embed_texts(state: ApiState, request: Request, model: ServedModel, tex
     return windows.pool(vectors, answer[TOKEN_COUNT_OUTPUT].reshape(-1), model.head.normalize), windows.answer(answer)
 
 
-async def embed_images(state: ApiState, request: Request, model: ServedModel, inputs: dict[str, list[bytes]],
+async def embed_images(call: RouteCall, inputs: dict[str, list[bytes]],
                        labels: list[str]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Images through the ensemble; a refused image is named as the client sent it (`input[2]`), where the
     request went to Triton whole."""
     try:
-        return await embed_inputs(state, request, model, inputs)
+        return await embed_inputs(call, inputs)
     except ApiError as exc:
-        if len(labels) <= model.max_batch_size:
+        if len(labels) <= call.model.max_batch_size:
             names = "|".join(map(re.escape, inputs))
             exc.message = re.sub(rf"\b({names})\[(\d+)\]",
                                  lambda m: labels[int(m[2])] if int(m[2]) < len(labels) else m[0], exc.message)
         raise
 
 
-async def embed_inputs(state: ApiState, request: Request, model: ServedModel, inputs: dict[str, list],
+async def embed_inputs(call: RouteCall, inputs: dict[str, list],
                        parameters: dict | None = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """One inference, and the same inputs mirrored to a shadow version where one is rolled out."""
-    answer = await infer_inputs(state, request, model, inputs, parameters)
+    state, model = call.state, call.model
+    answer = await call.infer_inputs(inputs, parameters)
     vectors = model.contract.vectors(answer)
 
     async def shadow_vectors(ensemble: str) -> np.ndarray:
@@ -339,15 +342,15 @@ def cohere_inputs(body: b.CohereEmbedRequest, model: ServedModel, limit: int) ->
 async def openai_embeddings(body: b.EmbeddingRequest, request: Request) -> b.EmbeddingResponse:
     """float32 vectors, their bytes in base64, or an int8, uint8, binary or ubinary embedding's bytes in base64;
     `input_type` (NVIDIA NIM's query | passage) selects the prompt the model declares for it."""
-    state = state_of(request)
-    model = state.catalog.find(embedders(), body.model)
+    call = RouteCall.of(request, embedders(), body.model)
+    state, model = call.state, call.model
     inputs, param = openai_inputs(body, model, state.settings.max_client_batch_size)
     if body.dimensions is not None and body.dimensions < 1:
         raise invalid("`dimensions` must be at least 1", "dimensions", 400)
     prompt = input_prompt(model, body.input_type)
     windows = await text_windows(state, model, inputs, prompt, chunking(body.enable_chunked_processing, body.truncate))
     parameters = cut_at_start(model, "truncate", "START") if body.truncate == "START" else None
-    vectors, answer = await embed(state, request, model, inputs, prompt, param, parameters, windows)
+    vectors, answer = await embed(call, inputs, prompt, param, parameters, windows)
     refuse_truncated(answer, False if body.truncate == "NONE" else None, model, 400, "NONE")
     vectors = matryoshka(vectors, model, body.dimensions)
     if body.encoding_format == "float":
@@ -382,8 +385,8 @@ API_VERSION = "2"
 async def cohere_embed(body: b.CohereEmbedRequest, request: Request) -> b.CohereEmbedResponse:
     """Each embedding type asked for, from one inference: float, base64 (the float32 bytes), and int8, uint8,
     binary, ubinary as sentence-transformers' quantize_embeddings computes them."""
-    state = state_of(request)
-    model = state.catalog.find(embedders(), body.model)
+    call = RouteCall.of(request, embedders(), body.model)
+    state, model = call.state, call.model
     inputs, param = cohere_inputs(body, model, state.settings.max_client_batch_size)
     if body.max_tokens is not None and body.max_tokens < model.max_length:
         raise invalid(f"max_tokens {body.max_tokens} is not served: {model.name} reads the first {model.max_length} "
@@ -400,7 +403,7 @@ async def cohere_embed(body: b.CohereEmbedRequest, request: Request) -> b.Cohere
     prompt = "" if body.input_type == "image" else input_prompt(model, body.input_type)
     windows = await text_windows(state, model, inputs, prompt, chunking(body.enable_chunked_processing, body.truncate))
     parameters = cut_at_start(model, "truncate", "START") if body.truncate == "START" else None
-    vectors, answer = await embed(state, request, model, inputs, prompt, param, parameters, windows)
+    vectors, answer = await embed(call, inputs, prompt, param, parameters, windows)
     refuse_truncated(answer, False if body.truncate == "NONE" else None, model)
     vectors = matryoshka(vectors, model, body.output_dimension, "output_dimension")
     embeddings: dict = {}
@@ -422,15 +425,14 @@ async def cohere_embed(body: b.CohereEmbedRequest, request: Request) -> b.Cohere
 @tei.post("/embed", responses=documented(s.TEIError, INFERS))
 @answered
 async def tei_embed(body: b.TEIEmbedRequest, request: Request) -> b.TEIEmbeddings:
-    state = state_of(request)
-    model = state.catalog.find(embedders(), body.model)
+    call = RouteCall.of(request, embedders(), body.model)
+    model = call.model
     parameters = direction_of(model, body.truncation_direction)
-    texts = texts_of(body.inputs, "inputs", state.settings.max_client_batch_size)
+    texts = call.texts(body.inputs, "inputs")
     if not body.normalize and model.head.normalize:
         raise invalid(f"normalize false is not served: {model.name} normalises inside its graph (its Normalize "
                       "module), so only unit vectors exist to return", "normalize")
-    vectors, answer = await embed(state, request, model, texts, prompt_of(model, body.prompt_name),
-                                  parameters=parameters)
+    vectors, answer = await embed(call, texts, prompt_of(model, body.prompt_name), parameters=parameters)
     refuse_truncated(answer, body.truncate, model)
     vectors = matryoshka(vectors, model, body.dimensions)
     if body.normalize and not model.head.normalize:
@@ -444,14 +446,13 @@ async def tei_similarity(body: b.TEISimilarityRequest, request: Request) -> b.TE
     """As text-embeddings-inference computes it: the source sentence and the sentences embedded together, then
     the cosine of each sentence's vector with the source's (a cosine, so the graph's normalisation changes
     nothing)."""
-    state = state_of(request)
-    model = state.catalog.find(embedders(), body.model)
+    call = RouteCall.of(request, embedders(), body.model)
+    model = call.model
     parameters = body.parameters or b.TEISimilarityParameters()
     cut = direction_of(model, parameters.truncation_direction, "parameters.truncation_direction")
-    sentences = texts_of(body.inputs.sentences, "inputs.sentences", state.settings.max_client_batch_size)
+    sentences = call.texts(body.inputs.sentences, "inputs.sentences")
     source = texts_of(body.inputs.source_sentence, "inputs.source_sentence", 1)
-    vectors, answer = await embed(state, request, model, source + sentences, prompt_of(model, parameters.prompt_name),
-                                  parameters=cut)
+    vectors, answer = await embed(call, source + sentences, prompt_of(model, parameters.prompt_name), parameters=cut)
     refuse_truncated(answer, parameters.truncate, model)
     return b.TEISimilarities.model_construct(cosines(vectors[0], vectors[1:]).tolist())
 

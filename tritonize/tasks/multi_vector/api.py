@@ -15,7 +15,8 @@ from ...api.catalog import ServedModel
 from ...api.errors import invalid
 from ...api.routes.families import TEI, Router
 from ...api.routes.inference import refuse_truncated, run
-from ...api.routes.parameters import prompt_of, right_only, texts_of
+from ...api.route_call import RouteCall
+from ...api.routes.parameters import prompt_of, right_only
 from ...api.routes.responses import INFERS, answered, documented
 from ...api.schemas import Body, Direction, Texts
 from ...api.state import ApiState, state_of
@@ -86,12 +87,12 @@ async def tei_embed_all(body: TEIEmbedAllRequest, request: Request) -> TEITokenS
     """A vector per token, where the served answer carries them: a late-interaction model's scored vectors, each
     text as a document unless `prompt_name` names the query form. An embedder pools inside its graph, so its
     per-token states never leave it: refused."""
-    state = state_of(request)
     # Unnamed, the one late-interaction model answers (an embedder beside it is not asked); a lone embedder refuses.
-    asked = (EMBEDDING, CONTRACT) if body.model or not state.catalog.of_task(CONTRACT) else CONTRACT
-    model = state.catalog.find(asked, body.model)
+    asked = (EMBEDDING, CONTRACT) if body.model or not state_of(request).catalog.of_task(CONTRACT) else CONTRACT
+    call = RouteCall.of(request, asked, body.model)
+    model = call.model
     right_only(body.truncation_direction)
-    texts = texts_of(body.inputs, "inputs", state.settings.max_client_batch_size)
+    texts = call.texts(body.inputs, "inputs")
     if model.contract is not CONTRACT:
         prompt_of(model, body.prompt_name)
         raise invalid(f"embed_all is not served for {model.name}: its graph pools the token states inside "
@@ -99,6 +100,7 @@ async def tei_embed_all(body: TEIEmbedAllRequest, request: Request) -> TEITokenS
     if body.prompt_name not in (None, *FORMS):
         raise invalid(f"prompt_name {body.prompt_name!r} is not a form of {model.name}: {' or '.join(FORMS)}",
                       "prompt_name")
-    found, answer = await multi_vectors(state, request, model, texts, body.prompt_name or DOCUMENT)
+    answer = await call.infer([(t, body.prompt_name or DOCUMENT) for t in texts])
+    found = vectors(answer)
     refuse_truncated(answer, body.truncate, model)
     return TEITokenStates.model_construct(found)
