@@ -2,9 +2,9 @@
 
 Recorded at generation, before the repository is written: the rendered model runs in this process as its
 ensemble chains it (chain.py, the served modules configured from the repository's own configs), each
-statistic the task declares is computed by the function the served steps count with
-(its `statistics_module`, read through serving/statistics.py), and its bounds are the sample's quantiles. Each counting step's version folder gets
-the whole record (STATISTICS_FILE); the manifest gets its source and bounds.
+statistic the task declares is computed by the function the served steps count with (its `statistics_module`,
+read through serving/statistics.py), and its bounds are the sample's quantiles. Each counting step's version
+folder gets the whole record (STATISTICS_FILE); the manifest gets its source and bounds.
 """
 
 from __future__ import annotations
