@@ -1,8 +1,9 @@
 """A task written outside tritonize, served end to end: tests/plugins/tritonize_shout (an embedding taken
 `--loudness` times by a post step from its own served/ folder) is installed as a distribution that names it under
 the `tritonize.tasks` entry point. `python generate.py --task shout --loudness 3` finds the task and its flag there
-with no line of tritonize's edited, verifies it against sentence-transformers, and the repository it writes answers on the local Triton, through the client's
-call and the API's route that the package declares, and counts the statistic it declares.
+with no line of tritonize's edited, verifies it against sentence-transformers, and the repository it writes
+answers on the local Triton, through the client's call and the API's route that the package declares, and counts
+the statistic it declares.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ def test_a_task_from_an_installed_package_is_generated_verified_and_served(tmp_p
     source = build_embedding_model(tmp_path / "tiny-src")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
     run = subprocess.run([sys.executable, "generate.py", "--model", str(source), "--name", "tiny", "--task", "shout",
-                          "--loudness", "3", "--output", str(tmp_path / "repo")], cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+                          "--loudness", "3", "--output", str(tmp_path / "repo")], cwd=REPO_ROOT, env=env,
+                         capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-2000:]
     repo = tmp_path / "repo"
     # The post step runs the package's own module, copied byte for byte beside the shared ones it imports.
