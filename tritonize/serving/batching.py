@@ -38,6 +38,8 @@ TRUNCATION_DIRECTION, WINDOWS, WINDOW_OVERLAP = "truncation_direction", "windows
 # its attention mask leaves out (query expansion), so a row reaches as far as either mask marks.
 SCORE_MASK = "score_mask"
 ROW_MASKS = (ATTENTION_MASK, SCORE_MASK)
+# At most this many tokens (rows x their bucket) in one run of the model (graph_tokenizer/bucketed.py's bound).
+RUN_TOKENS = 2048
 # The configuration parameter with the fused step's own queue bound: requests handed to its worker and not
 # yet running (serving/fused_step.py); 0: none.
 QUEUE_BOUND = "max_queue_size"
@@ -113,8 +115,10 @@ def pad_rows(rows: Sequence[Sequence | np.ndarray], width: int, value: int) -> n
     return out
 
 
-def length_groups(lengths: np.ndarray, order: np.ndarray, buckets: Sequence[int], max_rows: int) -> list[np.ndarray]:
-    """Row indices sorted by length -> consecutive groups within one bucket, at most max_rows each.
+def length_groups(lengths: np.ndarray, order: np.ndarray, buckets: Sequence[int], max_rows: int,
+                  run_tokens: int = RUN_TOKENS) -> list[np.ndarray]:
+    """Row indices sorted by length -> consecutive groups within one bucket, at most max_rows each and at most
+    `run_tokens` tokens by the bucket (one row at least; 0: no token bound).
 
     Each group is then padded only to its own longest row, so little compute
     goes to padding.
@@ -122,8 +126,9 @@ def length_groups(lengths: np.ndarray, order: np.ndarray, buckets: Sequence[int]
     groups, start = [], 0
     while start < len(order):
         limit = bucket_for(int(lengths[order[start]]), buckets)
+        most = min(max_rows, max(1, run_tokens // limit)) if run_tokens else max_rows
         stop = start
-        while stop < len(order) and stop - start < max_rows and lengths[order[stop]] <= limit:
+        while stop < len(order) and stop - start < most and lengths[order[stop]] <= limit:
             stop += 1
         stop = max(stop, start + 1)  # a row longer than every bucket still makes progress, alone
         groups.append(order[start:stop])
