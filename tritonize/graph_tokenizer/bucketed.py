@@ -7,14 +7,10 @@ from __future__ import annotations
 import onnx
 from onnx import TensorProto, helper
 
-from ..serving.batching import ATTENTION_MASK
+from ..serving.batching import ATTENTION_MASK, RUN_TOKENS
 from .nodes import const
 
 PREFIX = "bucketed/"  # what the model's own tensors are called inside the loop's body
-# At most this many tokens (rows x their bucket) in one run of the model: onnxruntime on one CPU thread ran 64
-# rows of 128 tokens at 24.3 ms a row and 16 rows at 18.3 (all-MiniLM-L6-v2), and goodput under 128 clients rose
-# from 0.86-0.99 to 1.02-1.10 (docs/reliability.md, "Bounded queues"); 64 short rows still run whole.
-RUN_TOKENS = 2048
 
 
 def _renamed(model: onnx.ModelProto, inputs: dict[str, str]) -> list[onnx.NodeProto]:

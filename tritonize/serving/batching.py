@@ -38,7 +38,10 @@ TRUNCATION_DIRECTION, WINDOWS, WINDOW_OVERLAP = "truncation_direction", "windows
 # its attention mask leaves out (query expansion), so a row reaches as far as either mask marks.
 SCORE_MASK = "score_mask"
 ROW_MASKS = (ATTENTION_MASK, SCORE_MASK)
-# At most this many tokens (rows x their bucket) in one run of the model (graph_tokenizer/bucketed.py's bound).
+# At most this many tokens (rows x their bucket) in one run of the model, in the Python steps (`length_groups`)
+# and in the graph layout's model step (graph_tokenizer/bucketed.py): onnxruntime on one CPU thread ran 64 rows
+# of 128 tokens at 24.3 ms a row and 16 rows at 18.3 (all-MiniLM-L6-v2), and goodput under 128 clients rose
+# (docs/reliability.md, "Bounded queues"); 64 short rows still run whole.
 RUN_TOKENS = 2048
 # The configuration parameter with the fused step's own queue bound: requests handed to its worker and not
 # yet running (serving/fused_step.py); 0: none.

@@ -343,6 +343,17 @@ def test_length_groups_stay_within_a_bucket_and_max_rows() -> None:
     assert [lengths_.tolist() for lengths_ in (long[g] for g in groups)] == [[5], [200], [300]]
 
 
+def test_length_groups_hold_at_most_the_token_budget_by_their_bucket() -> None:
+    """16 rows of bucket 16 and 5 of bucket 64 under a budget of 128 tokens: runs of 8 and of 2 rows."""
+    lengths = np.array([12] * 16 + [50] * 5)
+    groups = batching.length_groups(lengths, np.argsort(lengths, kind="stable"), [16, 64], max_rows=64,
+                                    run_tokens=128)
+    assert [len(g) for g in groups] == [8, 8, 2, 2, 1]
+    assert sorted(int(r) for g in groups for r in g) == list(range(21))  # every row once
+    whole = batching.length_groups(lengths, np.argsort(lengths, kind="stable"), [16, 64], max_rows=64, run_tokens=0)
+    assert [len(g) for g in whole] == [16, 5]
+
+
 def test_config_is_read_as_triton_hands_it_over(repo: Path, encoder: TextEncoder) -> None:
     config = config_as_triton_passes_it(repo / "tiny_tokenizer" / "config.pbtxt")
     assert config["parameters"]["max_length"] == {"string_value": "64"}
