@@ -96,7 +96,8 @@ def counted(before: dict[Key, float], after: dict[Key, float]) -> Counter:
 def expected_sum(repository: Path, name: str, metric: str, inputs: dict[str, list[str]]) -> float:
     """What one request of `inputs` adds to `<metric>_sum`."""
     record, outputs, context = _answered(repository, name, inputs)
-    return float(values_of(metric, outputs[record["histograms"][metric]["reads"]], context).sum())
+    values = declared(record["modules"])[metric].values
+    return float(values(outputs[record["histograms"][metric]["reads"]], context).sum())
 
 
 def sum_series(metrics_url: str, model: str, metric: str) -> tuple[str, float]:
