@@ -49,7 +49,8 @@ def task_table() -> str:
     rows = ["| task | ensemble | serves |", "|---|---|---|"]
     for name, task in tasks.tasks().items():
         contract = task.contract
-        flow = f"{_names(t.name for t in contract.text_inputs)} → {ensemble(task.pipeline)} → {_names(contract.output_names)}"
+        flow = (f"{_names(t.name for t in contract.text_inputs)} → {ensemble(task.pipeline)} → "
+                f"{_names(contract.output_names)}")
         rows.append(f"| `{name}` | {flow} | {task.serves} |")
     return "\n".join(rows)
 
@@ -93,18 +94,26 @@ WRITERS: dict[str, Callable[[str], str]] = {
 }
 
 
+def rewritten(root: Path = ROOT) -> dict[str, str]:
+    """Each file whose generated parts differ from the registry, and its text as the registry writes it."""
+    found = {}
+    for rel, write in WRITERS.items():
+        text = (root / rel).read_text()
+        new = write(text)
+        if new != text:
+            found[rel] = new
+    return found
+
+
 def stale(root: Path = ROOT) -> list[str]:
     """The files whose generated parts differ from the registry."""
-    return [rel for rel, write in WRITERS.items() if write((root / rel).read_text()) != (root / rel).read_text()]
+    return list(rewritten(root))
 
 
 def main() -> int:
-    for rel, write in WRITERS.items():
-        path = ROOT / rel
-        text = path.read_text()
-        if write(text) != text:
-            path.write_text(write(text))
-            print(f"wrote {rel}")
+    for rel, text in rewritten().items():
+        (ROOT / rel).write_text(text)
+        print(f"wrote {rel}")
     return 0
 
 

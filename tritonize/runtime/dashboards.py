@@ -19,7 +19,8 @@ HEATMAP_OPTIONS = {
     "calculate": False, "cellGap": 1,
     "color": {"mode": "scheme", "scheme": "Oranges", "scale": "exponential", "exponent": 0.5, "fill": "dark-orange",
               "reverse": False, "steps": 64},
-    "yAxis": {"axisPlacement": "left", "reverse": False}, "rowsFrame": {"layout": "le"}, "cellValues": {"unit": "short"},
+    "yAxis": {"axisPlacement": "left", "reverse": False}, "rowsFrame": {"layout": "le"},
+    "cellValues": {"unit": "short"},
     "tooltip": {"mode": "single", "yHistogram": True, "showColorScale": False}, "legend": {"show": True},
     "exemplars": {"color": "rgba(255,0,255,0.7)"}, "filterValues": {"le": 1e-09},
 }

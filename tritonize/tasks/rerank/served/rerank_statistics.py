@@ -7,4 +7,6 @@ from __future__ import annotations
 
 from .statistics import Statistic, flat
 
-STATISTICS = (Statistic("tritonize_output_score", "A reranker's score, per pair.", "Reranker: score per pair", values=flat),)
+STATISTICS = (
+    Statistic("tritonize_output_score", "A reranker's score, per pair.", "Reranker: score per pair", values=flat),
+)
