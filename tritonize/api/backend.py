@@ -41,7 +41,7 @@ def request_parameters(parameters: Parameters | None, lo: int, hi: int) -> dict[
 
 def per_row(parameters: Parameters | None) -> bool:
     """Whether a request's parameters hold a value per row (they then travel with those rows alone)."""
-    return any(not isinstance(v, str) for v in (parameters or {}).values())
+    return bool(parameters) and any(not isinstance(v, str) for v in parameters.values())
 
 
 class TritonBackend:

@@ -6,6 +6,7 @@ A route asks for a model by name (OpenAI's and Cohere's `model`) or, where the c
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,9 +27,10 @@ class ServedModel:
     def name(self) -> str:
         return self.manifest.name
 
-    @property
+    @functools.cached_property
     def contract(self) -> TaskContract:
-        """Its task's contract: how its answers read (the API never builds or verifies a repository)."""
+        """Its task's contract: how its answers read (the API never builds or verifies a repository); read once,
+        as every route asks it several times a request."""
         return contract_of(self.manifest.model.head)
 
     @property
@@ -115,13 +117,13 @@ class Catalog:
     def find(self, tasks: TaskContract | tuple[TaskContract, ...], name: str | None = None) -> ServedModel:
         """The named model, which must serve one of `tasks`; without a name, the only model of them."""
         tasks = tasks if isinstance(tasks, tuple) else (tasks,)
-        what = " or ".join(t.name for t in tasks)
         if name is not None:
             found = self._named(name)
             if found.contract not in tasks:
-                raise ApiError(400, f"the model {name!r} is a {found.contract.name} model, and this "
-                               f"route serves {what} models", "model", "wrong_model_type")
+                raise ApiError(400, f"the model {name!r} is a {found.contract.name} model, and this route serves "
+                               f"{' or '.join(t.name for t in tasks)} models", "model", "wrong_model_type")
             return found
+        what = " or ".join(t.name for t in tasks)
         of_tasks = tuple(m for task in tasks for m in self.of_task(task))
         if not of_tasks:
             raise ApiError(424, f"no {what} model is served here "

@@ -44,6 +44,7 @@ from ..rollout_state import (
 CALLER_HEADER = "X-Caller-Id"  # a canary's caller: the same value always lands on the same version
 CALLER_FAULTS = frozenset({400, 413, 422})  # refusals of the request itself, which the served version would refuse too
 PERSIST_EVERY_S = 1.0
+REFRESH_S = 0.005  # the state file is stat'ed at most this often: a rollout written is routed within it
 log = logging.getLogger("tritonize.api.rollout")
 
 
@@ -85,6 +86,7 @@ class Rollouts:
         self.tallies: dict[tuple[str, int], Tally] = {}
         self.verdicts: dict[tuple[str, int], str] = {}  # (model, candidate) -> why this process stopped routing
         self._stamp: int | None = None
+        self._checked = -REFRESH_S
         self._persisted = 0.0
         self._writable = True
         self._flush_pending = False
@@ -105,6 +107,10 @@ class Rollouts:
 
     # -- the state file ---------------------------------------------------------------------------------------------
     def refresh(self) -> None:
+        now = time.monotonic()
+        if now - self._checked < REFRESH_S:
+            return
+        self._checked = now
         try:
             stamp = os.stat(self._file).st_mtime_ns
         except OSError:

@@ -157,3 +157,9 @@ class ApiState:
 
 def state_of(request: Request) -> ApiState:
     return request.app.state.api
+
+
+def noted(request: Request) -> dict[str, Any]:
+    """What a handler notes of its request (its model, the version that answered, response headers), read by the
+    guard and the dispatch: the scope's own dict, which starlette's `request.state` wraps in an object per request."""
+    return request.scope.setdefault("state", {})

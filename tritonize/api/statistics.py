@@ -144,9 +144,9 @@ class ApiStatistics:
             step = self._steps[model.name] = repo_paths(model.repository, model.name)[FIRST.key].name
             for name, description in USAGE.items():
                 self.usage.declare(name, description, {"model": step}, step)
-        tokens = [np.asarray(a[TOKEN_COUNT]) for a in counted]
-        truncated = [np.asarray(a[TRUNCATED]) for a in counted if a.get(TRUNCATED) is not None]
-        values = {"tritonize_texts_total": sum(len(t) for t in tokens),
-                  "tritonize_tokens_total": int(sum(t.sum() for t in tokens)),
-                  "tritonize_texts_truncated_total": int(sum(t.sum() for t in truncated))}
+        tokens = np.concatenate([np.asarray(a[TOKEN_COUNT]).reshape(-1) for a in counted])
+        truncated = [np.asarray(a[TRUNCATED]).reshape(-1) for a in counted if a.get(TRUNCATED) is not None]
+        values = {"tritonize_texts_total": len(tokens),
+                  "tritonize_tokens_total": int(tokens.sum()),
+                  "tritonize_texts_truncated_total": int(np.concatenate(truncated).sum()) if truncated else 0}
         self.usage.add([((name, step), value) for name, value in values.items()])

@@ -125,3 +125,23 @@ def test_the_state_file_round_trips_and_disappears_with_its_last_rollout(tmp_pat
     with editing(tmp_path) as rollouts:
         rollouts.clear()
     assert read_rollouts(tmp_path) == {} and not (tmp_path / "rollout.json").exists()
+
+
+def test_a_rollout_written_is_routed_within_the_refresh_bound(tmp_path) -> None:
+    """The API stats the state file at most every REFRESH_S; a canary written by `deploy.py` is routed after it."""
+    import time
+
+    from prometheus_client import CollectorRegistry
+
+    from tritonize.api.rollout_routing import REFRESH_S, Rollouts, Target
+
+    routing = Rollouts(tmp_path, CollectorRegistry(), lambda name: 1)
+    assert routing.target("m", "a caller") == Target("m", 1)
+    with editing(tmp_path) as rollouts:
+        rollouts["m"] = Rollout("m", CANARY, 1, 2, 100)
+    time.sleep(REFRESH_S)
+    assert routing.target("m", "a caller") == Target("m_candidate", 2, candidate=True)
+    with editing(tmp_path) as rollouts:
+        rollouts.clear()
+    time.sleep(REFRESH_S)
+    assert routing.target("m", "a caller") == Target("m", 1)

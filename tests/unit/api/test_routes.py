@@ -14,6 +14,7 @@ from tritonize.api.app import envelope
 from tritonize.api.errors import ApiError, invalid
 from tritonize.api.openapi import request_components
 from tritonize.api.routes import paths, routers
+from tritonize.api.routes.parameters import texts_of
 from tritonize.api.routes.score import score_pairs
 from tritonize.api.task_routes import task_routes
 from tritonize.tasks.embedding import bodies as embedding_bodies
@@ -177,3 +178,22 @@ def test_interleaved_answers_keep_the_requests_order() -> None:
     merged = interleaved(3, [([0, 2], images), ([1], texts)])
     assert merged["embedding"].reshape(-1).tolist() == [1.0, 2.0, 3.0]
     assert merged["token_count"].reshape(-1).tolist() == [0, 5, 0]
+
+
+@pytest.mark.parametrize("value,status,words", [
+    ([], 422, "must not be empty"),
+    (["a", 7], 422, "holds token ids"),
+    (["a", ""], 422, "holds an empty string"),
+    (["a", " \t\ufeff"], 422, "holds a blank string"),
+    (["a"] * 5, 413, "holds 5 texts, over this server's limit of 4"),
+])
+def test_texts_are_refused_for_what_they_hold(value, status: int, words: str) -> None:
+    with pytest.raises(ApiError) as refused:
+        texts_of(value, "input", 4)
+    assert refused.value.status == status and words in refused.value.message
+
+
+@pytest.mark.parametrize("value,texts", [("one", ["one"]),
+                                         (["a", " b", "\ufeffc", "\td"], ["a", " b", "\ufeffc", "\td"])])
+def test_texts_that_start_with_white_space_are_texts(value, texts: list[str]) -> None:
+    assert texts_of(value, "input", 4) == texts

@@ -13,7 +13,7 @@ from ..backend import Parameters
 from ..catalog import ServedModel
 from ..errors import ApiError
 from ..rollout_routing import CALLER_FAULTS, CALLER_HEADER
-from ..state import ApiState
+from ..state import ApiState, noted
 
 CALLER = CALLER_HEADER.lower().encode("latin-1")
 
@@ -43,10 +43,10 @@ async def infer(state: ApiState, request: Request, model: ServedModel, inputs: M
             target = state.rollouts.served_target(model.name)
         else:
             state.rollouts.record(model.name, target, True, time.perf_counter() - start)
-            request.state.version = str(target.version)
+            noted(request)["version"] = str(target.version)
             state.statistics.observe(model, str(target.version), answer)
             return answer
-    request.state.version = str(target.version)
+    noted(request)["version"] = str(target.version)
     start = time.perf_counter()
     answer = await state.backend.infer(model, inputs, outputs, parameters=parameters)
     state.rollouts.record(model.name, target, True, time.perf_counter() - start)

@@ -16,7 +16,7 @@ from ...tasks.contract import TaskContract
 from ..backend import Parameters
 from ..catalog import ServedModel
 from ..errors import invalid
-from ..state import ApiState
+from ..state import ApiState, noted
 from . import canary
 
 
@@ -28,17 +28,21 @@ async def run(state: ApiState, request: Request, model: ServedModel,
     return await infer_inputs(state, request, model, contract.request(rows), parameters)
 
 
-def outputs_of(state: ApiState, model: ServedModel) -> list[str]:
+def outputs_of(state: ApiState, model: ServedModel) -> tuple[str, ...]:
     """What a route asks of the model's ensemble: its task's outputs, and token counts where it reports them."""
-    extra = [o for o in (TOKEN_COUNT_OUTPUT, TRUNCATED_OUTPUT) if o in state.outputs.get(model.name, ())]
-    return [*model.contract.output_names, *extra]
+    return _asked(model.contract.output_names, state.outputs.get(model.name, ()))
+
+
+@functools.lru_cache(maxsize=256)
+def _asked(task_outputs: tuple[str, ...], reported: tuple[str, ...]) -> tuple[str, ...]:
+    return (*task_outputs, *(o for o in (TOKEN_COUNT_OUTPUT, TRUNCATED_OUTPUT) if o in reported))
 
 
 async def infer_inputs(state: ApiState, request: Request, model: ServedModel, inputs: Mapping[str, Sequence],
                        parameters: Parameters | None = None) -> dict[str, np.ndarray]:
     """One inference of these ensemble inputs (texts, or images' bytes) through the version the rollout routes to;
     `parameters` reach every step."""
-    request.state.model = model.name
+    noted(request)["model"] = model.name
     return await canary.infer(state, request, model, inputs, outputs_of(state, model), parameters)
 
 

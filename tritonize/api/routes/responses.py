@@ -11,7 +11,7 @@ from fastapi.responses import Response
 
 from .. import schemas as s
 from ..errors import STATUSES
-from ..state import json_response
+from ..state import json_response, noted
 
 # What any route may answer before its handler runs (the guard, the router), and what a route that infers adds.
 GUARDED = (401, 405, 413, 429)
@@ -25,13 +25,13 @@ def documented(envelope: type[s.Body], statuses: Sequence[int]) -> dict[int | st
 
 def answered(handler: Callable[..., Awaitable[s.BaseModel]]) -> Callable[..., Awaitable[Response]]:
     """The handler's response model, written by orjson (state.json_response), with the headers the handler
-    set on `request.state.response_headers`; FastAPI documents the model from the handler's annotation and,
+    noted as `response_headers` (state.noted); FastAPI documents the model from the handler's annotation and,
     given a Response, validates nothing again."""
 
     @functools.wraps(handler)
     async def endpoint(*args: Any, **kwargs: Any) -> Response:
         body = await handler(*args, **kwargs)
         request = kwargs.get("request")
-        return json_response(body, headers=getattr(request.state, "response_headers", None) if request else None)
+        return json_response(body, headers=noted(request).get("response_headers") if request else None)
 
     return endpoint

@@ -8,7 +8,7 @@ from fastapi import Query, Request
 
 from .. import schemas as s
 from ..errors import invalid
-from ..state import state_of
+from ..state import noted, state_of
 from .families import TEI, Router
 from .inference import ranked, ranking, refuse_truncated, scores
 from .parameters import prompt_of, right_only, texts_of
@@ -37,7 +37,7 @@ async def tei_rerank(body: s.TEIRerankRequest, request: Request) -> s.TEIRanks:
 async def tei_tokenize(body: s.TEITokenizeRequest, request: Request) -> s.TEITokens:
     state = state_of(request)
     model = state.catalog.find_any(body.model)
-    request.state.model = model.name
+    noted(request)["model"] = model.name
     texts = texts_of(body.inputs, "inputs", state.settings.max_client_batch_size)
     prompt = prompt_of(model, body.prompt_name) if body.prompt_name else ""
     tokenizer = state.tokenizer(model)
@@ -62,7 +62,7 @@ async def tei_decode(body: s.TEIDecodeRequest, request: Request) -> s.TEIDecoded
     the vocabulary does not hold is refused (the tokenizer would drop it silently)."""
     state = state_of(request)
     model = state.catalog.find_any(body.model)
-    request.state.model = model.name
+    noted(request)["model"] = model.name
     rows = body.ids if body.ids and isinstance(body.ids[0], list) else [body.ids]
     if len(rows) > state.settings.max_client_batch_size:
         raise invalid(f"`ids` holds {len(rows)} lists, over this server's limit of "

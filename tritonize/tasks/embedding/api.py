@@ -28,7 +28,7 @@ from ...api.routes.inference import refuse_truncated, tokens
 from ...api.routes.parameters import cut_at_start, direction_of, image_of, input_prompt, prompt_of, texts_of
 from ...api.routes.responses import INFERS, answered, documented
 from ...api.schemas import TextList, Texts
-from ...api.state import ApiState
+from ...api.state import ApiState, noted
 from ...api.task_routes import TaskRoutes, prompt_names
 from ...errors import TritonizeError
 from ...spec import QUANTIZATION_FILE, TOKEN_COUNT_OUTPUT
@@ -243,7 +243,7 @@ def quantized(request: Request, model: ServedModel, vectors: np.ndarray, precisi
     if calibration is None or dim not in calibration.ranges:
         raise invalid(f"{precision} embeddings are not served for {model.name}: its repository records no "
                       f"quantization ranges for {dim} values (regenerate it with this tritonize)", param, 400)
-    request.state.response_headers = {RANGES_HEADER: calibration.label(dim).encode("ascii", "backslashreplace")
+    noted(request)["response_headers"] = {RANGES_HEADER: calibration.label(dim).encode("ascii", "backslashreplace")
                                       .decode("ascii")}
     return quantize(vectors, precision, calibration.of_size(dim))
 
