@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from ..client import build_request, split_url
+from ..client import split_url
 from ..serving.texts import graph_refusal
 from .catalog import ServedModel
 from .coalesce import Coalescer, TritonFailure
@@ -91,18 +91,13 @@ class TritonBackend:
 
     async def _infer_once(self, name: str, inputs: Mapping[str, Sequence[str]],
                           outputs: Sequence[str], parameters: dict[str, str] | None = None) -> dict[str, np.ndarray]:
-        import tritonclient.grpc.aio as grpcclient
         from tritonclient.utils import InferenceServerException
 
-        if self._client is None:
-            raise ApiError(503, "the API is not connected to Triton")
-        tensors, requested = build_request(grpcclient, inputs, outputs, 0)
         try:
-            result = await self._client.infer(name, tensors, outputs=requested, client_timeout=self.timeout_s,
-                                              parameters=parameters)
+            response = await self.raw_infer(model_infer_request(name, inputs, outputs, parameters))
         except InferenceServerException as exc:
             raise triton_error(exc) from None
-        return {o: result.as_numpy(o) for o in outputs}
+        return answer_arrays(response, outputs)
 
     @property
     def client(self):
@@ -138,6 +133,41 @@ class TritonBackend:
         else:
             self.coalesced.discard(name)
         return tuple(o.name for o in meta.outputs)
+
+
+def model_infer_request(name: str, inputs: Mapping[str, Sequence[str | bytes]], outputs: Sequence[str],
+                        parameters: Mapping[str, str] | None = None):
+    """Triton's gRPC request for these rows, built in one pass: each input a [rows, 1] BYTES tensor of its
+    elements, each 4 bytes of length (little-endian) and then its bytes, as Triton reads them. tritonclient's
+    InferInput objects and its per-element serializer cost ~90 µs of CPU more per 64-row request here."""
+    from tritonclient.grpc import service_pb2
+
+    request = service_pb2.ModelInferRequest(model_name=name)
+    for key, value in (parameters or {}).items():
+        request.parameters[key].string_param = value
+    for input_name, column in inputs.items():
+        request.inputs.add(name=input_name, datatype="BYTES", shape=(len(column), 1))
+        elements = [x.encode("utf-8") if isinstance(x, str) else bytes(x) for x in column]
+        request.raw_input_contents.append(b"".join(len(x).to_bytes(4, "little") + x for x in elements))
+    for output in outputs:
+        request.outputs.add(name=output)
+    return request
+
+
+def answer_arrays(response, outputs: Sequence[str]) -> dict[str, np.ndarray]:
+    """The named outputs of Triton's answer as arrays of their shapes (tritonclient's own readers of its bytes)."""
+    from tritonclient.utils import deserialize_bytes_tensor, triton_to_np_dtype
+
+    found = {o.name: (o, raw) for o, raw in zip(response.outputs, response.raw_output_contents)}
+    arrays = {}
+    for name in outputs:
+        if name not in found:
+            raise TritonFailure(424, f"Triton's answer holds no output {name!r}")
+        output, raw = found[name]
+        values = (deserialize_bytes_tensor(raw) if output.datatype == "BYTES"
+                  else np.frombuffer(raw, dtype=triton_to_np_dtype(output.datatype)))
+        arrays[name] = values.reshape(tuple(output.shape))
+    return arrays
 
 
 def triton_error(exc) -> TritonFailure:
