@@ -24,8 +24,8 @@ def test_the_request_is_tritonclients_for_the_same_rows() -> None:
                                     parameters=parameters)
     ours = model_infer_request("m", inputs, outputs, parameters)
     assert ours == theirs
-    assert ours.raw_input_contents[1] == serialize_byte_tensor(np.array([b"h\xc3\xa9llo w\xc3\xb6rld", b"\x00raw bytes"],
-                                                                        dtype=object)).item()
+    sent = np.array([b"h\xc3\xa9llo w\xc3\xb6rld", b"\x00raw bytes"], dtype=object)
+    assert ours.raw_input_contents[1] == serialize_byte_tensor(sent).item()
 
 
 def test_the_answer_reads_as_tritonclients_does() -> None:
