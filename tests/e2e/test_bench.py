@@ -96,6 +96,20 @@ def test_bench_runs_every_system_with_exact_counts(tiny_python_repo, tmp_path, c
     assert "CPU per request" in printed and "What the served steps counted" in printed
 
 
+def test_bench_sends_an_indexers_requests_of_many_texts(tiny_python_repo, tmp_path) -> None:
+    """--texts-per-request without --stand-in: each request to Triton holds that many texts (the model step counts
+    every row), and the run says how many of its requests the server refused."""
+    out = tmp_path / "results"
+    rc = main(["bench", "--repository", str(tiny_python_repo.repository), "--start-local", "--requests", "12",
+               "--warmup", "2", "--concurrency", "2", "--workloads", "short", "--protocols", "grpc", "--peers", "none",
+               "--texts-per-request", "8", "--output", str(out)])
+    assert rc == 0
+    doc = json.loads((out / "bench.json").read_text())
+    (run,) = doc["runs"]
+    assert (run["texts_per_request"], run["completed"], run["errors"], run["refused"]) == (8, 12, 0, 0)
+    assert run["steps"]["ensemble"]["requests"] == 12 and run["steps"]["model"]["inferences"] == 96
+
+
 def test_tune_writes_the_better_configuration_back(tiny_python_repo, tmp_path) -> None:
     repo = tmp_path / "repo"
     shutil.copytree(tiny_python_repo.repository, repo)

@@ -95,7 +95,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "costs next to nothing, then an empty ensemble (what Triton itself costs); report CPU "
                         "per request and per row by process, and the host cores one H100 needs to be fed")
     p.add_argument("--texts-per-request", type=int_list, default=None,
-                   help=f"with --stand-in: texts in each request, each size measured in turn (default: "
+                   help=f"texts in each request to Triton and the API, each size measured in turn (an indexer "
+                        f"sends 64); the peers are sent one (default: 1; with --stand-in "
                         f"{','.join(map(str, stand_in.TEXTS_PER_REQUEST))})")
     p.add_argument("--peers", "--baselines", dest="peers", type=choice_list(PEER_CHOICES, allow_none=True), default=None,
                    help=f"the servers compared against: {','.join(PEER_CHOICES)} or none (default: all; Infinity's "
@@ -123,8 +124,6 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
         raise TritonizeError("--requests must be at least 1")
     if args.duration is not None and args.duration <= 0:
         raise TritonizeError("--duration must be positive")
-    if args.texts_per_request and not args.stand_in:
-        raise TritonizeError("--texts-per-request goes with --stand-in", hint="add --stand-in, or drop it")
     stand = args.stand_in
     return options_from(
         BenchOptions, args,

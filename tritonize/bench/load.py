@@ -167,6 +167,7 @@ class LoadResult:
     concurrency: int
     latencies_ms: list[float] = field(default_factory=list)
     errors: int = 0
+    refused: int = 0  # of the errors, the server's "full, try later" (bench/load.py is_refusal)
     error_samples: list[str] = field(default_factory=list)
     wall_s: float = 0.0
     client_cpu_s: float = 0.0
@@ -184,6 +185,7 @@ class LoadResult:
             "requests": self.completed + self.errors,
             "completed": self.completed,
             "errors": self.errors,
+            "refused": self.refused,
             "error_samples": self.error_samples,
             "latency_ms": {
                 "p50": pct(50),
@@ -199,6 +201,15 @@ class LoadResult:
             # The load generator shares the machine: how much of one core it used while measuring.
             "client_cpu_pct": round(100.0 * self.client_cpu_s / self.wall_s, 1) if self.wall_s > 0 else 0.0,
         }
+
+
+def is_refusal(exc: Exception) -> bool:
+    """The server said it is full (gRPC UNAVAILABLE; HTTP 429 or 503): a request refused, not a failure."""
+    from ..client import ServerError, is_unavailable
+
+    if isinstance(exc, ServerError):
+        return is_unavailable(exc)
+    return str(exc).startswith(("HTTP 429", "HTTP 503"))
 
 
 async def _phase(
@@ -227,6 +238,7 @@ async def _phase(
             except Exception as exc:  # noqa: BLE001 - every failure is counted, none stops the run
                 if record is not None:
                     record.errors += 1
+                    record.refused += is_refusal(exc)
                     if len(record.error_samples) < ERROR_SAMPLES:
                         record.error_samples.append(f"{type(exc).__name__}: {exc}"[:300])
                 continue

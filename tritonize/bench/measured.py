@@ -25,7 +25,13 @@ def say_run(run: dict) -> str:
     lat, n = run["latency_ms"], run["texts_per_request"]
     shape = f"{run['workload']}{f' x{n}' if n > 1 else ''}"
     return (f"  {run['label']:<24} {shape:<9} c={run['concurrency']:<3} p50 {lat['p50']:7.1f} ms  p99 {lat['p99']:7.1f} ms"
-            f"  {run['throughput_rps']:6.1f} req/s" + (f"  [red]errors {run['errors']}[/]" if run["errors"] else ""))
+            f"  {run['throughput_rps']:6.1f} req/s"
+            + (f"  [red]errors {run['errors']}{refused_of(run)}[/]" if run["errors"] else ""))
+
+
+def refused_of(run: dict) -> str:
+    """How many of a run's errors were refusals (the server full), where any were."""
+    return f" ({run['refused']} refused)" if run.get("refused") else ""
 
 
 def measured_model(repository: Path, model: str = "") -> Manifest:

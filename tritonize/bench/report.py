@@ -12,6 +12,7 @@ from rich.table import Table
 from . import check, infinity
 from .peers import PEERS
 from .cpu import API, CLIENT, NATIVE_MODEL, SERVER
+from .measured import refused_of
 from .server_counters import GRAPH_BATCH
 
 SYSTEM_ORDER = ("triton-grpc", "triton-http", "triton-front", "triton-api", "triton-api-uncoalesced", "triton-api-refused",
@@ -116,7 +117,7 @@ def workload_table(document: dict, workload: str) -> Table:
             server = r.get("server") or {}
             batch = f"{server['avg_batch']:.1f}" if server.get("avg_batch") else "-"
             queue = compute = "-"
-        errors = f"[red]{r['errors']}[/]" if r["errors"] else "0"
+        errors = f"[red]{r['errors']}{refused_of(r)}[/]" if r["errors"] else "0"
         stalls = f"[red]{r['stalls']}[/]" if r.get("stalls") else "0"
         table.add_row(r["label"], *((str(r.get("texts_per_request", 1)),) if texts else ()), str(r["concurrency"]),
                       _ms(lat["p50"]), _ms(lat["p95"]), _ms(lat["p99"]), _ms(lat["max"]),

@@ -190,6 +190,27 @@ def test_a_measurement_never_collects_the_heap_it_started_with() -> None:
     assert gc.get_freeze_count() == 0 and gc.isenabled()
 
 
+def test_a_run_counts_which_of_its_errors_were_refusals() -> None:
+    """A server that is full (gRPC UNAVAILABLE, HTTP 429 or 503) refused the request; any other error failed it. A
+    run says how many of its errors were each."""
+    from tritonize.client import ServerError
+
+    faults = [ServerError("Exceeds maximum queue size", "StatusCode.UNAVAILABLE"), RuntimeError("HTTP 429: busy"),
+              RuntimeError("HTTP 503: draining"), ServerError("bad text", "StatusCode.INVALID_ARGUMENT"),
+              RuntimeError("HTTP 422: bad body"), None]
+
+    class Faulty(load.Sender):
+        async def send(self, row) -> None:
+            fault = faults[int(row[0])]
+            if fault is not None:
+                raise fault
+
+    assert [load.is_refusal(f) for f in faults[:-1]] == [True, True, True, False, False]
+    result = load.measure(Faulty, [(str(i),) for i in range(len(faults))], 1, load.Bound(requests=len(faults)))
+    summary = result.summary()
+    assert (summary["completed"], summary["errors"], summary["refused"]) == (1, 5, 3)
+
+
 # -- the in-process floor ------------------------------------------------------
 
 

@@ -162,7 +162,6 @@ def test_host_cpu_figures_add_up_and_cores_are_cpu_per_row_times_the_rate() -> N
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--texts-per-request", "4"], "--texts-per-request goes with --stand-in"),
     (["--stand-in", "--variant", "fused"], "--stand-in measures the production variant"),
     (["--stand-in", "--peers", "doc"], "--stand-in measures Triton alone"),
     (["--stand-in", "--baselines", "doc"], "--stand-in measures Triton alone"),  # the deprecated alias still reads

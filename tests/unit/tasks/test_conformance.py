@@ -1,0 +1,85 @@
+"""The conformance kit (tests/support/conformance.py) over every entry of the registry, and over a task written
+outside tritonize (tests/plugins/tritonize_shout) registered the way an installed package is: each is planned on a
+tiny folder it serves, its configs parse into Triton's ModelConfig, its served modules resolve, its statistics have
+their panels and rules, and its first route answers its own sample body through a stub of Triton."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from support import conformance, model_zoo
+from tritonize import serving, tasks
+
+# A tiny folder each built-in task serves (the zoo's; multi-vector and image-text from their builders), and the
+# plugin's: it serves what the embedding task serves, where --task names it.
+FOLDERS = {"embedding": "bert-st-mean", "sparse-embedding": "bert-splade", "classification": "bert-seq-cls",
+           "rerank": "bert-cross-encoder", "token-classification": "bert-token-cls",
+           "question-answering": "bert-qa", "multi-vector": "pylate", "image-text": "clip", "shout": "bert-st-mean"}
+BUILDERS = {"multi-vector": lambda entry, root: model_zoo.build_multi_vector(root / entry, entry),
+            "image-text": lambda entry, root: model_zoo.build_image_text(root / entry, entry)}
+PLUGIN = Path(__file__).resolve().parents[2] / "plugins"
+PLUGIN_TASK = "shout"
+KITTED = sorted(tasks.NAMES) + [PLUGIN_TASK]
+
+
+@pytest.fixture(scope="module")
+def registry():
+    """The registry with the plugin registered from its own folder, as its entry point registers it; undone after."""
+    import sys
+
+    packages, path, names = list(tasks.PACKAGES), list(serving.__path__), list(sys.path)
+    sys.path.insert(0, str(PLUGIN))
+    tasks.register("tritonize_shout")
+    yield
+    tasks.PACKAGES[:] = packages
+    serving.__path__[:] = path
+    sys.path[:] = names
+    for name in [m for m in sys.modules if m.startswith(("tritonize_shout", "tritonize.serving.shout"))]:
+        del sys.modules[name]
+
+
+@pytest.fixture(scope="module")
+def planned(registry, tmp_path_factory) -> dict[str, conformance.Planned]:
+    root = tmp_path_factory.mktemp("kit")
+    found = {}
+    for task in KITTED:
+        folder = BUILDERS.get(task, lambda entry, r: model_zoo.build(entry, r))(FOLDERS[task], root / task)
+        found[task] = conformance.plan(task, folder, root / task / "repo")
+    return found
+
+
+def test_the_kit_covers_every_registered_task(registry) -> None:
+    assert set(KITTED) == set(tasks.NAMES) and PLUGIN_TASK in tasks.NAMES
+
+
+@pytest.mark.parametrize("task", KITTED)
+def test_the_build_side_answers_what_the_read_side_reads(planned, task: str) -> None:
+    conformance.outputs_agree(planned[task])
+
+
+@pytest.mark.parametrize("task", KITTED)
+def test_every_config_parses_into_tritons_schema(planned, task: str) -> None:
+    configs = conformance.configs_parse(planned[task])
+    spec = planned[task].spec
+    assert {path.split("/")[0] for path in configs} == {spec.name, *(s.name for s in spec.steps)}
+
+
+@pytest.mark.parametrize("task", KITTED)
+def test_the_served_modules_resolve(planned, task: str) -> None:
+    files = conformance.served_modules_resolve(planned[task])
+    if task == PLUGIN_TASK:  # its post step is its own package's module
+        assert files[f"{conformance.NAME}_post/1/model.py"] == PLUGIN / "tritonize_shout" / "served" / "shout.py"
+
+
+@pytest.mark.parametrize("task", KITTED)
+def test_the_statistics_are_published(planned, task: str) -> None:
+    names = conformance.statistics_published(planned[task])
+    assert bool(names) == bool(tasks.contract_named(task).statistics_module)
+
+
+@pytest.mark.parametrize("task", KITTED)
+def test_the_first_route_answers_through_a_stub_of_triton(planned, task: str, tmp_path: Path) -> None:
+    route, status = conformance.route_answers(planned[task], tmp_path)
+    assert status == 200 and route.startswith("/")
