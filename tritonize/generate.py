@@ -25,6 +25,7 @@ from .spec import (
     MANIFEST_FILE,
     MIN_QUEUE_SIZE,
     MODELS_KEY,
+    RUNS_MODEL_FILE,
     TOKENIZER_FILE,
     TOKENIZER_LAYOUTS,
     int_list,
@@ -74,6 +75,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    f"{d.max_request_bytes}; 0: no bound)")
     p.add_argument("--truncate", action=argparse.BooleanOptionalAction, default=None,
                    help="serve a text longer than the max length as its first tokens (default); --no-truncate refuses it")
+    p.add_argument("--model-runs", action=argparse.BooleanOptionalAction, default=None,
+                   help="on a CPU behind the Python tokenizer step: the production model step runs its batch's rows "
+                   "grouped by length, at most 2,048 tokens a run, inside its graph (model_runs.onnx beside model.onnx; "
+                   "default: on; docs/reliability.md)")
     p.add_argument("--tokenizer-instances", type=int, help=f"(default: {d.tokenizer_instances})")
     p.add_argument("--model-instances", type=int, help=f"(default: {CONTAINER_MODEL_INSTANCES} in the production configs, "
                    f"{FUSED_STEP_INSTANCES} in the fused step, which pipelines its batches)")
@@ -216,6 +221,8 @@ def generate(options: GenerateOptions) -> Path:
             except TokenizerRefused as exc:
                 options = _python_tokenizer(exc, options)
                 repo = repository.plan(options, spec, name, fused_config)
+        if repo.model_runs:
+            repo, graph_files = _model_runs(repo, artifacts, spec, task, staging / "runs", options.atol, graph_files)
         calibration = None
         if task.calibrates:
             with phase(f"Recording quantization ranges from {len(calibrating)} texts ({calibration_source})"):
@@ -246,6 +253,21 @@ def generate(options: GenerateOptions) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
     _say_ready(output, name, report, index, joined is not None)
     return output
+
+
+def _model_runs(repo, artifacts, spec, task, work: Path, atol: float, graph_files: dict[str, Path]):
+    """The model step's graph run in runs (RUNS_MODEL_FILE), checked on the verification rows in one batch of
+    mixed lengths; a graph kept in external data (over 2 GB) stays whole, said in one line."""
+    from . import verify
+    from .graph_tokenizer.bucketed import runs_graph
+
+    if len(artifacts.files_for(artifacts.onnx)) > 1:
+        err.print("[yellow]the model step runs its batches whole: its graph keeps its weights in external data[/]")
+        return dataclasses.replace(repo, model_runs=False), graph_files
+    with phase("Cutting the model step's batches in runs by length, compared with its graph"):
+        target = runs_graph(artifacts.onnx, repo.buckets, verify.tokenize(spec, task.verification_rows()),
+                            work / RUNS_MODEL_FILE, atol)
+    return repo, {**graph_files, f"{repo.model_name}/{repo.version}/{RUNS_MODEL_FILE}": target}
 
 
 def _placed(output: Path, options: GenerateOptions, repo, spec, name: str):

@@ -74,8 +74,9 @@ class Manifest:
             resolved["input_names"] = tuple(resolved.get("input_names") or ())
             model = ModelSpec(head=head, **resolved)
             fields = set(GenerateOptions.field_names())
-            # written before the graph tokenizer was the default: each tokenized in its Python step
-            options = GenerateOptions(**{"tokenizer": EARLIER_TOKENIZER,
+            # written before the graph tokenizer was the default: each tokenized in its Python step; before the
+            # model step ran in runs: each ran its batches whole
+            options = GenerateOptions(**{"tokenizer": EARLIER_TOKENIZER, "model_runs": False,
                                          **{k: v for k, v in data.items() if k in fields}})
         except (KeyError, TypeError, AttributeError, TritonizeError) as exc:
             raise TritonizeError(

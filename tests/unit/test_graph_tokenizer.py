@@ -399,3 +399,57 @@ def test_a_buckets_rows_run_in_runs_of_the_token_budget(minilm) -> None:
     assert both["runs"][:, 0].tolist() == [2, 1, 2, 2, 2, 1, 1]
     whole = gt.compose_model(tokenizer, gt.bucketed(model, buckets, run_tokens=0), ("input_ids", "attention_mask"))
     assert _run(whole, texts)["runs"][:, 0].tolist() == [5, 2, 5, 5, 5, 2, 5]
+
+
+def _row_graph(width_dependent: bool) -> onnx.ModelProto:
+    """[rows, width] ids and mask -> [rows, 1] float: each row's ids summed where its mask is set, or (width_dependent)
+    the batch's width, which a run cut to its longest row changes."""
+    from onnx import TensorProto, helper
+
+    ids, mask = (helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "sequence"])
+                 for n in ("input_ids", "attention_mask"))
+    out = helper.make_tensor_value_info("value", TensorProto.FLOAT, ["batch", 1])
+    if width_dependent:
+        nodes = [helper.make_node("Shape", ["input_ids"], ["shape"]),
+                 helper.make_node("Gather", ["shape", "one_scalar"], ["width"]),
+                 helper.make_node("Mul", ["attention_mask", "zero"], ["zeros"]),
+                 helper.make_node("ReduceSum", ["zeros", "one"], ["z"], keepdims=1),
+                 helper.make_node("Add", ["z", "width"], ["w"]),
+                 helper.make_node("Cast", ["w"], ["value"], to=TensorProto.FLOAT)]
+    else:
+        nodes = [helper.make_node("Mul", ["input_ids", "attention_mask"], ["kept"]),
+                 helper.make_node("ReduceSum", ["kept", "one"], ["s"], keepdims=1),
+                 helper.make_node("Cast", ["s"], ["value"], to=TensorProto.FLOAT)]
+    weights = [onnx.numpy_helper.from_array(np.array([1], np.int64), "one"),
+               onnx.numpy_helper.from_array(np.array(1, np.int64), "one_scalar"),
+               onnx.numpy_helper.from_array(np.array(0, np.int64), "zero")]
+    return helper.make_model(helper.make_graph(nodes, "rows", [ids, mask], [out], weights),
+                             opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_the_model_step_in_runs_answers_as_its_graph_or_is_refused(tmp_path: Path) -> None:
+    """Behind the Python tokenizer step, the model step's graph in runs (RUNS_MODEL_FILE) is written only where it
+    answers a batch of mixed lengths as the plain graph does; a graph whose answer moves with the batch's width is
+    refused in one line."""
+    from tritonize.graph_tokenizer.bucketed import runs_graph
+
+    lengths = [3, 16, 40, 9, 128, 2]
+    mask = np.array([[1] * n + [0] * (128 - n) for n in lengths], np.int64)
+    feeds = {"input_ids": (np.arange(128, dtype=np.int64) + 1) * mask, "attention_mask": mask}
+    buckets = (16, 32, 64, 128)
+    exact = tmp_path / "exact.onnx"
+    onnx.save(_row_graph(False), str(exact))
+    written = runs_graph(exact, buckets, feeds, tmp_path / "runs" / "model_runs.onnx", 1e-4)
+    answer = ort_session(written).run(None, feeds)[0]
+    assert answer[:, 0].tolist() == [n * (n + 1) / 2 for n in lengths] and written.is_file()
+    moving = tmp_path / "moving.onnx"
+    onnx.save(_row_graph(True), str(moving))
+    with pytest.raises(TritonizeError, match="answers value otherwise than its graph") as refused:
+        runs_graph(moving, buckets, feeds, tmp_path / "runs2" / "model_runs.onnx", 1e-4)
+    assert "\n" not in str(refused.value.message)
+
+
+def ort_session(path: Path):
+    import onnxruntime as ort
+
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])

@@ -77,7 +77,9 @@ def test_every_config_parses_into_model_config(model: ModelSpec, device: str) ->
 
     assert ensemble.platform == "ensemble"
     assert tokenizer.backend == "python"
-    assert container.platform == "onnxruntime_onnx" and container.default_model_filename == "model.onnx"
+    # On a CPU the model step runs its batch's rows in runs, from its own graph file; a GPU takes them whole.
+    assert container.platform == "onnxruntime_onnx"
+    assert container.default_model_filename == ("model_runs.onnx" if device == "cpu" else "model.onnx")
     assert local.backend == "python"
     # Every step that can batch does.
     for config in (tokenizer, container, local):
@@ -404,6 +406,47 @@ def test_reconfigure_rewrites_only_configs(tmp_path: Path) -> None:
     assert (out / "demo_model/1/model.onnx").read_bytes() == onnx_before
     with pytest.raises(TritonizeError, match="unknown option"):
         repository.reconfigure(out, Overrides.of({"max_queue_delay": 1}))
+
+
+@pytest.mark.parametrize("changes,runs", [
+    ({}, True),
+    ({"model_runs": False}, False),
+    ({"device": "gpu"}, False),  # a GPU takes its batches whole
+    ({"precision": "int8"}, False),  # dynamic quantization reads the whole batch's ranges
+    ({"tokenizer": "graph"}, False),  # the graph that tokenizes runs its own runs
+])
+def test_the_model_step_runs_its_batches_in_runs_on_a_cpu_behind_the_python_tokenizer(changes: dict,
+                                                                                       runs: bool) -> None:
+    opts = GenerateOptions(model="/models/x", **{"tokenizer": "python", **changes})
+    repo = repository.plan(opts, EMBEDDING, "demo")
+    assert repo.model_runs is runs
+    assert repo.model_file == ("model_runs.onnx" if runs else repo.pipeline.model_file)
+
+
+def test_a_model_step_whose_answers_have_a_row_per_token_runs_its_batches_whole() -> None:
+    """A token classifier's logits are [rows, tokens, labels]: cut to a run's width, rows of one batch would not
+    line up again, so its model step keeps the plain graph."""
+    from tritonize.tasks import token_classification
+
+    model = dataclasses.replace(EMBEDDING, head=token_classification.Head(labels=("O", "B-X"), aggregation="simple"),
+                                architecture="BertForTokenClassification")
+    repo = repository.plan(GenerateOptions(model="/models/x", tokenizer="python"), model, "demo")
+    assert not repo.model_runs and repo.model_file == "model.onnx"
+
+
+def test_a_repository_written_before_runs_keeps_its_model_steps_graph_when_reconfigured(tmp_path: Path) -> None:
+    files, binaries = _files_and_binary(tmp_path)
+    out = tmp_path / "repo"
+    repository.write(files, binaries, out, repository.staging_dir(out))
+    assert not (out / "demo_model/1/model_runs.onnx").exists()
+    repository.reconfigure(out, Overrides(max_queue_delay_us=7))
+    config = repository.parse_config((out / "demo_model/config.pbtxt").read_text())
+    assert config.default_model_filename == "model.onnx"
+    assert config.dynamic_batching.max_queue_delay_microseconds == 7
+    # A manifest written before the option was recorded reads as runs off: such a repository has no runs graph.
+    data = yaml.safe_load((out / "tritonize.yaml").read_text())
+    data.pop("model_runs", None)
+    assert Manifest.from_dict(data).options.model_runs is False
 
 
 def test_each_tasks_answers_expect_the_row_outputs_its_pipeline_returns() -> None:

@@ -167,6 +167,9 @@ def write_stand_in(repo: Path, target: Path, name: str) -> Path:
             stand_ins = {graph_file: stand_in_after_tokenizer(real, plain, sizes), MODEL_FILE: stand_in_graph(plain, sizes)}
         else:
             stand_ins = {graph_file: stand_in_graph(real, sizes)}
+            if graph_file != MODEL_FILE and (version / MODEL_FILE).exists():  # the plain graph beside the one in runs
+                plain = onnx.load(str(version / MODEL_FILE), load_external_data=False)
+                stand_ins[MODEL_FILE] = stand_in_graph(plain, sizes)
         for file, graph in stand_ins.items():
             (version / file).unlink()  # a link to the real graph: the real one stays as it is
             onnx.save(graph, str(version / file))

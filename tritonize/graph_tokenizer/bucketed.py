@@ -4,9 +4,13 @@ model step's regrouping, serving/batching.py's `length_groups`, done by the grap
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from ..errors import TritonizeError
 from ..serving.batching import ATTENTION_MASK, RUN_TOKENS
 from .nodes import const
 
@@ -57,7 +61,9 @@ def bucketed(model: onnx.ModelProto, buckets: tuple[int, ...], run_tokens: int =
         helper.make_node("NonZero", ["group/is"], ["group/rows_2"]),
         helper.make_node("Reshape", ["group/rows_2", "g/minus_one"], ["group/rows"]),
         helper.make_node("Gather", ["g/real", "group/rows"], ["group/real"]),
-        helper.make_node("ReduceMax", ["group/real"], ["group/width"], keepdims=1),  # its longest row
+        helper.make_node("ReduceMax", ["group/real"], ["group/longest"], keepdims=1),  # its longest row
+        # at least one column: a warm-up's rows are all padding (Triton's zero_data), and no kernel need take none
+        helper.make_node("Max", ["group/longest", "g/one_column"], ["group/width"]),
         *(node for x in inputs for node in (
             helper.make_node("Gather", [x, "group/rows"], [f"group/{x}_rows"], axis=0),
             helper.make_node("Slice", [f"group/{x}_rows", "g/axis_0", "group/width", "g/axis_1"], [body_inputs[x]]))),
@@ -82,7 +88,7 @@ def bucketed(model: onnx.ModelProto, buckets: tuple[int, ...], run_tokens: int =
     )
     main = [
         const("g/bucket_lengths", list(buckets)), const("g/axis_0", [0]), const("g/axis_1", [1]),
-        const("g/minus_one", [-1]),
+        const("g/minus_one", [-1]), const("g/one_column", [1]),
         helper.make_node("Constant", [], ["g/go"], value=helper.make_tensor("g/go", TensorProto.BOOL, [], [True])),
         helper.make_node("ReduceSum", [ATTENTION_MASK, "g/axis_1"], ["g/real"], keepdims=0),
         helper.make_node("Unsqueeze", ["g/real", "g/axis_1"], ["g/real_1"]),
@@ -157,3 +163,26 @@ def with_model(served: onnx.ModelProto, model: onnx.ModelProto) -> onnx.ModelPro
     out.graph.initializer.extend(weights)
     onnx.checker.check_model(out, full_check=False)
     return out
+
+
+def runs_graph(model_graph: Path, buckets: tuple[int, ...], feeds: dict[str, np.ndarray], target: Path,
+               atol: float) -> Path:
+    """The model's graph run by bucket in runs (`bucketed`), written to `target`, where its answers to `feeds` (rows
+    of mixed lengths padded to one width, as a batch reaches the model step) equal the model's own graph's within
+    `atol`; refused in one line otherwise."""
+    import onnxruntime as ort
+
+    graph = bucketed(onnx.load(str(model_graph)), buckets)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(graph, str(target))
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    plain = ort.InferenceSession(str(model_graph), options, providers=["CPUExecutionProvider"])
+    runs = ort.InferenceSession(str(target), options, providers=["CPUExecutionProvider"])
+    names = [o.name for o in plain.get_outputs()]
+    for name, want, got in zip(names, plain.run(None, feeds), runs.run(names, feeds)):
+        worst = float(np.abs(np.asarray(want, np.float64) - np.asarray(got, np.float64)).max())
+        if want.shape != got.shape or worst > atol:
+            raise TritonizeError(f"the model run in runs answers {name} otherwise than its graph ({got.shape} against "
+                                 f"{want.shape}, max-abs {worst:.2e} over {atol:g})", hint="generate with --no-model-runs")
+    return target

@@ -3,12 +3,15 @@ what an existing repository decides for a model that joins it (its versions, its
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from .. import tasks
 from ..errors import TokenizerRefused, TritonizeError
 from ..manifest import Manifest, choose, find_manifests
+from ..serving.batching import ATTENTION_MASK
 from ..spec import (
+    MODEL_FILE,
     CONFIGS_DIR,
     FIRST,
     CONTAINER_MODEL_INSTANCES,
@@ -118,7 +121,7 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str, fused_config: st
             batches=pipeline.first_batches or role is not FIRST,
         )
 
-    return RepoSpec(
+    repo = RepoSpec(
         name=name,
         model=model,
         description=task.describe(model.head),
@@ -148,6 +151,21 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str, fused_config: st
         version=options.version or FIRST_VERSION,
         fused_config_name=fused_config,
     )
+    return dataclasses.replace(repo, model_runs=model_runs(repo)) if options.model_runs else repo
+
+
+def model_runs(repo: RepoSpec) -> bool:
+    """Whether the production model step runs its batch's rows in runs (RUNS_MODEL_FILE): on a CPU, in fp32 (int8's
+    dynamic quantization reads the whole batch's ranges, so its answers would move with the runs), behind a step
+    that tokenizes (a graph that tokenizes runs its own), where the graph takes token tensors of [rows, width] with
+    an attention mask and answers one value of fixed shape a row, so that a row's answer does not depend on the
+    rows beside it."""
+    inputs = repo.pipeline.model_inputs(repo)
+    return (repo.device == "cpu" and repo.precision == "fp32" and repo.tensorrt is None
+            and repo.pipeline.model_file == MODEL_FILE
+            and ATTENTION_MASK in {t.name for t in inputs}
+            and all(t.triton_type == "TYPE_INT64" and tuple(t.dims) == (-1,) for t in inputs)
+            and all(d > 0 for t in repo.pipeline.model_outputs(repo) for d in t.dims))
 
 
 def fused_config_name(root: Path) -> str:

@@ -21,7 +21,7 @@ from tritonclient.grpc import model_config_pb2
 
 from ..errors import TritonizeError
 from ..manifest import load_entries, read_manifest
-from ..spec import CONFIG_FILE, FIRST_VERSION, LABELS_FILE, MANIFEST_FILE, STATISTICS, RepoSpec
+from ..spec import CONFIG_FILE, FIRST_VERSION, LABELS_FILE, MANIFEST_FILE, RUNS_MODEL_FILE, STATISTICS, RepoSpec
 from ..spec.options import Overrides
 from ..verify import VerificationReport
 from .index import INDEX_FILES, IndexEntry, manifest, read_index, render
@@ -295,6 +295,8 @@ def reconfigure(repo_dir: Path, overrides: Overrides, name: str | None = None) -
                              hint="generate it again with --tokenizer python and these options")
     if repo.statistics_step and not (repo_dir / repo.statistics_step.name).is_dir():  # written before it had one
         repo = repo.without(STATISTICS)
+    if repo.model_runs and not (repo_dir / repo.model_name / str(repo.version) / RUNS_MODEL_FILE).is_file():
+        repo = dataclasses.replace(repo, model_runs=False)  # written before its model step ran in runs
     # Only the configs and the manifest are written: the report and the baseline stay as generation wrote them.
     kept = dataclasses.replace(manifest(options, repo), baseline=current.baseline)
     files = [f for f in render(repo, kept, VerificationReport.skipped_report(), index)

@@ -56,6 +56,10 @@ MODEL_FILE = "model.onnx"
 # their library (GRAPH_LIBRARY_FILE) by its bare name, which every server tritonize starts finds
 # (runtime/operator_library.py), and ships a copy in its folder.
 GRAPH_MODEL_FILE = "model_text.onnx"
+# Behind the Python tokenizer step on a CPU, the model step's production graph runs the model on its batch's rows
+# grouped by their bucket, each group in runs of at most RUN_TOKENS tokens (graph_tokenizer/bucketed.py), beside
+# MODEL_FILE: a batch of 64 long rows costs a third more a row than runs of 16 (docs/reliability.md).
+RUNS_MODEL_FILE = "model_runs.onnx"
 TEXTS_GRAPH_FILE = "texts.onnx"
 TOKENIZER_GRAPH_FILE = "tokenizer.onnx"
 GRAPH_LIBRARY_FILE = "libortextensions.so"

@@ -122,6 +122,9 @@ class GenerateOptions:
     # A text longer than the max length: its first tokens are served (as sentence-transformers and the
     # pipelines truncate), or with False the request is refused (text-embeddings-inference's truncate=false).
     truncate: bool = True
+    # On a CPU, behind the Python tokenizer step: the production model step's graph runs its batch's rows by
+    # bucket, in runs of at most RUN_TOKENS tokens (RUNS_MODEL_FILE; planning.model_runs says where it applies).
+    model_runs: bool = True
     opset: int = 17
     trust_remote_code: bool = False
     force: bool = False

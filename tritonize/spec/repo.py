@@ -17,6 +17,7 @@ from .names import (
     MODEL,
     MODEL_FILE,
     POST,
+    RUNS_MODEL_FILE,
     STATISTICS,
     TENSORRT_CACHE,
     TOKENIZER_FILE,
@@ -192,6 +193,14 @@ class RepoSpec:
     # What each model's fused-variant config is named (configs/<name>.pbtxt): FUSED_CONFIG_NAME, or the name the
     # repository this model joins was written with.
     fused_config_name: str = FUSED_CONFIG_NAME
+    # Whether the production model step runs its batch's rows in runs (RUNS_MODEL_FILE, beside MODEL_FILE): planning
+    # decides (`planning.model_runs`), generation builds the graph and checks its answers against MODEL_FILE's.
+    model_runs: bool = False
+
+    @property
+    def model_file(self) -> str:
+        """The production model step's graph file."""
+        return RUNS_MODEL_FILE if self.model_runs else self.pipeline.model_file
 
     @property
     def pad_token_id(self) -> int:

@@ -1,5 +1,5 @@
 """The conformance kit (tests/support/conformance.py) over every entry of the registry, and over a task written
-outside tritonize (tests/plugins/tritonize_shout) registered the way an installed package is: each is planned on a
+outside tritonize (a copy of tests/plugins/tritonize_shout) registered the way an installed package is: each is planned on a
 tiny folder it serves, its configs parse into Triton's ModelConfig, its served modules resolve, its statistics have
 their panels and rules, and its first route answers its own sample body through a stub of Triton."""
 
@@ -19,25 +19,36 @@ FOLDERS = {"embedding": "bert-st-mean", "sparse-embedding": "bert-splade", "clas
            "question-answering": "bert-qa", "multi-vector": "pylate", "image-text": "clip", "shout": "bert-st-mean"}
 BUILDERS = {"multi-vector": lambda entry, root: model_zoo.build_multi_vector(root / entry, entry),
             "image-text": lambda entry, root: model_zoo.build_image_text(root / entry, entry)}
-PLUGIN = Path(__file__).resolve().parents[2] / "plugins"
+PLUGIN = Path(__file__).resolve().parents[2] / "plugins" / "tritonize_shout"
+PACKAGE = "kit_shout"  # the plugin's copy, under a name no other test registers (the registry caches by names)
 PLUGIN_TASK = "shout"
 KITTED = sorted(tasks.NAMES) + [PLUGIN_TASK]
 
 
-@pytest.fixture(scope="module")
-def registry():
-    """The registry with the plugin registered from its own folder, as its entry point registers it; undone after."""
+def forget(*prefixes: str) -> None:
     import sys
 
+    for name in [m for m in sys.modules if m.startswith(prefixes)]:
+        del sys.modules[name]
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory):
+    """The registry with a copy of the plugin registered, as its entry point registers it; undone after."""
+    import shutil
+    import sys
+
+    root = tmp_path_factory.mktemp("plugin")
+    shutil.copytree(PLUGIN, root / PACKAGE, ignore=shutil.ignore_patterns("__pycache__"))
     packages, path, names = list(tasks.PACKAGES), list(serving.__path__), list(sys.path)
-    sys.path.insert(0, str(PLUGIN))
-    tasks.register("tritonize_shout")
-    yield
+    forget("tritonize.serving.shout")
+    sys.path.insert(0, str(root))
+    tasks.register(PACKAGE)
+    yield root / PACKAGE
     tasks.PACKAGES[:] = packages
     serving.__path__[:] = path
     sys.path[:] = names
-    for name in [m for m in sys.modules if m.startswith(("tritonize_shout", "tritonize.serving.shout"))]:
-        del sys.modules[name]
+    forget(PACKAGE, "tritonize.serving.shout")
 
 
 @pytest.fixture(scope="module")
@@ -67,10 +78,10 @@ def test_every_config_parses_into_tritons_schema(planned, task: str) -> None:
 
 
 @pytest.mark.parametrize("task", KITTED)
-def test_the_served_modules_resolve(planned, task: str) -> None:
+def test_the_served_modules_resolve(registry, planned, task: str) -> None:
     files = conformance.served_modules_resolve(planned[task])
     if task == PLUGIN_TASK:  # its post step is its own package's module
-        assert files[f"{conformance.NAME}_post/1/model.py"] == PLUGIN / "tritonize_shout" / "served" / "shout.py"
+        assert files[f"{conformance.NAME}_post/1/model.py"] == registry / "served" / "shout.py"
 
 
 @pytest.mark.parametrize("task", KITTED)
