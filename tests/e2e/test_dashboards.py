@@ -39,6 +39,11 @@ def test_every_panel_of_the_outputs_dashboard_answers_after_traffic(task_stack, 
     url = prometheus.start(f"127.0.0.1:{endpoints.metrics_port}", api_target=api.url.split("://", 1)[1])
     try:
         assert prometheus.wait_scraped(20)  # before the traffic: the window's increase starts from a sample
+        # ... of the API's series too, which it publishes at zero as it starts (its statistics of the graph layout)
+        deadline = time.monotonic() + 20
+        while "tritonize_api_in_flight" not in stored(url) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert "tritonize_api_in_flight" in stored(url), "Prometheus never scraped the API"
         for name in ("emb", *MODELS, LATE_INTERACTION):
             task = tasks.of(read_manifest(repository, name).model.head)
             _, rows = baseline_rows(task, None)

@@ -17,7 +17,6 @@ from ..client import split_url
 from ..serving.texts import graph_refusal
 from .catalog import ServedModel
 from .coalesce import Coalescer, TritonFailure
-from .errors import ApiError
 
 REFUSING_NODE = re.compile(r"Name:'([^']*)'")  # onnxruntime's error: the node that failed
 # Triton's gRPC status -> the status the API answers. UNAVAILABLE is a full queue (the server sheds load).

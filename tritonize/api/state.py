@@ -108,6 +108,8 @@ class ApiState:
     async def open(self) -> None:
         await self.backend.open()
         await self.learn_outputs()
+        for model in self.catalog.models:
+            self.statistics.declare(model)
 
     async def learn_outputs(self) -> None:
         """Which outputs each ensemble has (token counts only in repositories that report them)."""

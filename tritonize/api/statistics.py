@@ -106,6 +106,16 @@ class ApiStatistics:
             self._of[key] = found
         return self._of[key]
 
+    def declare(self, model: ServedModel) -> None:
+        """The served version's series published at zero before any answer: Prometheus's `increase` counts from a
+        series' first sample, so answers counted before it would be lost to the drift rule's window."""
+        if not self.counts_here(model):
+            return
+        try:
+            self._statistics(model, str(model.manifest.version))
+        except Exception as exc:  # noqa: BLE001 - a count must not stop the API starting
+            log.warning("statistics of %s not declared: %s: %s", model.name, type(exc).__name__, exc)
+
     def observe(self, model: ServedModel, version: str, answer: Mapping[str, np.ndarray]) -> None:
         """Count one answer of `version` of the model, soon (never failing the answer)."""
         if not self.counts_here(model):
@@ -135,15 +145,20 @@ class ApiStatistics:
             except Exception as exc:  # noqa: BLE001 - a count must not cost a caller its answer
                 log.warning("statistics of %s not counted: %s: %s", model.name, type(exc).__name__, exc)
 
-    def _usage(self, model: ServedModel, answers: list[Mapping[str, np.ndarray]]) -> None:
-        counted = [a for a in answers if a.get(TOKEN_COUNT) is not None]
-        if not counted:
-            return
+    def _step(self, model: ServedModel) -> str:
+        """The model's first step's name, its usage counters declared with it."""
         step = self._steps.get(model.name)
         if step is None:
             step = self._steps[model.name] = repo_paths(model.repository, model.name)[FIRST.key].name
             for name, description in USAGE.items():
                 self.usage.declare(name, description, {"model": step}, step)
+        return step
+
+    def _usage(self, model: ServedModel, answers: list[Mapping[str, np.ndarray]]) -> None:
+        counted = [a for a in answers if a.get(TOKEN_COUNT) is not None]
+        if not counted:
+            return
+        step = self._step(model)
         tokens = np.concatenate([np.asarray(a[TOKEN_COUNT]).reshape(-1) for a in counted])
         truncated = [np.asarray(a[TRUNCATED]).reshape(-1) for a in counted if a.get(TRUNCATED) is not None]
         values = {"tritonize_texts_total": len(tokens),

@@ -11,7 +11,6 @@ from ..errors import TokenizerRefused, TritonizeError
 from ..manifest import Manifest, choose, find_manifests
 from ..serving.batching import ATTENTION_MASK
 from ..spec import (
-    MODEL_FILE,
     CONFIGS_DIR,
     FIRST,
     CONTAINER_MODEL_INSTANCES,
@@ -20,6 +19,7 @@ from ..spec import (
     FUSED_CONFIG_NAME,
     FUSED_STEP_INSTANCES,
     MODEL,
+    MODEL_FILE,
     POST,
     STATISTICS,
     STATISTICS_INSTANCES,

@@ -243,8 +243,8 @@ def quantized(request: Request, model: ServedModel, vectors: np.ndarray, precisi
     if calibration is None or dim not in calibration.ranges:
         raise invalid(f"{precision} embeddings are not served for {model.name}: its repository records no "
                       f"quantization ranges for {dim} values (regenerate it with this tritonize)", param, 400)
-    noted(request)["response_headers"] = {RANGES_HEADER: calibration.label(dim).encode("ascii", "backslashreplace")
-                                      .decode("ascii")}
+    label = calibration.label(dim).encode("ascii", "backslashreplace").decode("ascii")
+    noted(request)["response_headers"] = {RANGES_HEADER: label}
     return quantize(vectors, precision, calibration.of_size(dim))
 
 
