@@ -31,6 +31,19 @@ from tritonize.spec.options import GenerateOptions
 from tritonize.verify import VerificationReport
 
 NAME = "kit"  # the model's name in every check
+# A tiny folder each built-in task serves: the zoo's, and for multi-vector and image-text their builders' layouts.
+FOLDER_OF_TASK = {"embedding": "bert-st-mean", "sparse-embedding": "bert-splade", "classification": "bert-seq-cls",
+                  "rerank": "bert-cross-encoder", "token-classification": "bert-token-cls",
+                  "question-answering": "bert-qa", "multi-vector": "pylate", "image-text": "clip"}
+
+
+def build_folder(task: str, entry: str, root: Path) -> Path:
+    """The tiny folder `entry` of the task, built under root."""
+    from support import model_zoo
+
+    builders = {"multi-vector": lambda: model_zoo.build_multi_vector(root / entry, entry),
+                "image-text": lambda: model_zoo.build_image_text(root / entry, entry)}
+    return builders.get(task, lambda: model_zoo.build(entry, root))()
 NUMPY = {"TYPE_FP32": np.float32, "TYPE_FP16": np.float16, "TYPE_INT64": np.int64, "TYPE_INT32": np.int32,
          "TYPE_BOOL": np.bool_}
 

@@ -9,20 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from support import conformance, model_zoo
+from support import conformance
 from tritonize import serving, tasks
 
-# A tiny folder each built-in task serves (the zoo's; multi-vector and image-text from their builders), and the
-# plugin's: it serves what the embedding task serves, where --task names it.
-FOLDERS = {"embedding": "bert-st-mean", "sparse-embedding": "bert-splade", "classification": "bert-seq-cls",
-           "rerank": "bert-cross-encoder", "token-classification": "bert-token-cls",
-           "question-answering": "bert-qa", "multi-vector": "pylate", "image-text": "clip", "shout": "bert-st-mean"}
-BUILDERS = {"multi-vector": lambda entry, root: model_zoo.build_multi_vector(root / entry, entry),
-            "image-text": lambda entry, root: model_zoo.build_image_text(root / entry, entry)}
 PLUGIN = Path(__file__).resolve().parents[2] / "plugins" / "tritonize_shout"
 PACKAGE = "kit_shout"  # the plugin's copy, under a name no other test registers (the registry caches by names)
 PLUGIN_TASK = "shout"
 KITTED = sorted(tasks.NAMES) + [PLUGIN_TASK]
+# The plugin serves what the embedding task serves, where --task names it.
+FOLDERS = {**conformance.FOLDER_OF_TASK, PLUGIN_TASK: conformance.FOLDER_OF_TASK["embedding"]}
 
 
 def forget(*prefixes: str) -> None:
@@ -56,7 +51,7 @@ def planned(registry, tmp_path_factory) -> dict[str, conformance.Planned]:
     root = tmp_path_factory.mktemp("kit")
     found = {}
     for task in KITTED:
-        folder = BUILDERS.get(task, lambda entry, r: model_zoo.build(entry, r))(FOLDERS[task], root / task)
+        folder = conformance.build_folder(task, FOLDERS[task], root / task)
         found[task] = conformance.plan(task, folder, root / task / "repo")
     return found
 

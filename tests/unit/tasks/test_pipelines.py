@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from support import model_zoo
+from support.conformance import FOLDER_OF_TASK, build_folder
 from tritonize import tasks
 from tritonize.repository import planning, rendering
 from tritonize.source import read_model
@@ -28,20 +28,13 @@ from tritonize.spec import (
 )
 from tritonize.spec.options import GenerateOptions
 
-FOLDER_OF_TASK = {"embedding": "bert-st-mean", "sparse-embedding": "bert-splade", "classification": "bert-seq-cls",
-                  "rerank": "bert-cross-encoder", "token-classification": "bert-token-cls",
-                  "question-answering": "bert-qa", "multi-vector": "pylate", "image-text": "clip"}
-# Folders outside the zoo's list, by their builder (multi-vector: model_zoo.build_multi_vector's layout).
-BUILDERS = {"multi-vector": lambda layout, root: model_zoo.build_multi_vector(root / layout, layout),
-            "image-text": lambda family, root: model_zoo.build_image_text(root / family, family)}
-
 
 @pytest.fixture(scope="module")
 def specs(tmp_path_factory) -> dict[str, RepoSpec]:
     root = tmp_path_factory.mktemp("pipelines")
     out = {}
     for task, entry in FOLDER_OF_TASK.items():
-        folder = BUILDERS.get(task, model_zoo.build)(entry, root)
+        folder = build_folder(task, entry, root)
         options = GenerateOptions(model=str(folder), name=entry.replace("-", "_"), output=str(root / "repo"),
                                   tokenizer="python")
         out[task] = planning.plan(options, read_model(options), options.name)
