@@ -33,12 +33,12 @@ def baseline_rows(task, path: str | None) -> tuple[str, list[tuple[str, ...]]]:
     the non-blank lines of `path`. A file that cannot be read, or of fewer than two rows, is refused in one line."""
     if path is None:
         corpus = [t for t in CORPUS.read_text(encoding="utf-8").splitlines() if t.strip()][:CORPUS_TEXTS]
-        return DEFAULT_SOURCE, list(task.verification_rows()) + task.baseline_rows(corpus)
+        return DEFAULT_SOURCE, list(task.verifier.verification_rows()) + task.peer.baseline_rows(corpus)
     texts = text_lines(path, "--baseline")
     if len(texts) < 2:
         raise TritonizeError(f"--baseline {path} holds {len(texts)} non-blank line(s): a distribution needs more",
                              hint="give a text file of the texts you will serve, one per line, hundreds of them")
-    return Path(path).name, task.baseline_rows(texts, lines=True)
+    return Path(path).name, task.peer.baseline_rows(texts, lines=True)
 
 
 def _lay_out(files: list[RenderedFile], binaries: dict[str, Path], root: Path) -> None:

@@ -50,7 +50,7 @@ class Artifacts:
 
 def load_torch_model(spec: ModelSpec) -> torch.nn.Module:
     """The PyTorch model, wrapped by its task so that its outputs are the repository's outputs."""
-    return tasks.of(spec.head).load(spec).to(torch.float32)
+    return tasks.of(spec.head).exporter.load(spec).to(torch.float32)
 
 
 def _parameter_bytes(model) -> int:
@@ -93,7 +93,7 @@ def export_onnx(spec: ModelSpec, graph, path: Path, opset: int, external_thresho
     score_mask = torch.tensor([[1, 0, 1, 1, 1, 1, 1, 0], [1, 1, 0, 1, 1, 0, 1, 1]])
     dummy = {INPUT_IDS: input_ids, ATTENTION_MASK: attention_mask, TOKEN_TYPE_IDS: token_type_ids, SCORE_MASK: score_mask}
     axes = {name: {0: "batch", 1: "sequence"} for name in spec.input_names}
-    graph_outputs = tasks.of(spec.head).graph_outputs(spec.head)
+    graph_outputs = tasks.of(spec.head).ensemble.graph_outputs(spec.head)
     output_names = [t.name for t in graph_outputs]
     # Per-token outputs (dims starting with -1) keep the sequence axis dynamic too.
     axes.update({t.name: {0: "batch", 1: "sequence"} if t.dims[:1] == (-1,) else {0: "batch"} for t in graph_outputs})
@@ -228,7 +228,7 @@ def export(
     with phase(f"Exporting to ONNX (opset {opset})"):
         path = workdir / "export" / MODEL_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
-        own = tasks.of(spec.head).export_graph(spec, graph, path, opset)
+        own = tasks.of(spec.head).exporter.export_graph(spec, graph, path, opset)
         reference = own or export_onnx(spec, graph, path, opset, external_threshold)
     seconds["export"] = time.perf_counter() - t
     stages = {"export": reference}

@@ -197,7 +197,7 @@ def generate(options: GenerateOptions) -> Path:
     with phase("Reading the model folder"):
         spec = source.read_model(options)
     task = tasks.of(spec.head)
-    calibration_source, calibrating = calibration_texts(options.calibration) if task.calibrates else ("", [])
+    calibration_source, calibrating = calibration_texts(options.calibration) if task.calibrator.calibrates else ("", [])
     baseline_source, baseline_rows = baseline.baseline_rows(task, options.baseline)
     name = options.name or source.default_name(options.model)
     output = Path(options.output)
@@ -216,7 +216,7 @@ def generate(options: GenerateOptions) -> Path:
         if repo.pipeline.graph_tokenizes:
             try:
                 with phase("Tokenizing inside the graph, compared with the served tokenizer"):
-                    graph_files = graph_tokenizer.build(repo, artifacts.onnx, [r[0] for r in task.verification_rows()],
+                    graph_files = graph_tokenizer.build(repo, artifacts.onnx, [r[0] for r in task.verifier.verification_rows()],
                                                         staging / "graph", options.atol)
             except TokenizerRefused as exc:
                 options = _python_tokenizer(exc, options)
@@ -224,12 +224,12 @@ def generate(options: GenerateOptions) -> Path:
         if repo.model_runs:
             repo, graph_files = _model_runs(repo, artifacts, spec, task, staging / "runs", options.atol, graph_files)
         calibration = None
-        if task.calibrates:
+        if task.calibrator.calibrates:
             with phase(f"Recording quantization ranges from {len(calibrating)} texts ({calibration_source})"):
                 rows = [(text,) for text in calibrating]
-                batches = [(part, task.graph_feeds(spec, feeds)) for part, feeds in verify.length_sorted_batches(spec, rows)]
+                batches = [(part, task.exporter.graph_feeds(spec, feeds)) for part, feeds in verify.length_sorted_batches(spec, rows)]
                 served = verify.run_batches(artifacts.onnx, batches)
-                calibration = task.calibration(spec, served, calibration_source, artifacts.onnx)
+                calibration = task.calibrator.calibration(spec, served, calibration_source, artifacts.onnx)
         files = repository.render(repo, repository.manifest(options, repo), report, index, calibration)
         binaries = {f"{repo.model_name}/{repo.version}/{f.name}": f for f in artifacts.files_for(artifacts.onnx)}
         for python_step in repo.tokenizer_folders:
@@ -265,7 +265,7 @@ def _model_runs(repo, artifacts, spec, task, work: Path, atol: float, graph_file
         err.print("[yellow]the model step runs its batches whole: its graph keeps its weights in external data[/]")
         return dataclasses.replace(repo, model_runs=False), graph_files
     with phase("Cutting the model step's batches in runs by length, compared with its graph"):
-        target = runs_graph(artifacts.onnx, repo.buckets, verify.tokenize(spec, task.verification_rows()),
+        target = runs_graph(artifacts.onnx, repo.buckets, verify.tokenize(spec, task.verifier.verification_rows()),
                             work / RUNS_MODEL_FILE, atol)
     return repo, {**graph_files, f"{repo.model_name}/{repo.version}/{RUNS_MODEL_FILE}": target}
 

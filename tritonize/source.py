@@ -161,7 +161,7 @@ def read_model(options: GenerateOptions) -> ModelSpec:
         )
     task = tasks.choose(folder, options.task)
     limit = _max_position_limit(config)
-    declared = task.declared_max_length(folder, options)
+    declared = task.tokens.declared_max_length(folder, options)
     max_length = options.max_length or (min(declared, limit) if declared else
                                         _declared_max_length(root, transformer_dir, config))
     if not 2 <= max_length <= limit:
@@ -170,16 +170,16 @@ def read_model(options: GenerateOptions) -> ModelSpec:
             hint=f"use --max-length {limit} or less",
         )
     # The head is read at the served max length (a task whose rows have lengths of their own caps them there).
-    head = task.read_head(folder, dataclasses.replace(options, max_length=max_length))
+    head = task.detector.read_head(folder, dataclasses.replace(options, max_length=max_length))
     if type(head) is not task.head_type:  # a task built on another's read_head must still answer as itself
         raise TritonizeError(f"task {task.name} read a {head.task} head ({type(head).__qualname__}), not its own "
                              f"{task.head_type.__qualname__}", hint="its read_head builds self.head_type")
-    served = tuple(t.name for t in task.outputs(head))
+    served = tuple(t.name for t in task.ensemble.outputs(head))
     if served != task.contract.output_names:  # the answer its readers read is the one the ensemble returns
         raise TritonizeError(f"task {task.name} serves {', '.join(served)} but its contract reads "
                              f"{', '.join(task.contract.output_names)}", hint="state the outputs once, in its contract")
     tokenizer_file, pad_id, tokenizer_inputs = _served_tokenizer(transformer_dir, options.trust_remote_code,
-                                                                 task.served_tokenizer(folder, options))
+                                                                 task.tokens.served_tokenizer(folder, options))
     return ModelSpec(
         source=str(transformer_dir),
         head=head,
@@ -188,7 +188,7 @@ def read_model(options: GenerateOptions) -> ModelSpec:
         model_type=model_type,
         tokenizer_file=tokenizer_file,
         pad_token_id=pad_id,
-        input_names=task.token_inputs(folder, tokenizer_inputs),
+        input_names=task.tokens.token_inputs(folder, tokenizer_inputs),
         sentence_transformers_dir=str(root) if folder.modules else None,
         trust_remote_code=options.trust_remote_code,
     )

@@ -66,7 +66,7 @@ class VerificationReport:
     answers: dict | None = None  # the whole served answer against the model's library, where a step follows the graph
     derived: dict[str, StageResult] = field(default_factory=dict)  # answers derived from the served one (Matryoshka)
     # Each stage on inputs besides the texts and what joins them ("export: images", "export: image-text
-    # similarities"), where the task reads more than texts (Task.other_checks).
+    # similarities"), where the task reads more than texts (Exporter.other_checks).
     others: dict[str, StageResult] = field(default_factory=dict)
     skipped: bool = False
 
@@ -109,9 +109,9 @@ class VerificationReport:
 def encoder_for(spec: ModelSpec) -> TextEncoder:
     """The served tokenizer with the model's max length, padding to the longest row."""
     task = tasks.of(spec.head)
-    truncation = task.truncation_for(spec.head) or "longest_first"
+    truncation = task.tokens.truncation_for(spec.head) or "longest_first"
     return TextEncoder(spec.tokenizer_file, spec.max_length, [spec.max_length], spec.pad_token_id, spec.input_names, truncation,
-                       template=task.pair_template(spec.head), forms=task.forms(spec.head))
+                       template=task.tokens.pair_template(spec.head), forms=task.tokens.forms(spec.head))
 
 
 def encode(encoder: TextEncoder, rows: list) -> dict[str, np.ndarray]:
@@ -177,9 +177,9 @@ def int8_kept(spec: ModelSpec, fp32: Path, int8: Path) -> dict:
     task = tasks.of(spec.head)
     rows = [task.contract.row_for(text) for text in read_corpus()]
     batches = length_sorted_batches(spec, rows)
-    value = task.int8_kept(run_batches(fp32, batches), run_batches(int8, batches))
-    threshold = INT8_MIN_KEPT[task.int8_figure]
-    return {"figure": task.int8_figure, "value": round(value, 4), "threshold": threshold, "rows": len(rows),
+    value = task.calibrator.int8_kept(run_batches(fp32, batches), run_batches(int8, batches))
+    threshold = INT8_MIN_KEPT[task.calibrator.int8_figure]
+    return {"figure": task.calibrator.int8_figure, "value": round(value, 4), "threshold": threshold, "rows": len(rows),
             "passed": value >= threshold}
 
 
@@ -188,8 +188,8 @@ def verify(spec: ModelSpec, graph, stages: dict[str, Path], fp16_stages: set[str
     """Compare each ONNX stage with the task's reference; the report says which check applied and whether it passed."""
     task = tasks.of(spec.head)
     start = time.perf_counter()
-    rows = task.verification_rows()
-    feeds = task.graph_feeds(spec, tokenize(spec, rows))
+    rows = task.verifier.verification_rows()
+    feeds = task.exporter.graph_feeds(spec, tokenize(spec, rows))
 
     def judged(name: str, metrics: dict[str, float], kept: dict | None = None) -> StageResult:
         """A stage's (or a form of its answer's) figures under that stage's check."""
@@ -199,29 +199,29 @@ def verify(spec: ModelSpec, graph, stages: dict[str, Path], fp16_stages: set[str
         elif name in fp16_stages:
             check = {"metric": "min_cosine", "threshold": min_cosine, "passed": metrics["min_cosine"] >= min_cosine}
         else:
-            ok = metrics["max_abs"] <= atol and (not task.same_argmax or metrics["argmax_agreement"] == 1.0)
+            ok = metrics["max_abs"] <= atol and (not task.verifier.same_argmax or metrics["argmax_agreement"] == 1.0)
             check = {"metric": "max_abs", "threshold": atol, "passed": ok}
         precision = INT8_STAGE if name == INT8_STAGE else "fp16" if name in fp16_stages else "fp32"
         return StageResult(**metrics, **check, precision=precision, kept=kept)
 
     with phase(f"Verifying {len(stages)} graph(s) on {len(rows)} inputs"):
-        reference_name, reference = task.reference(spec, graph, rows)
+        reference_name, reference = task.verifier.reference(spec, graph, rows)
         results, others = {}, {}
         for name, path in stages.items():
             graph_out = run_onnx(path, feeds)
-            served_out = task.comparable(graph_out[task.verified_output], feeds)
+            served_out = task.exporter.comparable(graph_out[task.verifier.verified_output], feeds)
             kept = int8_kept(spec, stages["export"], path) if name == INT8_STAGE else None
             results[name] = judged(name, compare(reference, served_out), kept)
             others.update({f"{name}: {what}": judged(name, compare(*pair))
-                           for what, pair in task.other_checks(spec, graph, path).items()})
+                           for what, pair in task.exporter.other_checks(spec, graph, path).items()})
         # Once, on the last stage: what gets served.
-        served = task.served_check(spec, graph, rows, graph_out)
-        derived = {d.name: judged(name, compare(d.reference, d.derive(served_out))) for d in task.derived_answers(spec, rows)}
+        served = task.verifier.served_check(spec, graph, rows, graph_out)
+        derived = {d.name: judged(name, compare(d.reference, d.derive(served_out))) for d in task.verifier.derived_answers(spec, rows)}
     lengths = feeds[ATTENTION_MASK].sum(1)
     return VerificationReport(
         reference=reference_name,
         task=task.name,
-        output=task.contract.output_names[task.verified_output],
+        output=task.contract.output_names[task.verifier.verified_output],
         sentences=len(rows),
         token_lengths={"min": int(lengths.min()), "max": int(lengths.max()), "max_length": spec.max_length},
         truncated=int((lengths >= spec.max_length).sum()),
@@ -245,7 +245,7 @@ def check(report: VerificationReport) -> None:
             hint="this model's outputs cannot be served exactly; please report it",
         )
     if failed:
-        same_argmax = tasks.get(report.task).same_argmax
+        same_argmax = tasks.get(report.task).verifier.same_argmax
         detail = "; ".join(
             f"{name}: {r.metric} {r.value:.3g} vs {r.threshold:.3g}"
             + (f", argmax agreement {r.argmax_agreement:.2f}" if same_argmax else "")

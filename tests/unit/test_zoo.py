@@ -329,13 +329,13 @@ def test_sparse_terms_are_cut_where_the_folder_declares_max_active_dims(zoo_root
     spec = read_model(GenerateOptions(model=str(model_zoo.build("distilbert-splade-log1p", zoo_root))))
     task = tasks.of(spec.head)
     assert spec.head.max_active_dims == 12 and spec.head.activation == "log1p_relu"
-    rows = task.verification_rows()
-    _, weights = task.reference(spec, None, rows)  # every term, as the graph returns them
+    rows = task.verifier.verification_rows()
+    _, weights = task.verifier.reference(spec, None, rows)  # every term, as the graph returns them
     assert (weights > 0).sum(1).max() > 12  # the limit cuts some texts
-    declared = task.served_check(spec, None, rows, [weights])
+    declared = task.verifier.served_check(spec, None, rows, [weights])
     assert declared["passed"] and declared["terms"]["max"] == 12
     unlimited = dataclasses.replace(spec, head=dataclasses.replace(spec.head, max_active_dims=0))
-    ignored = task.served_check(unlimited, None, rows, [weights])
+    ignored = task.verifier.served_check(unlimited, None, rows, [weights])
     assert not ignored["passed"] and ignored["agree"] == int(((weights > 0).sum(1) <= 12).sum())
 
 
@@ -349,12 +349,12 @@ def test_an_llm_rerankers_tokens_are_checked_against_its_library(zoo_root: Path)
     from tritonize.verify import tokenize
 
     spec = read_model(GenerateOptions(model=str(model_zoo.build("qwen3-llm-reranker", zoo_root))))
-    task, rows = tasks.of(spec.head), tasks.of(spec.head).verification_rows()
-    assert task.served_check(spec, None, rows, [])["agree"] == len(rows)
+    task, rows = tasks.of(spec.head), tasks.of(spec.head).verifier.verification_rows()
+    assert task.verifier.served_check(spec, None, rows, [])["agree"] == len(rows)
     cut = int((tokenize(spec, rows)["attention_mask"].sum(1) == spec.max_length).sum())
     assert cut >= 2  # long documents are among the verification pairs
     unrestored = dataclasses.replace(spec, head=dataclasses.replace(spec.head, suffix_ids=()))
-    assert task.served_check(unrestored, None, rows, [])["agree"] == len(rows) - cut
+    assert task.verifier.served_check(unrestored, None, rows, [])["agree"] == len(rows) - cut
 
 
 def test_an_llm_reranker_graph_has_no_cache_and_two_rows_of_its_lm_head(tmp_path: Path) -> None:

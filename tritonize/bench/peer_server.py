@@ -79,13 +79,13 @@ class Pipeline:
         self.torch = torch
         self.spec = spec = read_model(GenerateOptions(model=model_folder))
         self.task = tasks.of(spec.head)
-        self.model = self.task.load(spec, eager=False)
+        self.model = self.task.exporter.load(spec, eager=False)
         self.tokenizer = AutoTokenizer.from_pretrained(spec.source)
         self.pairs = len(self.task.contract.text_inputs) == 2
         self.counters = Counters()
 
     def __call__(self, rows: list[tuple[str, ...]]) -> list:
-        answers, real, padded = self.task.doc_answers(self.spec, self.model, self.tokenizer, rows)
+        answers, real, padded = self.task.peer.doc_answers(self.spec, self.model, self.tokenizer, rows)
         self.counters.real_tokens += real
         self.counters.computed_tokens += padded
         return answers

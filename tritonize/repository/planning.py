@@ -52,7 +52,7 @@ def graph_refusal(options: GenerateOptions, model: ModelSpec) -> TokenizerRefuse
         task.pipeline.in_graph()
     except TokenizerRefused as exc:
         return exc
-    if texts != (TEXT_INPUT,) or task.truncation_for(model.head) or task.first_parameters(model, "", 1):
+    if texts != (TEXT_INPUT,) or task.tokens.truncation_for(model.head) or task.ensemble.first_parameters(model, "", 1):
         return TokenizerRefused(f"the graph tokenizer reads one text a row; {task.name} reads "
                                 f"{', '.join(texts)} prepared by its task")
     if not options.truncate:
@@ -67,10 +67,10 @@ def _checked(options: GenerateOptions, model: ModelSpec, name: str):
     if not name or not all(c.isalnum() or c in "_-." for c in name):
         raise TritonizeError(f"invalid model name {name!r}", hint="use letters, digits, '_', '-' or '.'")
     task = tasks.of(model.head)
-    if not options.truncate and not task.truncates:
+    if not options.truncate and not task.tokens.truncates:
         raise TritonizeError(f"--no-truncate does not apply to {task.name}: every context is read whole, in windows")
-    if options.precision == "int8" and task.int8_figure is None:
-        offered = ", ".join(t.name for t in tasks.TASKS.values() if t.int8_figure)
+    if options.precision == "int8" and task.calibrator.int8_figure is None:
+        offered = ", ".join(t.name for t in tasks.TASKS.values() if t.calibrator.int8_figure)
         raise TritonizeError(f"--precision int8 is offered for {offered}, where verification measures what it "
                              f"keeps; not for {task.name}", hint="serve it in fp32")
     return task
@@ -87,7 +87,7 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str, fused_config: st
                   else options.max_queue_size)
     buckets = normalise_buckets(options.buckets, model.max_length)
     statistics = tuple(task.contract.statistics.items())
-    graph_outputs = task.graph_outputs(model.head)
+    graph_outputs = task.ensemble.graph_outputs(model.head)
     # A step after the graph in the production ensemble, only to count: where the task's statistics read the
     # graph's outputs and no served step follows it (the pipeline declares a statistics step then).
     counts_graph = any(t.name in dict(statistics).values() for t in graph_outputs)
@@ -124,12 +124,12 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str, fused_config: st
     repo = RepoSpec(
         name=name,
         model=model,
-        description=task.describe(model.head),
+        description=task.detector.describe(model.head),
         text_inputs=task.contract.text_inputs,
-        outputs=task.outputs(model.head),
-        labels=task.labels(model.head),
+        outputs=task.ensemble.outputs(model.head),
+        labels=task.detector.labels(model.head),
         graph_outputs=graph_outputs,
-        truncation=task.truncation_for(model.head),
+        truncation=task.tokens.truncation_for(model.head),
         pipeline=pipeline,
         steps=tuple(step(role) for role in pipeline.roles if role != STATISTICS or counts_graph),
         fused_model_instances=options.model_instances or FUSED_STEP_INSTANCES,
@@ -140,12 +140,12 @@ def plan(options: GenerateOptions, model: ModelSpec, name: str, fused_config: st
         tensorrt=(TensorRTSpec.of(options.precision, model.input_names, buckets, options.max_batch_size)
                   if options.tensorrt else None),
         max_batch_size=options.max_batch_size,
-        post_parameters=task.post_parameters(model),
+        post_parameters=task.ensemble.post_parameters(model),
         statistics=statistics,
         statistics_module=task.contract.statistics_module,
-        first_parameters=task.first_parameters(model, names[MODEL.key], options.max_batch_size),
-        ensemble_parameters=task.ensemble_parameters(model.head),
-        warmup_inputs=task.warmup_inputs(model.head),
+        first_parameters=task.ensemble.first_parameters(model, names[MODEL.key], options.max_batch_size),
+        ensemble_parameters=task.ensemble.ensemble_parameters(model.head),
+        warmup_inputs=task.ensemble.warmup_inputs(model.head),
         max_request_bytes=options.max_request_bytes,
         truncate=options.truncate,
         version=options.version or FIRST_VERSION,

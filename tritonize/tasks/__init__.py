@@ -232,9 +232,9 @@ def supported() -> str:
 
 def detect(folder: ModelFolder) -> Task:
     """The task of a folder's own head, or one line that says what was found and what is supported."""
-    claimed = [t for t in tasks().values() if t.detect(folder)]
-    top = max((t.specificity for t in claimed), default=0)
-    claimed = [t for t in claimed if t.specificity == top]  # the most specific claim serves it
+    claimed = [t for t in tasks().values() if t.detector.detect(folder)]
+    top = max((t.detector.specificity for t in claimed), default=0)
+    claimed = [t for t in claimed if t.detector.specificity == top]  # the most specific claim serves it
     if len(claimed) == 1:
         return claimed[0]
     if claimed:  # two tasks claiming one folder as specifically is a bug in their detect(), never a guess
@@ -247,7 +247,7 @@ def choose(folder: ModelFolder, requested: str | None) -> Task:
     if not requested:
         return detect(folder)
     task = get(requested)
-    if not task.accepts(folder):
+    if not task.detector.accepts(folder):
         try:
             own = f"its head is {detect(folder).name}"
         except TritonizeError:

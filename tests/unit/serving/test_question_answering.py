@@ -127,7 +127,7 @@ def served_answers(
     from tritonize.spec.options import GenerateOptions
 
     folder = ModelFolder.read(qa.folder)
-    head = tasks.detect(folder).read_head(folder, GenerateOptions(model=str(qa.folder)))
+    head = tasks.detect(folder).detector.read_head(folder, GenerateOptions(model=str(qa.folder)))
     backend = Tokenizer.from_file(str(qa.folder / "tokenizer.json"))
     max_seq_len = qa_module.default_max_seq_len(qa.config["model_max_length"]) if max_seq_len is None else max_seq_len
     doc_stride = qa_module.default_doc_stride(max_seq_len) if doc_stride is None else doc_stride

@@ -162,7 +162,7 @@ def generated(folders, tmp_path_factory) -> dict[str, Path]:
 @pytest.mark.parametrize("name", FOLDERS)
 def test_generate_verifies_the_graph_against_encode_and_similarity(generated, name: str) -> None:
     report = json.loads((generated[name] / "verification.json").read_text())
-    rows = len(tasks.get("multi-vector").verification_rows())
+    rows = len(tasks.get("multi-vector").verifier.verification_rows())
     assert report["passed"] and report["task"] == "multi-vector" and report["sentences"] == rows
     assert report["stages"]["export"]["max_abs"] <= 1e-4
     answers = report["answers"]
@@ -180,7 +180,7 @@ def test_verification_refuses_a_served_form_that_differs_from_the_library(folder
     spec = spec_of(folders["fixed-skiplist"])
     forms = tuple(dataclasses.replace(f, skip_ids=()) for f in spec.head.forms)
     wrong = dataclasses.replace(spec, head=dataclasses.replace(spec.head, forms=forms))
-    graph = tasks.of(wrong.head).load(wrong)
+    graph = tasks.of(wrong.head).exporter.load(wrong)
     report = verify.verify(wrong, graph, export.export(wrong, tmp_path / "work", graph=graph).stages, set(), 1e-4, 0.999)
     assert report.passed is False and 0 < report.answers["agree"] < report.answers["rows"]
     with pytest.raises(TritonizeError, match="the served answers differ from the sentence-transformers "
@@ -219,7 +219,7 @@ def test_the_benchmarks_pytorch_peer_answers_as_the_library(folders) -> None:
     spec = spec_of(folder)
     task = tasks.of(spec.head)
     rows = [(t, "query") for t in TEXTS[:3]] + [(t, "document") for t in TEXTS]
-    answers, real, padded = task.doc_answers(spec, task.load(spec, eager=False), None, rows)
+    answers, real, padded = task.peer.doc_answers(spec, task.exporter.load(spec, eager=False), None, rows)
     model = library(folder)
     expected = [*encode(model, TEXTS[:3], "query"), *encode(model, TEXTS, "document")]
     assert_same_vectors([np.asarray(a[VECTORS], dtype=np.float32).reshape(-1, spec.head.dim) for a in answers], expected)

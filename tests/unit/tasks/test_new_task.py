@@ -119,6 +119,42 @@ def test_a_misspelled_or_missing_declaration_fails_at_registration(tmp_path: Pat
     forget("throwaway_typo", "throwaway_bare")
 
 
+def test_a_misspelled_missing_or_unfinished_part_fails_as_the_task_is_made() -> None:
+    """A task declares one part per concern (Detector, Tokens, Ensemble, Exporter, Verifier, Calibrator, Peer): a
+    part under a name tritonize does not read, a required part left out, a part of the wrong kind, or one that
+    leaves an abstract method undefined fails in one line naming it, never served half-declared."""
+    from tritonize.errors import TritonizeError
+    from tritonize.tasks.embedding.task import Embedding, EmbeddingExporter, EmbeddingVerifier
+    from tritonize.tasks.task import PARTS, Exporter, Task
+
+    assert set(PARTS) == {"detector", "tokens", "ensemble", "exporter", "verifier", "calibrator", "peer"}
+
+    class Misspelled(Embedding):
+        Verifyer = EmbeddingVerifier
+
+    class Missing(Task):
+        contract = Embedding.contract
+        Detector, Ensemble = Embedding.Detector, Embedding.Ensemble
+
+    class Unfinished(Exporter):
+        pass
+
+    class Abstract(Embedding):
+        Exporter = Unfinished
+
+    class WrongKind(Embedding):
+        Ensemble = EmbeddingExporter
+
+    for task, message in ((Misspelled, r"Misspelled declares the part Verifyer, which tritonize does not read"),
+                          (Missing, r"Missing declares no Exporter"),
+                          (Abstract, r"Abstract\.Exporter \(.*Unfinished\) does not define load"),
+                          (WrongKind, r"WrongKind\.Ensemble is not a subclass of Ensemble")):
+        with pytest.raises(TritonizeError, match=message):
+            task()
+    made = Embedding()
+    assert all(part.task is made for part in (getattr(made, a) for a in PARTS))
+
+
 def test_the_most_specific_claim_serves_a_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A registered task that claims sequence classifiers too: at classification's specificity the two claims are
     refused in one line naming both; more specific, it serves the folder; the other folders keep their tasks."""
@@ -128,17 +164,21 @@ def test_the_most_specific_claim_serves_a_folder(tmp_path: Path, monkeypatch: py
 
     package = "throwaway_nli"
     task_py = textwrap.dedent('''
-        from tritonize.tasks.embedding.task import Embedding
+        from tritonize.tasks.embedding.task import Embedding, EmbeddingDetector
 
         from .contract import CONTRACT
 
 
-        class Shout(Embedding):
-            contract = CONTRACT
+        class ClaimsClassifiers(EmbeddingDetector):
             specificity = 0
 
             def detect(self, folder):
                 return folder.head_class == "ForSequenceClassification"
+
+
+        class Shout(Embedding):
+            contract = CONTRACT
+            Detector = ClaimsClassifiers
 
 
         TASK = Shout()
@@ -152,7 +192,7 @@ def test_the_most_specific_claim_serves_a_folder(tmp_path: Path, monkeypatch: py
         classifier = ModelFolder.read(build_sequence_classifier(tmp_path / "classifier", "bert"))
         with pytest.raises(TritonizeError, match=r"is claimed by classification, shout$"):
             tasks.detect(classifier)
-        monkeypatch.setattr(sys.modules[f"{package}.task"].Shout, "specificity", 1)
+        monkeypatch.setattr(sys.modules[f"{package}.task"].ClaimsClassifiers, "specificity", 1)
         assert tasks.detect(classifier).name == "shout"
         tagger = ModelFolder.read(build_token_classifier(tmp_path / "tagger", "bert"))
         assert tasks.detect(tagger).name == "token-classification"
@@ -211,9 +251,11 @@ def test_an_installed_distribution_registers_its_task(tmp_path: Path, monkeypatc
 
 
 @pytest.mark.parametrize("change, refusal", [
-    ("    def read_head(self, folder, options):\n        return EMBEDDING_TASK.read_head(folder, options)\n",
+    ("class Other(ShoutDetector):\n    def read_head(self, folder, options):\n"
+     "        return EMBEDDING_TASK.detector.read_head(folder, options)\n\n\nShout.Detector = Other\n",
      r"task shout read a embedding head \(Head\), not its own Head"),
-    ("    def outputs(self, head):\n        return (TensorSpec('loud', 'TYPE_FP32', (head.dim,)),)\n",
+    ("class Other(ShoutEnsemble):\n    def outputs(self, head):\n"
+     "        return (TensorSpec('loud', 'TYPE_FP32', (head.dim,)),)\n\n\nShout.Ensemble = Other\n",
      r"task shout serves loud but its contract reads shout"),
 ])
 def test_a_task_that_answers_as_another_is_refused_before_it_builds(change: str, refusal: str, tmp_path: Path,
@@ -228,7 +270,7 @@ def test_a_task_that_answers_as_another_is_refused_before_it_builds(change: str,
 
     package = "throwaway_other"
     write_package(tmp_path, package, {**FILES, "task.py": FILES["task.py"].replace("\n\nTASK = Shout()",
-                                                                                    f"\n{change}\n\nTASK = Shout()")})
+                                                                                    f"\n\n{change}\n\nTASK = Shout()")})
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(tasks, "PACKAGES", list(tasks.PACKAGES))
     monkeypatch.setattr(serving, "__path__", list(serving.__path__))

@@ -67,7 +67,7 @@ def test_every_task_is_planned_here() -> None:
 
 @pytest.mark.parametrize("task", sorted(FOLDER_OF_TASK))
 def test_the_build_side_returns_what_the_read_side_reads(specs, task: str) -> None:
-    """A task's build side (`Task.outputs`) and its read side (`contract.output_names`) name the same outputs, in
+    """A task's build side (`Ensemble.outputs`) and its read side (`contract.output_names`) name the same outputs, in
     order, and the ensemble returns them first: the clients and the API read what the repository answers."""
     spec = specs[task]
     contract = tasks.contract_of(spec.model.head)
@@ -168,7 +168,7 @@ def test_each_tasks_own_options_are_generate_options_and_refused_by_the_others(s
         spec = specs[other.name]
         given = GenerateOptions(model=spec.model.source, **{option.field: _a_value(option)})
         with pytest.raises(TritonizeError, match=f"^{option.flag} does not apply to "):
-            other.read_head(ModelFolder.read(Path(spec.model.source)), given)
+            other.detector.read_head(ModelFolder.read(Path(spec.model.source)), given)
 
 
 def _a_value(option):

@@ -15,7 +15,8 @@ import numpy as np
 
 from ...errors import TritonizeError
 from ...spec import LABELS_FILE, ModelSpec, Options, TensorSpec
-from ..task import FLOAT, Task, load_pretrained, refuse_foreign_flags
+from ..task import (FLOAT, Calibrator, Detector, Ensemble, Exporter, Task, Verifier, load_pretrained,
+                   refuse_foreign_flags)
 from .contract import LOGITS, PROBABILITIES, CONTRACT, Activation, Head
 
 if TYPE_CHECKING:
@@ -50,13 +51,7 @@ def _graph_class():
     return ClassifierGraph
 
 
-class Classification(Task):
-    contract = CONTRACT
-    summary = "TEXT in, `logits` and `probabilities` (FP32 [N, labels]) out; top-k labels through Triton"
-    serves = "*ForSequenceClassification folders with two or more labels"
-    same_argmax = True
-    verified_output = 1  # probabilities: the activation is checked against the pipeline's, not only the logits
-
+class ClassificationDetector(Detector):
     def detect(self, folder: ModelFolder) -> bool:
         return folder.head_class == "ForSequenceClassification" and folder.num_labels >= 2 and not folder.is_cross_encoder
 
@@ -75,12 +70,6 @@ class Classification(Task):
         return Head(labels=tuple(str(id2label[k]) for k in sorted(id2label, key=lambda k: int(k))),
                     activation=PROBLEM_TYPES[problem_type])
 
-    int8_figure = "argmax agreement"
-
-    def int8_kept(self, fp32: np.ndarray, int8: np.ndarray) -> float:
-        """The share of corpus texts given the same label."""
-        return float((fp32.argmax(-1) == int8.argmax(-1)).mean())
-
     def describe(self, head: Head) -> str:  # type: ignore[override]
         return f"{len(head.labels)} labels, " + ("a sigmoid per label (multi-label)" if head.activation == "sigmoid"
                                                   else "softmax over the labels")
@@ -88,6 +77,8 @@ class Classification(Task):
     def labels(self, head: Head) -> tuple[str, ...]:  # type: ignore[override]
         return head.labels
 
+
+class ClassificationEnsemble(Ensemble):
     def outputs(self, head: Head) -> tuple[TensorSpec, ...]:  # type: ignore[override]
         dims = (len(head.labels),)
         return (
@@ -95,11 +86,18 @@ class Classification(Task):
             TensorSpec(PROBABILITIES, FLOAT, dims, label_filename=LABELS_FILE),
         )
 
+
+class ClassificationExporter(Exporter):
     def load(self, spec: ModelSpec, eager: bool = True) -> Any:
         from transformers import AutoModelForSequenceClassification
 
         model = load_pretrained(AutoModelForSequenceClassification, spec, eager)
         return _graph_class()(model, spec.head.activation).eval()  # type: ignore[attr-defined]
+
+
+class ClassificationVerifier(Verifier):
+    same_argmax = True
+    verified_output = 1  # probabilities: the activation is checked against the pipeline's, not only the logits
 
     def reference(self, spec: ModelSpec, graph: Any, rows: list[tuple[str, ...]]) -> tuple[str, np.ndarray]:
         """The text-classification pipeline's scores for every label (`top_k=None`), in label order: it decides
@@ -115,6 +113,25 @@ class Classification(Task):
             for item in answer:
                 scores[r, index[item["label"]]] = item["score"]
         return "transformers pipeline", scores
+
+
+class ClassificationCalibrator(Calibrator):
+    int8_figure = "argmax agreement"
+
+    def int8_kept(self, fp32: np.ndarray, int8: np.ndarray) -> float:
+        """The share of corpus texts given the same label."""
+        return float((fp32.argmax(-1) == int8.argmax(-1)).mean())
+
+
+class Classification(Task):
+    contract = CONTRACT
+    summary = "TEXT in, `logits` and `probabilities` (FP32 [N, labels]) out; top-k labels through Triton"
+    serves = "*ForSequenceClassification folders with two or more labels"
+    Detector = ClassificationDetector
+    Ensemble = ClassificationEnsemble
+    Exporter = ClassificationExporter
+    Verifier = ClassificationVerifier
+    Calibrator = ClassificationCalibrator
 
 
 TASK = Classification()

@@ -24,7 +24,8 @@ import numpy as np
 
 from ...errors import TritonizeError
 from ...spec import ModelSpec, Options, TensorSpec
-from ..task import FLOAT, DerivedAnswer, Task, library_model, load_pretrained, refuse_foreign_flags
+from ..task import (FLOAT, Calibrator, DerivedAnswer, Detector, Ensemble, Exporter, Task, Verifier, library_model,
+                   load_pretrained, refuse_foreign_flags)
 from .contract import CONTRACT, OUTPUT, Head
 from .options import OPTIONS, POOLINGS
 from .quantization import Calibration, ranges_of
@@ -112,12 +113,7 @@ def _pooling_modes(cfg: dict, where: Any) -> tuple[str, ...]:
     return modes
 
 
-class Embedding(Task):
-    own_options = OPTIONS
-    contract = CONTRACT
-    summary = "TEXT in, `embedding` (FP32 [N, dim]) out"
-    serves = "sentence-transformers folders (Transformer, Pooling, Dense, Normalize), or a bare encoder with --task embedding"
-
+class EmbeddingDetector(Detector):
     def detect(self, folder: ModelFolder) -> bool:
         return (folder.modules is not None and not folder.is_cross_encoder and not folder.is_sparse_encoder
                 and not folder.late_interaction and not folder.image_text)
@@ -158,7 +154,7 @@ class Embedding(Task):
         return modes, normalize, dim, dense
 
     def read_head(self, folder: ModelFolder, options: Options) -> Head:
-        refuse_foreign_flags(options, self.own_options, "an embedding model")
+        refuse_foreign_flags(options, self.task.own_options, "an embedding model")
         modes, normalize, dim, dense = self._declared(folder)
         if not dim:
             raise TritonizeError(f"config.json in {folder.transformer_dir} declares no hidden_size")
@@ -172,7 +168,8 @@ class Embedding(Task):
             truncate_dim = truncate_dim if 0 < truncate_dim < dim else 0  # encode cuts [:truncate_dim]
             served = truncate_dim or dim
             dimensions = _dimensions(folder, options, served, truncate_dim)
-            return self.head_type(pooling, normalize, served, "sentence-transformers", dense, prompts, truncate_dim, dimensions)
+            return self.task.head_type(pooling, normalize, served, "sentence-transformers", dense, prompts, truncate_dim,
+                                       dimensions)
         if options.matryoshka_dims:
             raise TritonizeError(
                 "--matryoshka-dims needs the folder's own sentence-transformers modules "
@@ -188,23 +185,7 @@ class Embedding(Task):
         if pooling not in POOLINGS:
             raise TritonizeError(f"--normalize over {pooling} pooling needs the folder's own modules", hint="drop the flag")
         normalize = normalize if options.normalize is None else options.normalize
-        return self.head_type(pooling, normalize, folder.hidden_size, "transformers", 0, prompts)
-
-    int8_figure = "top-10 retrieval overlap"
-    calibrates = True
-
-    def calibration(self, spec: ModelSpec, served: np.ndarray, source: str, graph: Path) -> dict:
-        """The per-dimension ranges int8/uint8 quantize with: of the served vectors, and of the vectors cut by
-        `Head.truncate` to each declared Matryoshka size."""
-        head: Head = spec.head  # type: ignore[assignment]
-        sizes = {d: head.truncate(served, d) for d in head.dimensions if d != head.dim}
-        ranges = {d: ranges_of(v) for d, v in {head.dim: served, **sizes}.items()}
-        return Calibration(source, len(served), ranges).to_dict()
-
-    def int8_kept(self, fp32: np.ndarray, int8: np.ndarray) -> float:
-        """Every 4th corpus text as a query against the rest: the mean share of its 10 nearest neighbours by
-        cosine under fp32 that int8 finds too."""
-        return retrieval_overlap(fp32, int8, k=10, every=4)
+        return self.task.head_type(pooling, normalize, folder.hidden_size, "transformers", 0, prompts)
 
     def describe(self, head: Head) -> str:  # type: ignore[override]
         parts = [f"{head.pooling} pooling"] + ([f"{head.dense} Dense"] if head.dense else [])
@@ -212,9 +193,13 @@ class Embedding(Task):
         parts += [f"cut to {head.truncate_dim} (truncate_dim)"] if head.truncate_dim else []
         return ", ".join(parts + ([f"Matryoshka {'/'.join(map(str, head.dimensions))}"] if head.dimensions else []))
 
+
+class EmbeddingEnsemble(Ensemble):
     def outputs(self, head: Head) -> tuple[TensorSpec, ...]:  # type: ignore[override]
         return (TensorSpec(OUTPUT, FLOAT, (head.dim,)),)
 
+
+class EmbeddingExporter(Exporter):
     def load(self, spec: ModelSpec, eager: bool = True) -> Any:
         head: Head = spec.head  # type: ignore[assignment]
         pooled, own = _graph_class()
@@ -228,6 +213,8 @@ class Embedding(Task):
         model = load_pretrained(bare_class(spec.architecture), spec, eager, allow_missing=("pooler.",))
         return pooled(model, head.pooling, head.normalize).eval()
 
+
+class EmbeddingVerifier(Verifier):
     def reference(self, spec: ModelSpec, graph: Any, rows: list[tuple[str, ...]]) -> tuple[str, np.ndarray]:
         """sentence-transformers' own encode for its folders, else the pooled PyTorch model."""
         head: Head = spec.head  # type: ignore[assignment]
@@ -247,6 +234,37 @@ class Embedding(Task):
                     lambda out, d=d: head.truncate(out, d))
             for d in head.dimensions
         )
+
+
+class EmbeddingCalibrator(Calibrator):
+    int8_figure = "top-10 retrieval overlap"
+    calibrates = True
+
+    def calibration(self, spec: ModelSpec, served: np.ndarray, source: str, graph: Path) -> dict:
+        """The per-dimension ranges int8/uint8 quantize with: of the served vectors, and of the vectors cut by
+        `Head.truncate` to each declared Matryoshka size."""
+        head: Head = spec.head  # type: ignore[assignment]
+        sizes = {d: head.truncate(served, d) for d in head.dimensions if d != head.dim}
+        ranges = {d: ranges_of(v) for d, v in {head.dim: served, **sizes}.items()}
+        return Calibration(source, len(served), ranges).to_dict()
+
+    def int8_kept(self, fp32: np.ndarray, int8: np.ndarray) -> float:
+        """Every 4th corpus text as a query against the rest: the mean share of its 10 nearest neighbours by
+        cosine under fp32 that int8 finds too."""
+        return retrieval_overlap(fp32, int8, k=10, every=4)
+
+
+class Embedding(Task):
+    own_options = OPTIONS
+    contract = CONTRACT
+    summary = "TEXT in, `embedding` (FP32 [N, dim]) out"
+    serves = "sentence-transformers folders (Transformer, Pooling, Dense, Normalize), or a bare encoder with --task embedding"
+    Detector = EmbeddingDetector
+    Ensemble = EmbeddingEnsemble
+    Exporter = EmbeddingExporter
+    Verifier = EmbeddingVerifier
+    Calibrator = EmbeddingCalibrator
+
 
 def _dimensions(folder: ModelFolder, options: Options, served: int, truncate_dim: int) -> tuple[int, ...]:
     """The Matryoshka sizes a request may ask for: --matryoshka-dims, else the model card's, with the served

@@ -26,7 +26,8 @@ from ...serving.image_text import PAD_TO_MAX
 from ...serving.images import MAX_PIXELS, MAX_PIXELS_PARAMETER, PARAMETER, PIXEL_VALUES, Preprocess, decode_image
 from ...spec import ModelSpec, Options, PrepareModel, TensorSpec, WarmupInputs
 from ...spec.names import TOKEN_INPUTS, TOKENIZER_FILE
-from ..task import FLOAT, Task, library_model, refuse_foreign_flags
+from ..task import (FLOAT, Calibrator, Detector, Ensemble, Exporter, Task, Tokens, Verifier, library_model,
+                   refuse_foreign_flags)
 from .contract import CONTRACT, OUTPUT, Head
 
 if TYPE_CHECKING:
@@ -83,23 +84,14 @@ def _tower_classes():
     return Towers, Text, Vision
 
 
-class ImageText(Task):
-    contract = CONTRACT
-    summary = "IMAGE (encoded PNG, JPEG or WebP files) or TEXT in, `embedding` (FP32 [N, dim]) out, one space"
-    serves = "CLIPModel and SiglipModel folders, and sentence-transformers CLIP folders (images and texts)"
-
+class ImageTextDetector(Detector):
     def detect(self, folder: ModelFolder) -> bool:
         if not folder.image_text or folder.architecture not in ("", ARCHITECTURES.get(folder.model_type)):
             return False
         return folder.modules is None or all(k in ST_MODULES for k in folder.module_kinds)
 
-    def declared_max_length(self, folder: ModelFolder, options: Options) -> int | None:
-        """The text tower's positions (CLIP 77, SigLIP 64): the folder's top-level config has none."""
-        positions = (folder.config.get("text_config") or {}).get("max_position_embeddings")
-        return int(positions) if positions else None
-
     def read_head(self, folder: ModelFolder, options: Options) -> Head:
-        refuse_foreign_flags(options, self.own_options, "an image-and-text model")
+        refuse_foreign_flags(options, self.task.own_options, "an image-and-text model")
         family = folder.model_type
         if family == "siglip" and not (folder.root / TOKENIZER_FILE).is_file():
             raise TritonizeError(
@@ -123,11 +115,18 @@ class ImageText(Task):
         return (f"{head.family} towers, {head.dim}-value embeddings{', normalised' if head.normalize else ''}, "
                 f"images {head.image_size[0]}x{head.image_size[1]}")
 
+
+class ImageTextTokens(Tokens):
+    def declared_max_length(self, folder: ModelFolder, options: Options) -> int | None:
+        """The text tower's positions (CLIP 77, SigLIP 64): the folder's top-level config has none."""
+        positions = (folder.config.get("text_config") or {}).get("max_position_embeddings")
+        return int(positions) if positions else None
+
     def token_inputs(self, folder: ModelFolder, tokenizer_inputs: tuple[str, ...]) -> tuple[str, ...]:
         return TOKEN_INPUTS
 
-    pipeline = PrepareModel("image_text", "ImageTextEncoder", (TensorSpec(PIXEL_VALUES, FLOAT, (3, -1, -1)),))
 
+class ImageTextEnsemble(Ensemble):
     def outputs(self, head: Head) -> tuple[TensorSpec, ...]:  # type: ignore[override]
         return (TensorSpec(OUTPUT, FLOAT, (head.dim,)),)
 
@@ -144,6 +143,8 @@ class ImageText(Task):
             params |= {PAD_TO_MAX: "1", "buckets": str(spec.max_length)}
         return params
 
+
+class ImageTextExporter(Exporter):
     def load(self, spec: ModelSpec, eager: bool = True) -> Any:
         import transformers
 
@@ -197,21 +198,6 @@ class ImageText(Task):
         feeds[PIXEL_VALUES] = np.zeros((len(feeds["input_ids"]), 3, 1, 1), dtype=np.float32)
         return feeds
 
-    calibrates = True  # int8/uint8 embeddings, over the ranges of both towers' answers
-
-    def calibration(self, spec: ModelSpec, served: np.ndarray, source: str, graph: Path) -> dict:
-        """The per-dimension ranges int8/uint8 quantize with: of the served graph's vectors of the calibration
-        texts and of the verification images (through the served preparation), so both kinds fall inside them."""
-        import onnxruntime as ort
-
-        from ..embedding.quantization import Calibration, ranges_of
-
-        images = self.image_feeds(spec, list(verification_images().items()))
-        session = ort.InferenceSession(str(graph), providers=["CPUExecutionProvider"])
-        vectors = np.concatenate([served, session.run(None, images)[0]])
-        return Calibration(f"{source} and {len(images[PIXEL_VALUES])} images", len(vectors),
-                           {spec.head.dim: ranges_of(vectors)}).to_dict()
-
     def image_feeds(self, spec: ModelSpec, files: list[tuple[str, bytes]]) -> dict[str, np.ndarray]:
         """Encoded images -> the graph's inputs, as the served step makes them (one padding token each)."""
         pixels = np.stack([preprocess_of(image_processor(spec))(decode_image(data, name)) for name, data in files])
@@ -219,6 +205,52 @@ class ImageText(Task):
         return {"input_ids": np.full((n, 1), spec.pad_token_id, dtype=np.int64),
                 "attention_mask": np.ones((n, 1), dtype=np.int64), PIXEL_VALUES: pixels}
 
+    def other_checks(self, spec: ModelSpec, graph: Any, path: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """The verification images through the served decoding and preparation into the graph, against the
+        library's encode of the same decoded images (the folder's own processor); the pixels themselves against
+        that processor's; and the images' similarities to the texts against the library's."""
+        import onnxruntime as ort
+
+        from ...serving.tokenizer import TextEncoder
+
+        files = verification_images()
+        decoded = [decode_image(data, name) for name, data in files.items()]
+        processor = image_processor(spec)
+        served_pixels = np.stack([preprocess_of(processor)(im) for im in decoded])
+        own_pixels = np.stack([np.asarray(processor(images=im, return_tensors="np")["pixel_values"][0]) for im in decoded])
+        if served_pixels.shape != own_pixels.shape:
+            raise TritonizeError(f"the served image preparation makes pixels of {served_pixels.shape[1:]}, the folder's "
+                                 f"{type(processor).__name__} {own_pixels.shape[1:]}", hint="please report this processor")
+        texts = [r[0] for r in self.task.verifier.verification_rows()]
+        encoder = TextEncoder(spec.tokenizer_file, spec.max_length, [spec.max_length], spec.pad_token_id, spec.input_names)
+        text_feeds = self.graph_feeds(spec, encoder.encode(texts, width=0))
+        n = len(files)
+        image_feeds = {"input_ids": np.full((n, 1), spec.pad_token_id, dtype=np.int64),
+                       "attention_mask": np.ones((n, 1), dtype=np.int64), PIXEL_VALUES: served_pixels}
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        served_images = session.run(None, image_feeds)[0]
+        served_texts = session.run(None, text_feeds)[0]
+        library_images = self._library_images(spec, graph, decoded)
+        library_texts = self.task.verifier.reference(spec, graph, [(t,) for t in texts])[1]
+        return {
+            "image pixels": (own_pixels, served_pixels),
+            "images": (library_images, served_images),
+            "image-text similarities": (library_images @ library_texts.T, served_images @ served_texts.T),
+        }
+
+    def _library_images(self, spec: ModelSpec, graph: Any, images: list) -> np.ndarray:
+        head: Head = spec.head  # type: ignore[assignment]
+        if head.library == "sentence-transformers":
+            return _st(spec).encode(images, batch_size=len(images), convert_to_numpy=True)
+        import torch
+
+        processor = image_processor(spec)
+        with torch.no_grad():
+            return np.concatenate([graph.image(processor(images=im, return_tensors="pt")["pixel_values"]).numpy()
+                                   for im in images])
+
+
+class ImageTextVerifier(Verifier):
     # -- verification --------------------------------------------------------
     def reference(self, spec: ModelSpec, graph: Any, rows: list[tuple[str, ...]]) -> tuple[str, np.ndarray]:
         """The library's encode of the texts: sentence-transformers' for its folders, else the model's own
@@ -239,49 +271,35 @@ class ImageText(Task):
                 out.append(graph.text(enc["input_ids"], enc.get("attention_mask", torch.ones_like(enc["input_ids"])))[0].numpy())
         return "transformers", np.stack(out)
 
-    def other_checks(self, spec: ModelSpec, graph: Any, path: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        """The verification images through the served decoding and preparation into the graph, against the
-        library's encode of the same decoded images (the folder's own processor); the pixels themselves against
-        that processor's; and the images' similarities to the texts against the library's."""
+
+class ImageTextCalibrator(Calibrator):
+    calibrates = True  # int8/uint8 embeddings, over the ranges of both towers' answers
+
+    def calibration(self, spec: ModelSpec, served: np.ndarray, source: str, graph: Path) -> dict:
+        """The per-dimension ranges int8/uint8 quantize with: of the served graph's vectors of the calibration
+        texts and of the verification images (through the served preparation), so both kinds fall inside them."""
         import onnxruntime as ort
 
-        from ...serving.tokenizer import TextEncoder
+        from ..embedding.quantization import Calibration, ranges_of
 
-        files = verification_images()
-        decoded = [decode_image(data, name) for name, data in files.items()]
-        processor = image_processor(spec)
-        served_pixels = np.stack([preprocess_of(processor)(im) for im in decoded])
-        own_pixels = np.stack([np.asarray(processor(images=im, return_tensors="np")["pixel_values"][0]) for im in decoded])
-        if served_pixels.shape != own_pixels.shape:
-            raise TritonizeError(f"the served image preparation makes pixels of {served_pixels.shape[1:]}, the folder's "
-                                 f"{type(processor).__name__} {own_pixels.shape[1:]}", hint="please report this processor")
-        texts = [r[0] for r in self.verification_rows()]
-        encoder = TextEncoder(spec.tokenizer_file, spec.max_length, [spec.max_length], spec.pad_token_id, spec.input_names)
-        text_feeds = self.graph_feeds(spec, encoder.encode(texts, width=0))
-        n = len(files)
-        image_feeds = {"input_ids": np.full((n, 1), spec.pad_token_id, dtype=np.int64),
-                       "attention_mask": np.ones((n, 1), dtype=np.int64), PIXEL_VALUES: served_pixels}
-        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        served_images = session.run(None, image_feeds)[0]
-        served_texts = session.run(None, text_feeds)[0]
-        library_images = self._library_images(spec, graph, decoded)
-        library_texts = self.reference(spec, graph, [(t,) for t in texts])[1]
-        return {
-            "image pixels": (own_pixels, served_pixels),
-            "images": (library_images, served_images),
-            "image-text similarities": (library_images @ library_texts.T, served_images @ served_texts.T),
-        }
+        images = self.task.exporter.image_feeds(spec, list(verification_images().items()))
+        session = ort.InferenceSession(str(graph), providers=["CPUExecutionProvider"])
+        vectors = np.concatenate([served, session.run(None, images)[0]])
+        return Calibration(f"{source} and {len(images[PIXEL_VALUES])} images", len(vectors),
+                           {spec.head.dim: ranges_of(vectors)}).to_dict()
 
-    def _library_images(self, spec: ModelSpec, graph: Any, images: list) -> np.ndarray:
-        head: Head = spec.head  # type: ignore[assignment]
-        if head.library == "sentence-transformers":
-            return _st(spec).encode(images, batch_size=len(images), convert_to_numpy=True)
-        import torch
 
-        processor = image_processor(spec)
-        with torch.no_grad():
-            return np.concatenate([graph.image(processor(images=im, return_tensors="pt")["pixel_values"]).numpy()
-                                   for im in images])
+class ImageText(Task):
+    contract = CONTRACT
+    summary = "IMAGE (encoded PNG, JPEG or WebP files) or TEXT in, `embedding` (FP32 [N, dim]) out, one space"
+    serves = "CLIPModel and SiglipModel folders, and sentence-transformers CLIP folders (images and texts)"
+    pipeline = PrepareModel("image_text", "ImageTextEncoder", (TensorSpec(PIXEL_VALUES, FLOAT, (3, -1, -1)),))
+    Detector = ImageTextDetector
+    Tokens = ImageTextTokens
+    Ensemble = ImageTextEnsemble
+    Exporter = ImageTextExporter
+    Verifier = ImageTextVerifier
+    Calibrator = ImageTextCalibrator
 
 
 def _trace(module, args, path: Path, inputs: list[str], axes: dict, opset: int) -> None:

@@ -24,7 +24,8 @@ from ...folder import MULTI_VECTOR_MODEL_TYPES
 from ...serving.batching import SCORE_MASK, real_lengths
 from ...serving.multi_vector import EXPANSIONS, PARAMETER, Form, forms_to_json
 from ...spec import TOKEN_INPUTS, ModelSpec, Options, TensorSpec
-from ..task import FLOAT, SENTENCES, Task, library_model, refuse_foreign_flags
+from ..task import (FLOAT, SENTENCES, Detector, Ensemble, Exporter, Peer, Task, Tokens, Verifier, library_model,
+                   refuse_foreign_flags)
 from .contract import COUNTS, DOCUMENT, CONTRACT, QUERY, SIMILARITY_PARAMETER, VECTORS, Head
 
 if TYPE_CHECKING:
@@ -196,28 +197,9 @@ def _encode(model: Any, rows: list[tuple[str, ...]]) -> list[np.ndarray]:
     return out  # type: ignore[return-value]
 
 
-class MultiVector(Task):
-    contract = CONTRACT
-    summary = ("TEXT and FORM (query|document) in, `token_vectors` (FP32 [N, T, dim]) and `vector_counts` "
-               "(INT32 [N, 1]) out: each text's scored vectors, then zero rows")
-    serves = ("late-interaction (ColBERT) folders sentence-transformers' MultiVectorEncoder reads (its own, PyLate's, "
-              f"Stanford ColBERT's): {', '.join(MODULES)}")
-
+class MultiVectorDetector(Detector):
     def detect(self, folder: ModelFolder) -> bool:
         return bool(folder.late_interaction)
-
-    def token_inputs(self, folder: ModelFolder, tokenizer_inputs: tuple[str, ...]) -> tuple[str, ...]:
-        """The tokens, and which of them are scored."""
-        return TOKEN_INPUTS + (SCORE_MASK,)
-
-    def declared_max_length(self, folder: ModelFolder, options: Options) -> int | None:
-        """The widest row the library makes: the longer form's cut, or the query expansion's floor."""
-        model = _loaded(folder, options)
-        return max(max(_lengths(model, form)) for form in (QUERY, DOCUMENT))
-
-    def served_tokenizer(self, folder: ModelFolder, options: Options) -> Any:
-        """The loaded model's tokenizer: the library registers legacy prefix markers ([unused0]) as special tokens."""
-        return _loaded(folder, options).tokenizer
 
     def read_head(self, folder: ModelFolder, options: Options) -> Head:
         refuse_foreign_flags(options, (), "a late-interaction model")
@@ -245,30 +227,47 @@ class MultiVector(Task):
             parts.append(f"{form.name}: {', '.join(words)}")
         return f"late interaction ({head.similarity}), {head.dim}-value token vectors; {'; '.join(parts)}"
 
+
+class MultiVectorTokens(Tokens):
+    def token_inputs(self, folder: ModelFolder, tokenizer_inputs: tuple[str, ...]) -> tuple[str, ...]:
+        """The tokens, and which of them are scored."""
+        return TOKEN_INPUTS + (SCORE_MASK,)
+
+    def declared_max_length(self, folder: ModelFolder, options: Options) -> int | None:
+        """The widest row the library makes: the longer form's cut, or the query expansion's floor."""
+        model = _loaded(folder, options)
+        return max(max(_lengths(model, form)) for form in (QUERY, DOCUMENT))
+
+    def served_tokenizer(self, folder: ModelFolder, options: Options) -> Any:
+        """The loaded model's tokenizer: the library registers legacy prefix markers ([unused0]) as special tokens."""
+        return _loaded(folder, options).tokenizer
+
+    def forms(self, head: Head) -> tuple[Form, ...]:  # type: ignore[override]
+        return head.forms
+
+
+class MultiVectorEnsemble(Ensemble):
     def first_parameters(self, spec: ModelSpec, model_step: str, max_batch_size: int) -> dict[str, str]:
-        return {PARAMETER: forms_to_json(self.forms(spec.head))}
+        return {PARAMETER: forms_to_json(self.task.tokens.forms(spec.head))}
 
     def ensemble_parameters(self, head: Head) -> dict[str, str]:  # type: ignore[override]
         """The similarity, which a client scores with (TextClient.score)."""
         return {SIMILARITY_PARAMETER: head.similarity}
 
-    def forms(self, head: Head) -> tuple[Form, ...]:  # type: ignore[override]
-        return head.forms
-
     def outputs(self, head: Head) -> tuple[TensorSpec, ...]:  # type: ignore[override]
         return (TensorSpec(VECTORS, FLOAT, (-1, head.dim)), TensorSpec(COUNTS, "TYPE_INT32", (1,)))
 
-    def baseline_rows(self, texts: list[str], lines: bool = False) -> list[tuple[str, ...]]:
-        """Each text as a query and as a document."""
-        return [(t, form) for t in texts for form in (QUERY, DOCUMENT)]
 
-    def verification_rows(self) -> list[tuple[str, ...]]:
-        """Every sentence as a query and as a document, and punctuated documents (a skiplist's tokens)."""
-        return [(s, QUERY) for s in SENTENCES] + [(s, DOCUMENT) for s in SENTENCES + PUNCTUATED]
-
+class MultiVectorExporter(Exporter):
     def load(self, spec: ModelSpec, eager: bool = True) -> Any:
         kwargs = {"model_kwargs": {"attn_implementation": "eager"}} if eager else {}
         return _graph_class()(_library(spec, **kwargs).eval()).eval()
+
+
+class MultiVectorVerifier(Verifier):
+    def verification_rows(self) -> list[tuple[str, ...]]:
+        """Every sentence as a query and as a document, and punctuated documents (a skiplist's tokens)."""
+        return [(s, QUERY) for s in SENTENCES] + [(s, DOCUMENT) for s in SENTENCES + PUNCTUATED]
 
     def reference(self, spec: ModelSpec, graph: Any, rows: list[tuple[str, ...]]) -> tuple[str, np.ndarray]:
         """encode_query / encode_document, each row's vectors zero-padded to the served rows' width (the graph's
@@ -281,17 +280,6 @@ class MultiVector(Task):
         for r, v in enumerate(found):
             stacked[r, : len(v)] = v[:width]
         return "sentence-transformers MultiVectorEncoder", stacked
-
-    def doc_answers(self, spec: ModelSpec, model: Any, tokenizer: Any, rows: list[tuple[str, ...]]) -> tuple[list, int, int]:
-        """PyTorch on one batch padded to its longest row, each row prepared as its form (the served tokenizer's
-        code: transformers' tokenizer knows no forms), each row's vectors read as the client reads them."""
-        import torch
-
-        feeds = _tokenized(spec, rows)
-        with torch.inference_mode():
-            found, counts = model(*(torch.from_numpy(feeds[n]) for n in spec.input_names))
-        answers = CONTRACT.rows({VECTORS: found.numpy(), COUNTS: counts.numpy()})
-        return answers, int(real_lengths(feeds).sum()), int(feeds[SCORE_MASK].size)
 
     def served_check(self, spec: ModelSpec, graph: Any, rows: list[tuple[str, ...]],
                      graph_out: list[np.ndarray]) -> dict:
@@ -320,6 +308,37 @@ class MultiVector(Task):
         return {"reference": "sentence-transformers MultiVectorEncoder", "rows": len(rows), "agree": agree,
                 "max_abs": worst, "pairs": int(scores.size), "max_score_abs": float(off.max()), "score_tolerance": tolerance,
                 "passed": agree == len(rows)}
+
+
+class MultiVectorPeer(Peer):
+    def baseline_rows(self, texts: list[str], lines: bool = False) -> list[tuple[str, ...]]:
+        """Each text as a query and as a document."""
+        return [(t, form) for t in texts for form in (QUERY, DOCUMENT)]
+
+    def doc_answers(self, spec: ModelSpec, model: Any, tokenizer: Any, rows: list[tuple[str, ...]]) -> tuple[list, int, int]:
+        """PyTorch on one batch padded to its longest row, each row prepared as its form (the served tokenizer's
+        code: transformers' tokenizer knows no forms), each row's vectors read as the client reads them."""
+        import torch
+
+        feeds = _tokenized(spec, rows)
+        with torch.inference_mode():
+            found, counts = model(*(torch.from_numpy(feeds[n]) for n in spec.input_names))
+        answers = CONTRACT.rows({VECTORS: found.numpy(), COUNTS: counts.numpy()})
+        return answers, int(real_lengths(feeds).sum()), int(feeds[SCORE_MASK].size)
+
+
+class MultiVector(Task):
+    contract = CONTRACT
+    summary = ("TEXT and FORM (query|document) in, `token_vectors` (FP32 [N, T, dim]) and `vector_counts` "
+               "(INT32 [N, 1]) out: each text's scored vectors, then zero rows")
+    serves = ("late-interaction (ColBERT) folders sentence-transformers' MultiVectorEncoder reads (its own, PyLate's, "
+              f"Stanford ColBERT's): {', '.join(MODULES)}")
+    Detector = MultiVectorDetector
+    Tokens = MultiVectorTokens
+    Ensemble = MultiVectorEnsemble
+    Exporter = MultiVectorExporter
+    Verifier = MultiVectorVerifier
+    Peer = MultiVectorPeer
 
 
 TASK = MultiVector()

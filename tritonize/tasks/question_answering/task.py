@@ -18,7 +18,8 @@ import numpy as np
 from ...errors import TritonizeError
 from ...serving.batching import ATTENTION_MASK
 from ...spec import ModelSpec, Options, Orchestrated, TensorSpec
-from ..task import FLOAT, Task, load_pretrained, pair_token_inputs, refuse_foreign_flags
+from ..task import (FLOAT, Detector, Ensemble, Exporter, Peer, Task, Tokens, Verifier, load_pretrained,
+                   pair_token_inputs, refuse_foreign_flags)
 from .contract import CONTEXT_INPUT, OUTPUT, CONTRACT, QUESTION_INPUT, Head
 
 if TYPE_CHECKING:
@@ -64,14 +65,7 @@ def _windows(spec: ModelSpec):
     return max_seq_len, default_doc_stride(max_seq_len)
 
 
-class QuestionAnswering(Task):
-    contract = CONTRACT
-    summary = "QUESTION and CONTEXT in (one pair per row), `answer` (BYTES [N, 1], JSON: answer, score, start, end) out"
-    serves = "*ForQuestionAnswering folders"
-    truncation = "only_second"
-    truncates = False  # every context is read whole, in windows
-    pipeline = Orchestrated("question_answering")  # the first step windows, calls the model step, and decodes
-
+class QuestionAnsweringDetector(Detector):
     def detect(self, folder: ModelFolder) -> bool:
         return folder.head_class == "ForQuestionAnswering"
 
@@ -84,15 +78,19 @@ class QuestionAnswering(Task):
             raise TritonizeError(f"the tokenizer in {folder.transformer_dir} truncates on the left", hint="tritonize windows contexts from the left")
         return Head(question_first=tok.padding_side == "right", cls_token_id=tok.cls_token_id)
 
-    def token_inputs(self, folder: ModelFolder, tokenizer_inputs: tuple[str, ...]) -> tuple[str, ...]:
-        return pair_token_inputs(folder, tokenizer_inputs)
-
-    def verification_rows(self) -> list[tuple[str, ...]]:
-        return list(PAIRS)
-
     def describe(self, head: Head) -> str:  # type: ignore[override]
         return "question first" if head.question_first else "context first"
 
+
+class QuestionAnsweringTokens(Tokens):
+    truncation = "only_second"
+    truncates = False  # every context is read whole, in windows
+
+    def token_inputs(self, folder: ModelFolder, tokenizer_inputs: tuple[str, ...]) -> tuple[str, ...]:
+        return pair_token_inputs(folder, tokenizer_inputs)
+
+
+class QuestionAnsweringEnsemble(Ensemble):
     def outputs(self, head: Head) -> tuple[TensorSpec, ...]:  # type: ignore[override]
         return (TensorSpec(OUTPUT, "TYPE_STRING", (1,)),)
 
@@ -117,6 +115,8 @@ class QuestionAnswering(Task):
             "context_input": CONTEXT_INPUT,
         }
 
+
+class QuestionAnsweringExporter(Exporter):
     def load(self, spec: ModelSpec, eager: bool = True) -> Any:
         from transformers import AutoModelForQuestionAnswering
 
@@ -124,6 +124,11 @@ class QuestionAnswering(Task):
 
     def comparable(self, out: np.ndarray, feeds: dict[str, np.ndarray]) -> np.ndarray:
         return out * feeds[ATTENTION_MASK]
+
+
+class QuestionAnsweringVerifier(Verifier):
+    def verification_rows(self) -> list[tuple[str, ...]]:
+        return list(PAIRS)
 
     def served_check(self, spec, graph, rows, graph_out) -> dict:
         """The served windows and decoding against the pipeline's steps (transformers' own tokenizer call:
@@ -160,6 +165,8 @@ class QuestionAnswering(Task):
                 (served["start"], served["end"]) == (expected["start"], expected["end"]) and abs(served["score"] - expected["score"]) <= 1e-4
         return {"reference": "question-answering pipeline steps", "rows": len(rows), "agree": int(agree), "passed": agree == len(rows)}
 
+
+class QuestionAnsweringPeer(Peer):
     def doc_answers(self, spec, model, tokenizer, rows) -> tuple[list, int, int]:
         """The pipeline's steps on PyTorch (transformers 5 has no question-answering pipeline): transformers'
         tokenizer makes every pair's windows, the model scores them in one batch, the pipeline's decoding."""
@@ -188,6 +195,20 @@ class QuestionAnswering(Task):
                                                      pad_token_id=spec.pad_token_id)})
         mask = stacked[ATTENTION_MASK]
         return answers, int(mask.sum()), int(mask.size)
+
+
+class QuestionAnswering(Task):
+    contract = CONTRACT
+    summary = "QUESTION and CONTEXT in (one pair per row), `answer` (BYTES [N, 1], JSON: answer, score, start, end) out"
+    serves = "*ForQuestionAnswering folders"
+    pipeline = Orchestrated("question_answering")  # the first step windows, calls the model step, and decodes
+    Detector = QuestionAnsweringDetector
+    Tokens = QuestionAnsweringTokens
+    Ensemble = QuestionAnsweringEnsemble
+    Exporter = QuestionAnsweringExporter
+    Verifier = QuestionAnsweringVerifier
+    Peer = QuestionAnsweringPeer
+
 
 def _stack_transformers(enc, head: Head, pad_id: int) -> dict[str, np.ndarray]:
     """transformers' windows in the arrays decoding reads (what the pipeline's preprocess builds)."""

@@ -29,7 +29,8 @@ from ...errors import TritonizeError
 from ...serving.chat import PARAMETER as PAIR_TEMPLATE
 from ...serving.chat import PairTemplate
 from ...spec import ModelSpec, Options, TensorSpec
-from ..task import FLOAT, DerivedAnswer, Task, library_model, load_pretrained, pair_token_inputs, refuse_foreign_flags
+from ..task import (FLOAT, DerivedAnswer, Detector, Ensemble, Exporter, Peer, Task, Tokens, Verifier, library_model,
+                   load_pretrained, pair_token_inputs, refuse_foreign_flags)
 from .contract import ACTIVATION_PARAMETER, CAUSAL, OUTPUT, CONTRACT, Activation, Head
 
 if TYPE_CHECKING:
@@ -113,13 +114,7 @@ def _graph_class():
     return LogitGraph, LogitScoreGraph
 
 
-class Rerank(Task):
-    contract = CONTRACT
-    summary = "QUERY and TEXT in (one pair per row), `logit` (FP32 [N, 1]) out; the score is its activation"
-    serves = ("sentence-transformers CrossEncoder folders (a sequence classifier, or a causal LM with LogitScore and a "
-              "chat template) and one-label *ForSequenceClassification folders")
-    truncation = "only_second"  # the document is cut, never the query
-
+class RerankDetector(Detector):
     def detect(self, folder: ModelFolder) -> bool:
         if folder.head_class == "ForCausalLM":
             return folder.is_cross_encoder
@@ -137,22 +132,6 @@ class Rerank(Task):
             )
         return Head(activation)
 
-    def truncation_for(self, head: Head) -> str | None:  # type: ignore[override]
-        return "longest_first" if head.layout == CAUSAL else self.truncation
-
-    def pair_template(self, head: Head) -> PairTemplate | None:  # type: ignore[override]
-        return PairTemplate(*head.template, head.suffix_ids) if head.layout == CAUSAL else None
-
-    def first_parameters(self, spec: ModelSpec, model_step: str, max_batch_size: int) -> dict[str, str]:
-        template = self.pair_template(spec.head)  # type: ignore[arg-type]
-        return {PAIR_TEMPLATE: template.to_json()} if template else {}
-
-    def token_inputs(self, folder: ModelFolder, tokenizer_inputs: tuple[str, ...]) -> tuple[str, ...]:
-        return pair_token_inputs(folder, tokenizer_inputs)
-
-    def verification_rows(self) -> list[tuple[str, ...]]:
-        return list(PAIRS)
-
     def describe(self, head: Head) -> str:  # type: ignore[override]
         if head.layout != CAUSAL:
             return f"pairs, logit, {head.activation} score"
@@ -161,6 +140,25 @@ class Rerank(Task):
         return (f"pairs through the chat template (+{head.template_tokens} tokens each), causal LM, {logit} at the "
                 f"last token, {head.activation} score")
 
+
+class RerankTokens(Tokens):
+    truncation = "only_second"  # the document is cut, never the query
+
+    def truncation_for(self, head: Head) -> str | None:  # type: ignore[override]
+        return "longest_first" if head.layout == CAUSAL else self.truncation
+
+    def pair_template(self, head: Head) -> PairTemplate | None:  # type: ignore[override]
+        return PairTemplate(*head.template, head.suffix_ids) if head.layout == CAUSAL else None
+
+    def token_inputs(self, folder: ModelFolder, tokenizer_inputs: tuple[str, ...]) -> tuple[str, ...]:
+        return pair_token_inputs(folder, tokenizer_inputs)
+
+
+class RerankEnsemble(Ensemble):
+    def first_parameters(self, spec: ModelSpec, model_step: str, max_batch_size: int) -> dict[str, str]:
+        template = self.task.tokens.pair_template(spec.head)  # type: ignore[arg-type]
+        return {PAIR_TEMPLATE: template.to_json()} if template else {}
+
     def outputs(self, head: Head) -> tuple[TensorSpec, ...]:  # type: ignore[override]
         return (TensorSpec(OUTPUT, FLOAT, (1,)),)
 
@@ -168,6 +166,8 @@ class Rerank(Task):
         """The activation, for clients that score over Triton (the client's `rerank`)."""
         return {ACTIVATION_PARAMETER: head.activation}
 
+
+class RerankExporter(Exporter):
     def load(self, spec: ModelSpec, eager: bool = True) -> Any:
         from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
@@ -178,6 +178,11 @@ class Rerank(Task):
             return logit_score(model, head.token_ids).eval()
         model = load_pretrained(AutoModelForSequenceClassification, spec, eager)
         return logit(model).eval()
+
+
+class RerankVerifier(Verifier):
+    def verification_rows(self) -> list[tuple[str, ...]]:
+        return list(PAIRS)
 
     def reference(self, spec: ModelSpec, graph: Any, rows: list[tuple[str, ...]]) -> tuple[str, np.ndarray]:
         """The CrossEncoder's logits: its predict with the identity as the activation."""
@@ -207,7 +212,7 @@ class Rerank(Task):
         model = _cross_encoder(spec)
         prompt = model.prompts.get(model.default_prompt_name) if model.default_prompt_name else None
         encoder = TextEncoder(spec.tokenizer_file, spec.max_length, [spec.max_length], spec.pad_token_id,
-                              spec.input_names, "longest_first", template=self.pair_template(head))
+                              spec.input_names, "longest_first", template=self.task.tokens.pair_template(head))
         agree = 0
         for row in rows:
             expected = model[0].preprocess([tuple(row)], prompt=prompt)[INPUT_IDS][0].tolist()
@@ -215,6 +220,8 @@ class Rerank(Task):
         return {"reference": "sentence-transformers CrossEncoder preprocess (token ids)", "rows": len(rows),
                 "agree": agree, "passed": agree == len(rows)}
 
+
+class RerankPeer(Peer):
     def doc_answers(self, spec: ModelSpec, model: Any, tokenizer: Any, rows: list[tuple[str, ...]]) -> tuple[list, int, int]:
         """A causal reranker in a hand-written PyTorch server: each pair rendered through the template, tokenized
         without special tokens, cut and closed as the library does, the batch padded as its tokenizer pads."""
@@ -223,7 +230,7 @@ class Rerank(Task):
             return super().doc_answers(spec, model, tokenizer, rows)
         import torch
 
-        template = self.pair_template(head)
+        template = self.task.tokens.pair_template(head)
         ids = [template.restore(tokenizer(template.render(*row), add_special_tokens=False, truncation=True,
                                           max_length=spec.max_length)["input_ids"], spec.max_length) for row in rows]
         batch = tokenizer.pad({"input_ids": ids}, return_tensors="pt")
@@ -231,6 +238,20 @@ class Rerank(Task):
             scores = model(batch["input_ids"], batch["attention_mask"])
         mask = batch["attention_mask"]
         return [{OUTPUT: s} for s in scores.tolist()], int(mask.sum()), int(mask.numel())
+
+
+class Rerank(Task):
+    contract = CONTRACT
+    summary = "QUERY and TEXT in (one pair per row), `logit` (FP32 [N, 1]) out; the score is its activation"
+    serves = ("sentence-transformers CrossEncoder folders (a sequence classifier, or a causal LM with LogitScore and a "
+              "chat template) and one-label *ForSequenceClassification folders")
+    Detector = RerankDetector
+    Tokens = RerankTokens
+    Ensemble = RerankEnsemble
+    Exporter = RerankExporter
+    Verifier = RerankVerifier
+    Peer = RerankPeer
+
 
 def _cross_encoder(spec: ModelSpec) -> Any:
     from sentence_transformers import CrossEncoder

@@ -21,7 +21,7 @@ from ...errors import TritonizeError
 from ...serving.sparse_embedding import INDICES, VALUES, active, compact
 from ...serving.sparse_embedding import rows as served_rows
 from ...spec import ModelSpec, Options, TensorSpec, TokenizeModelPost
-from ..task import FLOAT, Task, library_model, refuse_foreign_flags
+from ..task import FLOAT, Detector, Ensemble, Exporter, Peer, Task, Verifier, library_model, refuse_foreign_flags
 from .contract import CONTRACT, Head
 
 if TYPE_CHECKING:
@@ -77,12 +77,7 @@ def _encode(model: Any, rows: list[tuple[str, ...]], max_active_dims: int | None
     return out.float().cpu().numpy()
 
 
-class SparseEmbedding(Task):
-    contract = CONTRACT
-    summary = "TEXT in, `indices` (INT32 [N, K]) and `values` (FP32 [N, K]) out: each text's non-zero terms, padded with -1 / 0"
-    serves = f"sentence-transformers SparseEncoder folders (SPLADE: {MODULES})"
-    pipeline = TokenizeModelPost("sparse_embedding", reads_text=False)  # the step reads the graph's weights alone
-
+class SparseEmbeddingDetector(Detector):
     def detect(self, folder: ModelFolder) -> bool:
         return folder.modules is not None and folder.is_sparse_encoder
 
@@ -117,6 +112,8 @@ class SparseEmbedding(Task):
         cut = f", at most {head.max_active_dims} terms per text" if head.max_active_dims else ""
         return f"SPLADE {head.pooling} pooling ({head.activation}) over a {head.vocab}-entry vocabulary{cut}"
 
+
+class SparseEmbeddingEnsemble(Ensemble):
     def outputs(self, head: Head) -> tuple[TensorSpec, ...]:  # type: ignore[override]
         return (TensorSpec(INDICES, "TYPE_INT32", (-1,)), TensorSpec(VALUES, FLOAT, (-1,)))
 
@@ -127,11 +124,15 @@ class SparseEmbedding(Task):
         head: Head = spec.head  # type: ignore[assignment]
         return {"weights_input": WEIGHTS, "max_active_dims": str(head.max_active_dims)}
 
+
+class SparseEmbeddingExporter(Exporter):
     def load(self, spec: ModelSpec, eager: bool = True) -> Any:
         head: Head = spec.head  # type: ignore[assignment]
         kwargs = {"model_kwargs": {"attn_implementation": "eager"}} if eager else {}
         return _graph_class()(_sparse_encoder(spec, **kwargs).eval(), head.pooling, head.activation).eval()
 
+
+class SparseEmbeddingVerifier(Verifier):
     def reference(self, spec: ModelSpec, graph: Any, rows: list[tuple[str, ...]]) -> tuple[str, np.ndarray]:
         """SparseEncoder.encode with no limit on active terms: every weight the graph returns."""
         model = _sparse_encoder(spec)
@@ -164,6 +165,8 @@ class SparseEmbedding(Task):
                 "passed": agree == len(rows), "max_abs": worst, "tolerance": tolerance, "borderline": borderline,
                 "terms": {"min": min(terms), "max": max(terms)}}
 
+
+class SparseEmbeddingPeer(Peer):
     def doc_answers(self, spec: ModelSpec, model: Any, tokenizer: Any, rows: list[tuple[str, ...]]) -> tuple[list, int, int]:
         """PyTorch on one batch padded to its longest row, each text's weights compacted as the post step does."""
         import torch
@@ -177,6 +180,18 @@ class SparseEmbedding(Task):
         answers = [{INDICES: ids.tolist(), VALUES: vals.tolist()}
                    for ids, vals in served_rows(*compact(weights, head.max_active_dims))]
         return answers, int(mask.sum()), int(mask.numel())
+
+
+class SparseEmbedding(Task):
+    contract = CONTRACT
+    summary = "TEXT in, `indices` (INT32 [N, K]) and `values` (FP32 [N, K]) out: each text's non-zero terms, padded with -1 / 0"
+    serves = f"sentence-transformers SparseEncoder folders (SPLADE: {MODULES})"
+    pipeline = TokenizeModelPost("sparse_embedding", reads_text=False)  # the step reads the graph's weights alone
+    Detector = SparseEmbeddingDetector
+    Ensemble = SparseEmbeddingEnsemble
+    Exporter = SparseEmbeddingExporter
+    Verifier = SparseEmbeddingVerifier
+    Peer = SparseEmbeddingPeer
 
 
 TASK = SparseEmbedding()

@@ -18,7 +18,7 @@ import numpy as np
 from ...errors import TritonizeError
 from ...serving.batching import ATTENTION_MASK, OFFSETS, SPECIAL_TOKENS_MASK
 from ...spec import TEXT_INPUT, ModelSpec, Options, TensorSpec, TokenizeModelPost
-from ..task import FLOAT, Task, load_pretrained, refuse_foreign_flags
+from ..task import FLOAT, Detector, Ensemble, Exporter, Peer, Task, Verifier, load_pretrained, refuse_foreign_flags
 from .options import AGGREGATIONS, OPTIONS
 from .contract import OUTPUT, CONTRACT, Head
 
@@ -45,18 +45,12 @@ def _graph_class():
     return TokenLogitsGraph
 
 
-class TokenClassification(Task):
-    contract = CONTRACT
-    summary = "TEXT in, `entities` (BYTES [N, 1], JSON: entity_group or entity, score, word, start, end) out"
-    serves = "*ForTokenClassification folders"
-    pipeline = TokenizeModelPost("token_classification", token_extras=(OFFSETS, SPECIAL_TOKENS_MASK))
-    own_options = OPTIONS
-
+class TokenClassificationDetector(Detector):
     def detect(self, folder: ModelFolder) -> bool:
         return folder.head_class == "ForTokenClassification"
 
     def read_head(self, folder: ModelFolder, options: Options) -> Head:
-        refuse_foreign_flags(options, self.own_options, "a token classifier")
+        refuse_foreign_flags(options, self.task.own_options, "a token classifier")
         aggregation = options.aggregation or DEFAULT_AGGREGATION
         if aggregation not in AGGREGATIONS:
             raise TritonizeError(f"unknown aggregation {aggregation!r}", hint=f"use one of: {', '.join(AGGREGATIONS)}")
@@ -68,6 +62,8 @@ class TokenClassification(Task):
     def describe(self, head: Head) -> str:  # type: ignore[override]
         return f"{len(head.labels)} labels, {head.aggregation} aggregation"
 
+
+class TokenClassificationEnsemble(Ensemble):
     def outputs(self, head: Head) -> tuple[TensorSpec, ...]:  # type: ignore[override]
         return (TensorSpec(OUTPUT, "TYPE_STRING", (1,)),)
 
@@ -86,6 +82,8 @@ class TokenClassification(Task):
             "logits_input": LOGITS,
         }
 
+
+class TokenClassificationExporter(Exporter):
     def load(self, spec: ModelSpec, eager: bool = True) -> Any:
         from transformers import AutoModelForTokenClassification
 
@@ -94,6 +92,8 @@ class TokenClassification(Task):
     def comparable(self, out: np.ndarray, feeds: dict[str, np.ndarray]) -> np.ndarray:
         return out * feeds[ATTENTION_MASK][..., None]
 
+
+class TokenClassificationVerifier(Verifier):
     def served_check(self, spec, graph, rows, graph_out) -> dict:
         """The served post-processing on the graph's logits against pipeline("token-classification")."""
         from tokenizers import Tokenizer
@@ -117,6 +117,8 @@ class TokenClassification(Task):
             agree += _same(served, expected)
         return {"reference": "transformers pipeline", "rows": len(rows), "agree": agree, "passed": agree == len(rows)}
 
+
+class TokenClassificationPeer(Peer):
     def doc_answers(self, spec, model, tokenizer, rows) -> tuple[list, int, int]:
         """The pipeline's steps on PyTorch: transformers' tokenizer, the model's logits, the pipeline's decoding."""
         import torch
@@ -137,6 +139,20 @@ class TokenClassification(Task):
                                              [enc.special_tokens_mask[i] for i in keep], logits[r, keep],
                                              list(head.labels), head.aggregation, tokenizer.backend_tokenizer)})
         return answers, int(mask.sum()), int(mask.size)
+
+
+class TokenClassification(Task):
+    contract = CONTRACT
+    summary = "TEXT in, `entities` (BYTES [N, 1], JSON: entity_group or entity, score, word, start, end) out"
+    serves = "*ForTokenClassification folders"
+    pipeline = TokenizeModelPost("token_classification", token_extras=(OFFSETS, SPECIAL_TOKENS_MASK))
+    own_options = OPTIONS
+    Detector = TokenClassificationDetector
+    Ensemble = TokenClassificationEnsemble
+    Exporter = TokenClassificationExporter
+    Verifier = TokenClassificationVerifier
+    Peer = TokenClassificationPeer
+
 
 def _same(served: list[dict], expected: list[dict], atol: float = 1e-4) -> bool:
     """Same spans, labels and words; scores within atol."""
