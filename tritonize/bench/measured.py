@@ -8,9 +8,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..manifest import Manifest, choose, read_manifests
+from ..repository import parse_config
 from ..runtime.base import Endpoints, ServerOptions
 from ..runtime.machine import free_ports
 from . import load
+from ..spec import CONFIG_FILE, MODEL, PRODUCTION_VARIANT, repo_paths
 from .options import BenchOptions
 
 
@@ -44,6 +46,17 @@ def measured_model(repository: Path, model: str = "") -> Manifest:
 
 
 @contextlib.contextmanager
+def native_model_threads(repository: Path, manifest: Manifest, variant: str) -> int:
+    """The model step's instances where the production variant runs it on the native onnxruntime backend, inside
+    the server process (one onnxruntime thread each: the server's busiest threads, cpu.CpuMeter); 0 where it has a
+    stub of its own (the fused step)."""
+    if variant != PRODUCTION_VARIANT:
+        return 0
+    path = repo_paths(repository, manifest.name)[MODEL.key] / CONFIG_FILE
+    config = parse_config(path.read_text(), str(path))
+    return sum(g.count for g in config.instance_group) if config.platform == "onnxruntime_onnx" else 0
+
+
 def triton_endpoints(options: BenchOptions) -> Iterator[tuple[str, str, str, int | None]]:
     """(http_url, grpc_url, metrics_url, server PID or None) of the server to measure; starts a local one on free
     ports if asked."""

@@ -22,11 +22,10 @@ from .. import tasks
 from ..console import err
 from ..errors import TritonizeError
 from ..manifest import Manifest, read_manifests
-from ..repository import parse_config
-from ..spec import CONFIG_FILE, ENSEMBLE, MODEL, PRODUCTION_VARIANT, repo_paths, step_names
+from ..spec import ENSEMBLE, MODEL, repo_paths, step_names
 from ..spec.options import Overrides
 from . import check, corpus, cpu, floor, infinity, load, peers, server_counters
-from .measured import measured_model, record, say_run, triton_endpoints
+from .measured import measured_model, native_model_threads, record, say_run, triton_endpoints
 from .options import (
     API_PROTOCOLS,
     API_SYSTEM,
@@ -110,14 +109,11 @@ class Bench:
         return self.task.contract.bench_as_embeddings
 
     def native_model_threads(self) -> int:
-        """The model step's instances where a local server runs it on the native onnxruntime backend, inside the
-        server process; 0 where it has a stub of its own (the fused step)."""
-        if not self.o.start_local or self.o.variant != PRODUCTION_VARIANT or self.o.stand_in:
+        """The model's threads inside a local server (measured.native_model_threads); 0 for a stand-in."""
+        if not self.o.start_local or self.o.stand_in:
             # A stand-in's threads are not the server's busiest (gRPC's are): its share is Triton's execution time.
             return 0
-        path = repo_paths(self.o.repository, self.manifest.name)[MODEL.key] / CONFIG_FILE
-        config = parse_config(path.read_text(), str(path))
-        return sum(g.count for g in config.instance_group) if config.platform == "onnxruntime_onnx" else 0
+        return native_model_threads(self.o.repository, self.manifest, self.o.variant)
 
     def measure_triton(self) -> None:
         with triton_endpoints(self.o) as (http_url, grpc_url, metrics_url, server_pid):

@@ -48,7 +48,7 @@ from .. import tasks
 from ..errors import TritonizeError
 from . import check, corpus, floor, load
 from .load import heap_frozen
-from .cpu import NICER, CpuMeter
+from .cpu import CLIENT, NATIVE_MODEL, NICER, SERVER, CpuMeter
 from .measured import measured_model
 
 POLL_S = 0.5
@@ -80,6 +80,8 @@ class Outcome:
     not_ready_polls: int = 0
     lag_ms: list[float] = field(default_factory=list)  # how late each request left against its arrival time
     samples: dict[str, str] = field(default_factory=dict)  # one message per way of ending
+    wall_s: float = 0.0  # from the first arrival until the last request ended
+    client_cpu_s: float = 0.0  # the load generator's own CPU over `wall_s`
 
     def summary(self) -> dict:
         return {
@@ -136,15 +138,17 @@ class ClosedLoop:
 
 def refusal_cpu(at_capacity: dict, overload: dict, answered: int, refused: int) -> dict:
     """ms of CPU per refusal by process: the overload's CPU (`overload`, ms per answered request as
-    CpuMeter.finish gives it) less `answered` answers at the capacity run's cost per answer, over `refused`.
+    CpuMeter.finish gives it) less `answered` answers at the capacity run's cost, over `refused`.
 
-    A refusal never reaches the graph, whose threads run nicer (cpu.NICER): `normal` counts only the threads
-    at normal priority, so that answers costing more or less in the overload's bigger batches do not show as
-    refusals' cost. `of_an_answer`: the server's `normal` over its whole CPU per answer at capacity.
+    A refusal never reaches the model, whose threads are told apart: the fused step's graph runs on nicer threads
+    (cpu.NICER), and the native onnxruntime backend's are the server's busiest (cpu.NATIVE_MODEL, where the meter
+    counts them). `off_model` counts only the other threads, so that answers costing more or less in the overload's
+    bigger batches do not show as refusals' cost. `of_an_answer`: the server's `off_model` over its whole CPU per
+    answer at capacity.
 
     The figure is a difference, and answers that cost 1% more under overload move it by `drift_ms` (that 1% of
-    the answers' normal-priority CPU, spread over the refusals): with few refusals among many answers it says
-    nothing. `resolved`: whether that move stays under 1% of an answer's CPU."""
+    the answers' CPU off the model's threads, spread over the refusals): with few refusals among many answers it
+    says nothing. `resolved`: whether that move stays under 1% of an answer's CPU."""
     if not refused:
         return {}
 
@@ -152,16 +156,21 @@ def refusal_cpu(at_capacity: dict, overload: dict, answered: int, refused: int) 
         return {k: round(max(0.0, v * max(1, answered) - answered * cap.get(k, 0.0)) / refused, 3)  # as finish divided
                 for k, v in over.items()}
 
-    def not_nicer(d: dict) -> dict:
-        return {k: v - d.get(NICER, {}).get(k, 0.0) for k, v in d["ms_per_request"].items()}
+    def off_the_model(d: dict) -> dict:
+        per_request = d["ms_per_request"]
+        return {k: v - d.get(NICER, {}).get(k, 0.0) - (per_request.get(NATIVE_MODEL, 0.0) if k == SERVER else 0.0)
+                for k, v in per_request.items() if k != NATIVE_MODEL}
+
+    def server(d: dict) -> float:
+        return sum(v for k, v in d.items() if k not in (CLIENT, NATIVE_MODEL))
 
     per = per_refusal(at_capacity["ms_per_request"], overload["ms_per_request"])
-    per["server"] = round(sum(v for k, v in per.items() if k != "client"), 3)
-    normal = per_refusal(not_nicer(at_capacity), not_nicer(overload))
-    normal["server"] = round(sum(v for k, v in normal.items() if k != "client"), 3)
-    served = sum(v for k, v in at_capacity["ms_per_request"].items() if k != "client")
-    drift = 0.01 * sum(v for k, v in not_nicer(at_capacity).items() if k != "client") * answered / refused
-    return {**per, "normal": normal, "of_an_answer": round(normal["server"] / served, 4) if served else None,
+    per["server"] = round(server(per), 3)
+    off_model = per_refusal(off_the_model(at_capacity), off_the_model(overload))
+    off_model["server"] = round(server(off_model), 3)
+    served = server(at_capacity["ms_per_request"])
+    drift = 0.01 * server(off_the_model(at_capacity)) * answered / refused
+    return {**per, "off_model": off_model, "of_an_answer": round(off_model["server"] / served, 4) if served else None,
             "drift_ms": round(drift, 3), "resolved": bool(served) and drift < 0.01 * served}
 
 
@@ -235,9 +244,14 @@ class Stress:
             await client.close()
         return outcome
 
-    def run(self, rate_rps: float, duration_s: float, seed: int = 0) -> Outcome:
+    def run(self, rate_rps: float, duration_s: float, seed: int = 0,
+            meter: CpuMeter | None = None) -> tuple[Outcome, dict | None]:
+        """Requests arriving at `rate_rps` (Poisson) for `duration_s`, each sent as it arrives; the CPU per answer,
+        from the first arrival until the last request ended, where a `meter` watches the server."""
         with heap_frozen():
-            return asyncio.run(self._open_loop(rate_rps, duration_s, seed))
+            outcome = asyncio.run(self._open_loop(rate_rps, duration_s, seed, meter))
+        cpu = meter.finish(max(1, len(outcome.answered)), outcome.client_cpu_s, outcome.wall_s) if meter else None
+        return outcome, cpu
 
     def burst(self, n: int, channels: int = BURST_CHANNELS) -> dict:
         """n single-row requests released together: how each ended, and the slowest answer."""
@@ -283,7 +297,7 @@ class Stress:
                 "wrong": wrong, "answered_ms": {"p50": _percentile(answered, 50), "max": _percentile(answered, 100)},
                 "rejected_ms": {"max": _percentile(refused, 100)}, "samples": samples}
 
-    async def _open_loop(self, rate_rps: float, duration_s: float, seed: int) -> Outcome:
+    async def _open_loop(self, rate_rps: float, duration_s: float, seed: int, meter: CpuMeter | None) -> Outcome:
         import aiohttp
 
         from ..client import AsyncTextClient, ServerError, is_unavailable
@@ -333,7 +347,9 @@ class Stress:
             await client.is_ready()  # connect before the clock starts
             poller = asyncio.create_task(poll(session))
             pending: set[asyncio.Task] = set()
-            start = time.perf_counter()
+            if meter:
+                meter.start()
+            cpu0, start = time.process_time(), time.perf_counter()
             next_at = start
             k = 0
             while next_at - start < duration_s:
@@ -350,6 +366,7 @@ class Stress:
             outcome.duration_s = duration_s
             if pending:
                 await asyncio.wait(set(pending), timeout=self.timeout_s + 5)
+            outcome.wall_s, outcome.client_cpu_s = time.perf_counter() - start, time.process_time() - cpu0
             stop.set()
             await poller
         await client.close()

@@ -14,6 +14,7 @@ from ..spec import DEFAULT_VARIANT, VARIANT_CONFIGS
 from . import corpus
 from .cli import choice_list, int_list
 from .cpu import CpuMeter
+from .measured import measured_model, native_model_threads
 from .stress import CAPACITY_CONCURRENCY, CAPACITY_S, DEFAULT_TIMEOUT_S, Stress, refusal_cpu
 
 DEFAULT_FACTOR = 4.0
@@ -64,21 +65,39 @@ def run(args: argparse.Namespace) -> int:
             return _bursts(stress, args)
         if args.clients:
             return _closed(stress, args, server_pid)
-        capacity = None
+        capacity, at_capacity = None, None
+        meter = _meter(server_pid, args) if args.rate is None else None
         if args.rate is None:
             err.print(f"Measuring capacity ({CAPACITY_S:g} s closed loop, concurrency {CAPACITY_CONCURRENCY})...")
-            capacity, _ = stress.capacity()
+            capacity, at_capacity = stress.capacity(meter)
             err.print(f"  capacity {capacity:.1f} req/s")
         rate = args.rate or args.factor * capacity
         err.print(f"Open loop at {rate:.1f} req/s for {args.duration:g} s ({stress.workload} rows)...")
-        outcome = stress.run(rate, args.duration)
+        outcome, overload = stress.run(rate, args.duration, meter=meter)
     document = {"model": stress.name, "task": stress.task.name, "workload": stress.workload,
                 "capacity_rps": round(capacity, 1) if capacity else None, "factor": args.factor if capacity else None,
                 "timeout_s": args.timeout, **outcome.summary()}
+    if at_capacity and overload:
+        document["cpu"] = cpu_document(at_capacity, overload, len(outcome.answered), len(outcome.rejected))
     path = _write(args.output, document)
     print_summary(document)
+    print_cpu(document)
     err.print(f"[green]✓[/] wrote {path}")
     return 0 if document["wrong"] == 0 and document["hung"] == 0 else 1
+
+
+def _meter(server_pid: int | None, args: argparse.Namespace) -> CpuMeter | None:
+    """What watches a local server's processes, the native model's threads told apart; None for a remote one."""
+    if not server_pid:
+        return None
+    threads = native_model_threads(args.repository, measured_model(args.repository, args.model), args.variant)
+    return CpuMeter(server_pid, model_threads=threads)
+
+
+def cpu_document(at_capacity: dict, overload: dict, answered: int, refused: int) -> dict:
+    """The server's CPU by process at capacity and under the overload, and what a refusal cost (refusal_cpu)."""
+    return {"at_capacity": at_capacity, "overload": overload,
+            "ms_per_refusal": refusal_cpu(at_capacity, overload, answered, refused)}
 
 
 def _write(folder: Path, document: dict) -> Path:
@@ -105,7 +124,7 @@ def _bursts(stress: Stress, args: argparse.Namespace) -> int:
 
 
 def _closed(stress: Stress, args: argparse.Namespace, server_pid: int | None) -> int:
-    meter = CpuMeter(server_pid) if server_pid else None
+    meter = _meter(server_pid, args)
     seconds = min(args.duration, 2 * CAPACITY_S)  # long enough for a steady CPU figure per answer
     err.print(f"Measuring capacity ({seconds:g} s closed loop, concurrency {CAPACITY_CONCURRENCY})...")
     capacity, at_capacity = stress.capacity(meter, seconds)
@@ -115,9 +134,7 @@ def _closed(stress: Stress, args: argparse.Namespace, server_pid: int | None) ->
     document = {"model": stress.name, "task": stress.task.name, "workload": stress.workload,
                 "capacity_rps": round(capacity, 1), "timeout_s": args.timeout, **outcome.summary(capacity)}
     if meter:
-        document["cpu"] = {"at_capacity": at_capacity, "overload": overload,
-                           "ms_per_refusal": refusal_cpu(at_capacity, overload, len(outcome.answered),
-                                                         len(outcome.rejected))}
+        document["cpu"] = cpu_document(at_capacity, overload, len(outcome.answered), len(outcome.rejected))
     print_closed(document)
     err.print(f"[green]✓[/] wrote {_write(args.output, document)}")
     return 0 if document["wrong"] == 0 else 1
@@ -138,32 +155,41 @@ def print_closed(d: dict) -> None:
                   str(d["rejected"]), f"{d['rejected_rps']:.1f}", str(d["failed"]), str(d["wrong"]),
                   f"{a['p50']}/{a['p99']}", f"{r['p50']}/{r['p99']}")
     console.print(table)
+    print_cpu(d)
+    for kind, message in d["samples"].items():
+        out.print(f"  {kind}: {message}", markup=False)
+
+
+def print_cpu(d: dict) -> None:
+    """The CPU by process of a run the server's group was watched in: per answer, and what a refusal costs."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = out if out.width >= TABLE_WIDTH else Console(file=out.file, width=TABLE_WIDTH, highlight=False)
     if "cpu" in d:
         c = d["cpu"]
         labels = sorted(set(c["at_capacity"]["ms_per_request"]) | set(c["overload"]["ms_per_request"]),
                         key=lambda k: (k == "client", k))
         cpu = Table(title="CPU ms by process (per refusal: the overload's CPU less its answers at the capacity "
-                    "run's cost, over the refusals; normal priority: without the graph's nicer threads)",
+                    "run's cost, over the refusals; off the model: without the model's own threads)",
                     title_justify="left")
         for col in ("process", "per answer at capacity", "per answer under overload", "per refusal",
-                    "per refusal, normal priority"):
+                    "per refusal, off the model"):
             cpu.add_column(col, justify="right")
         per = c["ms_per_refusal"]
         for k in labels:
             cpu.add_row(k, *(str(c[part]["ms_per_request"].get(k, "-")) for part in ("at_capacity", "overload")),
-                        str(per.get(k, "-")), str(per.get("normal", {}).get(k, "-")))
+                        str(per.get(k, "-")), str(per.get("off_model", {}).get(k, "-")))
         if per:
-            cpu.add_row("server (all but client)", "", "", str(per["server"]), str(per["normal"]["server"]))
+            cpu.add_row("server (all but client)", "", "", str(per["server"]), str(per["off_model"]["server"]))
         console.print(cpu)
         if per and not per.get("resolved"):
             out.print(f"{d['rejected']} refusals against {d['answered']} answers: too few to tell their CPU from the "
                       f"answers' (answers costing 1% more under overload move the figure by {per['drift_ms']} ms "
                       "a refusal)")
         elif per.get("of_an_answer") is not None:
-            out.print(f"a refusal costs the server {per['normal']['server']} ms at normal priority: "
+            out.print(f"a refusal costs the server {per['off_model']['server']} ms off the model's threads: "
                       f"{100 * per['of_an_answer']:.1f}% of an answer's CPU at capacity")
-    for kind, message in d["samples"].items():
-        out.print(f"  {kind}: {message}", markup=False)
 
 
 def print_summary(d: dict) -> None:

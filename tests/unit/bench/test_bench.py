@@ -316,13 +316,31 @@ def test_a_refusal_costs_the_overloads_cpu_beyond_its_answers_at_the_capacity_co
     assert per["minilm_model"] == pytest.approx(0.2) and per["tritonserver"] == pytest.approx(0.02)
     assert per["client"] == pytest.approx(0.05)
     assert per["server"] == pytest.approx(0.22)  # every process but the client
-    assert per["normal"]["minilm_model"] == pytest.approx(0.05) and per["normal"]["server"] == pytest.approx(0.07)
+    assert per["off_model"]["minilm_model"] == pytest.approx(0.05) and per["off_model"]["server"] == pytest.approx(0.07)
     assert per["of_an_answer"] == pytest.approx(0.07 / 18.4, abs=1e-4)
     # 1% more per answer (0.009 ms of 0.9 at normal priority) over 1,000 answers moves 10,000 refusals' figure
     # by 0.0009 ms: resolved; 10 refusals' by 0.9 ms, more than 1% of an answer (0.184 ms): not
     assert per["drift_ms"] == pytest.approx(0.001, abs=1e-3) and per["resolved"]
     few = refusal_cpu(at_capacity, overload, answered=1000, refused=10)
     assert few["drift_ms"] == pytest.approx(0.9) and not few["resolved"]
+
+
+def test_a_refusal_is_told_from_the_native_models_threads() -> None:
+    """The production variant's model runs on threads of the server itself (cpu.NATIVE_MODEL, part of it): what
+    its answers cost more under overload is not a refusal's, and it is counted once in the server's sum."""
+    from tritonize.bench.cpu import NATIVE_MODEL
+    from tritonize.bench.stress import refusal_cpu
+
+    at_capacity = {"ms_per_request": {"tritonserver": 17.0, NATIVE_MODEL: 16.5, "minilm_tokenizer": 0.7, "client": 0.5}}
+    # 1,000 answers, 5,000 refusals: the model's threads 2 ms more an answer (2 s), the rest of the server 0.5 s more
+    # (0.1 ms a refusal), the tokenizer 3 s more (0.6 ms a refusal: it tokenized what the model's queue refused).
+    overload = {"ms_per_request": {"tritonserver": 19.5, NATIVE_MODEL: 18.5, "minilm_tokenizer": 3.7, "client": 2.5}}
+    per = refusal_cpu(at_capacity, overload, answered=1000, refused=5000)
+    assert per["tritonserver"] == pytest.approx(0.5) and per[NATIVE_MODEL] == pytest.approx(0.4)
+    assert per["server"] == pytest.approx(1.1)  # the model's threads are the server's: not counted twice
+    assert per["off_model"]["tritonserver"] == pytest.approx(0.1) and NATIVE_MODEL not in per["off_model"]
+    assert per["off_model"]["server"] == pytest.approx(0.7)
+    assert per["of_an_answer"] == pytest.approx(0.7 / 17.7, abs=1e-4)
     assert refusal_cpu(at_capacity, overload, answered=1000, refused=0) == {}
 
 
