@@ -45,7 +45,6 @@ def measured_model(repository: Path, model: str = "") -> Manifest:
     return choose(manifests, model or None, repository)
 
 
-@contextlib.contextmanager
 def native_model_threads(repository: Path, manifest: Manifest, variant: str) -> int:
     """The model step's instances where the production variant runs it on the native onnxruntime backend, inside
     the server process (one onnxruntime thread each: the server's busiest threads, cpu.CpuMeter); 0 where it has a
@@ -57,6 +56,7 @@ def native_model_threads(repository: Path, manifest: Manifest, variant: str) -> 
     return sum(g.count for g in config.instance_group) if config.platform == "onnxruntime_onnx" else 0
 
 
+@contextlib.contextmanager
 def triton_endpoints(options: BenchOptions) -> Iterator[tuple[str, str, str, int | None]]:
     """(http_url, grpc_url, metrics_url, server PID or None) of the server to measure; starts a local one on free
     ports if asked."""

@@ -371,3 +371,21 @@ def test_cpu_meter_tells_the_nicer_threads_apart(tmp_path) -> None:
     python = Path(sys.executable).name
     assert result[NICER][python] == pytest.approx(result["ms_per_request"][python], rel=0.05)  # snapshots a moment apart
     assert result[NICER][python] > 0.5 and SERVER not in result[NICER]  # the child ran, beside other work
+
+
+def test_the_native_models_threads_are_its_production_instances(tiny_python_repo, tiny_embedding_repo) -> None:
+    """The production variant's model step on the native backend runs one thread per instance inside the server
+    (what the CPU meter tells apart); the fused step, and a graph layout's model, only where the backend is native."""
+    from tritonize.bench.measured import measured_model, native_model_threads
+    from tritonize.repository import parse_config
+    from tritonize.spec import CONFIG_FILE, FUSED_VARIANT, MODEL, PRODUCTION_VARIANT, repo_paths
+
+    for repo in (tiny_python_repo.repository, tiny_embedding_repo.repository):
+        manifest = measured_model(repo)
+        path = repo_paths(repo, manifest.name)[MODEL.key] / CONFIG_FILE
+        config = parse_config(path.read_text(), str(path))
+        expected = sum(g.count for g in config.instance_group) if config.platform == "onnxruntime_onnx" else 0
+        assert native_model_threads(repo, manifest, PRODUCTION_VARIANT) == expected
+        assert native_model_threads(repo, manifest, FUSED_VARIANT) == 0
+    assert native_model_threads(tiny_python_repo.repository, measured_model(tiny_python_repo.repository),
+                                PRODUCTION_VARIANT) >= 1
