@@ -251,7 +251,6 @@ class ImageTextExporter(Exporter):
 
 
 class ImageTextVerifier(Verifier):
-    # -- verification --------------------------------------------------------
     def reference(self, spec: ModelSpec, graph: Any, rows: list[tuple[str, ...]]) -> tuple[str, np.ndarray]:
         """The library's encode of the texts: sentence-transformers' for its folders, else the model's own
         get_text_features on its own processor's tokens."""
