@@ -11,8 +11,8 @@ from ..manifest import Manifest, choose, read_manifests
 from ..repository import parse_config
 from ..runtime.base import Endpoints, ServerOptions
 from ..runtime.machine import free_ports
-from . import load
 from ..spec import CONFIG_FILE, MODEL, PRODUCTION_VARIANT, repo_paths
+from . import load
 from .options import BenchOptions
 
 

@@ -388,12 +388,12 @@ def checked_parts(task: type[Task]) -> dict[str, type[Part]]:
     its kind and whole; else one line naming the part."""
     from ..errors import TritonizeError
 
-    where = f"{task.__module__}.{task.__qualname__}"
+    where, declared = f"{task.__module__}.{task.__qualname__}", [name for name, _ in PARTS.values()]
     for name in dir(task):
         value = getattr(task, name, None)
-        if isinstance(value, type) and issubclass(value, Part) and name not in {n for n, _ in PARTS.values()}:
+        if isinstance(value, type) and issubclass(value, Part) and name not in declared:
             raise TritonizeError(f"{where} declares the part {name}, which tritonize does not read",
-                                 hint=f"a task declares {', '.join(n for n, _ in PARTS.values())}")
+                                 hint=f"a task declares {', '.join(declared)}")
     found = {}
     for attribute, (name, base) in PARTS.items():
         part = getattr(task, name, None)
