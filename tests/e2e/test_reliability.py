@@ -465,6 +465,34 @@ def test_overload_is_shed_at_once_and_never_wrong(minilm_python_repo, tmp_path) 
 
 
 @pytest.mark.slow
+def test_the_production_tokenizer_step_refuses_what_the_model_step_would_before_tokenizing_it(
+        minilm_python_repo, native_backend, tmp_path) -> None:
+    """The Python layout's production variant at 4x its capacity (`stress --variant production`): its tokenizer step
+    reads the model step's queue on Triton's metrics port (serving/admission.py) and refuses at once, untokenized,
+    what that queue would refuse after its budget. Before, each refusal waited about a second, was tokenized at an
+    answer's cost and was refused by the model step's queue ("Request timeout expired")."""
+    from tritonize.cli import main
+
+    duration = float(os.environ.get("TRITONIZE_STRESS_S", "10"))
+    rc = main(["stress", "--repository", str(minilm_python_repo), "--start-local", "--variant", PRODUCTION_VARIANT,
+               "--workload", "long", "--factor", "4", "--duration", str(duration), "--output", str(tmp_path)])
+    d = json.loads((tmp_path / "stress.json").read_text())
+    print(json.dumps({k: d[k] for k in ("capacity_rps", "offered_rps", "answered", "rejected", "answered_ms",
+                                        "rejected_ms", "samples", "cpu")}))
+    assert rc == 0 and d["wrong"] == 0 and d["hung"] == 0 and d["failed"] == 0
+    assert d["answered"] > 0 and d["rejected"] > 0
+    # At once (p50 2.0-2.3 ms on the 2-core VM), where the model step's queue refused after its 1 s budget (1.16-1.18 s).
+    # The first refusals may still be the queue's: until the step has seen it busy for RATE_MIN_S, only its bound admits.
+    assert d["rejected_ms"]["p50"] < 250
+    per, at_capacity = d["cpu"]["ms_per_refusal"], d["cpu"]["at_capacity"]
+    assert_refusal_read_off_the_model(per, at_capacity)
+    # Untokenized: the step's CPU a refusal is a fraction of its CPU an answer (0.24-0.26 against 0.88-0.97 ms on
+    # the 2-core VM; 0.64-0.70 against 0.71-0.73 ms where the model step's queue refused).
+    step = "minilm_tokenizer"
+    assert per["off_model"][step] < 0.6 * at_capacity["ms_per_request"][step]
+
+
+@pytest.mark.slow
 def test_a_closed_loop_of_128_clients_says_its_goodput_and_what_a_refusal_costs(minilm_python_repo, tmp_path) -> None:
     """`tritonize stress --clients 128` on 128-token texts: more clients than the bound admits, each sending again
     as soon as it is answered or refused; every answer right, and the CPU per refusal read from the server's

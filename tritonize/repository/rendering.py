@@ -116,7 +116,7 @@ def _step_layout(repo: RepoSpec, step: StepSpec, fused: str) -> list[tuple[str, 
 def _parameters(repo: RepoSpec, step: StepSpec, idle: bool) -> dict[str, str]:
     """What a Python step reads from its config's parameters; an idle statistics step is told so (IDLE)."""
     if step.role == FIRST:
-        return repo.first_step_parameters
+        return repo.first_step_parameters | ({} if idle else repo.admission_parameters)
     if step.role == POST:
         return repo.post_parameters
     return {IDLE: "1"} if idle else {}

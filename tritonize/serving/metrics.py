@@ -41,7 +41,8 @@ COUNTERS = {
     "tritonize_entities_total": "Entities the token-classification step returned.",
     "tritonize_graph_runs_total": "Graph runs of the local server's one step (each runs the requests waiting, up to max_batch_size rows).",
     "tritonize_graph_texts_total": "Texts those graph runs carried: over the runs, the graph's batch size.",
-    "tritonize_queue_full_total": "Requests the local server's one step refused at its own queue bound (503).",
+    "tritonize_queue_full_total": "Requests refused before their step's work (503): at the local server's one step's "
+                                  "queue bound, or by a tokenizer step ahead of a full model step.",
 }
 # How long counts wait to be published together (seconds): one round trip per series that moved, at most this often.
 # A reader that needs every count so far reads again after this (bench.server_counters.settled).

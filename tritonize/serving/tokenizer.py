@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
+from .admission import QueueView
 from .batching import (
     ATTENTION_MASK,
     ENCODING_FIELDS,
@@ -425,18 +426,31 @@ class RequestEncoder:
 
 
 class TritonPythonModel(ServedStep):
-    """Reads its input names and outputs from the configuration; one error per bad request."""
+    """Reads its input names and outputs from the configuration; one error per bad request. Where the model step
+    after it bounds its queue, refuses before tokenizing what that queue would refuse (serving/admission.py)."""
 
     def load(self, config: dict, version_dir: str, args: dict) -> None:
         self.front = RequestEncoder(config, version_dir)
+        self.admission = QueueView.of_step(parameters(config))
 
     def execute(self, requests):
+        refused = []
+        if self.admission is not None:
+            admitted = self.admission.admit(len(requests))
+            if admitted < len(requests):
+                requests, refused = requests[:admitted], requests[admitted:]
+                self.front.metrics.record({"queue_full": len(refused)})
         responses, valid, encoded = self.front.encode(requests)
         for i, tensors in zip(valid, encoded):
             responses[i] = pb_utils.InferenceResponse(
                 output_tensors=[pb_utils.Tensor(name, arr) for name, arr in tensors.items()]
             )
+        if refused:
+            message = self.admission.message()
+            responses += [error_response(message, "UNAVAILABLE") for _ in refused]
         return responses
 
     def finalize(self):
+        if self.admission is not None:
+            self.admission.close()
         self.front.metrics.close()

@@ -7,6 +7,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ..serving.admission import ADMIT_BEHIND, ADMIT_BOUND, ADMIT_BUDGET_US
 from ..serving.batching import GATHER, QUEUE_BOUND
 from ..serving.metrics import METRICS_MODEL
 from .model import ModelSpec, TensorSpec
@@ -321,6 +322,16 @@ class RepoSpec:
             "truncate": str(int(self.truncate)),
         }
         return params | ({"truncation": self.truncation} if self.truncation else {}) | self.first_parameters
+
+    @property
+    def admission_parameters(self) -> dict[str, str]:
+        """Where a Python first step feeds a model step whose queue is bounded: whom it admits for, and that
+        queue's budget and bound (serving/admission.py). It refuses before tokenizing what the queue would refuse."""
+        model = self.model_step
+        if not (self.pipeline.runs_python(FIRST) and model.max_queue_size and model.max_queue_wait_us):
+            return {}
+        return {ADMIT_BEHIND: model.name, ADMIT_BUDGET_US: str(model.max_queue_wait_us),
+                ADMIT_BOUND: str(model.max_queue_size)}
 
     @property
     def fused_model_step(self) -> StepSpec:

@@ -21,6 +21,7 @@ from tritonize.repository import parse_config, reconfigure
 from tritonize.runtime import instance
 from tritonize.runtime.machine import group_zombies
 from tritonize.serving import health, texts
+from tritonize.serving.admission import ADMIT_BEHIND, ADMIT_BOUND, ADMIT_BUDGET_US
 from tritonize.serving.batching import QUEUE_BOUND
 from tritonize.spec import DEFAULT_MAX_REQUEST_BYTES, MIN_QUEUE_SIZE, default_queue_size
 from tritonize.spec.options import Overrides
@@ -123,7 +124,19 @@ def test_every_batching_step_gets_a_bounded_queue(tiny_python_repo, tmp_path) ->
                                                   else (own, reject) if own else None)
         return found
 
+    def admission() -> dict[str, dict[str, str]]:
+        """Each tokenizer config's admission ahead of the model step (serving/admission.py)."""
+        found = {}
+        for path in sorted(repo.glob(f"{name}_tokenizer/**/*.pbtxt")):
+            params = parse_config(path.read_text(), str(path)).parameters
+            found[path.name] = {k: params[k].string_value for k in (ADMIT_BEHIND, ADMIT_BUDGET_US, ADMIT_BOUND)
+                                if k in params}
+        return found
+
     assert len(policies()) == 4  # tokenizer and model, each with the container's and the local config
+    # The production tokenizer step admits for the model step's queue; the fused variant's idle copy does not.
+    assert admission() == {"config.pbtxt": {ADMIT_BEHIND: f"{name}_model", ADMIT_BUDGET_US: "1000000",
+                                            ADMIT_BOUND: "512"}, "fused.pbtxt": {}}
     # The production ensemble's statistics step has no bound: what reaches it was admitted, and its graph ran.
     counting = parse_config((repo / f"{name}_statistics" / "config.pbtxt").read_text())
     assert counting.HasField("dynamic_batching") and not counting.dynamic_batching.HasField("default_queue_policy")
@@ -135,10 +148,11 @@ def test_every_batching_step_gets_a_bounded_queue(tiny_python_repo, tmp_path) ->
     assert set(policies().values()) == {(1500, reject)}
     reconfigure(repo, Overrides(queue_budget_ms=500))
     assert set(policies().values()) == {(750, reject)} and set(waits.values()) == {500_000}
+    assert admission()["config.pbtxt"] == {ADMIT_BEHIND: f"{name}_model", ADMIT_BUDGET_US: "500000", ADMIT_BOUND: "750"}
     reconfigure(repo, Overrides(max_queue_size=64))  # an explicit size wins
     assert set(policies().values()) == {(64, reject)}
     reconfigure(repo, Overrides(max_queue_size=0))  # no bound: no policy
-    assert set(policies().values()) == {None}
+    assert set(policies().values()) == {None} and admission() == {"config.pbtxt": {}, "fused.pbtxt": {}}
     tokenizer = parse_config((repo / f"{name}_tokenizer" / "config.pbtxt").read_text())
     assert tokenizer.parameters["max_request_bytes"].string_value == str(2 * 1024 * 1024)
     assert tokenizer.parameters["truncate"].string_value == "1"

@@ -20,7 +20,7 @@ from tritonize.bench.server_counters import padding_waste
 from tritonize.export import load_torch_model
 from tritonize.generate import generate
 from tritonize.repository import config_as_triton_passes_it
-from tritonize.serving import batching
+from tritonize.serving import admission, batching
 from tritonize.serving.fused_step import tokenizer_outputs
 from tritonize.serving.onnx_model import PARALLEL_MIN_TOKENS, OnnxRunner
 from tritonize.serving.tokenizer import Cut, InvalidText, TextEncoder
@@ -60,6 +60,7 @@ def until(done, timeout_s: float = 10.0) -> None:
 def test_each_step_carries_byte_identical_copies_of_the_served_modules(repo: Path) -> None:
     pairs = {
         "tiny_tokenizer/1/model.py": "tokenizer.py",
+        "tiny_tokenizer/1/admission.py": "admission.py",  # ahead of the model step's queue
         "tiny_tokenizer/1/batching.py": "batching.py",
         "tiny_tokenizer/1/texts.py": "texts.py",
         "tiny_tokenizer/1/metrics.py": "metrics.py",
@@ -73,6 +74,7 @@ def test_each_step_carries_byte_identical_copies_of_the_served_modules(repo: Pat
         "tiny_model/1/model.py": "fused_step.py",
         "tiny_model/1/onnx_model.py": "onnx_model.py",
         "tiny_model/1/tokenizer.py": "tokenizer.py",
+        "tiny_model/1/admission.py": "admission.py",  # imported by tokenizer.py; the fused step holds its own bound
         "tiny_model/1/batching.py": "batching.py",
         "tiny_model/1/texts.py": "texts.py",
         "tiny_model/1/metrics.py": "metrics.py",
@@ -98,10 +100,10 @@ def test_each_step_carries_byte_identical_copies_of_the_served_modules(repo: Pat
 def test_step_files_follow_relative_imports() -> None:
     assert set(serving.step_files("tokenizer", "model.py")) == {"model.py", "batching.py", "texts.py", "metrics.py",
                                                                 "statistics.py", "chat.py", "multi_vector.py", "stub.py",
-                                                                "prefixes.py"}
+                                                                "prefixes.py", "admission.py"}
     assert set(serving.step_files("onnx_model", "model.py")) == {"model.py", "batching.py", "stub.py"}
-    assert set(serving.step_files("fused_step", "model.py")) == {"model.py", "onnx_model.py", "tokenizer.py", "batching.py",
-                                                               "texts.py", "metrics.py", "chat.py", "multi_vector.py",
+    assert set(serving.step_files("fused_step", "model.py")) == {"model.py", "onnx_model.py", "tokenizer.py", "admission.py",
+                                                               "batching.py", "texts.py", "metrics.py", "chat.py", "multi_vector.py",
                                                                "statistics.py", "stub.py", "prefixes.py"}
     assert set(serving.step_files("question_answering", "model.py")) == {"model.py", "answer_windows.py",
                                                                          "answer_spans.py", "texts.py", "metrics.py",
@@ -156,7 +158,10 @@ def test_the_fused_step_runs_tokenizer_and_model_as_one_step(repo: Path) -> None
     produced, passed = tokenizer_outputs(step, [IDS, MASK])
     assert produced == (IDS, MASK, "tokens", "truncated") and passed == ("tokens", "truncated")
     params = {k: v["string_value"] for k, v in step["parameters"].items()}
-    assert all(params[k] == v["string_value"] for k, v in tokenizer["parameters"].items())
+    # The tokenizer's settings; not its admission ahead of the model step (the fused step holds its bound itself).
+    admits = {admission.ADMIT_BEHIND, admission.ADMIT_BUDGET_US, admission.ADMIT_BOUND}
+    assert admits <= set(tokenizer["parameters"]) and not admits & set(params)
+    assert all(params[k] == v["string_value"] for k, v in tokenizer["parameters"].items() if k not in admits)
     assert params["metrics_model"] == "tiny_tokenizer"
     # One instance that pipelines and holds the bound itself; Triton's bound stays off (it would stall the batcher).
     # The container's model step keeps two instances and Triton's bound.
