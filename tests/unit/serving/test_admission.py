@@ -12,7 +12,8 @@ import pytest
 
 from tritonize.runtime.base import ServerOptions
 from tritonize.runtime.container import triton_command
-from tritonize.serving.admission import FILL, QueueView, metrics_address, sample_sum
+from tritonize.serving.admission import (ADMIT_BEHIND, ADMIT_BOUND, ADMIT_BUDGET_US, FILL, QueueView, metrics_address,
+                                        sample_sum)
 
 # As Triton 2.51 writes it (a repository whose model step was loaded in versions 1 and 2).
 METRICS = b"""# HELP nv_inference_request_success Number of successful inference requests, all batch sizes
@@ -117,3 +118,18 @@ def test_under_a_light_load_the_rate_is_not_known_and_a_burst_is_admitted() -> N
         view._observe(0.1 * step, 0, step)
     assert view.rate() is None
     assert view.admit(512) == 512
+
+
+def test_a_step_admits_only_where_its_parameters_ask_and_the_server_publishes_metrics(tmp_path) -> None:
+    asked = {ADMIT_BEHIND: "minilm_model", ADMIT_BUDGET_US: "500000", ADMIT_BOUND: "750"}
+    server, other = tmp_path / "server", tmp_path / "other"
+    server.write_bytes(cmdline(["/opt/tritonserver/bin/tritonserver", "--metrics-port=9", "--metrics-address=0.0.0.0"]))
+    other.write_bytes(cmdline(["python", "-m", "pytest"]))
+    assert QueueView.of_step({}, server) is None  # the fused step, or a model step without a bound
+    assert QueueView.of_step(asked, other) is None  # outside Triton
+    assert QueueView.of_step(asked, tmp_path / "gone") is None
+    view = QueueView.of_step(asked, server)
+    try:
+        assert (view.host, view.port, view.model, view.budget_s, view.bound) == ("127.0.0.1", 9, "minilm_model", 0.5, 750)
+    finally:
+        view.close()
