@@ -67,7 +67,9 @@ def metrics_address(cmdline: bytes) -> tuple[str, int] | None:
 
 
 def sample_sum(text: bytes, family: str, model: str) -> float | None:
-    """The sum over versions of one model's samples of a metric family in Prometheus text; None where none."""
+    """The sum over versions of one model's samples of a metric family in Prometheus text; None where none.
+    A scan for two lines, not tritonize.metrics_text's whole parse: it runs ten times a second in the step, and a
+    served module imports only its siblings."""
     key = f'\n{family}{{model="{model}",'.encode()
     total, found, at = 0.0, False, text.find(key)
     while at >= 0:
