@@ -425,6 +425,20 @@ def test_sixteen_requests_in_flight_are_answered_across_down(tiny_python_repo, l
     assert len(answered) == 16 and all(a.shape[0] == rows for a in answered)
 
 
+STRESS_S = float(os.environ.get("TRITONIZE_STRESS_S", "10"))  # an open loop's seconds (the closing figures run 20-30)
+
+
+def stress_locally(repository, output, *args: str, shown: tuple[str, ...]) -> tuple[int, dict]:
+    """`tritonize stress --start-local` on `repository` with `args`: its exit code and stress.json, whose `shown`
+    keys are printed."""
+    from tritonize.cli import main
+
+    rc = main(["stress", "--repository", str(repository), "--start-local", *args, "--output", str(output)])
+    d = json.loads((output / "stress.json").read_text())
+    print(json.dumps({k: d[k] for k in shown}))
+    return rc, d
+
+
 def assert_refusal_read_off_the_model(per: dict, at_capacity: dict) -> None:
     """A refusal's CPU off the model's threads, and its share of an answer's. Each process's figure is its own
     difference, at least 0: off the model's threads it may exceed every thread's where the model's threads cost
@@ -441,21 +455,16 @@ def test_overload_is_shed_at_once_and_never_wrong(minilm_python_repo, tmp_path) 
     """Open-loop load at 4x the measured capacity (`tritonize stress`): full queues answer UNAVAILABLE at once,
     accepted requests stay bounded and right, the server stays ready, and the CPU a refusal cost is read from
     the server's processes."""
-    from tritonize.cli import main
-
-    duration = float(os.environ.get("TRITONIZE_STRESS_S", "10"))
-    rc = main(["stress", "--repository", str(minilm_python_repo), "--start-local", "--workload", "mixed", "--factor", "4",
-               "--duration", str(duration), "--output", str(tmp_path)])
-    d = json.loads((tmp_path / "stress.json").read_text())
-    print(json.dumps({k: d[k] for k in ("capacity_rps", "offered_rps", "answered", "rejected", "failed", "hung", "wrong",
-                                        "answered_ms", "rejected_ms", "generator_lag_ms", "not_ready_polls", "cpu")}))
+    rc, d = stress_locally(minilm_python_repo, tmp_path, "--workload", "mixed", "--factor", "4", "--duration", str(STRESS_S),
+                           shown=("capacity_rps", "offered_rps", "answered", "rejected", "failed", "hung", "wrong",
+                                  "answered_ms", "rejected_ms", "generator_lag_ms", "not_ready_polls", "cpu"))
     assert rc == 0
     per, at_capacity, overload = d["cpu"]["ms_per_refusal"], d["cpu"]["at_capacity"], d["cpu"]["overload"]
     assert at_capacity["ms_per_request"]["tritonserver"] > 0 and overload["completed"] == d["answered"]
     assert_refusal_read_off_the_model(per, at_capacity)
     assert d["wrong"] == 0 and d["hung"] == 0 and d["failed"] == 0
     assert d["rejected"] > 0 and d["answered"] > 0
-    assert d["not_ready_polls"] == 0 and d["ready_polls"] >= duration
+    assert d["not_ready_polls"] == 0 and d["ready_polls"] >= STRESS_S
     assert d["rejected_ms"]["p99"] < 250  # CI-loose; the closing figures come from a 30 s run of the command
     # Bounded by the queues, not by the run's length: at worst both steps' queues are full ahead of a request
     # (512 each, drained at the measured capacity, with half again for a shared CI machine), plus a batch in
@@ -471,14 +480,10 @@ def test_the_production_tokenizer_step_refuses_what_the_model_step_would_before_
     reads the model step's queue on Triton's metrics port (serving/admission.py) and refuses at once, untokenized,
     what that queue would refuse after its budget. Before, each refusal waited about a second, was tokenized at an
     answer's cost and was refused by the model step's queue ("Request timeout expired")."""
-    from tritonize.cli import main
-
-    duration = float(os.environ.get("TRITONIZE_STRESS_S", "10"))
-    rc = main(["stress", "--repository", str(minilm_python_repo), "--start-local", "--variant", PRODUCTION_VARIANT,
-               "--workload", "long", "--factor", "4", "--duration", str(duration), "--output", str(tmp_path)])
-    d = json.loads((tmp_path / "stress.json").read_text())
-    print(json.dumps({k: d[k] for k in ("capacity_rps", "offered_rps", "answered", "rejected", "answered_ms",
-                                        "rejected_ms", "samples", "cpu")}))
+    rc, d = stress_locally(minilm_python_repo, tmp_path, "--variant", PRODUCTION_VARIANT, "--workload", "long",
+                           "--factor", "4", "--duration", str(STRESS_S),
+                           shown=("capacity_rps", "offered_rps", "answered", "rejected", "answered_ms", "rejected_ms",
+                                  "samples", "cpu"))
     assert rc == 0 and d["wrong"] == 0 and d["hung"] == 0 and d["failed"] == 0
     assert d["answered"] > 0 and d["rejected"] > 0
     # At once (p50 2.0-2.3 ms on the 2-core VM), where the model step's queue refused after its 1 s budget (1.16-1.18 s).
@@ -497,13 +502,9 @@ def test_a_closed_loop_of_128_clients_says_its_goodput_and_what_a_refusal_costs(
     """`tritonize stress --clients 128` on 128-token texts: more clients than the bound admits, each sending again
     as soon as it is answered or refused; every answer right, and the CPU per refusal read from the server's
     processes."""
-    from tritonize.cli import main
-
-    rc = main(["stress", "--repository", str(minilm_python_repo), "--start-local", "--workload", "long", "--clients", "128",
-               "--duration", "4", "--output", str(tmp_path)])
-    d = json.loads((tmp_path / "stress.json").read_text())
-    print(json.dumps({k: d[k] for k in ("capacity_rps", "answered_rps", "goodput", "rejected", "failed", "wrong",
-                                        "samples", "answered_ms", "cpu")}))
+    rc, d = stress_locally(minilm_python_repo, tmp_path, "--workload", "long", "--clients", "128", "--duration", "4",
+                           shown=("capacity_rps", "answered_rps", "goodput", "rejected", "failed", "wrong", "samples",
+                                  "answered_ms", "cpu"))
     assert rc == 0 and d["wrong"] == 0 and d["failed"] == 0
     assert d["answered"] > 0 and d["rejected"] > 0 and "tokens of work" in d["samples"]["rejected"]
     assert d["goodput"] == pytest.approx(d["answered_rps"] / d["capacity_rps"], abs=0.01)
