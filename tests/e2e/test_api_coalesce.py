@@ -82,17 +82,22 @@ def test_single_texts_sent_together_are_answered_each_with_its_own_rows(served) 
     assert requests < len(TEXTS), f"{requests} Triton requests for {len(TEXTS)} API requests: none coalesced"
 
 
-def backend_over(endpoints, repository):
-    """The API's backend in this process, over the real Triton, knowing what its ensembles answer."""
+def backend_over(endpoints, repository, transport: str = "grpc"):
+    """The API's backend in this process, over the real Triton, knowing what its ensembles answer; its inferences
+    over gRPC, or over Triton's HTTP port (`--http-url`)."""
     from tritonize.api.backend import TritonBackend
     from tritonize.api.catalog import Catalog
 
-    backend = TritonBackend(endpoints.grpc)
+    backend = TritonBackend(endpoints.grpc, http_url=endpoints.http if transport == "http" else None)
     model = Catalog.read(repository).models[0]
     return backend, model
 
 
-def test_one_bad_text_fails_only_its_own_request(served) -> None:
+TRANSPORTS = pytest.mark.parametrize("transport", ["grpc", "http"])
+
+
+@TRANSPORTS
+def test_one_bad_text_fails_only_its_own_request(served, transport) -> None:
     """A blank text passes the API's types and is refused by the tokenizer step: sent in one batch with good texts,
     Triton refuses the batch, and the batch is sent again one request at a time, so only the blank one fails,
     with its own index."""
@@ -101,7 +106,7 @@ def test_one_bad_text_fails_only_its_own_request(served) -> None:
 
     repo, endpoints, _ = served
     expected, _ = reference(endpoints, repo.name, TEXTS[:4])
-    backend, model = backend_over(endpoints, repo.repository)
+    backend, model = backend_over(endpoints, repo.repository, transport)
 
     async def run():
         await backend.open()
@@ -131,7 +136,8 @@ def test_one_bad_text_fails_only_its_own_request(served) -> None:
     assert (failed, requests, rows) == (2 * one_refusal, 4, 4), (first, before, after)
 
 
-def test_a_failed_triton_call_gives_each_request_an_error_of_its_own(served) -> None:
+@TRANSPORTS
+def test_a_failed_triton_call_gives_each_request_an_error_of_its_own(served, transport) -> None:
     """Triton gone (a port where nothing listens): every request of the batch is answered 503, none is left
     waiting, and each error is its own object (a route may rewrite its message)."""
     from tritonize.api.backend import TritonBackend
@@ -141,7 +147,8 @@ def test_a_failed_triton_call_gives_each_request_an_error_of_its_own(served) -> 
     repo, endpoints, _ = served
     _, model = backend_over(endpoints, repo.repository)
     (port,) = free_ports(1)
-    backend = TritonBackend(f"127.0.0.1:{port}", timeout_s=5.0)
+    gone = f"127.0.0.1:{port}"
+    backend = TritonBackend(gone, timeout_s=5.0, http_url=gone if transport == "http" else None)
     backend.coalesced.add(model.name)
 
     async def run():
@@ -156,3 +163,41 @@ def test_a_failed_triton_call_gives_each_request_an_error_of_its_own(served) -> 
     answers = asyncio.run(run())
     assert all(isinstance(a, ApiError) and a.status == 503 for a in answers), answers
     assert len({id(a) for a in answers}) == len(answers)
+
+
+def test_inferences_over_http_outlive_a_restart_of_triton(matryoshka_repo, local_triton, local_options,
+                                                          tmp_path) -> None:
+    """The kept connections die with the server: the next request goes out on a new one and is answered, and
+    a request while nothing listens is a 503, never a hang."""
+    from tritonize.api.errors import ApiError
+    from tritonize.runtime.local import LocalRuntime
+
+    options = local_options(matryoshka_repo.repository, tmp_path / "run")
+    runtime = LocalRuntime(options, quiet=True)
+    endpoints = runtime.up()
+    backend, model = backend_over(endpoints, matryoshka_repo.repository, "http")
+    request = model.contract.request([(TEXTS[0],)])
+
+    async def infer():
+        return (await backend.infer(model, request, ["embedding"]))["embedding"]
+
+    async def run():
+        nonlocal runtime
+        await backend.open()
+        try:
+            first = await asyncio.gather(*(infer() for _ in range(4)))  # four kept connections
+            assert len(backend.http._idle) == 4
+            runtime.down()  # the loop waits here: it learns of the closed connections when the next request goes
+            with pytest.raises(ApiError) as refused:
+                await asyncio.wait_for(infer(), 30)
+            assert refused.value.status == 503, refused.value.message
+            runtime = LocalRuntime(options, quiet=True)
+            runtime.up()
+            assert np.array_equal(await asyncio.wait_for(infer(), 30), first[0])
+        finally:
+            await backend.close()
+
+    try:
+        asyncio.run(run())
+    finally:
+        runtime.down()

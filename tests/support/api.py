@@ -80,7 +80,7 @@ def api_over_triton(options, *args: str, key: str | None = None) -> Iterator[tup
     runtime = LocalRuntime(options, quiet=True)
     endpoints = runtime.up()
     try:
-        api = start_api(options.repository, endpoints.grpc, *args, key=key)
+        api = start_api(options.repository, endpoints.grpc, "--http-url", endpoints.http, *args, key=key)
         try:
             yield endpoints, api
         finally:

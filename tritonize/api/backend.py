@@ -8,24 +8,16 @@ with more rows than the ensemble's max batch size is split, and its pieces go ou
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from ..client import split_url
-from ..serving.texts import graph_refusal
 from .catalog import ServedModel
 from .coalesce import Coalescer, TritonFailure
+from .failures import failure_of
+from .triton_http import TritonHttp
 
-REFUSING_NODE = re.compile(r"Name:'([^']*)'")  # onnxruntime's error: the node that failed
-# Triton's gRPC status -> the status the API answers. UNAVAILABLE is a full queue (the server sheds load).
-STATUS = {
-    "StatusCode.UNAVAILABLE": 429,
-    "StatusCode.RESOURCE_EXHAUSTED": 413,
-    "StatusCode.INVALID_ARGUMENT": 422,
-    "StatusCode.NOT_FOUND": 404,
-}
 DEFAULT_TIMEOUT_S = 60.0
 # A request's parameters: a string, or one value per row.
 Parameters = Mapping[str, "str | Sequence[int]"]
@@ -44,12 +36,15 @@ def per_row(parameters: Parameters | None) -> bool:
 
 
 class TritonBackend:
-    """One asyncio gRPC client for the whole process; opened in the app's lifespan."""
+    """One asyncio gRPC client for the whole process, opened in the app's lifespan; the inferences over Triton's
+    HTTP port where its address is given (api/triton_http.py: a third of the CPU a call)."""
 
-    def __init__(self, grpc_url: str, timeout_s: float = DEFAULT_TIMEOUT_S, coalesce: bool = True):
+    def __init__(self, grpc_url: str, timeout_s: float = DEFAULT_TIMEOUT_S, coalesce: bool = True,
+                 http_url: str | None = None):
         self.url, _ = split_url(grpc_url, "grpc")
         self.timeout_s = timeout_s
         self._client = None
+        self.http = TritonHttp(split_url(http_url, "http")[0], timeout_s) if http_url else None
         self.coalescer = Coalescer(self._infer_once) if coalesce else None
         self.coalesced: set[str] = set()  # the models whose every output has one shape a row (output_names)
 
@@ -64,6 +59,8 @@ class TritonBackend:
         if self._client is not None:
             await self._client.close()
             self._client = None
+        if self.http is not None:
+            self.http.close()
 
     async def infer(self, model: ServedModel, inputs: Mapping[str, Sequence[str]],
                     outputs: Sequence[str], ensemble: str | None = None,
@@ -92,6 +89,8 @@ class TritonBackend:
                           outputs: Sequence[str], parameters: dict[str, str] | None = None) -> dict[str, np.ndarray]:
         from tritonclient.utils import InferenceServerException
 
+        if self.http is not None:
+            return await self.http.infer(name, inputs, outputs, parameters)
         try:
             response = await self.raw_infer(model_infer_request(name, inputs, outputs, parameters))
         except InferenceServerException as exc:
@@ -170,14 +169,5 @@ def answer_arrays(response, outputs: Sequence[str]) -> dict[str, np.ndarray]:
 
 
 def triton_error(exc) -> TritonFailure:
-    """Triton's own message kept, under the status its gRPC code means."""
-    code = str(exc.status())
-    status = STATUS.get(code, 424)
-    message = (exc.message() or str(exc)).strip()
-    if graph_refusal(message):  # a texts step's refusal (a graph's node failing by design): the sender's error,
-        status = 422  # told by the failing node's name, which is the refusal (graph_tokenizer/texts.py)
-        named = REFUSING_NODE.search(message)
-        message = named.group(1) if named else message
-    if code == "StatusCode.UNAVAILABLE" and "queue" not in message.lower():
-        status = 503  # nothing listens: the server is down, not busy
-    return TritonFailure(status, f"Triton: {message}", grpc_status=code)
+    """tritonclient's exception as the API's failure (failures.failure_of)."""
+    return failure_of(str(exc.status()), exc.message() or str(exc))

@@ -40,6 +40,7 @@ class ApiOptions:
 class ApiProcess:
     repository: Path
     grpc_url: str
+    http_url: str | None = None  # Triton's HTTP endpoint, where the routes' inferences go (`--http-url`)
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
     key_file: Path | None = None
@@ -55,7 +56,8 @@ class ApiProcess:
 
     def command(self) -> list[str]:
         cmd = [sys.executable, "-m", "tritonize.cli", "api", "--repository", str(self.repository),
-               "--grpc-url", self.grpc_url, "--host", self.host, "--port", str(self.port),
+               "--grpc-url", self.grpc_url, *(["--http-url", self.http_url] if self.http_url else []),
+               "--host", self.host, "--port", str(self.port),
                *(["--workers", str(self.workers)] if self.workers != 1 else []), *self.extra]
         return cmd + (["--api-key-file", str(self.key_file)] if self.key_file else [])
 

@@ -11,6 +11,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -56,6 +57,10 @@ def env_flag(name: str, default: bool = False) -> bool:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repository", "-r", type=Path, default=Path("triton_repo"), help="the served repository")
     p.add_argument("--grpc-url", default="127.0.0.1:8001", help="Triton's gRPC endpoint (default: %(default)s)")
+    p.add_argument("--http-url", default=None, metavar="HOST:PORT",
+                   help="Triton's HTTP endpoint: the routes' inferences go there, on kept connections, for about a "
+                        "third of gRPC's CPU a call (docs/api.md); deploy.py, the compose file and the Kubernetes "
+                        "render set it (default: none, inferences over gRPC too)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help="(default: %(default)s)")
     p.add_argument("--api-key", default=None, help=f"require `Authorization: Bearer KEY` (also ${API_KEY_ENV})")
@@ -93,6 +98,8 @@ def settings_from(args: argparse.Namespace) -> ApiSettings:
             raise TritonizeError(f"--{flag.replace('_', '-')} must be positive")
     if args.chunk_overlap < 0:
         raise TritonizeError("--chunk-overlap must be 0 or more")
+    if args.http_url and not re.fullmatch(r"(http://)?[^/:\s]+:\d+/?", args.http_url):
+        raise TritonizeError(f"--http-url {args.http_url!r}: give Triton's HTTP endpoint as host:port (plain HTTP)")
     return options_from(ApiSettings, args, renamed={"chunked_processing": "enable_chunked_processing"},
                         repository=Path(args.repository), api_key=api_key(args.api_key, args.api_key_file),
                         image_hosts=image_hosts(args.allow_image_hosts))
@@ -161,6 +168,7 @@ def run(args: argparse.Namespace) -> int:
 
     read_manifests(settings.repository)  # a missing or foreign repository: one line, before the port opens
     print(f"tritonize API on http://{settings.host}:{settings.port} -> Triton gRPC {settings.grpc_url}"
+          + (f", inferences over HTTP {settings.http_url}" if settings.http_url else "")
           + (" (API key required)" if settings.api_key else ""), file=sys.stderr)
     serve(settings)
     return 0

@@ -33,6 +33,7 @@ MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
 class ApiSettings:
     repository: Path
     grpc_url: str = "127.0.0.1:8001"
+    http_url: str | None = None  # Triton's HTTP endpoint, where the inferences go (api/triton_http.py)
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
     api_key: str | None = field(default=None, repr=False)  # never printed
@@ -74,7 +75,8 @@ class ApiState:
 
         self.settings = settings
         self.catalog = Catalog.read(settings.repository) if catalog is None else catalog
-        self.backend = TritonBackend(settings.grpc_url, settings.timeout_s, settings.coalesce)
+        self.backend = TritonBackend(settings.grpc_url, settings.timeout_s, settings.coalesce,
+                                     settings.http_url)
         self.images = ImageFetcher(settings.image_hosts, settings.max_body_bytes)
         self.outputs: dict[str, tuple[str, ...]] = {}  # what each ensemble returns, asked of Triton at start
         self._tokenizers: dict[str, Any] = {}

@@ -20,8 +20,9 @@ from .runner import Bench, is_triton
 
 PEER_CHOICES = ALL_PEERS
 # api: `tritonize api`'s /v1/embeddings in front of the same server (embedders); api-uncoalesced: the same with
-# --no-coalesce, each request sent to Triton alone; front: Triton's HTTP requests sent to the API's /v2 routes
-PROTOCOLS = ("grpc", "http", "api", "api-uncoalesced", "front")
+# --no-coalesce, each request sent to Triton alone; api-grpc: the same with its inferences over gRPC; front: Triton's
+# HTTP requests sent to the API's /v2 routes
+PROTOCOLS = ("grpc", "http", "api", "api-uncoalesced", "api-grpc", "front")
 JSON_NAME, CHART_NAME = "bench.json", "bench.png"
 
 
@@ -85,10 +86,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"comma-separated (default: {','.join(map(str, DEFAULT_CONCURRENCY))}; with --stand-in "
                         f"{','.join(map(str, stand_in.CONCURRENCY))})")
     p.add_argument("--protocols", type=choice_list(PROTOCOLS), default=None,
-                   help=f"grpc,http,api,api-uncoalesced,front (default: {','.join(DEFAULT_PROTOCOLS)}; with --stand-in "
-                        f"{','.join(stand_in.PROTOCOLS)}, api where the model is an embedder); api starts "
-                        "`tritonize api` over gRPC, embedding models only; front sends http's requests to its "
-                        "/v2 routes")
+                   help=f"grpc,http,api,api-uncoalesced,api-grpc,front (default: {','.join(DEFAULT_PROTOCOLS)}; with "
+                        f"--stand-in {','.join(stand_in.PROTOCOLS)}, api where the model is an embedder); api starts "
+                        "`tritonize api` in front of the server, its inferences to Triton's HTTP port (api-grpc: over "
+                        "gRPC), embedding models only; front sends http's requests to its /v2 routes")
     p.add_argument("--stand-in", action="store_true",
                    help="the host CPU around the model: serve the repository's production variant on a local server "
                         "with the model step's graph replaced by a stand-in of the same inputs and outputs that "

@@ -10,10 +10,12 @@ from ..spec import DEFAULT_VARIANT
 from . import corpus, infinity, load, peers
 
 TRITON_LABELS = {"grpc": "Triton gRPC", "http": "Triton HTTP", "api": "API /v1/embeddings",
-                 "api-uncoalesced": "API, no coalescing", "front": "Triton HTTP via the API's front"}
+                 "api-uncoalesced": "API, no coalescing", "api-grpc": "API, inferences over gRPC",
+                 "front": "Triton HTTP via the API's front"}
 FRONT = "front"  # Triton's HTTP/JSON requests sent to `tritonize api`'s /v2 routes (api/kserve/) instead
-# The API's protocols: `tritonize api` in front of the measured server, and with --no-coalesce (each request alone).
-API_PROTOCOLS = {"api": (), "api-uncoalesced": ("--no-coalesce",)}
+# The API's protocols: `tritonize api` in front of the measured server (its inferences to Triton's HTTP port), with
+# --no-coalesce (each request alone), and with its inferences over gRPC (no --http-url).
+API_PROTOCOLS = {"api": (), "api-uncoalesced": ("--no-coalesce",), "api-grpc": ("--http-url", "")}
 API_SYSTEM = "triton-api"  # `tritonize api` in front of the measured server, its answers checked on their own
 TRITON_SYSTEM = "triton"  # the checks: one for both protocols, the same server
 FLOOR = "floor"

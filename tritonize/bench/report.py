@@ -15,7 +15,8 @@ from .cpu import API, CLIENT, NATIVE_MODEL, SERVER
 from .measured import refused_of
 from .server_counters import GRAPH_BATCH
 
-SYSTEM_ORDER = ("triton-grpc", "triton-http", "triton-front", "triton-api", "triton-api-uncoalesced", "triton-api-refused",
+SYSTEM_ORDER = ("triton-grpc", "triton-http", "triton-front", "triton-api", "triton-api-uncoalesced", "triton-api-grpc",
+                "triton-api-refused",
                 "api-floor", "doc", "doc-batched", *infinity.ENGINES)
 COLORS = {"triton-grpc": "#76b900", "triton-http": "#2a7ab0", "triton-front": "#5dade2", "triton-api": "#1abc9c", "doc": "#c0392b", "doc-batched": "#e67e22",
           "infinity": "#8e44ad", "infinity-onnx": "#d35fb7", "floor": "#555555"}
@@ -32,7 +33,7 @@ def _waste(run: dict) -> str:
 
 ROLE_SHORT = {"tokenizer": "first"}  # documents written before the first step's role had its name
 CHECK_LABELS = {"triton": "Triton", "triton-api": "API /v1/embeddings", "triton-api-uncoalesced": "API, no coalescing",
-                "triton-front": "Triton HTTP via the API's front",
+                "triton-api-grpc": "API, inferences over gRPC", "triton-front": "Triton HTTP via the API's front",
                 **{k: label for k, (label, _) in PEERS.items()},
                 **{k: e.label for k, e in infinity.ENGINES.items()}}
 

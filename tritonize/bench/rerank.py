@@ -125,11 +125,12 @@ def run_bench(o: RerankOptions) -> dict:
     bench = BenchOptions(repository=o.repository, http_url=o.http_url, grpc_url=o.grpc_url, start_local=o.start_local,
                          output=o.output, variant=o.variant)
     rows: list[dict] = []
-    with triton_endpoints(bench) as (_, grpc_url, _, _), contextlib.ExitStack() as stack:
+    with triton_endpoints(bench) as (http_url, grpc_url, _, _), contextlib.ExitStack() as stack:
         (port,) = free_ports(1)
         work = Path(o.output) / ".run"
         work.mkdir(parents=True, exist_ok=True)
-        api_url = stack.enter_context(ApiProcess(o.repository, grpc_url, port=port, log_file=work / "api.log"))
+        api_url = stack.enter_context(ApiProcess(o.repository, grpc_url, http_url, port=port,
+                                                      log_file=work / "api.log"))
         for name in models:
             head = served[name].model.head
             for m in measurements(name, routes_of(head), pairs):

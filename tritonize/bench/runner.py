@@ -157,7 +157,7 @@ class Bench:
         (port,) = free_ports(1)
         work = Path(self.o.output) / ".run"
         work.mkdir(parents=True, exist_ok=True)
-        api = ApiProcess(self.o.repository, grpc_url, port=port, log_file=work / "api.log",
+        api = ApiProcess(self.o.repository, grpc_url, http_url, port=port, log_file=work / "api.log",
                          extra=API_PROTOCOLS.get(protocol, ()))
         root = stack.enter_context(api)
         if meter and api.proc:

@@ -47,8 +47,8 @@ def start_api(directory: Path, options: ServerOptions, api: ApiOptions, endpoint
     if machine.port_in_use(o.host, api.port):
         raise TritonizeError(f"API port {api.port} on {o.host} already in use",
                              hint="choose another with --api-port, or --no-api")
-    child = ApiProcess(Path(o.repository).resolve(), endpoints.grpc, host=o.host, port=api.port, key_file=api.key_file,
-                       workers=api.workers)
+    child = ApiProcess(Path(o.repository).resolve(), endpoints.grpc, endpoints.http, host=o.host, port=api.port,
+                       key_file=api.key_file, workers=api.workers)
     record = spawn_api(directory, ApiRecord(0, None, child.url, child.command(), {"PYTHONPATH": child_pythonpath()}))
     try:
         took = wait_api_healthy(record.url, record.alive, API_READY_S, directory / API_LOG_FILE)
