@@ -59,8 +59,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--grpc-url", default="127.0.0.1:8001", help="Triton's gRPC endpoint (default: %(default)s)")
     p.add_argument("--http-url", default=None, metavar="HOST:PORT",
                    help="Triton's HTTP endpoint: the routes' inferences go there, on kept connections, for about a "
-                        "third of gRPC's CPU a call (docs/api.md); deploy.py, the compose file and the Kubernetes "
-                        "render set it (default: none, inferences over gRPC too)")
+                        "third of gRPC's CPU a call (docs/api.md); `deploy.py local up` and the Kubernetes render "
+                        "set it, the compose file cannot: Triton's HTTP port binds its own container's loopback "
+                        "(default: none, inferences over gRPC too)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help="(default: %(default)s)")
     p.add_argument("--api-key", default=None, help=f"require `Authorization: Bearer KEY` (also ${API_KEY_ENV})")
