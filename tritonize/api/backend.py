@@ -16,7 +16,7 @@ from ..client import split_url
 from .catalog import ServedModel
 from .coalesce import Coalescer, TritonFailure
 from .failures import failure_of
-from .triton_http import TritonHttp
+from .triton_http import TritonHttp, bytes_tensor
 
 DEFAULT_TIMEOUT_S = 60.0
 # A request's parameters: a string, or one value per row.
@@ -145,8 +145,7 @@ def model_infer_request(name: str, inputs: Mapping[str, Sequence[str | bytes]], 
         request.parameters[key].string_param = value
     for input_name, column in inputs.items():
         request.inputs.add(name=input_name, datatype="BYTES", shape=(len(column), 1))
-        elements = [x.encode("utf-8") if isinstance(x, str) else bytes(x) for x in column]
-        request.raw_input_contents.append(b"".join(len(x).to_bytes(4, "little") + x for x in elements))
+        request.raw_input_contents.append(bytes_tensor(column))
     for output in outputs:
         request.outputs.add(name=output)
     return request

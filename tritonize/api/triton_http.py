@@ -27,9 +27,6 @@ from .failures import failure_of
 # Triton's HTTP status -> the gRPC status its error code has (Triton's http_server.cc and grpc_utils.cc)
 GRPC_STATUS = {400: "StatusCode.INVALID_ARGUMENT", 404: "StatusCode.NOT_FOUND", 500: "StatusCode.INTERNAL",
                501: "StatusCode.UNIMPLEMENTED", 503: "StatusCode.UNAVAILABLE"}
-DTYPES = {"BOOL": np.bool_, "UINT8": np.uint8, "INT8": np.int8, "INT16": np.int16, "INT32": np.int32,
-          "INT64": np.int64, "UINT16": np.uint16, "UINT32": np.uint32, "UINT64": np.uint64, "FP16": np.float16,
-          "FP32": np.float32, "FP64": np.float64}
 HEADER_LENGTH = b"inference-header-content-length"
 
 
@@ -155,8 +152,7 @@ def request_bytes(name: str, inputs: Mapping[str, Sequence[str | bytes]], output
     raws = []
     described = []
     for input_name, column in inputs.items():
-        elements = [x.encode("utf-8") if isinstance(x, str) else bytes(x) for x in column]
-        raw = b"".join(len(x).to_bytes(4, "little") + x for x in elements)
+        raw = bytes_tensor(column)
         raws.append(raw)
         described.append({"name": input_name, "shape": [len(column), 1], "datatype": "BYTES",
                           "parameters": {"binary_data_size": len(raw)}})
@@ -170,10 +166,17 @@ def request_bytes(name: str, inputs: Mapping[str, Sequence[str | bytes]], output
                      % (quote(name, safe="").encode(), len(head), length), head, *raws))
 
 
+def bytes_tensor(column: Sequence[str | bytes]) -> bytes:
+    """A BYTES tensor's contents as Triton reads them, over gRPC or HTTP: each element's length in 4 bytes
+    (little-endian), then its bytes (a text's UTF-8)."""
+    elements = [x.encode("utf-8") if isinstance(x, str) else bytes(x) for x in column]
+    return b"".join(len(x).to_bytes(4, "little") + x for x in elements)
+
+
 def read_answer(header_length: int, body: bytes, outputs: Sequence[str]) -> dict[str, np.ndarray]:
     """The named outputs of Triton's answer as arrays of their shapes: each described in the JSON header, its
     bytes after the header in the header's order (or, for one Triton sent as JSON, its `data`)."""
-    from tritonclient.utils import deserialize_bytes_tensor
+    from tritonclient.utils import deserialize_bytes_tensor, triton_to_np_dtype
 
     header = orjson.loads(body[:header_length] if header_length >= 0 else body)
     found, offset = {}, max(header_length, 0)
@@ -181,11 +184,12 @@ def read_answer(header_length: int, body: bytes, outputs: Sequence[str]) -> dict
         shape, datatype = tuple(output["shape"]), output["datatype"]
         size = (output.get("parameters") or {}).get("binary_data_size")
         if size is None:
-            values = np.array(output.get("data", ()), dtype=object if datatype == "BYTES" else DTYPES[datatype])
+            values = np.array(output.get("data", ()), dtype=triton_to_np_dtype(datatype))
         else:
             raw = body[offset:offset + size]
             offset += size
-            values = deserialize_bytes_tensor(raw) if datatype == "BYTES" else np.frombuffer(raw, DTYPES[datatype])
+            values = (deserialize_bytes_tensor(raw) if datatype == "BYTES"
+                      else np.frombuffer(raw, triton_to_np_dtype(datatype)))
         found[output["name"]] = values.reshape(shape)
     missing = [name for name in outputs if name not in found]
     if missing:
