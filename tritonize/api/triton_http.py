@@ -8,7 +8,8 @@ each BYTES element as 4 bytes of length and its bytes, the answer's tensors as t
 
 A connection carries one request at a time; the pool keeps those that answered whole, so it grows to the most
 requests out at once and no further. A failure is Triton's status and message, as a TritonFailure under the gRPC
-status it stands for (coalesce.RETRIED_ALONE and backend.STATUS read those).
+status it stands for (coalesce.RETRIED_ALONE and failures.STATUS read those): Triton's http_server.cc
+gives INTERNAL 500, NOT_FOUND 404, UNAVAILABLE 503, UNSUPPORTED 501, and the rest 400.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import orjson
 from .coalesce import TritonFailure
 from .failures import failure_of
 
-# Triton's HTTP status -> the gRPC status its error code has (Triton's http_server.cc and grpc_utils.cc)
+# Triton's HTTP status -> the gRPC status its error code has (400 may be UNKNOWN too: both are sent again alone)
 GRPC_STATUS = {400: "StatusCode.INVALID_ARGUMENT", 404: "StatusCode.NOT_FOUND", 500: "StatusCode.INTERNAL",
                501: "StatusCode.UNIMPLEMENTED", 503: "StatusCode.UNAVAILABLE"}
 HEADER_LENGTH = b"inference-header-content-length"
