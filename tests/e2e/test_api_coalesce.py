@@ -193,7 +193,9 @@ def test_inferences_over_http_outlive_a_restart_of_triton(matryoshka_repo, local
             assert refused.value.status == 503, refused.value.message
             runtime = LocalRuntime(options, quiet=True)
             runtime.up()
-            assert np.array_equal(await asyncio.wait_for(infer(), 30), first[0])
+            again = await asyncio.wait_for(infer(), 30)
+            # the four went out together, so Triton may have batched them: equal to float32's last bits, not bit for bit
+            assert again.shape == first[0].shape and np.abs(again - first[0]).max() <= 1e-6
         finally:
             await backend.close()
 
