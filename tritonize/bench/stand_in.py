@@ -3,9 +3,10 @@
 On a GPU the model step takes so little time per row that the CPU around it decides how many rows one GPU can
 be fed: Triton's gRPC and ensemble, the tokenizer step, the statistics step, the HTTP API. To measure that on any
 machine, the run serves a shadow copy of the repository (bench/shadow.py) whose model step's graph is a stand-in:
-the same inputs and outputs (names, types, shapes) as the real graph, each output only filled (ConstantOfShape),
-so it costs next to nothing. Everything else is what the repository serves in production: its configs, the
-tokenizer and statistics steps, the model step on Triton's native onnxruntime backend. The figures are CPU per
+the same inputs and outputs (names, types, shapes) as the real graph, each output only filled, so it costs next
+to nothing. A float output holds the same varied values on every row (asgi_floor.answer_values), so that writing
+it as JSON costs what a real answer's does. Everything else is what the repository serves in production: its
+configs, the tokenizer and statistics steps, the model step on Triton's native onnxruntime backend. The figures are CPU per
 request and per row by process; CPU seconds per row times the rows one H100 computes per second
 (`H100_ROWS_PER_S`) is the host cores one H100 needs.
 
@@ -30,6 +31,7 @@ from ..serving.batching import bucket_for, parse_buckets
 from ..serving.tokenizer import parameters
 from ..spec import CONFIG_FILE, FIRST, MODEL_FILE, PRODUCTION_VARIANT, repo_paths
 from . import api_costs, corpus, cpu, load, server_counters
+from .asgi_floor import answer_values
 from .measured import measured_model, record, say_run
 from .options import BenchOptions
 from .runner import Bench
@@ -47,7 +49,6 @@ H100_ROWS_PER_S: dict[tuple[int, int], float] = {
 # 3.5x (16 tokens) and 1.6x (128 tokens) the rows/s of batch 64: fed at that rate, the host needs that many times
 # the cores computed here.
 H100_BATCH = 64
-FLOAT_FILL = 1 / 3  # every float a stand-in answers: as many digits as a real answer's, so it serialises as long
 TEXTS_PER_REQUEST = (1, 64)  # single texts, and requests of 64 (the generated repositories' max batch)
 CONCURRENCY = [8, 64]  # single texts are held to their targets at 64 clients, requests of 64 texts at 8
 PROTOCOLS = ["grpc", "api"]
@@ -60,9 +61,10 @@ EMPTY_LABEL = "empty ensemble"  # over gRPC
 
 
 def fill_graph(inputs: Sequence, outputs: Sequence, opset: int, sizes: Mapping[str, Sequence[int]] | None = None):
-    """A graph that takes `inputs` and fills each of `outputs` (ValueInfoProtos) with one value: an axis an input
-    names (batch, sequence) is read from that input's shape, a fixed one is its size, and a symbolic one no input
-    names is `sizes[output]` at that axis (a step's config dims, batch excluded)."""
+    """A graph that takes `inputs` and fills each of `outputs` (ValueInfoProtos): a float output's every row with
+    answer_values of its last axis' size, any other output with ones. An axis an input names (batch, sequence) is
+    read from that input's shape, a fixed one is its size, and a symbolic one no input names is `sizes[output]` at
+    that axis (a step's config dims, batch excluded)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -86,23 +88,28 @@ def fill_graph(inputs: Sequence, outputs: Sequence, opset: int, sizes: Mapping[s
         t = out.type.tensor_type
         if t.elem_type == TensorProto.STRING:
             raise TritonizeError(f"the stand-in cannot answer {out.name}: it fills numbers, and {out.name} is text")
-        parts = []
+        parts, width = [], None  # width: the last axis' size, where the graph or the config fixes it
         for axis, d in enumerate(t.shape.dim):
             fixed = (sizes or {}).get(out.name)
             if d.HasField("dim_value"):
-                parts.append(size(d.dim_value))
+                parts.append(size(width := d.dim_value))
             elif d.dim_param in axes:
                 name, at = axes[d.dim_param]
                 parts.append(node("Shape", [name], f"stand_in/{name}_axis{at}", start=at, end=at + 1))
+                width = None
             elif fixed is not None and 0 < axis <= len(fixed) and fixed[axis - 1] > 0:
-                parts.append(size(fixed[axis - 1]))
+                parts.append(size(width := fixed[axis - 1]))
             else:
                 raise TritonizeError(f"the stand-in cannot size {out.name}'s axis {axis} "
                                      f"({d.dim_param or 'unnamed'}): no input has it, and no config fixes it")
         dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
-        value = FLOAT_FILL if np.issubdtype(dtype, np.floating) else 1
         shape = node("Concat", parts, f"stand_in/{out.name}_shape", axis=0)
-        node("ConstantOfShape", [shape], out.name, value=numpy_helper.from_array(np.array([value], dtype=dtype), "fill"))
+        if np.issubdtype(dtype, np.floating):  # each row the same varied values (an axis of unknown size: the first)
+            row = answer_values(width or 1).astype(dtype)
+            values = node("Constant", [], f"stand_in/{out.name}_row", value=numpy_helper.from_array(row, "row"))
+            node("Expand", [values, shape], out.name)
+        else:
+            node("ConstantOfShape", [shape], out.name, value=numpy_helper.from_array(np.array([1], dtype=dtype), "fill"))
     graph = helper.make_graph(nodes, "stand_in", list(inputs), list(outputs))
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", max(opset, 15))],  # Shape's start, end
                               producer_name="tritonize stand-in")

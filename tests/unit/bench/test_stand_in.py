@@ -12,6 +12,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from tritonize.bench import load, stand_in
+from tritonize.bench.asgi_floor import answer_values
 from tritonize.bench.cpu import API, CLIENT, SERVER
 from tritonize.errors import TritonizeError
 from tritonize.repository import parse_config
@@ -44,7 +45,9 @@ def test_the_stand_in_takes_and_answers_what_the_real_graph_does(fixture, reques
     want = ort.InferenceSession(str(real_file)).run(None, feeds)
     got = ort.InferenceSession(str(stand_file)).run(None, feeds)
     assert [(a.shape, a.dtype) for a in got] == [(a.shape, a.dtype) for a in want]
-    assert all(np.all(a == np.float32(stand_in.FLOAT_FILL)) for a in got)
+    # every row the same varied values: what a real answer costs to write as JSON, not one value repeated
+    assert all(np.array_equal(a, np.broadcast_to(answer_values(a.shape[-1]), a.shape)) for a in got)
+    assert all(len(np.unique(a[0])) == a.shape[-1] for a in got if a.shape[-1] > 1)
 
 
 def test_a_graph_that_tokenizes_keeps_its_tokenizer_and_fills_only_the_models_outputs(minilm_folder) -> None:
@@ -75,8 +78,8 @@ def test_a_graph_that_tokenizes_keeps_its_tokenizer_and_fills_only_the_models_ou
     got = dict(zip([o.name for o in stand.graph.output], gt.session(stand).run(None, {gt.TEXT: texts})))
     assert want["truncated"].tolist() == got["truncated"].tolist() == [[False], [True]]
     assert np.array_equal(want["tokens"], got["tokens"])
-    assert got["embedding"].shape == (2, 4) and np.all(got["embedding"] == np.float32(stand_in.FLOAT_FILL))
-    assert not np.all(want["embedding"] == np.float32(stand_in.FLOAT_FILL))
+    assert got["embedding"].shape == (2, 4) and np.array_equal(got["embedding"], [answer_values(4)] * 2)
+    assert not np.array_equal(want["embedding"], got["embedding"])
     with pytest.raises(TritonizeError, match="cannot find the model's graph after the tokenizer's"):
         stand_in.stand_in_after_tokenizer(gt.compose_model(tokenizer, plain, ("input_ids", "attention_mask")), plain)
 
@@ -95,6 +98,7 @@ def test_per_token_outputs_follow_the_sequence_and_a_loose_axis_takes_the_config
     out = ort.InferenceSession(graph.SerializeToString()).run(None, {"input_ids": np.zeros((2, 5), np.int64)})
     assert [(a.shape, a.dtype) for a in out] == [((2, 5, 8), np.float16), ((2,), np.int64)]
     assert out[1].tolist() == [1, 1]
+    assert np.array_equal(out[0], np.broadcast_to(answer_values(8).astype(np.float16), (2, 5, 8)))
     with pytest.raises(TritonizeError, match=r"cannot size token_vectors's axis 2 \(Div_dim_2\)"):
         stand_in.stand_in_graph(_graph([vectors]))
 
@@ -174,3 +178,27 @@ def test_what_a_stand_in_run_cannot_do_is_refused_before_anything_starts(extra, 
     assert main(["bench", "--repository", str(tiny_embedding_repo.repository), "--output", str(tmp_path), *extra]) != 0
     assert message in capsys.readouterr().err
     assert not (tmp_path / ".run").exists()
+
+
+def test_the_floor_writes_what_a_stand_in_answers(tmp_path) -> None:
+    """The empty ASGI endpoint answers each text with the stand-in's values, so that the floor writes as many
+    varied floats as the API does."""
+    import asyncio
+
+    import orjson
+
+    from tritonize.bench.asgi_floor import make_app
+
+    sent: list[dict] = []
+    body = orjson.dumps({"model": "m", "input": ["a", "b", "c"]})
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    asyncio.run(make_app(16)({"type": "http", "method": "POST", "path": "/v1/embeddings"}, receive, send))
+    assert sent[0]["status"] == 200
+    rows = [d["embedding"] for d in orjson.loads(sent[1]["body"])["data"]]
+    assert np.array_equal(np.array(rows, dtype=np.float32), [answer_values(16)] * 3)
