@@ -204,7 +204,7 @@ def version_manifest(repository: Path, model: str, version: int) -> dict | None:
 # What may differ between two exports of the same model: how the graph is written and run, not what it computes.
 EXPORT_OPTIONS = frozenset({"precision", "optimize", "tensorrt", "device", "version", "calibration", "output",
                             "max_batch_size", "max_queue_delay_us", "max_queue_size", "queue_budget_ms",
-                            "capacity_rps", "tokenizer_instances", "model_instances", "gather_us", "buckets"})
+                            "capacity_rps", "api_workers", "tokenizer_instances", "model_instances", "gather_us", "buckets"})
 
 
 def re_export(old: dict | None, new: dict | None) -> bool:

@@ -149,6 +149,34 @@ def test_tune_writes_the_better_configuration_back(tiny_python_repo, tmp_path) -
     assert not any(p.is_symlink() for p in Path(repo).rglob("*"))
 
 
+def test_tune_measures_the_apis_processes_and_writes_the_better_count(tiny_python_repo, tiny_classifier_repo,
+                                                                      tmp_path, capsys, monkeypatch) -> None:
+    """--api-workers: the API in front of the chosen configuration with each count, the count the repository had
+    first; the count written is the one the rule picks from what was measured, and the API starts that many."""
+    from tritonize.api import server
+    from tritonize.bench.tune import pick, Point
+
+    repo = tmp_path / "repo"
+    shutil.copytree(tiny_python_repo.repository, repo)
+    rc = main(["tune", "--repository", str(repo), "--grid", "max_queue_delay_us=0", "--api-workers", "2,1",
+               "--requests", "20", "--warmup", "5", "--p99-budget-ms", "5000", "--concurrency", "1,4",
+               "--output", str(tmp_path / "out")])
+    assert rc == 0
+    result = json.loads((tmp_path / "out" / "tune.json").read_text())
+    measured = result["api_points"]
+    assert [p["workers"] for p in measured] == [1, 2]  # the repository's count (none measured: one) first
+    assert all(not p["error"] and [r["completed"] for r in p["runs"]] == [20, 20] for p in measured)
+    points = [Point({"api_workers": p["workers"]}, p["runs"]) for p in measured]
+    want = pick(points, points[0].rps(), result["api_budget_p99_ms"]).changes["api_workers"]
+    assert result["api_workers_before"] == 1 and result["api_workers"] == want
+    assert read_manifest(repo).options.api_workers == want
+    monkeypatch.delenv(server.WORKERS_ENV, raising=False)
+    assert server.workers_default(repo) == want  # what `tritonize api` starts where nothing else says
+    capsys.readouterr()
+    assert main(["tune", "--repository", str(tiny_classifier_repo.repository), "--api-workers", "1,2"]) != 0
+    assert "--api-workers measures the API's /v1/embeddings" in capsys.readouterr().err
+
+
 def test_bench_rerank_measures_each_ranker_and_what_late_interaction_is_made_of(tmp_path, capsys) -> None:
     """A cross-encoder and a late-interaction model in one repository: each one's rerank, the late-interaction
     model's documents' encoding alone, and its MaxSim alone, with exact request counts."""

@@ -33,7 +33,7 @@ class ApiOptions:
 
     port: int = DEFAULT_PORT
     key_file: Path | None = None  # require `Authorization: Bearer <the file's key>`
-    workers: int = 1  # processes on the port (`tritonize api --workers`)
+    workers: int | None = None  # processes on the port (`tritonize api --workers`; None: the API's default)
 
 
 @dataclass
@@ -44,7 +44,7 @@ class ApiProcess:
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
     key_file: Path | None = None
-    workers: int = 1
+    workers: int | None = None  # None: the API's default ($TRITONIZE_API_WORKERS, the repository's tuned count, 1)
     log_file: Path | None = None
     extra: tuple[str, ...] = ()
     proc: subprocess.Popen | None = field(default=None, repr=False)
@@ -58,7 +58,7 @@ class ApiProcess:
         cmd = [sys.executable, "-m", "tritonize.cli", "api", "--repository", str(self.repository),
                "--grpc-url", self.grpc_url, *(["--http-url", self.http_url] if self.http_url else []),
                "--host", self.host, "--port", str(self.port),
-               *(["--workers", str(self.workers)] if self.workers != 1 else []), *self.extra]
+               *(["--workers", str(self.workers)] if self.workers is not None else []), *self.extra]
         return cmd + (["--api-key-file", str(self.key_file)] if self.key_file else [])
 
     def start(self) -> str:

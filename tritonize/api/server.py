@@ -72,10 +72,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="texts per request; more get 413 (default: %(default)s)")
     p.add_argument("--max-concurrent-requests", type=int, default=DEFAULT_MAX_CONCURRENT,
                    help="requests in flight before 429, over all workers (default: %(default)s)")
-    p.add_argument("--workers", type=int, default=os.environ.get(WORKERS_ENV) or 1,
-                   help="processes answering on the one port: one spends about 0.17-0.3 ms of a core on a "
+    p.add_argument("--workers", type=int, default=None,
+                   help="processes answering on the one port: one spends about 0.13-0.3 ms of a core on a "
                         "single-text request under load (docs/api.md), so past a few thousand requests/s it needs "
-                        f"more; metrics are summed over them (default: ${WORKERS_ENV}, else 1)")
+                        f"more; metrics are summed over them (default: ${WORKERS_ENV}, else what `tritonize tune "
+                        "--api-workers` measured and wrote into the repository, else 1)")
     p.add_argument("--enable-chunked-processing", action=argparse.BooleanOptionalAction, default=env_flag(CHUNKED_ENV),
                    help="embed a text longer than the model reads as max-length windows, pooled by their tokens, where "
                         "a request does not say (its `enable_chunked_processing`); off: such a text is cut at its end "
@@ -94,6 +95,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def settings_from(args: argparse.Namespace) -> ApiSettings:
+    if args.workers is None:
+        args.workers = workers_default(Path(args.repository))
     for flag in ("max_body_bytes", "max_client_batch_size", "max_concurrent_requests", "port", "workers"):
         if getattr(args, flag) <= 0:
             raise TritonizeError(f"--{flag.replace('_', '-')} must be positive")
@@ -104,6 +107,20 @@ def settings_from(args: argparse.Namespace) -> ApiSettings:
     return options_from(ApiSettings, args, renamed={"chunked_processing": "enable_chunked_processing"},
                         repository=Path(args.repository), api_key=api_key(args.api_key, args.api_key_file),
                         image_hosts=image_hosts(args.allow_image_hosts))
+
+
+def workers_default(repository: Path) -> int:
+    """--workers where no flag gives it: $TRITONIZE_API_WORKERS, else the most any served model's tune measured
+    (its manifest's api_workers), else one."""
+    from ..manifest import find_manifests
+
+    given = os.environ.get(WORKERS_ENV, "").strip()
+    if given:
+        if not given.isdigit():
+            raise TritonizeError(f"${WORKERS_ENV} must be a whole number of processes (got {given!r})")
+        return int(given)
+    measured = [m.options.api_workers for m in find_manifests(repository) if m.options.api_workers]
+    return max(measured, default=1)
 
 
 # How the API runs on uvicorn: its event loop and HTTP parser in C where installed (uvloop, httptools: the api

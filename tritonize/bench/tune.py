@@ -17,6 +17,12 @@ folders only, so each point loads and measures it alone.
     tritonize tune --repository triton_repo --p99-budget-ms 250
     tritonize tune --repository triton_repo --grid max_queue_delay_us=0,2000 model_instances=1,2 buckets=16:64:256
     tritonize tune --repository triton_repo --grid gather_us=0,1000,2000,4000 --workloads short --concurrency 1,4,16
+
+With `--api-workers 1,2,4` (an embedder), the HTTP API is then measured in front of the chosen configuration with
+each count of processes (`tritonize api --workers`), one text a request, and the best count by the same rule
+(throughput over every workload and concurrency, p99 within the budget, 3% over the count the repository had) is
+written as the repository's `api_workers`, which `tritonize api` starts where no flag or $TRITONIZE_API_WORKERS
+says: the API's processes follow what this machine measured.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ from .shadow import shadow_repository
 # What reconfigure may change that moves speed (the text bounds decide answers, not speed).
 GRID_KEYS = ("max_batch_size", "max_queue_delay_us", "max_queue_size", "tokenizer_instances", "model_instances", "gather_us",
              "buckets")
+API_WORKERS = "api_workers"  # the API's processes (--api-workers), measured after the grid
 DEFAULT_GRID = {"max_queue_delay_us": [0, 500, 2000], "model_instances": [1, 2]}
 DEFAULT_CONCURRENCY = [1, 16]
 DEFAULT_WORKLOADS = ["mixed"]
@@ -135,32 +142,57 @@ class Tuner:
         self.budget = args.p99_budget_ms
         self.output = Path(args.output)
         self.stopping: list[threading.Thread] = []  # the servers of measured points, exiting
+        self.api_workers = list(getattr(args, "api_workers", None) or ())
+        if self.api_workers and not self.task.contract.bench_as_embeddings:
+            raise TritonizeError(f"--api-workers measures the API's /v1/embeddings; this repository's task is "
+                                 f"{self.task.name}", hint="leave --api-workers out")
+        if self.api_workers:  # the count the repository has, measured first (the start every count is scored by)
+            recorded = manifest.options.api_workers or 1
+            counts = [recorded, *(n for n in dict.fromkeys(self.api_workers) if n != recorded)]
+            self.api_points = [Point({API_WORKERS: n}) for n in counts]
+        else:
+            self.api_points = []
 
-    def measure(self, point: Point, workdir: Path) -> None:
+    def measure(self, point: Point, workdir: Path, changes: dict | None = None) -> None:
+        """One point on a server of its own: Triton's configuration (`changes`, else the point's) over gRPC, or,
+        for a point of API_WORKERS, that many API processes in front of it over /v1/embeddings."""
         from ..repository import reconfigure
         from ..runtime.local import LocalRuntime
 
+        from ..api.child import ApiProcess
+
         shadow = shadow_repository(self.repo, workdir / "repo", self.name)
-        reconfigure(shadow, Overrides.of(point.changes), self.name)
+        workers = point.changes.get(API_WORKERS)
+        reconfigure(shadow, Overrides.of(point.changes if changes is None else changes), self.name)
         http, grpc, metrics = free_ports(3)
         options = ServerOptions(repository=shadow, http_port=http, grpc_port=grpc, metrics_port=metrics,
                                 run_dir=workdir / "run")
         names = step_models(shadow, self.name)
         runtime = LocalRuntime(options, quiet=True)
         endpoints = runtime.up()
+        api = None
         try:
+            make = lambda request: load.TritonGrpc(endpoints.grpc, self.name, request, self.timeout_s)  # noqa: E731
+            if workers is not None:
+                (port,) = free_ports(1)
+                api = ApiProcess(shadow, endpoints.grpc, endpoints.http, port=port, workers=workers,
+                                 log_file=workdir / "api.log")
+                url = api.start() + "/v1"
+                make = lambda request: load.OpenAIEmbeddings(url, self.name, self.timeout_s)  # noqa: E731
             snaps = server_counters.Snapshots(endpoints.http, list(names.values()))
             served = server_counters.ServedCounters(endpoints.metrics, list(names.values()))
             for wname, w in self.workloads.items():
                 request = corpus.request_of(self.task.contract, w)
                 for c in self.concurrency:
-                    result = load.measure(lambda: load.TritonGrpc(endpoints.grpc, self.name, request, self.timeout_s),
-                                          w.rows, c, self.bound(c), lambda: (snaps.start(), served.start()))
+                    result = load.measure(lambda: make(request), w.rows, c, self.bound(c),
+                                          lambda: (snaps.start(), served.start()))
                     model = snaps.finish(expected=result.completed)[names["model"]]
                     # The fused step's graph runs take what its executions handed over: their batch, as bench's.
                     batch = served.finish().get(server_counters.GRAPH_BATCH) or model.avg_batch
                     point.runs.append({"workload": wname, **result.summary(), "avg_batch": round(batch, 2)})
         finally:
+            if api is not None:
+                api.stop()
             # Triton takes 2-3 s to exit, idle for most of them: the next point's server starts meanwhile,
             # on ports of its own, and is measured after its warm-up.
             stopping = threading.Thread(target=runtime.down, name=f"stop {point.label()}", daemon=True)
@@ -192,11 +224,38 @@ class Tuner:
         before = self.points[0]
         budget = self.budget if self.budget is not None else round(before.worst_p99() * DEFAULT_BUDGET_SLACK, 1)
         best = self.choose(budget)
-        return {"budget_p99_ms": budget, "capacity_rps": self.capacity(best), "budget_given": self.budget is not None, "grid": self.grid,
+        api = self.run_api(best.changes) if self.api_points else {}
+        return {**api, "budget_p99_ms": budget, "capacity_rps": self.capacity(best), "budget_given": self.budget is not None, "grid": self.grid,
                 "concurrency": self.concurrency, "workloads": list(self.workloads),
                 "points": [{"changes": p.changes, "runs": p.runs, "error": p.error} for p in self.points],
                 "start_again": {"runs": self.again.runs, "error": self.again.error},
                 "before": before.changes, "chosen": best.changes, "changed": best is not before}
+
+    def run_api(self, chosen: dict) -> dict:
+        """The API in front of the chosen configuration with each count of processes; the best count (by `pick`,
+        against the count the repository had, measured first)."""
+        err.print(f"The API in front of it: {len(self.api_points)} counts of processes "
+                  f"({', '.join(str(p.changes[API_WORKERS]) for p in self.api_points)})")
+        with tempfile.TemporaryDirectory(prefix="tritonize-tune-api-") as tmp:
+            try:
+                for i, point in enumerate(self.api_points):
+                    try:
+                        self.measure(point, Path(tmp) / str(i), changes=chosen)
+                    except TritonizeError as exc:
+                        point.error = exc.message.splitlines()[0]
+                    err.print(f"  [{i + 1}/{len(self.api_points)}] {point.label()}: " + (
+                        f"[red]{point.error}[/]" if point.error else ", ".join(
+                            f"{r['workload']} c={r['concurrency']} {r['throughput_rps']:.1f} req/s p99 "
+                            f"{r['latency_ms']['p99']:.1f} ms" for r in point.runs)))
+            finally:
+                for stopping in self.stopping:
+                    stopping.join()
+        start = self.api_points[0]
+        budget = self.budget if self.budget is not None else round(start.worst_p99() * DEFAULT_BUDGET_SLACK, 1)
+        best = pick(self.api_points, start.rps(), budget)
+        return {"api_budget_p99_ms": budget, "api_points": [{"workers": p.changes[API_WORKERS], "runs": p.runs,
+                                                             "error": p.error} for p in self.api_points],
+                "api_workers_before": start.changes[API_WORKERS], "api_workers": best.changes[API_WORKERS]}
 
     def capacity(self, point: Point) -> float | None:
         """Requests/s at the highest measured concurrency, of the slowest workload: what a full queue drains."""
@@ -205,16 +264,7 @@ class Tuner:
         return round(min(rates), 1) if rates and min(rates) > 0 else None
 
     def score(self, point: Point) -> float:
-        """Geometric mean of throughput over every (workload, concurrency), relative to the start.
-
-        At concurrency 1 throughput is the inverse of latency, so the score
-        rewards a faster single request as much as a larger batch under load.
-        """
-        base, mine = self.start_rps(), point.rps()
-        ratios = [mine[k] / base[k] for k in base if base[k] > 0 and mine.get(k, 0) > 0]
-        if not ratios or len(ratios) < len(base):
-            return 0.0
-        return math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+        return score(point, self.start_rps())
 
     def start_runs(self) -> dict[tuple[str, int], dict]:
         """The start's better measurement of each (workload, concurrency): its first, or its second (where that
@@ -231,13 +281,31 @@ class Tuner:
         return {k: r["throughput_rps"] for k, r in self.start_runs().items()}
 
     def choose(self, budget: float) -> Point:
-        feasible = [p for p in self.points if p.ok() and p.worst_p99() <= budget]
-        if not feasible:
-            err.print(f"[yellow]no configuration kept p99 within {budget:g} ms; keeping the current one[/]")
-            return self.points[0]
-        best = max(feasible, key=lambda p: (round(self.score(p), 3), -p.worst_p99()))
-        # A change must beat measurement noise to be worth writing.
-        return best if self.score(best) >= 1.03 or best is self.points[0] else self.points[0]
+        return pick(self.points, self.start_rps(), budget)
+
+
+def score(point: Point, base: dict[tuple[str, int], float]) -> float:
+    """Geometric mean of throughput over every (workload, concurrency), relative to the start's (`base`).
+
+    At concurrency 1 throughput is the inverse of latency, so the score
+    rewards a faster single request as much as a larger batch under load.
+    """
+    mine = point.rps()
+    ratios = [mine[k] / base[k] for k in base if base[k] > 0 and mine.get(k, 0) > 0]
+    if not ratios or len(ratios) < len(base):
+        return 0.0
+    return math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+
+
+def pick(points: list[Point], base: dict[tuple[str, int], float], budget: float) -> Point:
+    """The best of `points` whose p99 stays within the budget; the first (the start) unless another beats it by
+    3%, the noise of a short run."""
+    feasible = [p for p in points if p.ok() and p.worst_p99() <= budget]
+    if not feasible:
+        err.print(f"[yellow]nothing measured kept p99 within {budget:g} ms; keeping the current one[/]")
+        return points[0]
+    best = max(feasible, key=lambda p: (round(score(p, base), 3), -p.worst_p99()))
+    return best if score(best, base) >= 1.03 or best is points[0] else points[0]
 
 
 def print_summary(tuner: Tuner, result: dict, console: Console) -> None:
@@ -277,6 +345,34 @@ def print_summary(tuner: Tuner, result: dict, console: Console) -> None:
         console.print(f"  {w} c={c}: {b['throughput_rps']:.1f} -> {a['throughput_rps']:.1f} req/s, "
                       f"p50 {b['latency_ms']['p50']:.1f} -> {a['latency_ms']['p50']:.1f} ms, "
                       f"p99 {b['latency_ms']['p99']:.1f} -> {a['latency_ms']['p99']:.1f} ms")
+    if tuner.api_points:
+        print_api(tuner, result, console)
+
+
+def print_api(tuner: Tuner, result: dict, console: Console) -> None:
+    table = Table(title=f"the API's processes in front of it (/v1/embeddings, one text a request): p99 budget "
+                        f"{result['api_budget_p99_ms']:g} ms; score against {result['api_workers_before']}",
+                  title_justify="left")
+    table.add_column("workers", justify="right")
+    for w in tuner.workloads:
+        for c in tuner.concurrency:
+            table.add_column(f"{w} c={c}\nreq/s | p99 ms", justify="right")
+    table.add_column("score", justify="right")
+    table.add_column("")
+    base = tuner.api_points[0].rps()
+    for i, p in enumerate(tuner.api_points):
+        cells = []
+        for w in tuner.workloads:
+            for c in tuner.concurrency:
+                r = next((r for r in p.runs if r["workload"] == w and r["concurrency"] == c), None)
+                cells.append(f"{r['throughput_rps']:.1f} | {r['latency_ms']['p99']:.1f}" if r else "-")
+        mark = (["before"] if i == 0 else []) + (["[green]chosen[/]"] if p.changes[API_WORKERS] == result[API_WORKERS] else [])
+        if p.error:
+            mark.append(f"[red]{p.error[:40]}[/]")
+        elif p.worst_p99() > result["api_budget_p99_ms"]:
+            mark.append("[yellow]over budget[/]")
+        table.add_row(str(p.changes[API_WORKERS]), *cells, f"{score(p, base):.2f}" if p.runs else "-", " ".join(mark))
+    console.print(table)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -287,6 +383,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--grid", nargs="+", default=None, metavar="KEY=V1,V2",
                    help=f"values to try, keys: {', '.join(GRID_KEYS)} (default: max_queue_delay_us=0,500,2000 model_instances=1,2)")
     p.add_argument("--concurrency", type=int_list, default=list(DEFAULT_CONCURRENCY), help="comma-separated (default: 1,16)")
+    p.add_argument("--api-workers", type=int_list, default=None, metavar="N1,N2",
+                   help="then measure the HTTP API (an embedder's /v1/embeddings) in front of the chosen configuration "
+                        "with each count of processes, and write the best as the repository's api_workers, what "
+                        "`tritonize api` starts where no --workers or $TRITONIZE_API_WORKERS says (default: not measured)")
     p.add_argument("--output", "-o", type=Path, default=Path("bench_results"), help="folder for tune.json")
     p.add_argument("--dry-run", action="store_true", help="measure and report, but leave the repository as it is")
     p.set_defaults(func=run)
@@ -307,10 +407,15 @@ def run(args: argparse.Namespace) -> int:
         err.print(f"dry run: would write {Point(result['chosen']).label()} into {tuner.repo}")
     else:
         err.print(f"the current configuration ({Point(result['before']).label()}) stays")
+    if API_WORKERS in result:
+        moved = result[API_WORKERS] != result["api_workers_before"]
+        err.print(("dry run: would write " if args.dry_run else "") + f"the API's processes: {result[API_WORKERS]}"
+                  + (f" (was {result['api_workers_before']})" if moved else " (as before)"))
     if not args.dry_run:
         capacity = {"capacity_rps": result["capacity_rps"]} if result["capacity_rps"] else {}
-        repo = reconfigure(tuner.repo, Overrides.of({**(result["chosen"] if result["changed"] else {}), **capacity}),
-                           tuner.name)
+        workers = {API_WORKERS: result[API_WORKERS]} if API_WORKERS in result else {}
+        repo = reconfigure(tuner.repo, Overrides.of({**(result["chosen"] if result["changed"] else {}), **capacity,
+                                                     **workers}), tuner.name)
         if capacity:
             err.print(f"capacity {result['capacity_rps']:g} req/s written: each step's queue holds "
                       f"{repo.model_step.max_queue_size} requests")

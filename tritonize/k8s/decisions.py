@@ -220,7 +220,8 @@ def _api(storage: _Storage, model_image: str | None) -> Api:
         image=f"{API_IMAGE}:{__version__}",
         args=("tritonize", "api", "--repository", API_MODELS_DIR, "--grpc-url",
               f"127.0.0.1:{container.CONTAINER_PORTS['grpc']}", "--http-url",
-              f"127.0.0.1:{container.CONTAINER_PORTS['http']}", "--host", "0.0.0.0", "--port", str(API_PORT)),
+              f"127.0.0.1:{container.CONTAINER_PORTS['http']}", "--host", "0.0.0.0", "--port", str(API_PORT),
+              "--workers", "1"),  # one process a pod, on its CPU request: replicas add more
         port=API_PORT,
         readiness=Probe(PROBE_PERIOD_S, PROBE_TIMEOUT_S, 3, http_path="/health", port="api"),
         resources=API_RESOURCES,

@@ -109,6 +109,9 @@ class GenerateOptions:
     # Requests/s the server answers at full load, as `tritonize tune` measures it on the serving machine;
     # None: not measured (generation cannot know where the repository will be served), the floor holds.
     capacity_rps: float | None = None
+    # The HTTP API's processes (`tritonize api --workers`), as `tritonize tune --api-workers` measured them on the
+    # serving machine; None: not measured (one). A flag or $TRITONIZE_API_WORKERS still wins.
+    api_workers: int | None = None
     # Two instances of each batching step: Triton 2.51's dynamic batcher, once a queue is bounded, is not woken
     # when its only instance frees and waits up to 500 ms (docs/benchmark.md); a second instance is mostly free
     # then. The model step's: None takes CONTAINER_MODEL_INSTANCES and FUSED_STEP_INSTANCES.
@@ -152,7 +155,7 @@ class GenerateOptions:
     def check(self) -> None:
         """Refuse, in one line, values no repository can be planned with (the task's own refusals are its own)."""
         for label, value in (("--max-batch-size", self.max_batch_size), ("--tokenizer-instances", self.tokenizer_instances),
-                             ("--model-instances", self.model_instances)):
+                             ("--model-instances", self.model_instances), ("--api-workers", self.api_workers)):
             if value is not None and value < 1:
                 raise TritonizeError(f"{label} must be at least 1 (got {value})")
         for label, value in (("--max-queue-delay-us", self.max_queue_delay_us), ("--max-queue-size", self.max_queue_size),
@@ -183,13 +186,14 @@ class GenerateOptions:
 @dataclass(frozen=True)
 class Overrides:
     """What `reconfigure` (and so `tritonize tune`) may change without re-exporting: batching, placement,
-    the bounds on requests and queues, and truncation."""
+    the bounds on requests and queues, truncation, and the API's processes."""
 
     max_batch_size: int | None = None
     max_queue_delay_us: int | None = None
     max_queue_size: int | None = None
     queue_budget_ms: int | None = None
     capacity_rps: float | None = None
+    api_workers: int | None = None
     tokenizer_instances: int | None = None
     model_instances: int | None = None
     gather_us: int | None = None

@@ -36,7 +36,8 @@ def test_local_up_starts_the_api_with_its_workers() -> None:
     from tritonize.runtime.local.cli import api_workers
 
     assert ApiProcess(Path("r"), "127.0.0.1:8001", workers=3).command()[-2:] == ["--workers", "3"]
-    assert "--workers" not in ApiProcess(Path("r"), "127.0.0.1:8001").command()
+    assert ApiProcess(Path("r"), "127.0.0.1:8001", workers=1).command()[-2:] == ["--workers", "1"]  # over a tuned count
+    assert "--workers" not in ApiProcess(Path("r"), "127.0.0.1:8001").command()  # the API's own default
     with pytest.raises(TritonizeError, match="--api-workers must be positive"):
         api_workers(0)
 
@@ -51,9 +52,40 @@ def test_the_environment_gives_the_workers_where_no_flag_does(monkeypatch) -> No
     monkeypatch.setenv(server.WORKERS_ENV, "3")
     parser = argparse.ArgumentParser()
     server.add_arguments(parser)
-    assert parser.parse_args([]).workers == 3 and parser.parse_args(["--workers", "2"]).workers == 2
+    assert server.settings_from(parser.parse_args([])).workers == 3
+    assert server.settings_from(parser.parse_args(["--workers", "2"])).workers == 2
+    monkeypatch.setenv(server.WORKERS_ENV, "three")
+    with pytest.raises(TritonizeError, match=r"\$TRITONIZE_API_WORKERS must be a whole number"):
+        server.settings_from(parser.parse_args([]))
+    # Unset in compose, the API takes the repository's tuned count
     api = yaml.safe_load((REPO_ROOT / "docker-compose.yml").read_text())["services"]["api"]
-    assert api["environment"][server.WORKERS_ENV] == "${API_WORKERS:-1}" and "/tmp" in api["tmpfs"]
+    assert api["environment"][server.WORKERS_ENV] == "${API_WORKERS:-}" and "/tmp" in api["tmpfs"]
+
+
+def test_the_api_starts_as_many_workers_as_tune_wrote_where_nothing_else_says(tiny_embedding_repo, tmp_path,
+                                                                             monkeypatch) -> None:
+    """`tritonize tune --api-workers` writes the measured count into the repository's manifest (api_workers);
+    the API starts that many where no flag or environment says, and a flag still wins."""
+    import shutil
+
+    from tritonize.manifest import read_manifest
+    from tritonize.repository import reconfigure
+    from tritonize.spec.options import Overrides
+
+    monkeypatch.delenv(server.WORKERS_ENV, raising=False)
+    repo = tmp_path / "repo"
+    shutil.copytree(tiny_embedding_repo.repository, repo)
+    parser = argparse.ArgumentParser()
+    server.add_arguments(parser)
+    assert server.settings_from(parser.parse_args(["--repository", str(repo)])).workers == 1  # not measured
+    reconfigure(repo, Overrides(api_workers=3))
+    assert read_manifest(repo).options.api_workers == 3
+    assert server.settings_from(parser.parse_args(["--repository", str(repo)])).workers == 3
+    assert server.settings_from(parser.parse_args(["--repository", str(repo), "--workers", "1"])).workers == 1
+    monkeypatch.setenv(server.WORKERS_ENV, "2")
+    assert server.settings_from(parser.parse_args(["--repository", str(repo)])).workers == 2
+    with pytest.raises(TritonizeError, match="--api-workers must be at least 1"):
+        reconfigure(repo, Overrides(api_workers=0))
 
 
 def test_chunked_processing_is_off_unless_the_flag_or_the_environment_turns_it_on(monkeypatch) -> None:

@@ -396,6 +396,7 @@ def test_the_api_runs_beside_triton_and_reads_the_same_repository(cpu_repo) -> N
         api = container(deployment, "api")
         args = api["args"]
         assert args[:2] == ["tritonize", "api"] and args[args.index("--grpc-url") + 1] == "127.0.0.1:8001"
+        assert args[args.index("--workers") + 1] == "1"  # one process a pod, whatever tune wrote: replicas add more
         assert api["ports"] == [{"name": "api", "containerPort": k8s.API_PORT, "protocol": "TCP"}]
         assert api["readinessProbe"]["httpGet"] == {"path": "/health", "port": "api"}
         (mount,) = api["volumeMounts"]

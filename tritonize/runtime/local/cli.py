@@ -62,8 +62,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    "(default: %(default)s)")
     a.add_argument("--api-key-file", type=Path, default=None,
                    help="`up`: require `Authorization: Bearer <key>` on every API route but /health (the file's key)")
-    a.add_argument("--api-workers", type=int, default=1,
-                   help="`up`: the API's processes on its port (`tritonize api --workers`; default: %(default)s)")
+    a.add_argument("--api-workers", type=int, default=None,
+                   help="`up`: the API's processes on its port (`tritonize api --workers`; default: the API's: "
+                        "what `tritonize tune --api-workers` wrote into the repository, else 1)")
     g = parser.add_argument_group("monitoring")
     g.add_argument(
         "--monitoring",
@@ -76,8 +77,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="`up --monitoring`: seconds between scrapes (default: %(default)s)")
 
 
-def api_workers(count: int) -> int:
-    if count < 1:
+def api_workers(count: int | None) -> int | None:
+    if count is not None and count < 1:
         raise TritonizeError("--api-workers must be positive")
     return count
 
@@ -96,5 +97,5 @@ def from_args(options: ServerOptions, args: argparse.Namespace) -> Runtime:
         ) if getattr(args, "monitoring", False) else None,
         api=None if getattr(args, "no_api", True) else ApiOptions(
             port=getattr(args, "api_port", DEFAULT_API_PORT), key_file=getattr(args, "api_key_file", None),
-            workers=api_workers(getattr(args, "api_workers", 1))),
+            workers=api_workers(getattr(args, "api_workers", None))),
     )
