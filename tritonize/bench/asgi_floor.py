@@ -1,7 +1,8 @@
 """The floor under the HTTP API: an empty ASGI endpoint on the API's own server stack (uvicorn as `tritonize api`
-runs it), answering each OpenAI-style /v1/embeddings request with as many vectors as it holds texts, each the `dim`
-float32 values a stand-in answers, written by orjson, as the API writes its answers. Nothing else happens, so its CPU per request is
-what the server stack and writing the answer cost; the API's figure above it is the API's own work.
+runs it), answering each OpenAI-style /v1/embeddings request with as many vectors as it holds texts, each the
+`dim` float32 values a stand-in answers, written by orjson, as the API writes its answers. Nothing else happens,
+so its CPU per request is what the server stack and writing the answer cost; the API's figure above it is the
+API's own work.
 
     python -m tritonize.bench.asgi_floor --port 8099 --dim 384
 """

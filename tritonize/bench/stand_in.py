@@ -6,8 +6,8 @@ machine, the run serves a shadow copy of the repository (bench/shadow.py) whose 
 the same inputs and outputs (names, types, shapes) as the real graph, each output only filled, so it costs next
 to nothing. A float output holds the same varied values on every row (asgi_floor.answer_values), so that writing
 it as JSON costs what a real answer's does. Everything else is what the repository serves in production: its
-configs, the tokenizer and statistics steps, the model step on Triton's native onnxruntime backend. The figures are CPU per
-request and per row by process; CPU seconds per row times the rows one H100 computes per second
+configs, the tokenizer and statistics steps, the model step on Triton's native onnxruntime backend. The figures
+are CPU per request and per row by process; CPU seconds per row times the rows one H100 computes per second
 (`H100_ROWS_PER_S`) is the host cores one H100 needs.
 
 The empty ensemble beside it is what Triton itself costs per request on this CPU: one step, a stand-in graph on

@@ -156,10 +156,9 @@ class Tuner:
     def measure(self, point: Point, workdir: Path, changes: dict | None = None) -> None:
         """One point on a server of its own: Triton's configuration (`changes`, else the point's) over gRPC, or,
         for a point of API_WORKERS, that many API processes in front of it over /v1/embeddings."""
+        from ..api.child import ApiProcess
         from ..repository import reconfigure
         from ..runtime.local import LocalRuntime
-
-        from ..api.child import ApiProcess
 
         shadow = shadow_repository(self.repo, workdir / "repo", self.name)
         workers = point.changes.get(API_WORKERS)
