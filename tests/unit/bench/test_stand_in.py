@@ -180,7 +180,7 @@ def test_what_a_stand_in_run_cannot_do_is_refused_before_anything_starts(extra, 
     assert not (tmp_path / ".run").exists()
 
 
-def test_the_floor_writes_what_a_stand_in_answers(tmp_path) -> None:
+def test_the_floor_writes_what_a_stand_in_answers() -> None:
     """The empty ASGI endpoint answers each text with the stand-in's values, so that the floor writes as many
     varied floats as the API does."""
     import asyncio
