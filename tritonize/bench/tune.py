@@ -75,6 +75,9 @@ class Point:
     def worst_p99(self) -> float:
         return max((r["latency_ms"]["p99"] for r in self.runs), default=float("inf"))
 
+    def run_at(self, workload: str, concurrency: int) -> dict | None:
+        return next((r for r in self.runs if r["workload"] == workload and r["concurrency"] == concurrency), None)
+
     def rps(self) -> dict[tuple[str, int], float]:
         return {(r["workload"], r["concurrency"]): r["throughput_rps"] for r in self.runs}
 
@@ -205,21 +208,7 @@ class Tuner:
         twice = " (the first measured again last)" if len(order) > len(self.points) else ""
         err.print(f"Tuning {self.repo}: {len(self.points)} configurations{twice}, workloads {', '.join(self.workloads)}, "
                   f"concurrency {','.join(map(str, self.concurrency))}")
-        with tempfile.TemporaryDirectory(prefix="tritonize-tune-") as tmp:
-            try:
-                for i, point in enumerate(order):
-                    try:
-                        self.measure(point, Path(tmp) / str(i))
-                    except TritonizeError as exc:
-                        point.error = exc.message.splitlines()[0]
-                        if i == 0:
-                            raise
-                    err.print(f"  [{i + 1}/{len(order)}] {point.label()}: " + (f"[red]{point.error}[/]" if point.error else
-                              ", ".join(f"{r['workload']} c={r['concurrency']} {r['throughput_rps']:.1f} req/s p99 {r['latency_ms']['p99']:.1f} ms"
-                                        for r in point.runs)))
-            finally:
-                for stopping in self.stopping:  # every server gone before its folder is
-                    stopping.join()
+        self.measure_all(order, first_fatal=True)
         before = self.points[0]
         budget = self.budget if self.budget is not None else round(before.worst_p99() * DEFAULT_BUDGET_SLACK, 1)
         best = self.choose(budget)
@@ -230,25 +219,31 @@ class Tuner:
                 "start_again": {"runs": self.again.runs, "error": self.again.error},
                 "before": before.changes, "chosen": best.changes, "changed": best is not before}
 
+    def measure_all(self, points: list[Point], changes: dict | None = None, first_fatal: bool = False) -> None:
+        """Each point in turn (on Triton's configuration `changes`, where given), a line of progress each; a point
+        that fails keeps its error, the first one's is raised where `first_fatal`."""
+        with tempfile.TemporaryDirectory(prefix="tritonize-tune-") as tmp:
+            try:
+                for i, point in enumerate(points):
+                    try:
+                        self.measure(point, Path(tmp) / str(i), changes)
+                    except TritonizeError as exc:
+                        point.error = exc.message.splitlines()[0]
+                        if i == 0 and first_fatal:
+                            raise
+                    err.print(f"  [{i + 1}/{len(points)}] {point.label()}: " + (f"[red]{point.error}[/]" if point.error else
+                              ", ".join(f"{r['workload']} c={r['concurrency']} {r['throughput_rps']:.1f} req/s p99 {r['latency_ms']['p99']:.1f} ms"
+                                        for r in point.runs)))
+            finally:
+                for stopping in self.stopping:  # every server gone before its folder is
+                    stopping.join()
+
     def run_api(self, chosen: dict) -> dict:
         """The API in front of the chosen configuration with each count of processes; the best count (by `pick`,
         against the count the repository had, measured first)."""
         err.print(f"The API in front of it: {len(self.api_points)} counts of processes "
                   f"({', '.join(str(p.changes[API_WORKERS]) for p in self.api_points)})")
-        with tempfile.TemporaryDirectory(prefix="tritonize-tune-api-") as tmp:
-            try:
-                for i, point in enumerate(self.api_points):
-                    try:
-                        self.measure(point, Path(tmp) / str(i), changes=chosen)
-                    except TritonizeError as exc:
-                        point.error = exc.message.splitlines()[0]
-                    err.print(f"  [{i + 1}/{len(self.api_points)}] {point.label()}: " + (
-                        f"[red]{point.error}[/]" if point.error else ", ".join(
-                            f"{r['workload']} c={r['concurrency']} {r['throughput_rps']:.1f} req/s p99 "
-                            f"{r['latency_ms']['p99']:.1f} ms" for r in point.runs)))
-            finally:
-                for stopping in self.stopping:
-                    stopping.join()
+        self.measure_all(self.api_points, changes=chosen)
         start = self.api_points[0]
         budget = self.budget if self.budget is not None else round(start.worst_p99() * DEFAULT_BUDGET_SLACK, 1)
         best = pick(self.api_points, start.rps(), budget)
@@ -323,7 +318,7 @@ def print_summary(tuner: Tuner, result: dict, console: Console) -> None:
         cells = []
         for w in tuner.workloads:
             for c in tuner.concurrency:
-                r = next((r for r in p.runs if r["workload"] == w and r["concurrency"] == c), None)
+                r = p.run_at(w, c)
                 cells.append(f"{r['throughput_rps']:.1f} | {r['latency_ms']['p99']:.1f} | {r['avg_batch']:.1f}" if r else "-")
         mark = []
         if p is tuner.again:
@@ -340,7 +335,7 @@ def print_summary(tuner: Tuner, result: dict, console: Console) -> None:
     console.print(table)
     chosen = next(p for p in tuner.points if p.changes == result["chosen"])
     for (w, c), b in tuner.start_runs().items():  # the start's better measurement of each cell, as scored
-        a = next((r for r in chosen.runs if r["workload"] == w and r["concurrency"] == c), b)
+        a = chosen.run_at(w, c) or b
         console.print(f"  {w} c={c}: {b['throughput_rps']:.1f} -> {a['throughput_rps']:.1f} req/s, "
                       f"p50 {b['latency_ms']['p50']:.1f} -> {a['latency_ms']['p50']:.1f} ms, "
                       f"p99 {b['latency_ms']['p99']:.1f} -> {a['latency_ms']['p99']:.1f} ms")
@@ -363,7 +358,7 @@ def print_api(tuner: Tuner, result: dict, console: Console) -> None:
         cells = []
         for w in tuner.workloads:
             for c in tuner.concurrency:
-                r = next((r for r in p.runs if r["workload"] == w and r["concurrency"] == c), None)
+                r = p.run_at(w, c)
                 cells.append(f"{r['throughput_rps']:.1f} | {r['latency_ms']['p99']:.1f}" if r else "-")
         mark = (["before"] if i == 0 else []) + (["[green]chosen[/]"] if p.changes[API_WORKERS] == result[API_WORKERS] else [])
         if p.error:
